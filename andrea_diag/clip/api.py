@@ -1,0 +1,176 @@
+"""``clip_grad_norm_``: a drop-in for ``torch.nn.utils.clip_grad_norm_``, plus the stats variant.
+
+    from andrea_diag import clip_grad_norm_
+    total = clip_grad_norm_(model.parameters(), max_norm=1.0)        # impl="auto"
+
+``impl`` chooses the implementation:
+
+- ``"cuda"``: the fused extension (``kernels/clip.cu``); needs CUDA gradients and a compiler;
+- ``"reference"``: the pure-torch three-stage mirror in ``reference.py`` (any device);
+- ``"torch"``: ``torch.nn.utils.clip_grad_norm_`` itself (for comparison);
+- ``"auto"``: ``"cuda"`` when the gradients are on a CUDA device and the extension builds,
+  otherwise ``"reference"`` with a one-line notice (once per process).
+
+:func:`clip_grad_norm_with_stats` returns a :class:`ClipResult` with the per-tensor norms from
+the same pass (the probes' per-layer gradient norms), and supports ``mode="per-tensor"``.
+No function here syncs with the host, except ``error_if_nonfinite=True``, which must read the
+norm to decide whether to raise.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import torch
+
+from andrea_diag.clip import reference
+
+log = logging.getLogger("andrea_diag.clip")
+_notified: set[str] = set()
+
+IMPLS = ("auto", "cuda", "reference", "torch")
+
+
+@dataclass
+class ClipResult:
+    """What one clip call measured; every field is a tensor on the gradients' device."""
+
+    total_norm: torch.Tensor  # 0-dim, pre-clip global norm (what torch's function returns)
+    per_tensor_norm: torch.Tensor  # (n_tensors,), pre-clip norm of each gradient
+    scale: torch.Tensor  # 0-dim global scale, or (n_tensors,) in per-tensor mode
+    nonfinite: torch.Tensor  # 0-dim bool: the total norm is NaN or Inf
+    impl: str  # the implementation that ran
+
+
+def _notice_once(key: str, message: str) -> None:
+    if key not in _notified:
+        _notified.add(key)
+        log.warning(message)
+
+
+def _grads(parameters: torch.Tensor | Iterable[torch.Tensor]) -> list[torch.Tensor]:
+    if isinstance(parameters, torch.Tensor):
+        parameters = [parameters]
+    return [p.grad for p in parameters if p.grad is not None]
+
+
+def resolve_impl(impl: str, grads: list[torch.Tensor]) -> str:
+    """Pick the implementation that will actually run for these gradients."""
+    if impl not in IMPLS:
+        raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
+    on_cuda = bool(grads) and grads[0].is_cuda
+    if impl == "cuda":
+        if not on_cuda:
+            raise ValueError("impl='cuda' needs gradients on a CUDA device")
+        return "cuda"
+    if impl != "auto":
+        return impl
+    if not on_cuda:
+        return "reference"
+    from andrea_diag.clip import cuda as cuda_ext
+
+    ok, why = cuda_ext.available()
+    if ok:
+        return "cuda"
+    _notice_once(
+        "auto-fallback",
+        f"andrea-diag: CUDA clipper unavailable ({why}); using the pure-torch reference",
+    )
+    return "reference"
+
+
+def _acc_dtype(grads: list[torch.Tensor]) -> torch.dtype:
+    # fp32 accumulation for fp32/bf16/fp16 gradients; float64 gradients keep float64.
+    return torch.float64 if any(g.dtype == torch.float64 for g in grads) else torch.float32
+
+
+def clip_grad_norm_with_stats(
+    parameters: torch.Tensor | Iterable[torch.Tensor],
+    max_norm: float,
+    norm_type: float = 2.0,
+    *,
+    mode: str = "global",
+    impl: str = "auto",
+    error_if_nonfinite: bool = False,
+) -> ClipResult:
+    """Clip gradients in place and return what the pass measured.
+
+    ``mode="global"`` scales every gradient by ``min(1, max_norm / (total + 1e-6))``;
+    ``mode="per-tensor"`` scales each gradient by its own ``min(1, max_norm / (norm_i + 1e-6))``;
+    ``mode="none"`` measures only (no gradient is changed).
+    """
+    if mode not in ("global", "per-tensor", "none"):
+        raise ValueError(f"mode must be global, per-tensor or none, got {mode!r}")
+    max_norm, norm_type = float(max_norm), float(norm_type)
+    grads = _grads(parameters)
+    if not grads:
+        zero = torch.zeros(())
+        return ClipResult(
+            zero, torch.zeros(0), torch.ones(()), torch.zeros((), dtype=torch.bool), "none"
+        )
+    which = resolve_impl(impl, grads)
+    apply_global = mode == "global"
+    if which == "cuda":
+        from andrea_diag.clip import cuda as cuda_ext
+
+        total, per, scale, nonfinite = cuda_ext.clip(grads, max_norm, norm_type, apply=apply_global)
+    elif which == "torch":
+        # torch's own function, for comparison; it only measures when nothing should change.
+        per = torch.stack([torch.linalg.vector_norm(g.detach(), norm_type) for g in grads])
+        holders = [_GradHolder(g) for g in grads]
+        total = torch.nn.utils.clip_grad_norm_(
+            holders, max_norm if apply_global else math.inf, norm_type
+        )
+        nonfinite = ~torch.isfinite(total)
+        scale = torch.clamp(max_norm / (total + reference.EPS), max=1.0)
+    else:
+        total, per, scale, nonfinite = reference.clip_reference(
+            grads, max_norm, norm_type, acc_dtype=_acc_dtype(grads), apply=apply_global
+        )
+    if error_if_nonfinite:
+        # host sync: deciding whether to raise needs the flag on the host (torch does the same)
+        if bool(nonfinite):
+            raise RuntimeError(
+                f"The total norm of order {norm_type} for gradients from `parameters` is "
+                "non-finite, so it cannot be clipped. To disable this error and scale the "
+                "gradients by the non-finite norm anyway, set `error_if_nonfinite=False`"
+            )
+    if mode == "per-tensor":
+        scale = torch.clamp(max_norm / (per + reference.EPS), max=1.0)
+        for g, s in zip(grads, scale.unbind(0), strict=True):
+            g.mul_(s.to(g.dtype))
+    elif mode == "none":
+        scale = torch.ones_like(total)
+    return ClipResult(total, per, scale, nonfinite, which)
+
+
+class _GradHolder:
+    """Lets torch's clip_grad_norm_ run on bare gradient tensors (it reads ``.grad``)."""
+
+    def __init__(self, grad: torch.Tensor) -> None:
+        self.grad = grad
+
+
+def clip_grad_norm_(
+    parameters: torch.Tensor | Iterable[torch.Tensor],
+    max_norm: float,
+    norm_type: float = 2.0,
+    error_if_nonfinite: bool = False,
+    foreach: bool | None = None,
+    *,
+    impl: str = "auto",
+) -> torch.Tensor:
+    """Drop-in for ``torch.nn.utils.clip_grad_norm_``: clip in place, return the pre-clip norm.
+
+    ``foreach`` is accepted for signature compatibility and ignored (every implementation here
+    is already multi-tensor). The return value is a 0-dim tensor on the gradients' device.
+    """
+    del foreach
+    if math.isnan(float(max_norm)):
+        raise ValueError("max_norm must be a number, got NaN")
+    return clip_grad_norm_with_stats(
+        parameters, max_norm, norm_type, impl=impl, error_if_nonfinite=error_if_nonfinite
+    ).total_norm

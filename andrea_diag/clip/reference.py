@@ -1,0 +1,117 @@
+"""Pure-torch reference of the three-kernel clipper, stage for stage.
+
+The CUDA kernels in ``kernels/clip.cu`` implement exactly these stages; keep the two in sync
+(chunk size, eps, the scale formula):
+
+1. ``grad_norm_partial``: every (tensor, chunk) pair of ``CHUNK`` elements reduces to one
+   partial sum of ``|g|^p`` (a max for p = inf), accumulated in ``acc_dtype``.
+2. ``grad_norm_final``: partials -> per-tensor sums (segment sums over each tensor's chunks) and
+   the total, in a fixed order (deterministic), then the root, a non-finite flag and
+   ``scale = min(1, max_norm / (norm + EPS))``.
+3. ``grad_scale_``: multiply every gradient in place by ``scale``; skipped when scale == 1.
+
+Nothing here syncs with the host: every result stays a tensor on the gradients' device.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+
+CHUNK = 65536  # elements per (tensor, chunk) work item; keep in sync with kernels/clip.cu
+EPS = 1e-6  # torch.nn.utils.clip_grad_norm_ uses the same epsilon
+
+
+def chunk_counts(grads: Sequence[torch.Tensor], chunk: int = CHUNK) -> list[int]:
+    """Chunks per tensor: ceil(numel / chunk); an empty tensor has none."""
+    return [math.ceil(g.numel() / chunk) for g in grads]
+
+
+def grad_norm_partial(
+    grads: Sequence[torch.Tensor],
+    norm_type: float = 2.0,
+    acc_dtype: torch.dtype = torch.float32,
+    chunk: int = CHUNK,
+) -> torch.Tensor:
+    """Stage 1: one partial per (tensor, chunk), concatenated in tensor order."""
+    parts = []
+    for g in grads:
+        n = g.numel()
+        if n == 0:
+            continue
+        flat = g.detach().reshape(-1).to(acc_dtype)
+        pad = (-n) % chunk
+        if pad:  # zero padding changes neither a sum of |g|^p nor a max of |g|
+            flat = torch.nn.functional.pad(flat, (0, pad))
+        blocks = flat.view(-1, chunk).abs()
+        if math.isinf(norm_type):
+            parts.append(blocks.amax(dim=1))
+        elif norm_type == 2.0:
+            parts.append((blocks * blocks).sum(dim=1))
+        else:
+            parts.append(blocks.pow(norm_type).sum(dim=1))
+    if not parts:
+        device = grads[0].device if grads else torch.device("cpu")
+        return torch.zeros(0, dtype=acc_dtype, device=device)
+    return torch.cat(parts)
+
+
+def grad_norm_final(
+    partials: torch.Tensor,
+    counts: Sequence[int],
+    max_norm: float,
+    norm_type: float = 2.0,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Stage 2: (total_norm, per_tensor_norm, scale, nonfinite), all on ``partials.device``."""
+    device, dtype = partials.device, partials.dtype
+    n_tensors = len(counts)
+    seg = torch.repeat_interleave(
+        torch.arange(n_tensors, device=device), torch.tensor(counts, device=device)
+    )
+    per = torch.zeros(n_tensors, dtype=dtype, device=device)
+    if math.isinf(norm_type):
+        if partials.numel():
+            per = per.scatter_reduce(0, seg, partials, reduce="amax", include_self=True)
+        total = per.amax() if n_tensors else torch.zeros((), dtype=dtype, device=device)
+        per_norm = per
+    else:
+        per = per.index_add(0, seg, partials)
+        total_p = per.sum() if n_tensors else torch.zeros((), dtype=dtype, device=device)
+        total = total_p.pow(1.0 / norm_type)
+        per_norm = per.pow(1.0 / norm_type)
+    nonfinite = ~torch.isfinite(total)
+    scale = torch.clamp(max_norm / (total + EPS), max=1.0)
+    return total, per_norm, scale, nonfinite
+
+
+def grad_scale_(grads: Sequence[torch.Tensor], scale: torch.Tensor) -> None:
+    """Stage 3: in place ``g *= scale`` for every gradient (scale is a 0-dim device tensor)."""
+    grads = [g for g in grads if g.numel()]
+    if not grads:
+        return
+    # Like torch's clip_grad_norm_, always multiply: skipping on scale == 1 would need a host
+    # read here. (The CUDA kernel reads the scale on the device and returns early instead.)
+    by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
+    for g in grads:
+        by_dtype.setdefault(g.dtype, []).append(g)
+    for dtype, group in by_dtype.items():
+        torch._foreach_mul_(group, scale.to(dtype))
+
+
+def clip_reference(
+    grads: Sequence[torch.Tensor],
+    max_norm: float,
+    norm_type: float = 2.0,
+    acc_dtype: torch.dtype = torch.float32,
+    apply: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """All three stages; returns (total_norm, per_tensor_norm, scale, nonfinite)."""
+    partials = grad_norm_partial(grads, norm_type, acc_dtype)
+    total, per, scale, nonfinite = grad_norm_final(
+        partials, chunk_counts(grads), max_norm, norm_type
+    )
+    if apply:
+        grad_scale_(grads, scale)
+    return total, per, scale, nonfinite
