@@ -87,8 +87,8 @@ class GPT(nn.Module):
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         """idx (B, T) token ids -> logits (B, T, vocab)."""
-        B, T = idx.shape
-        if self.cfg.block_size < T:
+        _, T = idx.shape
+        if T > self.cfg.block_size:
             raise ValueError(f"sequence length {T} exceeds block size {self.cfg.block_size}")
         pos = torch.arange(T, device=idx.device)  # (T,)
         x = self.wte(idx) + self.wpe(pos)  # (B, T, C)

@@ -130,14 +130,13 @@ def clip_grad_norm_with_stats(
         total, per, scale, nonfinite = reference.clip_reference(
             grads, max_norm, norm_type, acc_dtype=_acc_dtype(grads), apply=apply_global
         )
-    if error_if_nonfinite:
-        # host sync: deciding whether to raise needs the flag on the host (torch does the same)
-        if bool(nonfinite):
-            raise RuntimeError(
-                f"The total norm of order {norm_type} for gradients from `parameters` is "
-                "non-finite, so it cannot be clipped. To disable this error and scale the "
-                "gradients by the non-finite norm anyway, set `error_if_nonfinite=False`"
-            )
+    # host sync: deciding whether to raise needs the flag on the host (torch does the same)
+    if error_if_nonfinite and bool(nonfinite):
+        raise RuntimeError(
+            f"The total norm of order {norm_type} for gradients from `parameters` is "
+            "non-finite, so it cannot be clipped. To disable this error and scale the "
+            "gradients by the non-finite norm anyway, set `error_if_nonfinite=False`"
+        )
     if mode == "per-tensor":
         scale = torch.clamp(max_norm / (per + reference.EPS), max=1.0)
         for g, s in zip(grads, scale.unbind(0), strict=True):
