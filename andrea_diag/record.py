@@ -1,0 +1,200 @@
+"""The run directory: a self-describing, crash-safe record of one training arm.
+
+Layout (every file is plain JSON/JSONL or parquet, readable without this package)::
+
+    RUN_DIR/
+      config.json      resolved RunConfig (+ model/recipe/effective batch)
+      env.json         torch, CUDA, GPU, python, platform, git commit, andrea-diag version
+      data.json        sources: origin, generated?, bytes, tokens, sha256; tokenizer hash
+      metrics.jsonl    one row per optimizer update, appended and flushed every update
+      metrics.parquet  the same table, written by close()
+      events.jsonl     spike events (one row per spike), written by the probes
+      samples.jsonl    lock-in samples and their metrics
+      summary.json     per-run summary and verdicts, written by close()
+      schedule.json    the bandit schedule and per-update batch hashes (replayed by other arms)
+
+A crash loses at most the update in flight: ``metrics.jsonl`` is flushed and fsync'd per row,
+and :func:`load_metrics` falls back to it when the parquet file is missing.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import torch
+
+from andrea_diag.errors import UserError
+
+
+def _jsonable(value: Any) -> Any:
+    """Turn tensors / numpy scalars / non-finite floats into plain JSON values."""
+    if isinstance(value, torch.Tensor):
+        value = value.item() if value.numel() == 1 else value.tolist()
+    if hasattr(value, "item") and not isinstance(value, (list, dict, str)):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+def _git_commit() -> str | None:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            cwd=Path(__file__).resolve().parent,
+            capture_output=True,
+            text=True,
+            timeout=5,
+        )
+        return out.stdout.strip() or None if out.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def environment() -> dict[str, Any]:
+    """What ran: versions, device, commit. Saved as env.json."""
+    from andrea_diag import __version__
+
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    return {
+        "andrea_diag": __version__,
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "gpu": gpu,
+        "cpu_threads": torch.get_num_threads(),
+        "git_commit": _git_commit(),
+        "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def write_json(path: Path, obj: Any) -> None:
+    """Write JSON atomically (temp file + rename), so a crash never leaves half a file."""
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(_jsonable(obj), indent=2, sort_keys=False) + "\n")
+    os.replace(tmp, path)
+
+
+class JsonlWriter:
+    """Append-only JSONL with a flush + fsync per row: a crash loses at most one row."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._f = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
+
+    def write(self, row: dict[str, Any]) -> None:
+        self._f.write(json.dumps(_jsonable(row)) + "\n")
+        self._f.flush()
+        os.fsync(self._f.fileno())
+
+    def close(self) -> None:
+        if not self._f.closed:
+            self._f.close()
+
+
+class Recorder:
+    """Writes one run directory. Used by the training loop and by ``andrea_diag.monitor``."""
+
+    def __init__(
+        self, run_dir: str | Path, config: dict[str, Any], *, resume: bool = False
+    ) -> None:
+        self.run_dir = Path(run_dir)
+        if self.run_dir.exists() and any(self.run_dir.iterdir()) and not resume:
+            raise UserError(
+                f"run directory {self.run_dir} already exists and is not empty",
+                hint="choose another --out, or delete it first; nothing was overwritten",
+            )
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        write_json(self.run_dir / "config.json", config)
+        write_json(self.run_dir / "env.json", environment())
+        self._metrics = JsonlWriter(self.run_dir / "metrics.jsonl")
+        self._events = JsonlWriter(self.run_dir / "events.jsonl")
+        self._samples = JsonlWriter(self.run_dir / "samples.jsonl")
+
+    def log(self, row: dict[str, Any]) -> None:
+        """One metrics row per optimizer update."""
+        self._metrics.write(row)
+
+    def event(self, row: dict[str, Any]) -> None:
+        self._events.write(row)
+
+    def sample(self, row: dict[str, Any]) -> None:
+        self._samples.write(row)
+
+    def write(self, name: str, obj: Any) -> None:
+        """A JSON side file (data.json, schedule.json, summary.json ...)."""
+        write_json(self.run_dir / name, obj)
+
+    def close(self, summary: dict[str, Any] | None = None) -> None:
+        """Flush the JSONL files, write metrics.parquet and summary.json."""
+        for w in (self._metrics, self._events, self._samples):
+            w.close()
+        df = read_jsonl(self.run_dir / "metrics.jsonl")
+        if len(df):
+            df.to_parquet(self.run_dir / "metrics.parquet", index=False)
+        if summary is not None:
+            self.write("summary.json", summary)
+
+
+def read_jsonl(path: Path) -> pd.DataFrame:
+    """Read a JSONL table, tolerating a torn last line (the update in flight at a crash)."""
+    rows = []
+    if path.exists():
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                line = line.strip()
+                if not line:
+                    continue
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError:
+                    break  # a torn final line from a crash: everything before it is intact
+    df = pd.DataFrame(rows)
+    for col in df.columns:  # "inf"/"-inf" strings back to floats in numeric columns
+        if df[col].dtype == object and df[col].isin(["inf", "-inf"]).any():
+            df[col] = pd.to_numeric(df[col].replace({"inf": math.inf, "-inf": -math.inf}))
+    return df
+
+
+def load_run(run_dir: str | Path) -> dict[str, Any]:
+    """Everything the report needs from a run directory."""
+    run_dir = Path(run_dir)
+    if not (run_dir / "config.json").exists():
+        raise UserError(
+            f"{run_dir} is not a run directory (no config.json)",
+            hint="pass a directory written by `andrea-diag train` or `cascade`",
+        )
+
+    def opt_json(name: str) -> Any:
+        p = run_dir / name
+        return json.loads(p.read_text()) if p.exists() else None
+
+    parquet = run_dir / "metrics.parquet"
+    metrics = (
+        pd.read_parquet(parquet) if parquet.exists() else read_jsonl(run_dir / "metrics.jsonl")
+    )
+    return {
+        "dir": run_dir,
+        "config": opt_json("config.json"),
+        "env": opt_json("env.json"),
+        "data": opt_json("data.json"),
+        "summary": opt_json("summary.json"),
+        "schedule": opt_json("schedule.json"),
+        "metrics": metrics,
+        "events": read_jsonl(run_dir / "events.jsonl"),
+        "samples": read_jsonl(run_dir / "samples.jsonl"),
+    }
