@@ -1,0 +1,1 @@
+"""Training: the accumulation group (``loop.py``) and the optimizer recipes (``optim.py``)."""

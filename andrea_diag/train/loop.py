@@ -1,0 +1,259 @@
+"""One training arm: bandit batches -> accumulation group -> clip -> optimizer -> probes.
+
+    from andrea_diag.train.loop import train_arm
+    summary = train_arm(cfg.resolve(), run_dir, data, plan)
+
+Order per optimizer update (the v2 fix depends on it):
+
+1. zero grads (only here, between groups);
+2. ``accumulate_group``: forward + token-weighted backward for each of the A microbatches;
+3. clip (``andrea_diag.clip_grad_norm_with_stats``) after the last microbatch, before Adam
+   touches ``m``/``v``; probes' ``after_clip`` see the final gradients;
+4. a non-finite gradient skips the update (attempted, not applied: both are recorded);
+5. ``optimizer.step()``, then the scheduler (per update), then probes' ``after_step``;
+6. one metrics row, flushed to disk.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from andrea_diag.clip.api import clip_grad_norm_with_stats
+from andrea_diag.config import SOURCE_NAMES, RunConfig
+from andrea_diag.errors import UserError
+from andrea_diag.model import GPT
+from andrea_diag.probes import UpdateContext, build_probes
+from andrea_diag.record import Recorder
+from andrea_diag.train.accumulation import accumulate_group
+from andrea_diag.train.optim import build_optimizer, build_scheduler
+
+ProgressFn = Callable[[int, dict[str, Any]], None]
+
+
+def resolve_device(name: str) -> torch.device:
+    """``auto`` -> CUDA when present, else CPU; ``cuda`` without a GPU is a user error."""
+    if name == "cuda" and not torch.cuda.is_available():
+        raise UserError(
+            "--device cuda was requested but no CUDA device is available",
+            hint="use --device cpu (or auto) on this machine",
+        )
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def parse_injections(specs: list[str], steps: int) -> dict[int, str]:
+    """``["outlier@40", "nonfinite@90"]`` -> {40: "outlier", 90: "nonfinite"}."""
+    out: dict[int, str] = {}
+    for spec in specs:
+        kind, _, at = spec.partition("@")
+        if kind not in ("outlier", "nonfinite") or not at.isdigit():
+            raise UserError(
+                f"bad --inject {spec!r}",
+                hint="use outlier@UPDATE or nonfinite@UPDATE, e.g. outlier@40",
+            )
+        update = int(at)
+        if not 1 <= update <= steps:
+            raise UserError(f"--inject {spec!r}: update {update} is outside 1..{steps}")
+        out[update] = kind
+    return out
+
+
+def _overflow_last(n_micro: int) -> Callable[[int, torch.Tensor], torch.Tensor]:
+    """The nonfinite injection: the group's last microbatch loss overflows (an fp16-style inf)."""
+
+    def hook(i: int, loss: torch.Tensor) -> torch.Tensor:
+        return loss * math.inf if i == n_micro - 1 else loss
+
+    return hook
+
+
+def _per_source_loss(
+    example_loss: torch.Tensor, example_tokens: torch.Tensor, example_source: torch.Tensor
+) -> dict[str, float]:
+    """Token-weighted loss of each source's sequences in this group (NaN when absent)."""
+    out = {}
+    for i, name in enumerate(SOURCE_NAMES):
+        sel = example_source == i
+        tok = example_tokens[sel].sum()
+        out[f"loss_{name}"] = (
+            float((example_loss[sel] * example_tokens[sel]).sum() / tok) if tok > 0 else math.nan
+        )
+    return out
+
+
+def train_arm(
+    cfg: RunConfig,
+    run_dir: Path,
+    data: Any,
+    plan: Any,
+    *,
+    progress: ProgressFn | None = None,
+) -> dict[str, Any]:
+    """Train one arm for ``cfg.steps`` updates, recording into ``run_dir``; returns the summary.
+
+    ``data`` is a ``PreparedData`` (tokenizer, streams, source metadata) and ``plan`` a
+    ``BatchPlan`` whose ``batch(update)`` gives the same tokens to every arm of a cascade.
+    """
+    device = resolve_device(cfg.device)
+    injections = parse_injections(cfg.inject, cfg.steps)
+    torch.manual_seed(cfg.seed)  # same init in every arm: only the clip mode differs
+    model = GPT(cfg.model).to(device)
+    recipe = cfg.recipe_cfg
+    optimizer = build_optimizer(model, recipe, cfg.lr, device)
+    scheduler = build_scheduler(optimizer, recipe.warmup_updates)
+    recorder = Recorder(run_dir, cfg.to_dict())
+    recorder.write("data.json", data.describe())
+    names, params = zip(*model.named_parameters(), strict=True)
+    probes = build_probes(cfg, model, optimizer, prompts=data.prompts(), tokenizer=data.tokenizer)
+    clip_mode = "none" if cfg.clip == "none" else cfg.clip
+    counts = {"microbatches": 0, "examples": 0, "tokens": 0}
+    prev_phase, t_start, hashes = None, time.perf_counter(), []
+    outlier_rng = torch.Generator().manual_seed(cfg.seed + 7919)
+    try:
+        for update in range(1, cfg.steps + 1):
+            t0 = time.perf_counter()
+            batch = plan.batch(update)
+            injected = injections.get(update)
+            if injected == "outlier":
+                batch = plan.outlier_batch(batch, outlier_rng)
+            hashes.append(batch.hash)
+            tokens = batch.tokens.to(device)  # (A, m, T+1)
+            micro = [(tokens[a, :, :-1], tokens[a, :, 1:]) for a in range(tokens.size(0))]
+
+            optimizer.zero_grad(set_to_none=True)  # between groups only
+            hook = _overflow_last(len(micro)) if injected == "nonfinite" else None
+            group = accumulate_group(model, micro, loss_hook=hook)
+            clip = clip_grad_norm_with_stats(
+                params, cfg.max_norm, mode=clip_mode, impl=cfg.clip_impl
+            )
+            # host sync: once per update, to log scalars and to decide whether to step.
+            loss = float(group.loss)
+            grad_norm = float(clip.total_norm)
+            nonfinite = bool(clip.nonfinite) or not math.isfinite(loss)
+            example_source = batch.source_idx.reshape(-1).to(device)
+            counts["microbatches"] += group.microbatches
+            counts["examples"] += int(group.example_loss.numel())
+            counts["tokens"] += group.tokens
+            boundary = prev_phase is not None and batch.phase != prev_phase
+            prev_phase = batch.phase
+            row: dict[str, Any] = {
+                "update": update,
+                **counts,
+                "phase": batch.phase,
+                "boundary": boundary,
+                **{f"w_{k}": v for k, v in batch.weights.items()},
+                "loss": loss,
+                **_per_source_loss(group.example_loss, group.example_tokens, example_source),
+                "grad_norm": grad_norm,
+                "lr": optimizer.param_groups[0]["lr"],
+            }
+            if clip_mode == "per-tensor":
+                post = float(torch.linalg.vector_norm(clip.per_tensor_norm * clip.scale))
+            elif clip_mode == "global":
+                post = float(clip.total_norm * clip.scale)
+            else:
+                post = grad_norm
+            row["grad_norm_post"] = post
+            row["clip_coef"] = (
+                post / grad_norm if grad_norm > 0 and math.isfinite(grad_norm) else 1.0
+            )
+            ctx = UpdateContext(
+                update=update,
+                model=model,
+                optimizer=optimizer,
+                param_names=list(names),
+                params=list(params),
+                loss=loss,
+                example_loss=group.example_loss,
+                example_source=example_source,
+                clip=clip,
+                recorder=recorder,
+                row=row,
+                phase=batch.phase,
+                boundary=boundary,
+                weights=dict(batch.weights),
+                injected=injected,
+                applied=not nonfinite,
+            )
+            for p in probes:
+                p.after_clip(ctx)
+            if not nonfinite:
+                optimizer.step()
+            scheduler.step()  # per update, attempted or applied: the schedule counts updates
+            for p in probes:
+                p.after_step(ctx)
+            plan.observe(
+                update,
+                {k[5:]: v for k, v in row.items() if k.startswith("loss_") and math.isfinite(v)},
+            )
+            row.update(
+                nonfinite=nonfinite,
+                applied=not nonfinite,
+                batch_hash=batch.hash,
+                injected=injected,
+                time_s=time.perf_counter() - t0,
+            )
+            recorder.log(row)
+            if progress is not None:
+                progress(update, row)
+    except BaseException:
+        recorder.close()  # keep everything recorded so far (metrics.parquet included)
+        raise
+    summary = summarize(recorder, cfg, wall_s=time.perf_counter() - t_start)
+    for p in probes:
+        summary.update(p.close(run_dir))
+    recorder.write("schedule.json", {"batch_hashes": hashes, **plan.describe()})
+    recorder.close(summary)
+    return summary
+
+
+def boundary_loss_delta(loss: list[float], boundary: list[bool], k: int = 3) -> dict[str, Any]:
+    """Mean (loss over the k updates after a boundary) - (over the k before), over boundaries."""
+    deltas = []
+    for i, b in enumerate(boundary):
+        if b and i >= k and i + k <= len(loss):
+            before, after = loss[i - k : i], loss[i : i + k]
+            if all(map(math.isfinite, before + after)):
+                deltas.append(sum(after) / k - sum(before) / k)
+    return {
+        "after_minus_before_mean": sum(deltas) / len(deltas) if deltas else None,
+        "n": len(deltas),
+        "k": k,
+    }
+
+
+def summarize(recorder: Recorder, cfg: RunConfig, wall_s: float) -> dict[str, Any]:
+    """Loop-level summary fields (the probes add theirs)."""
+    from andrea_diag.record import read_jsonl
+
+    df = read_jsonl(recorder.run_dir / "metrics.jsonl")
+    finite = df[df["loss"].map(math.isfinite)]
+    gn = df["grad_norm"][df["grad_norm"].map(math.isfinite)]
+    tail = finite["loss"].tail(max(1, min(10, len(finite) // 10 or 1)))
+    return {
+        "arm": cfg.arm,
+        "size": cfg.size,
+        "clip": cfg.clip,
+        "lr": cfg.lr,
+        "max_norm": cfg.max_norm,
+        "n_updates": len(df),
+        "final_loss": float(tail.mean()) if len(tail) else None,
+        "min_loss": float(finite["loss"].min()) if len(finite) else None,
+        "max_grad_norm": float(gn.max()) if len(gn) else None,
+        "median_grad_norm": float(gn.median()) if len(gn) else None,
+        "pct_clipped": float(100.0 * (df["clip_coef"] < 1.0).mean()),
+        "n_boundaries": int(df["boundary"].sum()),
+        "nonfinite_updates": [int(u) for u in df.loc[df["nonfinite"], "update"]],
+        "partial_groups": 0,  # the bandit sampler always fills a group; see accumulation.py
+        "wall_s": wall_s,
+        "boundary_loss_delta": boundary_loss_delta(
+            df["loss"].tolist(), df["boundary"].tolist(), k=3
+        ),
+    }
