@@ -1,0 +1,34 @@
+"""Turn user-caused errors into one clear line and a non-zero exit code, never a traceback."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import typer
+from rich.console import Console
+
+from andrea_diag.errors import UserError
+
+F = TypeVar("F", bound=Callable[..., Any])
+err_console = Console(stderr=True)
+
+
+def friendly_errors(fn: F) -> F:
+    """Decorator for typer commands: UserError -> ``error: ...`` (+ hint) and exit code."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except UserError as e:
+            err_console.print(f"[bold red]error:[/] {e.message}", highlight=False)
+            if e.hint:
+                err_console.print(f"[dim]hint:[/] {e.hint}", highlight=False)
+            raise typer.Exit(e.exit_code) from None
+        except KeyboardInterrupt:
+            err_console.print("[yellow]interrupted[/]: everything recorded so far is kept")
+            raise typer.Exit(130) from None
+
+    return wrapper  # type: ignore[return-value]

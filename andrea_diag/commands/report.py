@@ -1,0 +1,46 @@
+"""``andrea-diag report RUN_DIR...``: re-render the HTML report from run directories."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from andrea_diag.errors import UserError
+
+console = Console(stderr=True)
+
+
+def report(
+    run_dirs: Annotated[
+        list[Path],
+        typer.Argument(
+            help="Run directories (from train/cascade/monitor), or a cascade directory."
+        ),
+    ],
+    out: Annotated[
+        Path | None, typer.Option(help="HTML file to write [default: next to the runs].")
+    ] = None,
+    title: Annotated[str | None, typer.Option(help="Report title.")] = None,
+) -> None:
+    """Render one self-contained HTML report (works offline) comparing the given runs."""
+    from andrea_diag.report import render_cascade, render_report
+
+    for d in run_dirs:
+        if not d.exists():
+            raise UserError(f"{d} does not exist")
+    expanded: list[Path] = []
+    for d in run_dirs:
+        if (d / "cascade.json").exists():
+            if len(run_dirs) == 1 and out is None:
+                path = render_cascade(d)
+                console.print(f"[bold green]report:[/] {path}")
+                return
+            expanded += sorted(p.parent for p in d.glob("*/config.json"))
+        else:
+            expanded.append(d)
+    target = out or (expanded[0].parent / "report.html")
+    path = render_report(expanded, target, title=title)
+    console.print(f"[bold green]report:[/] {path}")

@@ -1,0 +1,200 @@
+"""``andrea-diag cascade`` (paired arms + report) and ``andrea-diag train`` (one arm)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from andrea_diag.config import CLIP_MODES, MODEL_PRESETS, RunConfig
+from andrea_diag.data.corpus import parse_source_overrides
+from andrea_diag.errors import UserError
+
+console = Console(stderr=True)
+
+Size = Annotated[str, typer.Option(help=f"Model preset: {', '.join(MODEL_PRESETS)}.")]
+MaxNorm = Annotated[float, typer.Option(help="Global (or per-tensor) clipping threshold.")]
+Lr = Annotated[
+    float | None,
+    typer.Option(
+        help="Peak learning rate; overrides the recipe's 3e-4. Cascades appear "
+        "under lr stress (a pilot saw one at 1e-2 on 120m), so sweep it."
+    ),
+]
+Steps = Annotated[int | None, typer.Option(help="Optimizer updates per arm [default: per size].")]
+Recipe = Annotated[str, typer.Option(help="v1: Adam, no decay, no warmup. v2: AdamW 0.1 + warmup.")]
+Seed = Annotated[int, typer.Option(help="Seed for init, data, bandit schedule (shared by arms).")]
+Device = Annotated[str, typer.Option(help="auto (CUDA when present), cpu or cuda.")]
+Out = Annotated[
+    Path | None, typer.Option(help="Output directory [default: runs/<kind>-<size>-<time>].")
+]
+Source = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--source",
+        help="Replace a source: NAME=PATH (folder of .txt/.md, or .jsonl "
+        "with a 'text' field). Repeatable.",
+    ),
+]
+Inject = Annotated[
+    list[str] | None,
+    typer.Option("--inject", help="Cause a spike: outlier@UPDATE or nonfinite@UPDATE. Repeatable."),
+]
+Micro = Annotated[
+    int | None, typer.Option("--micro-batch", "-m", help="Examples per microbatch (m).")
+]
+Accum = Annotated[int | None, typer.Option("--accum", "-A", help="Microbatches per update (A).")]
+SeqLen = Annotated[int | None, typer.Option(help="Tokens per sequence.")]
+Mixer = Annotated[
+    str, typer.Option(help="seeded: a fixed phase schedule. exp3: a loss-rewarded bandit.")
+]
+ClipImpl = Annotated[str, typer.Option(help="Clipper: auto, cuda, reference or torch.")]
+
+
+def _base(
+    size: str,
+    max_norm: float,
+    lr: float | None,
+    steps: int | None,
+    recipe: str,
+    seed: int,
+    device: str,
+    source: list[str] | None,
+    inject: list[str] | None,
+    micro_batch: int | None,
+    accum: int | None,
+    seq_len: int | None,
+    mixer: str,
+    clip_impl: str,
+) -> RunConfig:
+    cfg = RunConfig(
+        size=size,
+        max_norm=max_norm,
+        lr=lr,
+        steps=steps,
+        recipe=recipe,
+        seed=seed,
+        device=device,
+        sources=parse_source_overrides(source or []),
+        inject=list(inject or []),
+        micro_batch=micro_batch,
+        accum=accum,
+        seq_len=seq_len,
+        mixer=mixer,
+        clip_impl=clip_impl,
+    )
+    cfg.resolve()  # validate every option before any work starts
+    return cfg
+
+
+def cascade(
+    size: Size = "tiny",
+    clip: Annotated[
+        str, typer.Option(help=f"Comma-separated arms, from {', '.join(CLIP_MODES)}.")
+    ] = "none,global",
+    max_norm: MaxNorm = 1.0,
+    lr: Lr = None,
+    steps: Steps = None,
+    recipe: Recipe = "v1",
+    seed: Seed = 0,
+    device: Device = "auto",
+    out: Out = None,
+    source: Source = None,
+    inject: Inject = None,
+    micro_batch: Micro = None,
+    accum: Accum = None,
+    seq_len: SeqLen = None,
+    mixer: Mixer = "seeded",
+    clip_impl: ClipImpl = "auto",
+) -> None:
+    """Train clipped and unclipped arms on identical batches and write an HTML report.
+
+    Only the clip mode differs between arms: same seed, same initial weights, same bandit
+    schedule and token batches (checked by per-update hashes).
+    """
+    from andrea_diag.experiments.cascade import CascadeSpec, run_cascade
+
+    arms = [c.strip() for c in clip.split(",") if c.strip()]
+    bad = [c for c in arms if c not in CLIP_MODES]
+    if bad:
+        raise UserError(
+            f"unknown clip mode {bad[0]!r}", hint=f"choose from {', '.join(CLIP_MODES)}"
+        )
+    base = _base(
+        size,
+        max_norm,
+        lr,
+        steps,
+        recipe,
+        seed,
+        device,
+        source,
+        inject,
+        micro_batch,
+        accum,
+        seq_len,
+        mixer,
+        clip_impl,
+    )
+    res = run_cascade(CascadeSpec(base=base, clips=arms, out=out), console)
+    for arm, s in res.summaries.items():
+        console.print(
+            f"  {arm:<11} final loss {s.get('final_loss') or float('nan'):.3f}  "
+            f"max |g| {s.get('max_grad_norm') or float('nan'):.2f}  "
+            f"clipped {s.get('pct_clipped', 0):.0f}% of updates"
+        )
+    console.print(f"batches identical across arms: {res.hashes_identical}")
+    console.print(f"run directory: {res.out_dir}")
+    if res.report:
+        console.print(f"[bold green]report:[/] {res.report}")
+
+
+def train(
+    size: Size = "tiny",
+    clip: Annotated[str, typer.Option(help=f"Clip mode: {', '.join(CLIP_MODES)}.")] = "global",
+    max_norm: MaxNorm = 1.0,
+    lr: Lr = None,
+    steps: Steps = None,
+    recipe: Recipe = "v1",
+    seed: Seed = 0,
+    device: Device = "auto",
+    out: Out = None,
+    source: Source = None,
+    inject: Inject = None,
+    micro_batch: Micro = None,
+    accum: Accum = None,
+    seq_len: SeqLen = None,
+    mixer: Mixer = "seeded",
+    clip_impl: ClipImpl = "auto",
+) -> None:
+    """Train one arm and write its run directory and report."""
+    from andrea_diag.experiments.cascade import CascadeSpec, run_cascade
+
+    if clip not in CLIP_MODES:
+        raise UserError(f"unknown clip mode {clip!r}", hint=f"choose from {', '.join(CLIP_MODES)}")
+    base = _base(
+        size,
+        max_norm,
+        lr,
+        steps,
+        recipe,
+        seed,
+        device,
+        source,
+        inject,
+        micro_batch,
+        accum,
+        seq_len,
+        mixer,
+        clip_impl,
+    )
+    from andrea_diag.experiments.cascade import default_out
+
+    res = run_cascade(
+        CascadeSpec(base=base, clips=[clip], out=out or default_out("train", size)), console
+    )
+    console.print(f"run directory: {res.out_dir / clip}")
+    if res.report:
+        console.print(f"[bold green]report:[/] {res.report}")

@@ -1,0 +1,1 @@
+"""Experiments built from the training loop: paired clipped/unclipped arms (``cascade.py``)."""

@@ -1,0 +1,138 @@
+"""A controlled cascade experiment: the same model, data and bandit schedule, one arm per clip mode.
+
+    from andrea_diag.experiments.cascade import CascadeSpec, run_cascade
+    result = run_cascade(CascadeSpec(size="tiny", clips=["none", "global"]))
+
+Every arm starts from the same seed (same initial weights) and replays the same recorded batch
+plan, so the token batches are identical across arms; ``cascade.json`` records the per-update
+batch hashes' agreement. Only the clip mode differs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shlex
+import sys
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from andrea_diag.config import RunConfig
+from andrea_diag.data import prepare_data
+from andrea_diag.data.batches import BatchPlan
+from andrea_diag.errors import UserError
+from andrea_diag.record import write_json
+from andrea_diag.train.loop import train_arm
+
+
+@dataclass
+class CascadeSpec:
+    """What a cascade varies (``clips``) and what every arm shares (everything else)."""
+
+    base: RunConfig = field(default_factory=RunConfig)
+    clips: list[str] = field(default_factory=lambda: ["none", "global"])
+    out: Path | None = None
+
+
+@dataclass
+class CascadeResult:
+    out_dir: Path
+    report: Path | None
+    summaries: dict[str, dict[str, Any]]
+    hashes_identical: bool
+
+
+def default_out(kind: str, size: str) -> Path:
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    return Path("runs") / f"{kind}-{size}-{stamp}"
+
+
+def _progress(console: Console) -> Progress:
+    return Progress(
+        TextColumn("[bold]{task.description:<14}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total} updates"),
+        TextColumn("loss {task.fields[loss]:>7}  |g| {task.fields[gn]:>8}"),
+        TimeElapsedColumn(),
+        console=console,
+    )
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.3f}" if x == x else "nan"
+
+
+def run_arms(
+    configs: list[RunConfig], out_dir: Path, console: Console | None = None
+) -> dict[str, dict[str, Any]]:
+    """Train each resolved config as an arm under ``out_dir/<arm>``, on one shared batch plan."""
+    console = console or Console(stderr=True)
+    first = configs[0]
+    console.print("[dim]preparing data (tokenizer cache: reused when present)…[/]")
+    data = prepare_data(first.sources, seed=first.seed)
+    plan = BatchPlan(data, first, record_path=out_dir / "batch_plan.json")
+    summaries: dict[str, dict[str, Any]] = {}
+    with _progress(console) as progress:
+        for cfg in configs:
+            task = progress.add_task(cfg.arm, total=cfg.steps, loss="-", gn="-")
+
+            def tick(update: int, row: dict[str, Any], _task: Any = task) -> None:
+                progress.update(
+                    _task, completed=update, loss=_fmt(row["loss"]), gn=_fmt(row["grad_norm"])
+                )
+
+            summaries[cfg.arm] = train_arm(
+                cfg, out_dir / cfg.arm, data, plan.replay(), progress=tick
+            )
+    return summaries
+
+
+def hashes_identical(out_dir: Path, arms: list[str]) -> bool:
+    """True when every arm's per-update batch hashes are the same list."""
+    lists = [json.loads((out_dir / a / "schedule.json").read_text())["batch_hashes"] for a in arms]
+    return all(h == lists[0] for h in lists[1:])
+
+
+def run_cascade(
+    spec: CascadeSpec, console: Console | None = None, render: bool = True
+) -> CascadeResult:
+    """Run every arm, check the batches were identical, write cascade.json and the report."""
+    if not spec.clips:
+        raise UserError("--clip needs at least one arm", hint="e.g. --clip none,global")
+    if len(set(spec.clips)) != len(spec.clips):
+        raise UserError(f"--clip lists an arm twice: {','.join(spec.clips)}")
+    configs = [dataclasses.replace(spec.base, clip=c, arm=c).resolve() for c in spec.clips]
+    out_dir = spec.out or default_out("cascade", configs[0].size)
+    if out_dir.exists() and any(out_dir.iterdir()):
+        raise UserError(
+            f"output directory {out_dir} exists and is not empty",
+            hint="choose another --out; nothing was overwritten",
+        )
+    out_dir.mkdir(parents=True, exist_ok=True)
+    meta = {
+        "arms": spec.clips,
+        "size": configs[0].size,
+        "seed": configs[0].seed,
+        "lr": configs[0].lr,
+        "max_norm": configs[0].max_norm,
+        "recipe": configs[0].recipe,
+        "steps": configs[0].steps,
+        "command": " ".join(shlex.quote(a) for a in ["andrea-diag", *sys.argv[1:]]),
+        "status": "running",
+    }
+    write_json(out_dir / "cascade.json", meta)
+    summaries = run_arms(configs, out_dir, console)
+    identical = hashes_identical(out_dir, spec.clips)
+    meta.update(status="done", batch_hashes_identical=identical)
+    write_json(out_dir / "cascade.json", meta)
+    report = None
+    if render:
+        from andrea_diag.report import render_cascade
+
+        report = render_cascade(out_dir)
+    return CascadeResult(out_dir, report, summaries, identical)
