@@ -1,0 +1,74 @@
+"""Model presets: the shapes the seeds name, exact parameter counts, and the tiny sibling."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from andrea_diag.config import MODEL_PRESETS, VOCAB_SIZE, RunConfig
+from andrea_diag.errors import UserError
+from andrea_diag.model import GPT, param_group_of
+
+
+@pytest.mark.parametrize(
+    ("name", "width", "layers", "heads"), [("12m", 384, 6, 6), ("120m", 768, 12, 12)]
+)
+def test_presets_have_the_seed_widths_and_layer_counts(
+    name: str, width: int, layers: int, heads: int
+) -> None:
+    cfg = MODEL_PRESETS[name]
+    assert (cfg.d_model, cfg.n_layer, cfg.n_head, cfg.vocab_size) == (width, layers, heads, 8449)
+    model = GPT(cfg)
+    assert len(model.h) == layers
+    assert model.h[0].attn.qkv.weight.shape == (3 * width, width)
+    assert model.lm_head.weight.shape == (VOCAB_SIZE, width)
+
+
+@pytest.mark.parametrize("name", list(MODEL_PRESETS))
+def test_reported_param_count_equals_the_model(name: str) -> None:
+    cfg = MODEL_PRESETS[name]
+    model = GPT(cfg)
+    assert cfg.n_params() == sum(p.numel() for p in model.parameters())
+    assert cfg.n_tensors() == len(list(model.parameters()))
+
+
+def test_param_counts_match_the_h200_baseline_gradient_sets() -> None:
+    # ../shared/anchors/h200-torch-baselines.jsonl: 17,529,600 / 77 and 98,820,096 / 149
+    assert (MODEL_PRESETS["12m"].n_params(), MODEL_PRESETS["12m"].n_tensors()) == (17529600, 77)
+    assert (MODEL_PRESETS["120m"].n_params(), MODEL_PRESETS["120m"].n_tensors()) == (98820096, 149)
+
+
+def test_tiny_forward_backward_runs_and_groups_every_parameter() -> None:
+    model = GPT(MODEL_PRESETS["tiny"])
+    x = torch.randint(0, VOCAB_SIZE, (2, 16))
+    logits = model(x)
+    assert logits.shape == (2, 16, VOCAB_SIZE)
+    logits.float().logsumexp(-1).mean().backward()
+    kinds = {param_group_of(n)[1] for n, _ in model.named_parameters()}
+    assert kinds == {"embedding", "attention", "mlp", "norm", "head"}
+
+
+def test_run_config_resolves_defaults_and_rejects_bad_values() -> None:
+    cfg = RunConfig(size="tiny").resolve()
+    assert cfg.lr == 3e-4 and cfg.steps and cfg.micro_batch and cfg.accum
+    assert cfg.to_dict()["effective_batch"]["examples"] == cfg.micro_batch * cfg.accum
+    assert RunConfig(size="tiny", lr=1e-2).resolve().lr == 1e-2
+    for bad in (
+        RunConfig(size="huge"),
+        RunConfig(recipe="v3"),
+        RunConfig(clip="sometimes"),
+        RunConfig(lr=-1.0),
+        RunConfig(max_norm=0.0),
+        RunConfig(steps=0),
+        RunConfig(seq_len=4096),
+        RunConfig(device="tpu"),
+    ):
+        with pytest.raises(UserError):
+            bad.resolve()
+
+
+def test_v2_recipe_is_adamw_with_decay_and_warmup() -> None:
+    cfg = RunConfig(recipe="v2").resolve().recipe_cfg
+    assert (cfg.optimizer, cfg.weight_decay) == ("adamw", 0.1) and cfg.warmup_updates > 0
+    v1 = RunConfig(recipe="v1").resolve().recipe_cfg
+    assert (v1.optimizer, v1.weight_decay, v1.warmup_updates) == ("adam", 0.0, 0)
