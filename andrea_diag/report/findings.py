@@ -1,0 +1,335 @@
+"""Short findings written from the data of one report (pure functions, no plotting, no I/O).
+
+Each function takes already-loaded tables (see :func:`andrea_diag.record.load_run`) and returns
+sentences. The page (html.py) shows them above the charts; the tests call them directly::
+
+    from andrea_diag.report.findings import Arm, all_findings
+    arms = [Arm.from_run(load_run(d)) for d in run_dirs]
+    for line in all_findings(arms):
+        print(line)
+
+Findings must also say when something the seeds predict did *not* happen (no lock-in, no
+collapse, no spike at the boundaries): the pilots showed the cascade is not automatic.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+# Verdict strings the lock-in probe may write for a run that locked in; anything else
+# ("healthy", "never-learned", ...) is not a lock-in. Keep in sync with probes/lockin.py.
+LOCKED_VERDICTS = ("locked-in", "locked_in", "lock-in", "locked")
+BOUNDARY_K = 3  # updates after a boundary that count as "at the boundary" (RunConfig.boundary_k)
+MAX_LISTED_SPIKES = 10
+DIVERGE_NATS = 1.0  # final loss this far above the run's minimum counts as collapsed
+
+
+@dataclass
+class Arm:
+    """One run directory, labelled for the report (label is unique within a report)."""
+
+    label: str
+    arm: str
+    size: str
+    config: dict[str, Any]
+    summary: dict[str, Any]
+    metrics: pd.DataFrame
+    events: pd.DataFrame
+    samples: pd.DataFrame
+    data: dict[str, Any] = field(default_factory=dict)
+    env: dict[str, Any] = field(default_factory=dict)
+    dir: str = ""
+
+    @classmethod
+    def from_run(cls, run: dict[str, Any], label: str | None = None) -> Arm:
+        """Build from the dict :func:`andrea_diag.record.load_run` returns."""
+        config = run.get("config") or {}
+        arm = str(config.get("arm") or config.get("clip") or run["dir"].name)
+        return cls(
+            label=label or arm,
+            arm=arm,
+            size=str(config.get("size", "?")),
+            config=config,
+            summary=run.get("summary") or {},
+            metrics=run.get("metrics") if run.get("metrics") is not None else pd.DataFrame(),
+            events=run.get("events") if run.get("events") is not None else pd.DataFrame(),
+            samples=run.get("samples") if run.get("samples") is not None else pd.DataFrame(),
+            data=run.get("data") or {},
+            env=run.get("env") or {},
+            dir=str(run["dir"]),
+        )
+
+    @property
+    def clipped(self) -> bool:
+        return str(self.config.get("clip", "none")) != "none"
+
+
+def fmt(x: Any, digits: int = 3) -> str:
+    """A compact number: 3 significant digits, '-' for missing."""
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "-"
+    if isinstance(x, bool):
+        return "yes" if x else "no"
+    if isinstance(x, int):
+        return str(x)
+    if isinstance(x, float):
+        if math.isinf(x):
+            return "inf" if x > 0 else "-inf"
+        return f"{x:.{digits}g}"
+    return str(x)
+
+
+def boundaries(metrics: pd.DataFrame) -> list[int]:
+    """Updates that start a new bandit phase (update 1 excluded: it is the start, not a shift)."""
+    if metrics.empty or "boundary" not in metrics or "update" not in metrics:
+        return []
+    b = metrics.loc[metrics["boundary"].fillna(False).astype(bool), "update"]
+    return [int(u) for u in b if int(u) > 1]
+
+
+def final_loss(arm: Arm) -> float:
+    """summary.final_loss, else the last loss in the metrics table (NaN if none)."""
+    v = arm.summary.get("final_loss")
+    if v is not None:
+        return float(v)
+    if "loss" in arm.metrics and len(arm.metrics):
+        return float(arm.metrics["loss"].iloc[-1])
+    return math.nan
+
+
+def summary_row(arm: Arm) -> dict[str, Any]:
+    """The summary-table values of one arm; falls back to the metrics when summary.json lacks them."""
+    s, m = arm.summary, arm.metrics
+    spikes = s.get("spikes") or {}
+    poll = s.get("pollution") or {}
+    lock = s.get("lockin") or {}
+    max_gn = s.get("max_grad_norm")
+    if max_gn is None and "grad_norm" in m and len(m):
+        max_gn = float(m["grad_norm"].max())
+    pct = s.get("pct_clipped")
+    if pct is None and "clip_coef" in m and len(m):
+        pct = float((m["clip_coef"] < 1.0).mean() * 100.0)
+    n_spikes = spikes.get("n_spikes", len(arm.events) if not arm.events.empty else 0)
+    shares = [poll.get("max_m_share"), poll.get("max_v_share")]
+    shares = [float(x) for x in shares if x is not None]
+    return {
+        "arm": arm.label,
+        "final loss": final_loss(arm),
+        "spikes": n_spikes,
+        "spike score (loss / grad)": (
+            f"{fmt(spikes.get('spike_score_loss'))} / {fmt(spikes.get('spike_score_grad'))}"
+        ),
+        "max grad norm": max_gn,
+        "% clipped": pct,
+        "max pollution share": max(shares) if shares else None,
+        "recovery m / v (updates)": (
+            f"{_recovery(poll.get('recovery_m'))} / {_recovery(poll.get('recovery_v'))}"
+            if poll
+            else "-"
+        ),
+        "lock-in": lock.get("verdict", "-"),
+    }
+
+
+def _recovery(v: Any) -> str:
+    return "not recovered" if v is None else fmt(v)
+
+
+def is_locked(arm: Arm) -> bool:
+    verdict = str((arm.summary.get("lockin") or {}).get("verdict", "")).lower()
+    return verdict in LOCKED_VERDICTS
+
+
+def spike_list(arm: Arm, limit: int = MAX_LISTED_SPIKES) -> str:
+    """'unclipped: 3 spikes: update 42 (grad_norm, cause: phase-transition+outlier), ...'."""
+    ev = arm.events
+    if ev.empty or "update" not in ev:
+        return f"{arm.label}: no spikes detected."
+    ev = ev.sort_values("update")
+    parts = []
+    for _, r in ev.head(limit).iterrows():
+        cause = r.get("cause")
+        if not isinstance(cause, str) or not cause:
+            causes = r.get("causes")
+            cause = "+".join(causes) if isinstance(causes, list) and causes else "unattributed"
+        parts.append(f"update {int(r['update'])} ({r.get('metric', '?')}, cause: {cause})")
+    more = f"; and {len(ev) - limit} more" if len(ev) > limit else ""
+    noun = "spike" if len(ev) == 1 else "spikes"
+    return f"{arm.label}: {len(ev)} {noun}: " + ", ".join(parts) + more + "."
+
+
+def spike_boundary_finding(arm: Arm, k: int = BOUNDARY_K) -> str:
+    """How many spikes fell within k updates after a phase boundary (from the tables, not the
+    probe's own attribution, so the two can be checked against each other)."""
+    bs = boundaries(arm.metrics)
+    ev = arm.events
+    if ev.empty or "update" not in ev:
+        return f"{arm.label}: no spikes, so none at the {len(bs)} phase boundaries."
+    out = []
+    for metric, name in (("grad_norm", "grad-norm"), ("loss", "loss")):
+        sel = ev[ev["metric"] == metric] if "metric" in ev else ev.iloc[0:0]
+        near = sum(1 for u in sel["update"] if any(0 <= int(u) - b <= k for b in bs))
+        out.append(f"{len(sel)} {name} spikes, {near} within {k} updates after a phase boundary")
+    return f"{arm.label}: " + "; ".join(out) + f" ({len(bs)} boundaries)."
+
+
+def boundary_loss_delta(metrics: pd.DataFrame, k: int = BOUNDARY_K) -> tuple[float, int]:
+    """Mean over boundaries of (mean loss of the k updates from the boundary on) minus (mean of
+    the k updates before it). Boundaries without k updates on both sides are skipped."""
+    if metrics.empty or "loss" not in metrics:
+        return math.nan, 0
+    loss = metrics.set_index("update")["loss"].astype(float)
+    deltas = []
+    for b in boundaries(metrics):
+        before = loss.reindex(range(b - k, b)).dropna()
+        after = loss.reindex(range(b, b + k)).dropna()
+        if len(before) == k and len(after) == k:
+            deltas.append(after.mean() - before.mean())
+    return (float(sum(deltas) / len(deltas)) if deltas else math.nan), len(deltas)
+
+
+def boundary_loss_finding(arm: Arm, k: int = BOUNDARY_K) -> str:
+    delta, n = boundary_loss_delta(arm.metrics, k)
+    if n == 0:
+        return f"{arm.label}: no phase boundary with {k} updates on both sides; loss change not measured."
+    word = "rose" if delta > 0 else "fell"
+    return (
+        f"{arm.label}: mean loss change over the {k} updates after a boundary vs the {k} before: "
+        f"{delta:+.3f} over {n} boundaries (loss {word} at the shift)."
+    )
+
+
+def pollution_finding(arm: Arm) -> str:
+    poll = arm.summary.get("pollution")
+    if not poll:
+        return f"{arm.label}: no optimizer-state pollution measured (shadow probe off)."
+    parts = []
+    for key in ("m", "v"):
+        share, rec = poll.get(f"max_{key}_share"), poll.get(f"recovery_{key}")
+        if share is None:
+            continue
+        tail = (
+            "did not recover within the run"
+            if rec is None
+            else f"recovered after {fmt(rec)} updates"
+        )
+        parts.append(f"{key} pollution peaked at a share of {fmt(share)} and {tail}")
+    if not parts:
+        return f"{arm.label}: pollution summary present but empty."
+    return f"{arm.label}: " + "; ".join(parts) + "."
+
+
+def injected_finding(arm: Arm) -> str | None:
+    """Injected faults and whether the spike detector caught them (None when nothing injected)."""
+    m = arm.metrics
+    if "injected" not in m:
+        return None
+    inj = m[m["injected"].notna() & (m["injected"].astype(str) != "")]
+    if inj.empty:
+        return None
+    spike_updates = set(int(u) for u in arm.events["update"]) if "update" in arm.events else set()
+    parts = []
+    for _, r in inj.iterrows():
+        u = int(r["update"])
+        caught = [s for s in spike_updates if 0 <= s - u <= 1]
+        parts.append(
+            f"{r['injected']} at update {u} ({'detected' if caught else 'NOT detected'} as a spike)"
+        )
+    return f"{arm.label}: injected " + ", ".join(parts) + "."
+
+
+def clip_cost_findings(arms: list[Arm]) -> list[str]:
+    """Clipped minus unclipped final loss for arms that differ only in clipping."""
+    out = []
+
+    def key(a: Arm) -> tuple:
+        c = a.config
+        return (a.size, c.get("lr"), c.get("recipe"), c.get("seed"), c.get("steps"))
+
+    for u in (a for a in arms if not a.clipped):
+        for c in (a for a in arms if a.clipped and key(a) == key(u)):
+            d = final_loss(c) - final_loss(u)
+            verdict = "clipping cost" if d > 0 else "clipping helped by"
+            out.append(
+                f"{c.size} lr {fmt(c.config.get('lr'))}: final loss {fmt(final_loss(c))} "
+                f"({c.label}) vs {fmt(final_loss(u))} ({u.label}), a difference of {d:+.3f} "
+                f"({verdict} {abs(d):.3f} nats)."
+            )
+    if not out:
+        out.append(
+            "no clipped/unclipped pair with the same size, lr and seed: cost of clipping not measured."
+        )
+    return out
+
+
+def collapsed(arm: Arm) -> bool:
+    """Collapse = lock-in verdict, a non-finite final loss, or a final loss DIVERGE_NATS above
+    the run's own minimum (it learned, then lost it)."""
+    fl = final_loss(arm)
+    lo = arm.summary.get("min_loss")
+    if lo is None and "loss" in arm.metrics and len(arm.metrics):
+        lo = float(arm.metrics["loss"].min())
+    return is_locked(arm) or not math.isfinite(fl) or (lo is not None and fl - lo > DIVERGE_NATS)
+
+
+def expectation_findings(arms: list[Arm]) -> list[str]:
+    """Say plainly what the seeds predict and whether it appeared."""
+    out = []
+    locked = [a.label for a in arms if is_locked(a)]
+    out.append(f"locked in: {', '.join(locked)}." if locked else "no arm locked in.")
+    for a in arms:
+        if not a.clipped:
+            out.append(
+                f"the unclipped arm {a.label} collapsed."
+                if collapsed(a)
+                else f"the unclipped arm {a.label} did not collapse "
+                f"(no lock-in, final loss finite and within {DIVERGE_NATS:g} nat of its minimum)."
+            )
+    nonfin = [
+        (a.label, int(a.summary.get("nonfinite_updates") or 0))
+        for a in arms
+        if int(a.summary.get("nonfinite_updates") or 0) > 0
+    ]
+    out.append(
+        "non-finite updates (skipped): " + ", ".join(f"{lab} {n}" for lab, n in nonfin) + "."
+        if nonfin
+        else "no arm had a non-finite update."
+    )
+    return out
+
+
+def data_finding(arms: list[Arm]) -> str:
+    """Which sources are generated (synthetic) and which are real text: the report must say so."""
+    gen, real = set(), set()
+    for a in arms:
+        for name, src in (a.data.get("sources", a.data) or {}).items():
+            if isinstance(src, dict) and "generated" in src:
+                (gen if src["generated"] else real).add(name)
+    if not gen and not real:
+        return "data sources: unknown (no data.json) — cannot tell generated from real data."
+    parts = []
+    if gen:
+        parts.append(f"GENERATED (synthetic) sources: {', '.join(sorted(gen))}")
+    if real:
+        parts.append(f"real-text sources: {', '.join(sorted(real))}")
+    return "; ".join(parts) + "."
+
+
+def all_findings(arms: list[Arm]) -> list[str]:
+    """Every finding for the page, in reading order."""
+    out = [data_finding(arms)]
+    for a in arms:
+        out.append(spike_boundary_finding(a))
+        out.append(spike_list(a))
+        inj = injected_finding(a)
+        if inj:
+            out.append(inj)
+        out.append(boundary_loss_finding(a))
+        out.append(pollution_finding(a))
+    out += clip_cost_findings(arms)
+    out += expectation_findings(arms)
+    return out

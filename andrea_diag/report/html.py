@@ -1,0 +1,286 @@
+"""Assemble one self-contained HTML report from run directories (no network needed to view it).
+
+    from andrea_diag.report import render_report, render_cascade
+    render_report([Path("out/none"), Path("out/global")], Path("out/report.html"))
+    render_cascade(Path("out"))          # reads out/cascade.json, writes out/report.html
+
+The plotly.js bundle is inlined once in <head>; every figure div is written without it, and
+MathJax is off, so the page opens from file:// on an offline machine.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import plotly.io as pio
+from plotly.offline import get_plotlyjs
+
+from andrea_diag.errors import UserError
+from andrea_diag.record import load_run
+from andrea_diag.report.figures import Style, all_figures
+from andrea_diag.report.findings import Arm, all_findings, fmt, summary_row
+
+MAX_SAMPLE_CHARS = 400  # per cell; long generations make the table unreadable and the file big
+PLOT_CONFIG = {"displaylogo": False, "responsive": True}
+
+CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;max-width:1400px;color:#222}
+h1{font-size:1.5em} h2{font-size:1.2em;border-bottom:1px solid #ddd;padding-bottom:4px;margin-top:32px}
+table{border-collapse:collapse;font-size:0.9em} td,th{border:1px solid #ddd;padding:4px 8px;vertical-align:top}
+th{background:#f5f5f5;text-align:left} .num{text-align:right;font-variant-numeric:tabular-nums}
+.note{color:#777;font-style:italic} .gen{color:#b00;font-weight:bold}
+.sample{font-family:ui-monospace,monospace;white-space:pre-wrap;max-width:520px;font-size:0.85em}
+.swatch{display:inline-block;width:10px;height:10px;margin-right:6px;border-radius:2px}
+ul.findings li{margin:3px 0}
+"""
+
+
+def _label_arms(runs: list[dict[str, Any]]) -> list[Arm]:
+    """Arm labels: the arm name, prefixed by size when sizes are mixed, made unique by dir."""
+    arms = [Arm.from_run(r) for r in runs]
+    if len({a.size for a in arms}) > 1:
+        for a in arms:
+            a.label = f"{a.size}/{a.arm}"
+    seen: dict[str, int] = {}
+    for a in arms:
+        seen[a.label] = seen.get(a.label, 0) + 1
+    for a in arms:
+        if seen[a.label] > 1:
+            a.label = f"{a.label} ({Path(a.dir).name})"
+    return arms
+
+
+def _header(arms: list[Arm], title: str) -> str:
+    rows = []
+    for a in arms:
+        c, e = a.config, a.env
+        eb = c.get("effective_batch") or {}
+        mad = f"{eb.get('m', c.get('micro_batch'))}×{eb.get('A', c.get('accum'))}×{eb.get('D', 1)}"
+        n_params = (c.get("model_config") or {}).get("n_params")
+        device = e.get("gpu") or f"CPU ({e.get('cpu_threads', '?')} threads)"
+        commit = (e.get("git_commit") or "-")[:12]
+        clip = c.get("clip", "?")
+        rows.append(
+            [
+                a.label,
+                f"{a.size} ({fmt(n_params)} params)" if n_params else a.size,
+                c.get("recipe", "-"),
+                f"{clip}" + (f" (max_norm {fmt(c.get('max_norm'))})" if clip != "none" else ""),
+                fmt(c.get("lr")),
+                fmt(c.get("steps")),
+                f"{mad} = {fmt(eb.get('examples'))}" if eb else mad,
+                fmt(c.get("seq_len")),
+                fmt(c.get("seed")),
+                device,
+                f"torch {e.get('torch', '?')}" + (f", CUDA {e['cuda']}" if e.get("cuda") else ""),
+                commit,
+            ]
+        )
+    head = [
+        "arm",
+        "size",
+        "recipe",
+        "clip",
+        "lr",
+        "updates",
+        "m×A×D",
+        "seq len",
+        "seed",
+        "device",
+        "versions",
+        "git commit",
+    ]
+    return f"<h1>{html.escape(title)}</h1>\n" + _table(head, rows)
+
+
+def _data_section(arms: list[Arm]) -> str:
+    """Sources per arm with their origin, flagging generated data in red: readers must know."""
+    seen: dict[str, dict[str, Any]] = {}
+    for a in arms:
+        for name, src in (a.data.get("sources", a.data) or {}).items():
+            if isinstance(src, dict) and "generated" in src:
+                seen.setdefault(name, src)
+    if not seen:
+        return (
+            "<p class='note'>no data.json: the sources' origin (generated or real) is unknown.</p>"
+        )
+    rows = []
+    for name, s in seen.items():
+        kind = "<span class='gen'>GENERATED</span>" if s.get("generated") else "real text"
+        rows.append(
+            [
+                html.escape(name),
+                kind,
+                html.escape(str(s.get("origin", "-"))),
+                fmt(s.get("n_bytes")),
+                fmt(s.get("n_tokens")),
+                html.escape(str(s.get("sha256", "-"))[:16]),
+            ]
+        )
+    return _table(["source", "kind", "origin", "bytes", "tokens", "sha256"], rows, escape=False)
+
+
+def _table(head: list[str], rows: list[list[Any]], escape: bool = True) -> str:
+    def cell(v: Any) -> str:
+        text = fmt(v) if not isinstance(v, str) else v
+        cls = " class='num'" if isinstance(v, (int, float)) and not isinstance(v, bool) else ""
+        return f"<td{cls}>{html.escape(text) if escape else text}</td>"
+
+    th = "".join(f"<th>{html.escape(h)}</th>" for h in head)
+    body = "\n".join("<tr>" + "".join(cell(v) for v in r) + "</tr>" for r in rows)
+    return f"<table>\n<tr>{th}</tr>\n{body}\n</table>"
+
+
+def _summary_table(arms: list[Arm], style: Style) -> str:
+    rows = [summary_row(a) for a in arms]
+    head = list(rows[0].keys())
+    out = []
+    for a, r in zip(arms, rows, strict=True):
+        sw = f"<span class='swatch' style='background:{style.color[a.arm]}'></span>"
+        vals = [sw + html.escape(a.label)] + [
+            html.escape(v) if isinstance(v, str) else v for k, v in r.items() if k != "arm"
+        ]
+        out.append(vals)
+    return _table(head, out, escape=False)
+
+
+def _samples_table(arms: list[Arm]) -> str:
+    """The last sampled update of each arm, per source and mode, side by side (escaped text)."""
+    have = [
+        a for a in arms if not a.samples.empty and {"update", "source", "text"} <= set(a.samples)
+    ]
+    if not have:
+        return "<p class='note'>no samples recorded.</p>"
+    keys: list[tuple[str, str]] = []
+    cells: dict[tuple[str, str, str], str] = {}
+    for a in have:
+        s = a.samples
+        last = s[s["update"] == s["update"].max()]
+        for _, r in last.iterrows():
+            k = (str(r["source"]), str(r.get("mode", "-")))
+            if k not in keys:
+                keys.append(k)
+            text = str(r["text"])
+            if len(text) > MAX_SAMPLE_CHARS:
+                text = text[:MAX_SAMPLE_CHARS] + " …"
+            stats = ", ".join(
+                f"{n} {fmt(r[n])}"
+                for n in ("distinct_1", "top_token_share", "longest_run")
+                if n in r and r[n] == r[n]
+            )
+            cells[(a.label, *k)] = (
+                f"<div class='sample'>{html.escape(text)}</div>"
+                f"<div class='note'>update {int(r['update'])}; {html.escape(stats)}</div>"
+            )
+    head = (
+        "<tr><th>source</th><th>mode</th>"
+        + "".join(f"<th>{html.escape(a.label)}</th>" for a in have)
+        + "</tr>"
+    )
+    body = "\n".join(
+        f"<tr><td>{html.escape(src)}</td><td>{html.escape(mode)}</td>"
+        + "".join(f"<td>{cells.get((a.label, src, mode), '-')}</td>" for a in have)
+        + "</tr>"
+        for src, mode in keys
+    )
+    return f"<table>\n{head}\n{body}\n</table>"
+
+
+def render_report(
+    run_dirs: list[Path], out_html: Path, title: str | None = None, notes: list[str] | None = None
+) -> Path:
+    """Render one comparison report of the given run directories; returns the written path.
+
+    Raises :class:`UserError` for an empty list or a directory that is not a run directory.
+    """
+    if not run_dirs:
+        raise UserError(
+            "no run directories given",
+            hint="pass one or more directories written by `train`/`cascade`",
+        )
+    runs = []
+    for d in run_dirs:
+        d = Path(d)
+        if not d.is_dir():
+            raise UserError(
+                f"{d} is not a directory",
+                hint="pass a run directory written by `train` or `cascade`",
+            )
+        runs.append(load_run(d))  # raises UserError when config.json is missing
+    arms = _label_arms(runs)
+    style = Style(arms)
+    title = title or "andrea-diag report: " + ", ".join(a.label for a in arms)
+
+    parts = [_header(arms, title)]
+    for n in notes or []:
+        parts.append(f"<p class='note'>{html.escape(n)}</p>")
+    parts.append("<h2>Data sources</h2>\n" + _data_section(arms))
+    parts.append("<h2>Summary</h2>\n" + _summary_table(arms, style))
+    parts.append(
+        "<h2>Findings</h2>\n<ul class='findings'>\n"
+        + "\n".join(f"<li>{html.escape(f)}</li>" for f in all_findings(arms))
+        + "\n</ul>"
+    )
+    n_figs = 0
+    for i, (section, fig, note) in enumerate(all_figures(arms)):
+        parts.append(f"<h2>{html.escape(section)}</h2>")
+        if fig is None:
+            parts.append(f"<p class='note'>{html.escape(note)}</p>")
+            continue
+        n_figs += 1
+        parts.append(
+            pio.to_html(
+                fig,
+                include_plotlyjs=False,  # the bundle is inlined once in <head>
+                include_mathjax=False,
+                full_html=False,
+                div_id=f"fig-{i}",
+                config=PLOT_CONFIG,
+            )
+        )
+    parts.append("<h2>Samples (last sampled update)</h2>\n" + _samples_table(arms))
+    generated = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    parts.append(
+        f"<p class='note'>rendered {generated} from: "
+        + html.escape(", ".join(a.dir for a in arms))
+        + "</p>"
+    )
+
+    meta = json.dumps({"figures": n_figs, "arms": [a.label for a in arms]})
+    page = (
+        "<!DOCTYPE html>\n<html lang='en'>\n<head>\n<meta charset='utf-8'>\n"
+        f"<title>{html.escape(title)}</title>\n<style>{CSS}</style>\n"
+        f"<script type='application/json' id='report-meta'>{meta}</script>\n"
+        f"<script type='text/javascript'>{get_plotlyjs()}</script>\n"
+        "</head>\n<body>\n" + "\n".join(parts) + "\n</body>\n</html>\n"
+    )
+    out_html = Path(out_html)
+    out_html.parent.mkdir(parents=True, exist_ok=True)
+    out_html.write_text(page, encoding="utf-8")
+    return out_html
+
+
+def render_cascade(cascade_dir: Path) -> Path:
+    """Render ``cascade_dir/report.html`` from ``cascade.json`` and one run directory per arm."""
+    cascade_dir = Path(cascade_dir)
+    meta_path = cascade_dir / "cascade.json"
+    if not meta_path.exists():
+        raise UserError(
+            f"{cascade_dir} is not a cascade directory (no cascade.json)",
+            hint="pass the --out of `andrea-diag cascade`",
+        )
+    meta = json.loads(meta_path.read_text())
+    arms = meta.get("arms") or []
+    if not arms:
+        raise UserError(f"{meta_path} lists no arms")
+    dirs = [cascade_dir / a for a in arms]
+    missing = [str(d) for d in dirs if not (d / "config.json").exists()]
+    if missing:
+        raise UserError(f"cascade arm directories missing or incomplete: {', '.join(missing)}")
+    title = f"cascade: size {meta.get('size', '?')}, seed {meta.get('seed', '?')}, arms {', '.join(arms)}"
+    notes = [f"command: {meta['command']}"] if meta.get("command") else None
+    return render_report(dirs, cascade_dir / "report.html", title=title, notes=notes)

@@ -1,0 +1,277 @@
+"""The HTML report and its findings, on synthetic run directories (CPU, a few seconds).
+
+python -m pytest -q tests/test_report.py
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from plotly.offline import get_plotlyjs
+from report_fixtures import boundary_updates, make_run
+
+from andrea_diag.errors import UserError
+from andrea_diag.record import load_run
+from andrea_diag.report import findings as F
+from andrea_diag.report import render_cascade, render_report
+from andrea_diag.report.figures import BOUNDARY_SHAPE, MAX_POINTS, loss_figure, thin
+
+N = 120
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    d = tmp_path_factory.mktemp("pair")
+    runs = [
+        make_run(d / "none", clip="none", n_updates=N),
+        make_run(d / "global", clip="global", n_updates=N),
+    ]
+    out = render_report(runs, d / "report.html", notes=["a <note>"])
+    return d, out.read_text()
+
+
+def _outside_bundle(page: str) -> str:
+    return page.replace(get_plotlyjs(), "")
+
+
+def _figures(page: str) -> list[dict]:
+    """The figure JSON passed to each Plotly.newPlot call (data + layout)."""
+    figs = []
+    for m in re.finditer(r'Plotly\.newPlot\(\s*"([^"]+)",\s*', page):
+        data, end = json.JSONDecoder().raw_decode(page, m.end())
+        rest = page[end:].lstrip().lstrip(",").lstrip()
+        layout, _ = json.JSONDecoder().raw_decode(rest)
+        figs.append({"id": m.group(1), "data": data, "layout": layout})
+    return figs
+
+
+def test_plotly_inlined_once_and_no_network(pair: tuple[Path, str]) -> None:
+    _, page = pair
+    assert page.count(get_plotlyjs()) == 1
+    rest = _outside_bundle(page)
+    assert "cdn.plot.ly" not in rest
+    assert not re.search(r"<script[^>]+src=", rest)
+    assert "mathjax" not in rest.lower()
+    assert not re.search(r"<link[^>]+href=['\"]?http", rest)
+
+
+def test_every_boundary_marked(pair: tuple[Path, str]) -> None:
+    _, page = pair
+    figs = {f["id"]: f for f in _figures(page)}
+    loss = figs["fig-0"]
+    xs = sorted(s["x0"] + 0.5 for s in loss["layout"]["shapes"] if s.get("name") == BOUNDARY_SHAPE)
+    assert xs == boundary_updates(N)
+    grad = figs["fig-1"]
+    assert sum(s.get("name") == BOUNDARY_SHAPE for s in grad["layout"]["shapes"]) == len(
+        boundary_updates(N)
+    )
+    assert grad["layout"]["yaxis"]["type"] == "log"
+
+
+def test_all_figures_present_with_probes(pair: tuple[Path, str]) -> None:
+    _, page = pair
+    meta = json.loads(re.search(r"id='report-meta'>(.*?)</script>", page).group(1))
+    # one size only: everything but the capacity-fragility chart
+    assert meta["figures"] == 7 == len(_figures(page))
+    assert "capacity-fragility view needs two" in page
+
+
+def test_summary_table_and_header(pair: tuple[Path, str]) -> None:
+    _, page = pair
+    assert "2.6" in page and "2.7" in page  # final losses of none / global
+    assert "20.9" in page  # max grad norm
+    assert "not recovered" in page  # recovery_v None
+    assert "healthy" in page
+    assert "max_norm 1" in page
+    assert "GENERATED" in page and "gutenberg" in page
+    assert "a &lt;note&gt;" in page  # notes escaped
+
+
+def test_findings_name_spike_updates_and_causes(pair: tuple[Path, str]) -> None:
+    _, page = pair
+    b = boundary_updates(N)
+    for u, cause in zip(
+        b[:3], ["phase-transition+outlier", "numerical", "phase-transition"], strict=True
+    ):
+        assert f"update {u + 1} (grad_norm, cause: {cause})" in page
+    assert "no arm locked in." in page
+    assert "did not collapse" in page
+    assert "clipping cost 0.100 nats" in page
+
+
+def test_samples_escaped(pair: tuple[Path, str]) -> None:
+    _, page = pair
+    assert "&lt;b&gt;sample&lt;/b&gt; &amp; gutenberg greedy" in page
+    assert "<b>sample</b>" not in page
+
+
+def test_missing_probe_columns_still_renders(tmp_path: Path) -> None:
+    run = make_run(tmp_path / "bare", probes=False)
+    (run / "samples.jsonl").unlink()
+    out = render_report([run], tmp_path / "r.html")
+    page = out.read_text()
+    assert "heatmap omitted" in page
+    assert "optimizer-state probe columns" in page
+    assert "no samples recorded" in page
+    assert len(_figures(page)) == 4  # loss, grad norm, clip coef, weights
+
+
+def test_mixed_sizes_capacity_view(tmp_path: Path) -> None:
+    runs = [
+        make_run(tmp_path / s / c, size=s, clip=c, n_updates=60)
+        for s in ("tiny", "12m")
+        for c in ("none", "global")
+    ]
+    page = render_report(runs, tmp_path / "r.html").read_text()
+    assert "Capacity-fragility: the same arms" in page
+    assert "tiny/none" in page and "12m/global" in page
+
+
+def test_not_a_run_dir_is_user_error(tmp_path: Path) -> None:
+    with pytest.raises(UserError):
+        render_report([tmp_path], tmp_path / "r.html")
+    with pytest.raises(UserError):
+        render_report([tmp_path / "absent"], tmp_path / "r.html")
+    with pytest.raises(UserError):
+        render_report([], tmp_path / "r.html")
+    with pytest.raises(UserError):
+        render_cascade(tmp_path)
+
+
+def test_render_cascade(tmp_path: Path) -> None:
+    for arm in ("none", "global"):
+        make_run(tmp_path / arm, clip=arm, n_updates=40)
+    (tmp_path / "cascade.json").write_text(
+        json.dumps(
+            {
+                "arms": ["none", "global"],
+                "size": "tiny",
+                "seed": 0,
+                "command": "andrea-diag cascade --size tiny",
+            }
+        )
+    )
+    out = render_cascade(tmp_path)
+    assert out == tmp_path / "report.html"
+    page = out.read_text()
+    assert "cascade: size tiny" in page and "andrea-diag cascade --size tiny" in page
+
+
+def test_long_series_downsampled(tmp_path: Path) -> None:
+    run = make_run(tmp_path / "long", n_updates=5000, probes=False)
+    arm = F.Arm.from_run(load_run(run))
+    fig, _ = loss_figure([arm])
+    n = max(len(t.x) for t in fig.data)
+    assert n <= MAX_POINTS + 50
+    # boundary and spike rows survive thinning
+    kept = set(thin(arm.metrics, {4999})["update"])
+    assert 4999 in kept and 5000 in kept
+
+
+# ---- findings unit tests (plain tables, no files) ----
+
+
+def _arm(label: str = "none", clip: str = "none", **kw) -> F.Arm:
+    return F.Arm(
+        label=label,
+        arm=clip,
+        size=kw.pop("size", "12m"),
+        config={
+            "clip": clip,
+            "lr": 3e-4,
+            "seed": 0,
+            "steps": 10,
+            "recipe": "v1",
+            **kw.pop("config", {}),
+        },
+        summary=kw.pop("summary", {}),
+        metrics=kw.pop("metrics", pd.DataFrame()),
+        events=kw.pop("events", pd.DataFrame()),
+        samples=pd.DataFrame(),
+    )
+
+
+def _metrics(losses: list[float], bounds: set[int]) -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            "update": range(1, len(losses) + 1),
+            "loss": losses,
+            "boundary": [u in bounds for u in range(1, len(losses) + 1)],
+        }
+    )
+
+
+def test_boundary_loss_delta() -> None:
+    m = _metrics([1, 1, 1, 2, 2, 2, 1, 1, 1, 1], {4})
+    delta, n = F.boundary_loss_delta(m, k=3)
+    assert n == 1 and delta == pytest.approx(1.0)
+    text = F.boundary_loss_finding(_arm(metrics=m))
+    assert "+1.000 over 1 boundaries" in text
+    assert "not measured" in F.boundary_loss_finding(_arm(metrics=_metrics([1, 2], {2})))
+
+
+def test_spike_list_and_limit() -> None:
+    ev = pd.DataFrame({"update": range(20, 0, -1), "metric": "grad_norm", "cause": "numerical"})
+    text = F.spike_list(_arm(events=ev), limit=10)
+    assert text.startswith("none: 20 spikes: update 1 (grad_norm, cause: numerical)")
+    assert "update 10 (" in text and "update 11 (" not in text and "and 10 more" in text
+    ev2 = pd.DataFrame(
+        {"update": [5], "metric": ["loss"], "causes": [["outlier", "phase-transition"]]}
+    )
+    assert "update 5 (loss, cause: outlier+phase-transition)" in F.spike_list(_arm(events=ev2))
+    assert "no spikes detected" in F.spike_list(_arm())
+
+
+def test_spike_boundary_finding() -> None:
+    m = _metrics([1.0] * 30, {10, 20})
+    ev = pd.DataFrame({"update": [10, 13, 14, 25], "metric": ["grad_norm"] * 3 + ["loss"]})
+    text = F.spike_boundary_finding(_arm(metrics=m, events=ev))
+    assert "3 grad-norm spikes, 2 within 3 updates after a phase boundary" in text
+    assert "1 loss spikes, 0 within" in text
+
+
+def test_pollution_and_expectations() -> None:
+    s = {"pollution": {"max_m_share": 0.2, "max_v_share": 0.6, "recovery_m": 5, "recovery_v": 180}}
+    assert (
+        "v pollution peaked at a share of 0.6 and recovered after 180 updates"
+        in F.pollution_finding(_arm(summary=s))
+    )
+    assert "shadow probe off" in F.pollution_finding(_arm())
+    locked = _arm(
+        "none", summary={"final_loss": 3.0, "min_loss": 2.9, "lockin": {"verdict": "locked-in"}}
+    )
+    fine = _arm(
+        "global",
+        clip="global",
+        summary={"final_loss": 3.0, "min_loss": 2.9, "lockin": {"verdict": "never-learned"}},
+    )
+    out = F.expectation_findings([locked, fine])
+    assert "locked in: none." in out and "the unclipped arm none collapsed." in out
+    out = F.expectation_findings([_arm(summary={"final_loss": 5.0, "min_loss": 2.0}), fine])
+    assert "no arm locked in." in out and "the unclipped arm none collapsed." in out
+    out = F.expectation_findings(
+        [_arm(summary={"final_loss": 2.1, "min_loss": 2.0, "nonfinite_updates": 2})]
+    )
+    assert (
+        any("did not collapse" in x for x in out) and "non-finite updates (skipped): none 2." in out
+    )
+
+
+def test_clip_cost() -> None:
+    u = _arm("none", summary={"final_loss": 2.5})
+    c = _arm("global", clip="global", summary={"final_loss": 4.0})
+    (text,) = F.clip_cost_findings([u, c])
+    assert "+1.500 (clipping cost 1.500 nats)" in text
+    other_lr = _arm("global", clip="global", summary={"final_loss": 4.0}, config={"lr": 1e-2})
+    assert "not measured" in F.clip_cost_findings([u, other_lr])[0]
+
+
+def test_data_finding() -> None:
+    a = _arm()
+    a.data = {"sources": {"x": {"generated": True}, "y": {"generated": False}}}
+    assert F.data_finding([a]) == "GENERATED (synthetic) sources: x; real-text sources: y."
+    assert "unknown" in F.data_finding([_arm()])
