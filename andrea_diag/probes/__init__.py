@@ -1,25 +1,106 @@
 """Probes: spike detection and attribution, Adam-state pollution, lock-in detection.
 
-``build_probes(cfg, model, optimizer)`` returns the probes a training arm runs; the
-protocol they follow is in ``base.py``.
+``build_probes(cfg, model, optimizer, prompts=..., tokenizer=...)`` returns the probes a
+training arm runs, in the order the loop must call them (the spike probe decides
+``ctx.spike`` in ``after_clip`` before the optimizer-state probe reads it in ``after_step``).
+The protocol they follow is in ``base.py``; ``andrea_diag.monitor`` wraps the same probes for
+a user's own training loop.
+
+Summary keys returned by ``close``: ``spikes``, ``pollution``, ``lockin``.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from andrea_diag.probes.base import Probe, UpdateContext
+from andrea_diag.probes.layers import LayerGradNormProbe
+from andrea_diag.probes.lockin import LockInProbe
+from andrea_diag.probes.optstate import OptStateProbe
+from andrea_diag.probes.spikes import SpikeProbe
 
 if TYPE_CHECKING:
     import torch
 
     from andrea_diag.config import RunConfig
 
-__all__ = ["Probe", "UpdateContext", "build_probes"]
+__all__ = [
+    "LayerGradNormProbe",
+    "LockInProbe",
+    "OptStateProbe",
+    "Probe",
+    "SpikeProbe",
+    "UpdateContext",
+    "build_probes",
+    "make_probes",
+]
+
+
+def make_probes(
+    model: torch.nn.Module,
+    *,
+    spike_window: int = 50,
+    spike_z: float = 6.0,
+    boundary_k: int = 3,
+    shadow: bool = True,
+    lockin_every: int = 30,
+    total_steps: int | None = None,
+    seed: int = 0,
+    prompts: Mapping[str, torch.Tensor] | None = None,
+    tokenizer: Any = None,
+    lockin: bool = True,
+    per_layer: bool = True,
+    update_stats: bool = True,
+) -> list[Probe]:
+    """The probe list from plain arguments (what ``build_probes`` and the monitor share)."""
+    optstate = OptStateProbe(shadow=shadow, per_layer=per_layer, update_stats=update_stats)
+    probes: list[Probe] = []
+    if per_layer:
+        probes.append(LayerGradNormProbe())
+    probes.append(SpikeProbe(spike_window, spike_z, boundary_k, optstate=optstate))
+    probes.append(optstate)
+    if lockin:
+        probes.append(
+            LockInProbe(
+                model,
+                prompts,
+                tokenizer,
+                every=lockin_every,
+                total_steps=total_steps,
+                seed=seed,
+            )
+        )
+    return probes
 
 
 def build_probes(
-    cfg: RunConfig, model: torch.nn.Module, optimizer: torch.optim.Optimizer, **kwargs: object
+    cfg: RunConfig,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    *,
+    prompts: Mapping[str, torch.Tensor] | None = None,
+    tokenizer: Any = None,
+    **kwargs: Any,
 ) -> list[Probe]:
-    """The probes for one arm. Filled in by the probes module (spikes, optstate, lockin)."""
-    return []
+    """The probes for one arm of a resolved ``cfg``; extra ``kwargs`` go to :func:`make_probes`.
+
+    ``prompts`` (source -> 1-D token ids) and ``tokenizer`` (``.decode(list[int])``) feed the
+    lock-in samples; without prompts the lock-in verdict uses the loss trajectory only.
+    """
+    del optimizer  # the probes read it from each UpdateContext (it may be rebuilt)
+    steps = cfg.steps
+    every = cfg.lockin_every or max(1, (steps or 240) // 8)
+    return make_probes(
+        model,
+        spike_window=cfg.spike_window,
+        spike_z=cfg.spike_z,
+        boundary_k=cfg.boundary_k,
+        shadow=bool(cfg.shadow) if cfg.shadow is not None else cfg.size != "120m",
+        lockin_every=every,
+        total_steps=steps,
+        seed=cfg.seed,
+        prompts=prompts,
+        tokenizer=tokenizer,
+        **kwargs,
+    )

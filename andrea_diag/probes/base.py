@@ -4,15 +4,23 @@ Per optimizer update the loop fills one :class:`UpdateContext` and calls, in ord
 
 1. ``after_clip(ctx)``: gradients are final (clipped if the arm clips), the optimizer has not
    stepped yet, so Adam's ``m``/``v`` still hold the previous update's state;
-2. ``after_step(ctx)``: parameters and optimizer state are updated.
+2. ``after_step(ctx)``: parameters and optimizer state are updated. Gradients must still be in
+   ``.grad`` here (zero them after ``after_step``, not before): the optimizer-state probe reads
+   the gradient Adam just received.
 
 Probes add metric columns to ``ctx.row`` (one row per update, see record.py for naming) and
 may write events/samples through ``ctx.recorder``. At the end, ``close(run_dir)`` runs once
-for post-hoc work (e.g. the spike events table) and returns summary fields.
+for post-hoc work (e.g. the spike events table) and returns summary fields, each probe under
+its own top-level key (``{"spikes": {...}}``), so ``summary.update(probe.close(run_dir))``
+merges them.
+
+Probes talk to each other only through the context: the spike probe runs first and sets
+``ctx.spike`` in ``after_clip``, which the optimizer-state probe reads in ``after_step``.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -44,6 +52,55 @@ class UpdateContext:
     weights: dict[str, float] = field(default_factory=dict)
     injected: str | None = None  # "outlier" / "nonfinite" when this update was injected
     applied: bool = True  # False when the update was skipped (non-finite)
+    # Set by the spike probe in after_clip (online decision); read by the optimizer-state
+    # probe in after_step, whose shadow buffers must know *now* whether this is a spike.
+    spike: bool = False
+    # Per-update memo shared by probes (e.g. grad norms computed once when clip is None).
+    cache: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    def grads(self) -> list[torch.Tensor]:
+        """The gradients of ``params`` (those that have one), in ``param_names`` order."""
+        if "grads" not in self.cache:
+            self.cache["grads"] = [p.grad for p in self.params if p.grad is not None]
+        return self.cache["grads"]
+
+    def per_tensor_grad_norm(self) -> torch.Tensor:
+        """(n_tensors,) pre-clip gradient norms: from ``clip`` (same pass), else computed once.
+
+        Without ``clip`` the gradients are read as they are now, so a caller that clipped by
+        other means gets post-clip norms (``andrea_diag.monitor`` rescales them back).
+        """
+        if "per_tensor" not in self.cache:
+            if self.clip is not None:
+                per = self.clip.per_tensor_norm
+            else:
+                grads = self.grads()
+                per = (
+                    torch.stack(torch._foreach_norm([g.float() for g in grads]))
+                    if grads
+                    else torch.zeros(0)
+                )
+            self.cache["per_tensor"] = per.detach()
+        return self.cache["per_tensor"]
+
+    def grad_norm(self) -> float:
+        """Pre-clip global gradient norm as a Python float (host sync on GPU)."""
+        if "grad_norm" not in self.cache:
+            if isinstance(self.row.get("grad_norm"), (int, float)):
+                value = float(self.row["grad_norm"])
+            elif self.clip is not None:
+                value = float(self.clip.total_norm)
+            else:
+                per = self.per_tensor_grad_norm()
+                value = float(per.double().square().sum().sqrt()) if per.numel() else 0.0
+            self.cache["grad_norm"] = value
+        return self.cache["grad_norm"]
+
+    def grads_nonfinite(self) -> bool:
+        """True when the gradient norm is NaN/Inf (from ``clip.nonfinite`` when available)."""
+        if self.clip is not None:
+            return bool(self.clip.nonfinite)
+        return not math.isfinite(self.grad_norm())
 
 
 class Probe(Protocol):
@@ -52,3 +109,21 @@ class Probe(Protocol):
     def after_step(self, ctx: UpdateContext) -> None: ...
 
     def close(self, run_dir: Path) -> dict[str, Any]: ...
+
+
+def robust_z(value: float, history: Any, rel_floor: float) -> float | None:
+    """Robust z-score of ``value`` against ``history``: (x - median) / (1.4826 * MAD).
+
+    The scale is floored at ``rel_floor * |median|`` (and 1e-12) so a flat history (MAD 0)
+    does not turn float noise into infinite z. Returns None for an empty history or a
+    non-finite value.
+    """
+    import numpy as np
+
+    h = np.asarray(history, dtype=np.float64)
+    if h.size == 0 or not math.isfinite(value):
+        return None
+    med = float(np.median(h))
+    mad = float(np.median(np.abs(h - med)))
+    scale = max(1.4826 * mad, rel_floor * abs(med), 1e-12)
+    return (value - med) / scale

@@ -1,0 +1,251 @@
+"""``SpikeMonitor``: the andrea-diag probes inside *your own* training loop.
+
+    mon = SpikeMonitor(model, optimizer, "runs/mine")
+    for batch in data:
+        loss, per_example = ...            # per_example: (batch,) losses, optional
+        loss.backward()
+        mon.after_backward(loss, per_example_loss=per_example)
+        mon.after_clip(torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0))  # or None
+        optimizer.step()
+        mon.after_step()
+        optimizer.zero_grad()              # after after_step: the probes read the gradients
+    mon.close()                            # or use ``with SpikeMonitor(...) as mon:``
+
+It writes a run directory that ``andrea-diag report RUN_DIR`` renders: ``config.json``
+(``{"kind": "monitor", ...}``: the monitor's settings, model and optimizer), ``metrics.jsonl``
+/ ``metrics.parquet`` (``update, loss, grad_norm, lr, applied`` + the probe columns),
+``events.jsonl`` (spikes), ``samples.jsonl`` (when ``prompts`` are given) and
+``summary.json`` (``spikes``, ``pollution``, ``lockin``).
+
+``after_clip`` accepts what your clipper returned: a :class:`~andrea_diag.clip.api.ClipResult`
+(from ``clip_grad_norm_with_stats``: exact per-tensor norms, no extra pass), the pre-clip total
+norm (from ``torch.nn.utils.clip_grad_norm_``: per-tensor norms are read from the clipped
+gradients and scaled back by ``total / clipped_total``, exact for global-norm clipping), or
+``None`` (no clipping: norms read from the gradients). Skipping ``after_clip`` works too, but
+then ``update_rms``/``cos_update_grad`` are missing (they need a snapshot before the step).
+Host syncs: the loss and grad norm are read as floats once per update.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import torch
+
+from andrea_diag.clip.api import ClipResult
+from andrea_diag.probes import make_probes
+from andrea_diag.probes.base import UpdateContext
+from andrea_diag.record import Recorder
+
+
+class SpikeMonitor:
+    """Spike attribution, Adam-state pollution and lock-in probes for a user's loop."""
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer,
+        out_dir: str | Path,
+        *,
+        spike_window: int = 50,
+        spike_z: float = 6.0,
+        boundary_k: int = 3,
+        shadow: bool = True,
+        lockin_every: int = 100,
+        total_steps: int | None = None,
+        prompts: dict[str, torch.Tensor] | None = None,
+        tokenizer: Any = None,
+        seed: int = 0,
+        resume: bool = False,
+    ) -> None:
+        self.model, self.optimizer = model, optimizer
+        named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+        self._names = [n for n, _ in named]
+        self._params = [p for _, p in named]
+        settings = {
+            "spike_window": spike_window,
+            "spike_z": spike_z,
+            "boundary_k": boundary_k,
+            "shadow": shadow,
+            "lockin_every": lockin_every,
+            "steps": total_steps,
+            "seed": seed,
+            "prompts": sorted(prompts or {}),
+        }
+        config = {
+            "kind": "monitor",
+            "arm": "monitor",
+            **settings,
+            "model": type(model).__name__,
+            "n_params": sum(p.numel() for p in self._params),
+            "optimizer": type(optimizer).__name__,
+            "param_groups": [
+                {
+                    k: v
+                    for k, v in g.items()
+                    if k != "params"
+                    and isinstance(v, (int, float, str, bool, tuple, list, type(None)))
+                }
+                for g in optimizer.param_groups
+            ],
+        }
+        self.recorder = Recorder(out_dir, config, resume=resume)
+        self.run_dir = self.recorder.run_dir
+        self.probes = make_probes(
+            model,
+            spike_window=spike_window,
+            spike_z=spike_z,
+            boundary_k=boundary_k,
+            shadow=shadow,
+            lockin_every=lockin_every,
+            total_steps=total_steps,
+            seed=seed,
+            prompts=prompts,
+            tokenizer=tokenizer,
+        )
+        self.update = 0
+        self.summary: dict[str, Any] | None = None
+        self._ctx: UpdateContext | None = None
+        self._pending: dict[str, Any] = {}
+        self._stepped = False
+
+    # -- the four calls ----------------------------------------------------------------------
+    def after_backward(
+        self,
+        loss: torch.Tensor | float,
+        per_example_loss: torch.Tensor | None = None,
+        *,
+        example_source: torch.Tensor | None = None,
+        phase: int | None = None,
+        weights: dict[str, float] | None = None,
+    ) -> None:
+        """Record this update's loss (and per-example losses, for outlier attribution).
+
+        ``phase`` (your data-mixing phase id) lets the spike probe attribute phase transitions;
+        ``example_source`` (source index per example) names the outlier's source.
+        """
+        ex = (
+            per_example_loss.detach().reshape(-1).float()
+            if per_example_loss is not None
+            else torch.zeros(0)
+        )
+        src = (
+            example_source.detach().reshape(-1)
+            if example_source is not None
+            else torch.full((ex.numel(),), -1, dtype=torch.long)
+        )
+        self._pending = {
+            "loss": float(loss.detach() if isinstance(loss, torch.Tensor) else loss),  # host sync
+            "example_loss": ex,
+            "example_source": src,
+            "phase": phase,
+            "weights": dict(weights or {}),
+        }
+
+    def after_clip(
+        self, total_norm_or_clip: ClipResult | torch.Tensor | float | None = None
+    ) -> None:
+        """Gradients are final (clipped if you clip); the optimizer has not stepped yet."""
+        if not self._pending:
+            raise RuntimeError("SpikeMonitor.after_clip called before after_backward")
+        names = [n for n, p in zip(self._names, self._params, strict=True) if p.grad is not None]
+        params = [p for p in self._params if p.grad is not None]
+        clip = self._clip_result(total_norm_or_clip, params)
+        self.update += 1
+        prev_phase = self._ctx.phase if self._ctx is not None else None
+        phase = self._pending["phase"]
+        row: dict[str, Any] = {
+            "update": self.update,
+            "loss": self._pending["loss"],
+            "lr": self.optimizer.param_groups[0].get("lr"),
+        }
+        ctx = UpdateContext(
+            update=self.update,
+            model=self.model,
+            optimizer=self.optimizer,
+            param_names=names,
+            params=params,
+            loss=self._pending["loss"],
+            example_loss=self._pending["example_loss"],
+            example_source=self._pending["example_source"],
+            clip=clip,
+            recorder=self.recorder,
+            row=row,
+            phase=phase if phase is not None else 0,
+            boundary=phase is not None and prev_phase is not None and phase != prev_phase,
+            weights=self._pending["weights"],
+        )
+        row["grad_norm"] = ctx.grad_norm()
+        if phase is not None:
+            row["phase"] = phase
+        ctx.applied = math.isfinite(row["loss"]) and math.isfinite(row["grad_norm"])
+        for p in self.probes:
+            p.after_clip(ctx)
+        self._ctx = ctx
+        self._pending = {}
+        self._stepped = False
+
+    def after_step(self, applied: bool | None = None) -> None:
+        """After ``optimizer.step()``; ``applied=False`` when your loop skipped the step."""
+        if self._pending:  # after_clip skipped: measure now (no update snapshot)
+            self.after_clip(None)
+        ctx = self._ctx
+        if ctx is None or self._stepped:
+            raise RuntimeError("SpikeMonitor.after_step called before after_backward")
+        if applied is not None:
+            ctx.applied = applied
+        for p in self.probes:
+            p.after_step(ctx)
+        ctx.row["applied"] = ctx.applied
+        self.recorder.log(ctx.row)
+        self._stepped = True
+
+    def close(self) -> dict[str, Any]:
+        """Write events, samples and summary.json; returns the summary. Idempotent."""
+        if self.summary is not None:
+            return self.summary
+        summary: dict[str, Any] = {"kind": "monitor", "n_updates": self.update}
+        for p in self.probes:
+            summary.update(p.close(self.run_dir))
+        self.recorder.close(summary)
+        self.summary = summary
+        return summary
+
+    def __enter__(self) -> SpikeMonitor:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # -- helpers -----------------------------------------------------------------------------
+    def _clip_result(
+        self, value: ClipResult | torch.Tensor | float | None, params: list[torch.Tensor]
+    ) -> ClipResult | None:
+        if isinstance(value, ClipResult):
+            return value
+        if value is None:
+            return None  # probes read the (unclipped) gradients
+        grads = [p.grad.detach() for p in params]
+        if not grads:
+            return None
+        post = torch.stack(torch._foreach_norm([g.float() for g in grads]))  # (n_tensors,)
+        total = torch.as_tensor(value, dtype=torch.float32, device=post.device).reshape(())
+        post_total = post.square().sum().sqrt()
+        # global clipping scaled every gradient by one factor: undo it on the per-tensor norms
+        factor = torch.where(post_total > 0, total / post_total, torch.ones_like(total))
+        per = post * factor
+        return ClipResult(
+            total_norm=total,
+            per_tensor_norm=per,
+            scale=torch.where(total > 0, post_total / total, torch.ones_like(total)),
+            nonfinite=~torch.isfinite(total),
+            impl="user",
+        )

@@ -1,0 +1,91 @@
+"""Per-layer gradient norms, every update, from the clipper's per-tensor norms.
+
+Columns ``layer_gn/<layer>.<kind>`` (``layer_gn/h00.attention``, ``layer_gn/embed.embedding``,
+``layer_gn/head.head``, ``layer_gn/final.norm``): the pre-clip L2 norm of the group's
+gradients, ``sqrt(sum of squares of the member tensors' norms)``. Groups come from
+:func:`andrea_diag.model.param_group_of`.
+
+No second pass over the gradients: ``ctx.clip.per_tensor_norm`` comes from the clip pass, and
+the grouping is one ``index_add`` on that small vector plus one host transfer. Only when the
+loop does not clip through us (``ctx.clip is None``) are the norms computed from the grads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from andrea_diag.model import param_group_of
+from andrea_diag.probes.base import UpdateContext
+
+GroupFn = Callable[[str], tuple[str, str]]
+
+
+class GroupIndex:
+    """Maps a list of parameter names to group slots once, then groups norm vectors fast."""
+
+    def __init__(self, names: Sequence[str], group_of: GroupFn = param_group_of) -> None:
+        keys = [".".join(group_of(n)) for n in names]
+        self.keys: list[str] = list(dict.fromkeys(keys))  # first-seen order: embed, h00, ...
+        slot = {k: i for i, k in enumerate(self.keys)}
+        self._index = torch.tensor([slot[k] for k in keys], dtype=torch.long)
+        self._by_device: dict[torch.device, torch.Tensor] = {}
+        self.names = tuple(names)
+
+    def index_on(self, device: torch.device) -> torch.Tensor:
+        if device not in self._by_device:
+            self._by_device[device] = self._index.to(device)
+        return self._by_device[device]
+
+    def group_norms(self, per_tensor: torch.Tensor) -> torch.Tensor:
+        """(n_tensors,) norms -> (n_groups,) norms: sqrt(index_add of squares)."""
+        sq = (
+            per_tensor.detach()
+            .to(torch.float64 if per_tensor.dtype == torch.float64 else torch.float32)
+            .square()
+        )
+        out = torch.zeros(len(self.keys), dtype=sq.dtype, device=sq.device)
+        return out.index_add_(0, self.index_on(sq.device), sq).sqrt()
+
+    def columns(self, prefix: str, per_tensor: torch.Tensor) -> dict[str, float]:
+        """``{prefix/<layer>.<kind>: norm}``; one host transfer for the whole vector."""
+        vals = self.group_norms(per_tensor).tolist()  # host sync (one per call)
+        return {f"{prefix}/{k}": v for k, v in zip(self.keys, vals, strict=True)}
+
+
+def group_index_for(cache: dict[tuple[str, ...], GroupIndex], names: Sequence[str]) -> GroupIndex:
+    """A GroupIndex for these names, reused while the parameter list stays the same."""
+    key = tuple(names)
+    if key not in cache:
+        cache.clear()  # the list changed (e.g. a parameter got no gradient): rebuild
+        cache[key] = GroupIndex(key)
+    return cache[key]
+
+
+class LayerGradNormProbe:
+    """Adds ``layer_gn/<layer>.<kind>`` columns every update (pre-clip norms)."""
+
+    def __init__(self) -> None:
+        self._groups: dict[tuple[str, ...], GroupIndex] = {}
+
+    def _names_with_grad(self, ctx: UpdateContext) -> list[str]:
+        # clip.per_tensor_norm covers only parameters that have a gradient, in order
+        if all(p.grad is not None for p in ctx.params):
+            return ctx.param_names
+        return [n for n, p in zip(ctx.param_names, ctx.params, strict=True) if p.grad is not None]
+
+    def after_clip(self, ctx: UpdateContext) -> None:
+        per = ctx.per_tensor_grad_norm()
+        if per.numel() == 0:
+            return
+        gi = group_index_for(self._groups, self._names_with_grad(ctx))
+        ctx.row.update(gi.columns("layer_gn", per))
+
+    def after_step(self, ctx: UpdateContext) -> None:
+        return None
+
+    def close(self, run_dir: Path) -> dict[str, Any]:
+        return {}

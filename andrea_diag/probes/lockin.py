@@ -1,0 +1,334 @@
+"""Lock-in detection: does the model's text collapse onto one token after it had learned?
+
+**Sampling.** Every ``every`` updates (``cfg.lockin_every``), at the run's last update
+(``total_steps``) and, if that was missed, once more at ``close()``, the probe continues fixed
+prompts (one per source, ~16 tokens) for ``n_new`` (32) tokens, greedily and at temperature 1
+with a generator seeded from ``(seed, update)``, so samples are reproducible and the training
+RNG is untouched. All prompts and both modes run as one batch ``(2·n_sources, T)`` per token,
+under ``torch.no_grad()`` and ``model.eval()`` (train mode restored after). Prompts of
+different lengths are cut to the shortest (keeping their last tokens). Each sample becomes a
+``samples.jsonl`` row: ``update, source, mode, text, distinct_1/2/3, longest_run,
+top_token_share, max_logit, mean_entropy`` over the generated tokens only:
+
+- ``distinct_n``: unique n-grams / n-grams (1.0 = no repetition);
+- ``longest_run``: the longest stretch of one token repeated back to back;
+- ``top_token_share``: count of the most frequent token / ``n_new``;
+- ``max_logit``: the largest logit seen while generating; ``mean_entropy``: mean next-token
+  entropy (nats, temperature 1).
+
+Metric columns at sampling updates: ``lockin/top_token_share`` (max over sources, greedy),
+``lockin/distinct_1`` (min over sources, greedy), ``lockin/mean_entropy`` (mean, greedy).
+
+**Verdict** (:func:`lockin_verdict`, thresholds in :data:`THRESHOLDS` and in the summary):
+
+1. ``insufficient-data``: fewer than ``min_losses`` (10) finite losses;
+2. ``never-learned``: the smoothed loss (trailing median of 5) never reached
+   ``learned_frac · ln V`` (0.8 · ln 8449 ≈ 7.23): a model that stayed near the uniform loss
+   did not learn, however repetitive its text (the pilot's lr ≥ 3e-3 arms);
+3. otherwise the *good phase* starts at the first update the smoothed loss reached that level.
+   ``insufficient-data`` when fewer than two sample events exist, or none at/after the good
+   phase start;
+4. ``locked-in``: the last sample event is at/after the good phase start, its repetition score
+   (max over sources of the greedy ``top_token_share``) is ≥ ``top_share`` (0.5), and it rose
+   by ≥ ``rise`` (0.2) over the lowest score of the earlier events (those in the good phase when
+   there are any, else all earlier ones): "learned, then locked in";
+5. ``healthy`` otherwise.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from andrea_diag.probes.base import UpdateContext
+
+THRESHOLDS: dict[str, float] = {
+    "learned_frac": 0.8,  # good phase: smoothed loss <= 0.8 · ln V
+    "top_share": 0.5,  # locked-in: greedy top-token share of the final samples >= 0.5
+    "rise": 0.2,  # ... and at least 0.2 above the earlier minimum
+    "smooth": 5,  # trailing-median window for the loss trajectory
+    "min_losses": 10,
+}
+VERDICTS = ("healthy", "never-learned", "locked-in", "insufficient-data")
+
+
+def text_stats(tokens: Sequence[int]) -> dict[str, float]:
+    """distinct_1/2/3, longest_run, top_token_share of one generated token sequence."""
+    toks = list(tokens)
+    out: dict[str, float] = {}
+    for n in (1, 2, 3):
+        grams = [tuple(toks[i : i + n]) for i in range(len(toks) - n + 1)]
+        out[f"distinct_{n}"] = len(set(grams)) / len(grams) if grams else float("nan")
+    run = best = 0
+    for i, t in enumerate(toks):
+        run = run + 1 if i and t == toks[i - 1] else 1
+        best = max(best, run)
+    out["longest_run"] = best
+    out["top_token_share"] = Counter(toks).most_common(1)[0][1] / len(toks) if toks else math.nan
+    return out
+
+
+def _last_logits(model: torch.nn.Module, idx: torch.Tensor) -> torch.Tensor:
+    """(B, T) -> (B, vocab) logits of the last position only.
+
+    For our GPT the head runs on the last position alone (the head is the biggest matmul of
+    the tiny model); any other model is called as is (``.logits`` or a tuple's first item).
+    """
+    from andrea_diag.model import GPT
+
+    if isinstance(model, GPT):
+        T = idx.size(1)
+        pos = torch.arange(T, device=idx.device)  # (T,)
+        x = model.wte(idx) + model.wpe(pos)  # (B, T, C)
+        for block in model.h:
+            x = block(x)
+        return model.lm_head(model.ln_f(x[:, -1]))  # (B, vocab)
+    out = model(idx)
+    if hasattr(out, "logits"):
+        out = out.logits
+    elif isinstance(out, (tuple, list)):
+        out = out[0]
+    return out[:, -1]  # (B, vocab)
+
+
+def _block_size(model: torch.nn.Module) -> int | None:
+    cfg = getattr(model, "cfg", None) or getattr(model, "config", None)
+    for attr in ("block_size", "n_positions", "max_position_embeddings"):
+        if cfg is not None and getattr(cfg, attr, None):
+            return int(getattr(cfg, attr))
+    return None
+
+
+@torch.no_grad()
+def sample_batch(
+    model: torch.nn.Module,
+    prompts: torch.Tensor,
+    n_new: int,
+    temperatures: Sequence[float],
+    generator: torch.Generator,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Continue every prompt row (B, T) under each temperature (0 = greedy), in one batch.
+
+    Returns (tokens (B·n_t, n_new), max_logit (B·n_t,), mean_entropy (B·n_t,)); rows are
+    ordered temperature-major: all prompts at temperatures[0], then at temperatures[1] ...
+    """
+    B = prompts.size(0)
+    idx = prompts.repeat(len(temperatures), 1)  # (R, T), R = B·n_t
+    temp = torch.tensor(
+        [t for t in temperatures for _ in range(B)], dtype=torch.float32, device=idx.device
+    )  # (R,)
+    greedy = temp <= 0
+    limit = _block_size(model)
+    max_logit = torch.full((idx.size(0),), -math.inf, device=idx.device)
+    ent_sum = torch.zeros(idx.size(0), device=idx.device)
+    new = []
+    for _ in range(n_new):
+        ctx = idx if limit is None else idx[:, -limit:]
+        logits = _last_logits(model, ctx).float()  # (R, vocab)
+        logp = F.log_softmax(logits, dim=-1)  # (R, vocab)
+        ent_sum += -(logp.exp() * logp).sum(-1)
+        max_logit = torch.maximum(max_logit, logits.amax(-1))
+        # greedy rows draw too (at temperature 1, result discarded) so the batch stays whole
+        scaled = logits / torch.where(greedy, 1.0, temp).unsqueeze(1)  # (R, vocab)
+        probs = F.softmax(scaled, dim=-1)
+        bad = ~torch.isfinite(probs).all(-1)  # a NaN model must not crash the probe
+        probs = torch.where(bad.unsqueeze(1), torch.ones_like(probs), probs)
+        drawn = torch.multinomial(probs.cpu(), 1, generator=generator).to(idx.device)  # (R, 1)
+        nxt = torch.where(greedy.unsqueeze(1), logits.argmax(-1, keepdim=True), drawn)
+        new.append(nxt)
+        idx = torch.cat([idx, nxt], dim=1)
+    return torch.cat(new, dim=1), max_logit, ent_sum / n_new
+
+
+def smoothed(losses: Sequence[float], window: int) -> np.ndarray:
+    """Trailing median over ``window`` finite values (robust to single-batch noise)."""
+    x = np.asarray([v for v in losses if v is not None and math.isfinite(v)], dtype=np.float64)
+    if x.size == 0:
+        return x
+    return np.array([np.median(x[max(0, i - window + 1) : i + 1]) for i in range(x.size)])
+
+
+def lockin_verdict(
+    updates: Sequence[int],
+    losses: Sequence[float],
+    samples: Sequence[Mapping[str, Any]],
+    vocab_size: int,
+    thresholds: Mapping[str, float] = THRESHOLDS,
+) -> dict[str, Any]:
+    """The lock-in verdict from the loss trajectory and the sample rows (see module doc)."""
+    th = {**THRESHOLDS, **thresholds}
+    uniform = math.log(vocab_size)
+    learned_level = th["learned_frac"] * uniform
+    pairs = [
+        (u, v) for u, v in zip(updates, losses, strict=True) if v is not None and math.isfinite(v)
+    ]
+    out: dict[str, Any] = {
+        "uniform_loss": uniform,
+        "learned_level": learned_level,
+        "good_phase_start": None,
+        "min_smoothed_loss": None,
+        "final_score": None,
+        "baseline_score": None,
+    }
+    if len(pairs) < th["min_losses"]:
+        return {"verdict": "insufficient-data", **out}
+    sm = smoothed([v for _, v in pairs], int(th["smooth"]))
+    out["min_smoothed_loss"] = float(sm.min())
+    good = np.nonzero(sm <= learned_level)[0]
+    if good.size == 0:
+        return {"verdict": "never-learned", **out}
+    start = pairs[int(good[0])][0]
+    out["good_phase_start"] = start
+    score: dict[int, float] = {}
+    for s in samples:
+        if s.get("mode") == "greedy" and s.get("top_token_share") is not None:
+            u = int(s["update"])
+            score[u] = max(score.get(u, 0.0), float(s["top_token_share"]))
+    events = sorted(score)
+    if len(events) < 2 or events[-1] < start:
+        return {"verdict": "insufficient-data", **out}
+    last = events[-1]
+    earlier = [u for u in events[:-1] if u >= start] or events[:-1]
+    baseline = min(score[u] for u in earlier)
+    out["final_score"], out["baseline_score"] = score[last], baseline
+    locked = score[last] >= th["top_share"] and score[last] - baseline >= th["rise"]
+    return {"verdict": "locked-in" if locked else "healthy", **out}
+
+
+def _vocab_size(model: torch.nn.Module) -> int | None:
+    cfg = getattr(model, "cfg", None) or getattr(model, "config", None)
+    v = getattr(cfg, "vocab_size", None) if cfg is not None else None
+    if v:
+        return int(v)
+    get_out = getattr(model, "get_output_embeddings", None)
+    head = get_out() if callable(get_out) else getattr(model, "lm_head", None)
+    return int(head.weight.shape[0]) if head is not None and hasattr(head, "weight") else None
+
+
+class LockInProbe:
+    """Periodic batched samples + the loss trajectory -> lock-in verdict at close."""
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        prompts: Mapping[str, torch.Tensor] | None = None,
+        tokenizer: Any = None,
+        every: int = 30,
+        total_steps: int | None = None,
+        n_new: int = 32,
+        seed: int = 0,
+        vocab_size: int | None = None,
+        thresholds: Mapping[str, float] | None = None,
+    ) -> None:
+        self.model = model
+        self.prompts = {
+            k: torch.as_tensor(v).reshape(-1).long() for k, v in (prompts or {}).items()
+        }
+        self.prompts = {k: v for k, v in self.prompts.items() if v.numel()}
+        self.tokenizer = tokenizer
+        self.every, self.total_steps = max(1, int(every)), total_steps
+        self.n_new, self.seed = n_new, seed
+        self.vocab_size = vocab_size or _vocab_size(model)
+        self.thresholds = {**THRESHOLDS, **(thresholds or {})}
+        self.updates: list[int] = []
+        self.losses: list[float] = []
+        self.samples: list[dict[str, Any]] = []
+        self._sampled_at: set[int] = set()
+        self.recorder: Any = None
+        self._closed: dict[str, Any] | None = None
+
+    def _decode(self, toks: list[int]) -> str:
+        if self.tokenizer is not None:
+            try:
+                return self.tokenizer.decode(toks)
+            except Exception:  # a tokenizer that rejects ids must not kill the run
+                pass
+        return " ".join(map(str, toks))
+
+    def sample_now(self, update: int) -> list[dict[str, Any]]:
+        """Sample every prompt greedily and at temperature 1; record and return the rows."""
+        if not self.prompts or update in self._sampled_at:
+            return []
+        self._sampled_at.add(update)
+        names = list(self.prompts)
+        device = next(self.model.parameters()).device
+        limit = _block_size(self.model)
+        keep = min(v.numel() for v in self.prompts.values())
+        if limit is not None:
+            keep = max(1, min(keep, limit - self.n_new))
+        prompts = torch.stack([self.prompts[n][-keep:] for n in names]).to(device)  # (S, T)
+        gen = torch.Generator().manual_seed(self.seed * 1_000_003 + update)
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            toks, max_logit, ent = sample_batch(self.model, prompts, self.n_new, (0.0, 1.0), gen)
+        finally:
+            self.model.train(was_training)
+        toks_l, ml, me = toks.tolist(), max_logit.tolist(), ent.tolist()  # host sync
+        rows = []
+        for r, seq in enumerate(toks_l):
+            mode = "greedy" if r < len(names) else "temp1"
+            src = names[r % len(names)]
+            row = {
+                "update": update,
+                "source": src,
+                "mode": mode,
+                "text": self._decode(seq),
+                **text_stats(seq),
+                "max_logit": ml[r],
+                "mean_entropy": me[r],
+                "tokens": seq,
+            }
+            rows.append(row)
+            if self.recorder is not None:
+                self.recorder.sample(row)
+        self.samples.extend(rows)
+        return rows
+
+    def after_clip(self, ctx: UpdateContext) -> None:
+        return None
+
+    def after_step(self, ctx: UpdateContext) -> None:
+        self.recorder = ctx.recorder
+        loss = ctx.row.get("loss", ctx.loss)
+        self.updates.append(ctx.update)
+        self.losses.append(float(loss) if loss is not None else math.nan)
+        due = ctx.update % self.every == 0 or ctx.update == self.total_steps
+        if due and self.prompts:
+            greedy = [r for r in self.sample_now(ctx.update) if r["mode"] == "greedy"]
+            if greedy:
+                ctx.row["lockin/top_token_share"] = max(r["top_token_share"] for r in greedy)
+                ctx.row["lockin/distinct_1"] = min(r["distinct_1"] for r in greedy)
+                ctx.row["lockin/mean_entropy"] = float(np.mean([r["mean_entropy"] for r in greedy]))
+
+    def close(self, run_dir: Path) -> dict[str, Any]:
+        if self._closed is not None:
+            return self._closed
+        if self.updates and self.updates[-1] not in self._sampled_at:
+            self.sample_now(self.updates[-1])  # the final state is what a reader samples
+        if self.vocab_size is None:
+            verdict = {"verdict": "insufficient-data", "reason": "unknown vocabulary size"}
+        else:
+            verdict = lockin_verdict(
+                self.updates, self.losses, self.samples, self.vocab_size, self.thresholds
+            )
+        if not self.prompts:
+            verdict["reason"] = "no prompts: verdict from the loss trajectory only"
+        self._closed = {
+            "lockin": {
+                **verdict,
+                "n_sample_events": len(self._sampled_at),
+                "sample_updates": sorted(self._sampled_at),
+                "every": self.every,
+                "n_new": self.n_new,
+                "thresholds": self.thresholds,
+            }
+        }
+        return self._closed

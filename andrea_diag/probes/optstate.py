@@ -1,0 +1,419 @@
+"""Adam-state pollution: how much of ``m`` and ``v`` comes from the spike updates.
+
+Columns every update (Adam/AdamW; other optimizers get only the update columns):
+
+- ``m_norm``, ``v_norm``: global L2 norms of ``exp_avg`` / ``exp_avg_sq``; per layer
+  ``layer_m/<layer>.<kind>``, ``layer_v/<layer>.<kind>`` (one ``_foreach_norm`` each);
+- ``update_rms``: RMS of this step's parameter change ``Δθ`` over all elements;
+- ``cos_update_grad``: cosine between the update direction ``-Δθ`` and the gradient Adam
+  received (so +1 is a plain SGD step, ~0 means Adam's history dominates);
+- ``m_spike_share = ‖m_spike‖/‖m‖``, ``v_spike_share = ‖v_spike‖/‖v‖`` (shadow buffers on).
+
+*Why a parameter snapshot for Δθ*: recomputing ``lr·m̂/(√v̂+ε)`` from the state needs five
+elementwise passes and knows only Adam; a copy before the step plus one subtraction is two
+passes, exact for any optimizer (AdamW's decoupled decay included). Its memory is reported as
+``snapshot_bytes``.
+
+**Spike contributions.** With ``m_0 = 0``, Adam's ``m_t = Σ_s (1-β1)·β1^(t-s)·g_s`` and
+``v_t = Σ_s (1-β2)·β2^(t-s)·g_s²`` exactly, where ``g_s`` is the gradient Adam received at
+applied update ``s`` (post-clip; plus ``wd·θ`` for Adam's coupled L2 decay; AdamW's decoupled
+decay does not touch ``m``/``v``). The shadow buffers hold the spike terms of those sums:
+``m_spike``, ``v_spike`` decay like the moments every applied update and add the spike's term
+at a spike update (``ctx.spike``, decided online by the spike probe). They are stored lazily
+as ``c·B`` with a per-param-group scalar ``c`` (the accumulated ``β^k``), so the per-update
+decay is a scalar multiply and ``‖B‖`` only changes at spikes: the shadow costs memory
+(``shadow_bytes``: 2 fp32 copies of the parameters, allocated at the first spike) and a few
+passes per *spike*, not per update. ``B`` is renormalised when ``c`` drops below 1e-20.
+
+**Per-spike recovery** needs no buffers: one spike's own contribution has norm
+``(1-β1)·β1^k·‖g_s‖`` (``(1-β2)·β2^k·‖g_s²‖`` for ``v``) after ``k`` applied updates, so its
+share of ``‖m_t‖`` is exact from two numbers per spike. ``recovery_m`` of a spike is the number
+of updates until that share falls below ``RECOVERY_SHARE`` (10%); a spike the run ended on first
+is *censored* (recovery ``None``, ``censored`` True). Summary ``recovery_m`` / ``recovery_v``:
+the max over spikes, ``None`` when any spike is censored. With the shadow on,
+``recovery_m_all`` / ``recovery_v_all`` measure the combined share after the *last* spike.
+
+Betas, weight decay and ``maximize`` are read from ``optimizer.param_groups`` each update.
+Exactness assumes every parameter of a group receives a gradient at every applied update.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from andrea_diag.probes.base import UpdateContext
+from andrea_diag.probes.layers import GroupIndex, group_index_for
+
+RECOVERY_SHARE = 0.1
+RENORM_BELOW = 1e-20  # keep c·B inside fp32 range: B grows like 1/c between renormalisations
+
+
+class _GroupInfo:
+    """One optimizer param group, as seen by this probe."""
+
+    def __init__(self, group: dict[str, Any], optimizer: torch.optim.Optimizer) -> None:
+        betas = group.get("betas", (0.9, 0.999))
+        self.beta1, self.beta2 = float(betas[0]), float(betas[1])
+        self.wd = float(group.get("weight_decay", 0.0) or 0.0)
+        decoupled = bool(group.get("decoupled_weight_decay", False)) or isinstance(
+            optimizer, torch.optim.AdamW
+        )
+        self.l2 = self.wd != 0.0 and not decoupled  # Adam's coupled L2: g += wd·θ
+        self.maximize = bool(group.get("maximize", False))
+        self.cm = 1.0  # m_spike = cm · Bm for this group's params
+        self.cv = 1.0
+        self.bm_sq = 0.0  # ‖Bm restricted to this group‖²
+        self.bv_sq = 0.0
+
+
+class _Spike:
+    """Per-spike bookkeeping for the buffer-free recovery measurement."""
+
+    def __init__(self, update: int, am: list[float], av: list[float]) -> None:
+        self.update = update
+        self.am, self.av = am, av  # per group: (1-β1)‖g_s‖, (1-β2)‖g_s²‖
+        self.k = 0  # applied updates since the spike
+        self.share_m0: float | None = None
+        self.share_v0: float | None = None
+        self.recovery_m: int | None = None
+        self.recovery_v: int | None = None
+
+
+class OptStateProbe:
+    """m/v norms, update RMS and cosine, spike pollution of m and v (see module docstring)."""
+
+    def __init__(
+        self,
+        shadow: bool = True,
+        per_layer: bool = True,
+        update_stats: bool = True,
+        recovery_share: float = RECOVERY_SHARE,
+    ) -> None:
+        self.shadow, self.per_layer, self.update_stats = shadow, per_layer, update_stats
+        self.recovery_share = recovery_share
+        self._groups_idx: dict[tuple[str, ...], GroupIndex] = {}
+        self._snap: list[torch.Tensor] | None = None
+        self._snap_valid = False
+        self._g_eff: list[torch.Tensor] | None = None
+        self._ginfo: list[_GroupInfo] | None = None
+        self._gid_of: dict[int, int] = {}
+        self._bm: dict[int, torch.Tensor] = {}  # id(param) -> B buffers (lazy, at first spike)
+        self._bv: dict[int, torch.Tensor] = {}
+        self.spikes: list[_Spike] = []
+        self.max_m_share = 0.0
+        self.max_v_share = 0.0
+        self._last_spike_update: int | None = None
+        self.recovery_m_all: int | None = None
+        self.recovery_v_all: int | None = None
+        self.has_moments: bool | None = None
+        self.optimizer_name = ""
+        self.last_update = 0
+
+    # -- helpers ---------------------------------------------------------------------------
+    def _with_grad(self, ctx: UpdateContext) -> tuple[list[str], list[torch.Tensor]]:
+        pairs = [
+            (n, p) for n, p in zip(ctx.param_names, ctx.params, strict=True) if p.grad is not None
+        ]
+        return [n for n, _ in pairs], [p for _, p in pairs]
+
+    def _group_info(self, optimizer: torch.optim.Optimizer) -> list[_GroupInfo]:
+        if self._ginfo is None or len(self._ginfo) != len(optimizer.param_groups):
+            self._ginfo = [_GroupInfo(g, optimizer) for g in optimizer.param_groups]
+            self._gid_of = {
+                id(p): gi for gi, g in enumerate(optimizer.param_groups) for p in g["params"]
+            }
+        else:  # betas / decay may be scheduled: refresh the cheap fields, keep c and ‖B‖
+            for info, g in zip(self._ginfo, optimizer.param_groups, strict=True):
+                betas = g.get("betas", (info.beta1, info.beta2))
+                info.beta1, info.beta2 = float(betas[0]), float(betas[1])
+        return self._ginfo
+
+    def _effective_grads(
+        self, ctx: UpdateContext, params: list[torch.Tensor]
+    ) -> list[torch.Tensor]:
+        """The gradient Adam receives: post-clip grad, + wd·θ (coupled L2), negated if maximize."""
+        ginfo = self._group_info(ctx.optimizer)
+        out = []
+        for p in params:
+            g = p.grad.detach()
+            info = ginfo[self._gid_of.get(id(p), 0)]
+            if info.l2:
+                g = g + info.wd * p.detach()
+            if info.maximize:
+                g = -g
+            out.append(g)
+        return out
+
+    # -- protocol --------------------------------------------------------------------------
+    def after_clip(self, ctx: UpdateContext) -> None:
+        self.optimizer_name = type(ctx.optimizer).__name__
+        _, params = self._with_grad(ctx)
+        # the gradient Adam will receive, captured before the step (coupled L2 needs θ_prev)
+        self._g_eff = self._effective_grads(ctx, params)
+        self._snap_valid = False
+        if not self.update_stats or not ctx.applied or not params:
+            return
+        if (
+            self._snap is None
+            or len(self._snap) != len(params)
+            or any(s.shape != p.shape for s, p in zip(self._snap, params, strict=True))
+        ):
+            self._snap = [torch.empty_like(p, memory_format=torch.preserve_format) for p in params]
+        with torch.no_grad():
+            torch._foreach_copy_(self._snap, [p.detach() for p in params])
+        self._snap_valid = True
+
+    @torch.no_grad()
+    def after_step(self, ctx: UpdateContext) -> None:
+        self.last_update = ctx.update
+        names, params = self._with_grad(ctx)
+        if not params:
+            return
+        g_eff = self._g_eff if self._g_eff is not None else self._effective_grads(ctx, params)
+        self._g_eff = None
+        row = ctx.row
+        state = ctx.optimizer.state
+        ms = [state[p].get("exp_avg") if p in state else None for p in params]
+        vs = [state[p].get("exp_avg_sq") if p in state else None for p in params]
+        self.has_moments = all(m is not None for m in ms) and all(v is not None for v in vs)
+        scalars: list[torch.Tensor] = []  # gathered for one host transfer
+        slots: dict[str, slice] = {}
+
+        def push(key: str, tensors: list[torch.Tensor]) -> None:
+            start = sum(t.numel() for t in scalars)
+            flat = torch.stack([t.reshape(()).double() for t in tensors]) if tensors else None
+            if flat is not None:
+                scalars.append(flat)
+                slots[key] = slice(start, start + flat.numel())
+
+        if self.has_moments:
+            push("m", list(torch._foreach_norm(ms)))
+            push("v", list(torch._foreach_norm(vs)))
+        if self._snap_valid and self._snap is not None:
+            torch._foreach_sub_(self._snap, [p.detach() for p in params])  # θ_prev - θ = -Δθ
+            push("d", list(torch._foreach_norm(self._snap)))
+            dots = [
+                torch.dot(s.reshape(-1).float(), g.reshape(-1).float())
+                for s, g in zip(self._snap, g_eff, strict=True)
+            ]
+            push("dot", [torch.stack(dots).sum()])
+            push("g", list(torch._foreach_norm(g_eff)))
+            self._snap_valid = False
+        spike_now = bool(ctx.spike and ctx.applied)
+        if spike_now and self.has_moments:
+            push("gs", list(torch._foreach_norm(g_eff)))
+            push("gs4", list(torch._foreach_norm(g_eff, 4.0)))  # ‖g²‖₂ = ‖g‖₄²
+        vals = torch.cat(scalars).tolist() if scalars else []  # host sync: once per update
+
+        def get(key: str) -> list[float]:
+            return vals[slots[key]] if key in slots else []
+
+        if "d" in slots:
+            d, g = get("d"), get("g")
+            n_elem = sum(p.numel() for p in params)
+            d_norm = math.sqrt(sum(x * x for x in d))
+            g_norm = math.sqrt(sum(x * x for x in g))
+            row["update_rms"] = d_norm / math.sqrt(max(n_elem, 1))
+            denom = d_norm * g_norm
+            row["cos_update_grad"] = get("dot")[0] / denom if denom > 0 else None
+        elif self.update_stats and not ctx.applied:
+            row["update_rms"] = 0.0
+            row["cos_update_grad"] = None
+        if not self.has_moments:
+            return
+        m_pt, v_pt = get("m"), get("v")
+        m_norm = math.sqrt(sum(x * x for x in m_pt))
+        v_norm = math.sqrt(sum(x * x for x in v_pt))
+        row["m_norm"], row["v_norm"] = m_norm, v_norm
+        if self.per_layer:
+            gi = group_index_for(self._groups_idx, names)
+            row.update(gi.columns("layer_m", torch.tensor(m_pt, dtype=torch.float64)))
+            row.update(gi.columns("layer_v", torch.tensor(v_pt, dtype=torch.float64)))
+        ginfo = self._group_info(ctx.optimizer)
+        gids = [self._gid_of.get(id(p), 0) for p in params]
+        if ctx.applied:
+            self._advance(ginfo)
+        if spike_now:
+            self._add_spike(ctx.update, ginfo, gids, params, g_eff, get("gs"), get("gs4"))
+        self._per_spike_shares(ctx.update, ginfo, m_norm, v_norm)
+        if self.shadow:
+            self._shadow_columns(ctx.update, row, ginfo, m_norm, v_norm)
+
+    # -- pollution -------------------------------------------------------------------------
+    def _advance(self, ginfo: list[_GroupInfo]) -> None:
+        """One applied update: every spike term decays by β (scalars only)."""
+        for info in ginfo:
+            info.cm *= info.beta1
+            info.cv *= info.beta2
+        for sp in self.spikes:
+            sp.k += 1
+
+    def _add_spike(
+        self,
+        update: int,
+        ginfo: list[_GroupInfo],
+        gids: list[int],
+        params: list[torch.Tensor],
+        g_eff: list[torch.Tensor],
+        gs: list[float],
+        gs4: list[float],
+    ) -> None:
+        n_groups = len(ginfo)
+        sq_g, sq_g2 = [0.0] * n_groups, [0.0] * n_groups
+        for gid, a, b in zip(gids, gs, gs4, strict=True):
+            sq_g[gid] += a * a
+            sq_g2[gid] += b**4  # ‖g²‖₂² = Σ g⁴ = ‖g‖₄⁴
+        am = [(1 - info.beta1) * math.sqrt(s) for info, s in zip(ginfo, sq_g, strict=True)]
+        av = [(1 - info.beta2) * math.sqrt(s) for info, s in zip(ginfo, sq_g2, strict=True)]
+        # the spike's term is in m_t already (k = 0 after this update's decay)
+        self.spikes.append(_Spike(update, am, av))
+        self._last_spike_update = update
+        self.recovery_m_all = self.recovery_v_all = None
+        if not self.shadow or not all(math.isfinite(x) for x in gs + gs4):
+            return  # a non-finite gradient would poison the buffers for good
+        for p, g, gid in zip(params, g_eff, gids, strict=True):
+            info = ginfo[gid]
+            if id(p) not in self._bm:
+                self._bm[id(p)] = torch.zeros_like(p, dtype=torch.float32)
+                self._bv[id(p)] = torch.zeros_like(p, dtype=torch.float32)
+            g32 = g.float()
+            self._bm[id(p)].add_(g32, alpha=(1 - info.beta1) / info.cm)
+            self._bv[id(p)].addcmul_(g32, g32, value=(1 - info.beta2) / info.cv)
+        self._refresh_b_norms(ginfo)
+
+    def _refresh_b_norms(self, ginfo: list[_GroupInfo]) -> None:
+        for info in ginfo:
+            info.bm_sq = info.bv_sq = 0.0
+        keys = list(self._bm)
+        if not keys:
+            return
+        bm = torch.stack(torch._foreach_norm([self._bm[k] for k in keys])).double().tolist()
+        bv = torch.stack(torch._foreach_norm([self._bv[k] for k in keys])).double().tolist()
+        for k, a, b in zip(keys, bm, bv, strict=True):
+            info = ginfo[self._gid_of.get(k, 0)]
+            info.bm_sq += a * a
+            info.bv_sq += b * b
+
+    def _renormalise(self, ginfo: list[_GroupInfo]) -> None:
+        if not any(i.cm < RENORM_BELOW or i.cv < RENORM_BELOW for i in ginfo):
+            return
+        for k in self._bm:
+            info = ginfo[self._gid_of.get(k, 0)]
+            if info.cm < RENORM_BELOW:
+                self._bm[k].mul_(info.cm)
+            if info.cv < RENORM_BELOW:
+                self._bv[k].mul_(info.cv)
+        for info in ginfo:
+            if info.cm < RENORM_BELOW:
+                info.cm = 1.0
+            if info.cv < RENORM_BELOW:
+                info.cv = 1.0
+        self._refresh_b_norms(ginfo)
+
+    def _per_spike_shares(
+        self, update: int, ginfo: list[_GroupInfo], m_norm: float, v_norm: float
+    ) -> None:
+        for sp in self.spikes:
+            if sp.recovery_m is not None and sp.recovery_v is not None:
+                continue
+            own_m = math.sqrt(
+                sum((a * info.beta1**sp.k) ** 2 for a, info in zip(sp.am, ginfo, strict=True))
+            )
+            own_v = math.sqrt(
+                sum((a * info.beta2**sp.k) ** 2 for a, info in zip(sp.av, ginfo, strict=True))
+            )
+            sm = own_m / m_norm if m_norm > 0 else None
+            sv = own_v / v_norm if v_norm > 0 else None
+            if sp.share_m0 is None:
+                sp.share_m0, sp.share_v0 = sm, sv
+                if not self.shadow:
+                    self.max_m_share = max(self.max_m_share, sm or 0.0)
+                    self.max_v_share = max(self.max_v_share, sv or 0.0)
+            if sp.recovery_m is None and sm is not None and sm < self.recovery_share:
+                sp.recovery_m = update - sp.update
+            if sp.recovery_v is None and sv is not None and sv < self.recovery_share:
+                sp.recovery_v = update - sp.update
+
+    def _shadow_columns(
+        self,
+        update: int,
+        row: dict[str, Any],
+        ginfo: list[_GroupInfo],
+        m_norm: float,
+        v_norm: float,
+    ) -> None:
+        if not self._bm:
+            row["m_spike_share"] = row["v_spike_share"] = 0.0
+            return
+        self._renormalise(ginfo)
+        ms = math.sqrt(sum(i.cm * i.cm * i.bm_sq for i in ginfo))
+        vs = math.sqrt(sum(i.cv * i.cv * i.bv_sq for i in ginfo))
+        sm = ms / m_norm if m_norm > 0 else None
+        sv = vs / v_norm if v_norm > 0 else None
+        row["m_spike_share"], row["v_spike_share"] = sm, sv
+        if sm is not None and math.isfinite(sm):
+            self.max_m_share = max(self.max_m_share, sm)
+            if self.recovery_m_all is None and sm < self.recovery_share:
+                self.recovery_m_all = update - (self._last_spike_update or update)
+        if sv is not None and math.isfinite(sv):
+            self.max_v_share = max(self.max_v_share, sv)
+            if self.recovery_v_all is None and sv < self.recovery_share:
+                self.recovery_v_all = update - (self._last_spike_update or update)
+
+    # -- results ---------------------------------------------------------------------------
+    def per_spike(self) -> dict[int, dict[str, Any]]:
+        """update -> {share_m0, share_v0, recovery_m, recovery_v, censored_m, censored_v}."""
+        return {
+            sp.update: {
+                "share_m0": sp.share_m0,
+                "share_v0": sp.share_v0,
+                "recovery_m": sp.recovery_m,
+                "recovery_v": sp.recovery_v,
+                "censored_m": sp.recovery_m is None,
+                "censored_v": sp.recovery_v is None,
+            }
+            for sp in self.spikes
+        }
+
+    def shadow_bytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in [*self._bm.values(), *self._bv.values()])
+
+    def close(self, run_dir: Path) -> dict[str, Any]:
+        per = self.per_spike()
+
+        def worst(key: str) -> tuple[int | None, bool]:
+            vals = [r[f"recovery_{key}"] for r in per.values()]
+            if not vals:
+                return None, False
+            if any(v is None for v in vals):
+                return None, True
+            return max(vals), False
+
+        rec_m, cen_m = worst("m")
+        rec_v, cen_v = worst("v")
+        any_spike = bool(self.spikes)
+        return {
+            "pollution": {
+                "optimizer": self.optimizer_name,
+                "has_moments": bool(self.has_moments),
+                "shadow": self.shadow,
+                "n_spikes_tracked": len(self.spikes),
+                "max_m_share": self.max_m_share if any_spike else 0.0,
+                "max_v_share": self.max_v_share if any_spike else 0.0,
+                "recovery_m": rec_m,
+                "recovery_v": rec_v,
+                "recovery_m_censored": cen_m,
+                "recovery_v_censored": cen_v,
+                "recovery_m_all": self.recovery_m_all if self.shadow else None,
+                "recovery_v_all": self.recovery_v_all if self.shadow else None,
+                "recovery_share": self.recovery_share,
+                "last_update": self.last_update,
+                "per_spike": [{"update": u, **r} for u, r in per.items()],
+                "shadow_bytes": self.shadow_bytes(),
+                "snapshot_bytes": sum(t.numel() * t.element_size() for t in self._snap or []),
+            }
+        }

@@ -1,0 +1,301 @@
+"""Spike detection and attribution: which updates spiked, and why.
+
+**Online detection** (in ``after_clip``, so the optimizer-state probe knows at update ``s``
+whether ``s`` is a spike). For the loss and for the pre-clip global gradient norm:
+
+- robust z-score ``z = (x - median) / (1.4826 * MAD)`` over the trailing window of the
+  previous ``window`` (``cfg.spike_window``) *finite* values, the current value excluded;
+  the scale is floored at ``REL_FLOOR * |median|`` so a flat history cannot make float noise
+  look like a spike;
+- a spike is ``z > z_thresh`` (``cfg.spike_z``; upward only: a sudden *drop* is not a spike);
+- **warm-up**: no z (``None`` in the ``loss_z``/``grad_norm_z`` columns, no spike by z) until
+  ``warmup = max(5, window // 5)`` finite values precede the update (10 for the default 50);
+- a non-finite loss or gradient norm, or a skipped update (``ctx.applied`` False), is always a
+  spike event (cause ``numerical``), with ``z = None``.
+
+**Attribution** (each event gets one or more causes; ``cause`` joins them with "+"):
+
+- ``phase-transition``: the update is within ``boundary_k`` updates after a bandit boundary
+  (``0 <= update - boundary <= boundary_k``; the boundary is the first update of a phase);
+- ``outlier``: the batch's worst example is far from the batch: robust z of the max
+  per-example loss against the batch median/MAD (scale floored at 1% of the median) above
+  ``outlier_z`` (default 5.0; with 16 examples the max of a normal batch sits near z = 2);
+- ``numerical``: non-finite loss, non-finite gradient (``ctx.clip.nonfinite``) or a skipped
+  update;
+- ``unexplained``: none of the above.
+
+``ctx.injected`` is never read here: it is the ground truth the tests compare against.
+
+**Cascades**: phase-transition spikes that follow *successive* boundaries (boundary ordinals
+``j, j+1, ...``, at least two) form one cascade; their events carry its id (0, 1, ...), every
+other event has ``cascade = None``.
+
+**OLMo 2 spike score** (:func:`spike_score`): the percentage of values at least 7 standard
+deviations (population std) from the mean of the previous 1,000 values. Warm-up for short
+runs: a value is scored once ``OLMO_MIN_HISTORY = 50`` finite values precede it (the window is
+then whatever history exists, up to 1,000); a non-finite value with enough history counts as a
+spike; ``None`` when nothing was scored.
+
+Events (one row per (update, metric); an update whose loss and grad norm both spike gives two
+rows) are written at ``close()``, because cascades need the boundaries that come later.
+Summary counts: ``n_spikes`` = event rows; ``by_cause`` counts every cause of every event
+(so it can sum to more than ``n_spikes``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from andrea_diag.config import SOURCE_NAMES
+from andrea_diag.probes.base import UpdateContext, robust_z
+
+if TYPE_CHECKING:
+    from andrea_diag.probes.optstate import OptStateProbe
+
+CAUSES = ("phase-transition", "outlier", "numerical", "unexplained")
+REL_FLOOR = 1e-3  # spike z scale floor, relative to the window median
+OUTLIER_Z = 5.0
+OUTLIER_REL_FLOOR = 1e-2
+OLMO_WINDOW = 1000
+OLMO_N_STD = 7.0
+OLMO_MIN_HISTORY = 50
+
+
+def warmup_for(window: int) -> int:
+    """Finite values needed before a robust z is computed."""
+    return max(5, window // 5)
+
+
+def spike_score(
+    values: Sequence[float],
+    window: int = OLMO_WINDOW,
+    n_std: float = OLMO_N_STD,
+    min_history: int = OLMO_MIN_HISTORY,
+) -> float | None:
+    """OLMo 2 spike score in percent: share of values >= ``n_std`` std from the rolling mean.
+
+    The rolling mean/std cover the previous ``window`` finite values (current excluded,
+    population std). Values with fewer than ``min_history`` finite predecessors are not scored.
+    O(n) with cumulative sums, so it is cheap for long runs.
+    """
+    x = np.asarray(values, dtype=np.float64)
+    if x.size == 0:
+        return None
+    finite = np.isfinite(x)
+    f = x[finite]
+    centre = float(f.mean()) if f.size else 0.0  # centring keeps the cumsum variance accurate
+    c1 = np.concatenate([[0.0], np.cumsum(f - centre)])
+    c2 = np.concatenate([[0.0], np.cumsum((f - centre) ** 2)])
+    # prior[i]: number of finite values before index i
+    prior = np.concatenate([[0], np.cumsum(finite)[:-1]])
+    scored = spikes = 0
+    for i in range(x.size):
+        c = int(prior[i])
+        if c < min_history:
+            continue
+        scored += 1
+        if not finite[i]:
+            spikes += 1
+            continue
+        w = min(window, c)
+        s1, s2 = c1[c] - c1[c - w], c2[c] - c2[c - w]
+        mean = s1 / w
+        std = math.sqrt(max(s2 / w - mean * mean, 0.0))
+        if abs((x[i] - centre) - mean) >= n_std * std and (std > 0 or x[i] - centre != mean):
+            spikes += 1
+    return 100.0 * spikes / scored if scored else None
+
+
+def batch_outlier(
+    example_loss: torch.Tensor, rel_floor: float = OUTLIER_REL_FLOOR
+) -> tuple[int | None, float | None]:
+    """(index of the worst example, its robust z vs the batch); non-finite example wins (z inf)."""
+    el = example_loss.detach().reshape(-1).double().cpu()
+    if el.numel() == 0:
+        return None, None
+    bad = ~torch.isfinite(el)
+    if bool(bad.any()):
+        return int(bad.nonzero()[0, 0]), math.inf
+    if el.numel() < 3:
+        return None, None
+    idx = int(el.argmax())
+    others = torch.cat([el[:idx], el[idx + 1 :]])  # the batch without the candidate
+    return idx, robust_z(float(el[idx]), others.numpy(), rel_floor)
+
+
+class SpikeProbe:
+    """Online spike flags (``loss_z``, ``grad_norm_z``, ``spike`` columns) + events at close."""
+
+    def __init__(
+        self,
+        window: int = 50,
+        z_thresh: float = 6.0,
+        boundary_k: int = 3,
+        outlier_z: float = OUTLIER_Z,
+        source_names: Sequence[str] = SOURCE_NAMES,
+        optstate: OptStateProbe | None = None,
+    ) -> None:
+        self.window, self.z_thresh, self.boundary_k = int(window), float(z_thresh), boundary_k
+        self.outlier_z = outlier_z
+        self.warmup = warmup_for(self.window)
+        self.source_names = tuple(source_names)
+        self.optstate = optstate  # for per-spike recovery columns in the events table
+        self._win = {"loss": deque(maxlen=self.window), "grad_norm": deque(maxlen=self.window)}
+        self.history: dict[str, list[float]] = {"loss": [], "grad_norm": []}
+        self.boundaries: list[int] = []
+        self._prev_phase: int | None = None
+        self.events: list[dict[str, Any]] = []
+        self.recorder: Any = None
+        self._closed: dict[str, Any] | None = None
+
+    # -- online ---------------------------------------------------------------------------
+    def _z(self, metric: str, value: float) -> float | None:
+        win = self._win[metric]
+        if len(win) < self.warmup:
+            return None
+        return robust_z(value, win, REL_FLOOR)
+
+    def after_clip(self, ctx: UpdateContext) -> None:
+        self.recorder = ctx.recorder
+        u = ctx.update
+        if ctx.boundary or (self._prev_phase is not None and ctx.phase != self._prev_phase):
+            self.boundaries.append(u)
+        self._prev_phase = ctx.phase
+        loss, gn = float(ctx.loss), ctx.grad_norm()
+        grad_bad = ctx.grads_nonfinite() or not math.isfinite(gn)
+        loss_bad = not math.isfinite(loss)
+        z = {"loss": self._z("loss", loss), "grad_norm": self._z("grad_norm", gn)}
+        flagged = [m for m in ("loss", "grad_norm") if z[m] is not None and z[m] > self.z_thresh]
+        if loss_bad and "loss" not in flagged:
+            flagged.append("loss")
+        if grad_bad and "grad_norm" not in flagged:
+            flagged.append("grad_norm")
+        if not ctx.applied and not flagged:
+            flagged.append("grad_norm")  # a skipped update is always an event
+        ctx.row["loss_z"] = z["loss"]
+        ctx.row["grad_norm_z"] = z["grad_norm"]
+        ctx.row["spike"] = bool(flagged)
+        ctx.spike = bool(flagged)
+        if flagged:
+            self._record(ctx, flagged, {"loss": loss, "grad_norm": gn}, z, loss_bad or grad_bad)
+        for metric, value in (("loss", loss), ("grad_norm", gn)):
+            self.history[metric].append(value)
+            if math.isfinite(value):
+                self._win[metric].append(value)
+
+    def _record(
+        self,
+        ctx: UpdateContext,
+        flagged: list[str],
+        values: dict[str, float],
+        z: dict[str, float | None],
+        nonfinite: bool,
+    ) -> None:
+        u = ctx.update
+        causes: list[str] = []
+        boundary = next(
+            (b for b in reversed(self.boundaries) if 0 <= u - b <= self.boundary_k), None
+        )
+        if boundary is not None:
+            causes.append("phase-transition")
+        idx, oz = batch_outlier(ctx.example_loss) if ctx.example_loss.numel() else (None, None)
+        if oz is not None and math.isfinite(oz) and oz > self.outlier_z:
+            causes.append("outlier")
+        if nonfinite or not ctx.applied:
+            causes.append("numerical")
+        if not causes:
+            causes.append("unexplained")
+        source = None
+        if idx is not None and ctx.example_source.numel() > idx:
+            s = int(ctx.example_source.reshape(-1)[idx])
+            source = self.source_names[s] if 0 <= s < len(self.source_names) else None
+        for metric in flagged:
+            self.events.append(
+                {
+                    "update": u,
+                    "metric": metric,
+                    "value": values[metric],
+                    "z": z[metric],
+                    "causes": list(causes),
+                    "cause": "+".join(causes),
+                    "phase": ctx.phase,
+                    **{f"w_{k}": v for k, v in ctx.weights.items()},
+                    "boundary_update": boundary,
+                    "cascade": None,
+                    "outlier_example": idx if "outlier" in causes or oz == math.inf else None,
+                    "outlier_source": source if "outlier" in causes or oz == math.inf else None,
+                    "outlier_z": oz,
+                }
+            )
+
+    def after_step(self, ctx: UpdateContext) -> None:
+        return None
+
+    # -- post hoc -------------------------------------------------------------------------
+    def _cascades(self) -> int:
+        """Label phase-transition events at successive boundaries with a cascade id."""
+        ordinal = {b: j for j, b in enumerate(self.boundaries)}
+        hit = sorted(
+            {ordinal[e["boundary_update"]] for e in self.events if e["boundary_update"] is not None}
+        )
+        runs: list[list[int]] = []
+        for j in hit:
+            if runs and runs[-1][-1] == j - 1:
+                runs[-1].append(j)
+            else:
+                runs.append([j])
+        cascade_of: dict[int, int] = {}
+        n = 0
+        for run in runs:
+            if len(run) >= 2:
+                cascade_of.update({j: n for j in run})
+                n += 1
+        for e in self.events:
+            b = e["boundary_update"]
+            e["cascade"] = cascade_of.get(ordinal[b]) if b is not None else None
+        return n
+
+    def close(self, run_dir: Path) -> dict[str, Any]:
+        if self._closed is not None:  # idempotent: the monitor and the loop may both close
+            return self._closed
+        n_cascades = self._cascades()
+        recovery = self.optstate.per_spike() if self.optstate is not None else {}
+        for e in self.events:
+            r = recovery.get(e["update"], {})
+            e["recovery_m"] = r.get("recovery_m")
+            e["recovery_v"] = r.get("recovery_v")
+            if self.recorder is not None:
+                self.recorder.event(e)
+        by_cause = {c: sum(c in e["causes"] for e in self.events) for c in CAUSES}
+        self._closed = {
+            "spikes": {
+                "n_spikes": len(self.events),
+                "n_grad_spikes": sum(e["metric"] == "grad_norm" for e in self.events),
+                "n_loss_spikes": sum(e["metric"] == "loss" for e in self.events),
+                "spike_score_loss": spike_score(self.history["loss"]),
+                "spike_score_grad": spike_score(self.history["grad_norm"]),
+                "by_cause": by_cause,
+                "n_cascades": n_cascades,
+                "spike_updates": sorted({e["update"] for e in self.events}),
+                "n_boundaries": len(self.boundaries),
+                "thresholds": {
+                    "spike_window": self.window,
+                    "spike_z": self.z_thresh,
+                    "warmup": self.warmup,
+                    "z_scale_rel_floor": REL_FLOOR,
+                    "boundary_k": self.boundary_k,
+                    "outlier_z": self.outlier_z,
+                    "olmo_window": OLMO_WINDOW,
+                    "olmo_n_std": OLMO_N_STD,
+                    "olmo_min_history": OLMO_MIN_HISTORY,
+                },
+            }
+        }
+        return self._closed
