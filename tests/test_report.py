@@ -6,6 +6,7 @@ python -m pytest -q tests/test_report.py
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 
@@ -249,10 +250,17 @@ def test_pollution_and_expectations() -> None:
         clip="global",
         summary={"final_loss": 3.0, "min_loss": 2.9, "lockin": {"verdict": "never-learned"}},
     )
+    fine.summary["lockin"]["reason"] = "loss stayed near ln V"
     out = F.expectation_findings([locked, fine])
-    assert "locked in: none." in out and "the unclipped arm none collapsed." in out
+    assert "global: lock-in verdict never-learned (loss stayed near ln V)." in out
+    assert (
+        "locked in: none." in out and "the unclipped arm none collapsed (lock-in verdict)." in out
+    )
     out = F.expectation_findings([_arm(summary={"final_loss": 5.0, "min_loss": 2.0}), fine])
-    assert "no arm locked in." in out and "the unclipped arm none collapsed." in out
+    assert "no arm locked in." in out
+    assert (
+        "the unclipped arm none collapsed (final loss 5 is 3.00 nats above its minimum 2)." in out
+    )
     out = F.expectation_findings(
         [_arm(summary={"final_loss": 2.1, "min_loss": 2.0, "nonfinite_updates": 2})]
     )
@@ -275,3 +283,38 @@ def test_data_finding() -> None:
     a.data = {"sources": {"x": {"generated": True}, "y": {"generated": False}}}
     assert F.data_finding([a]) == "GENERATED (synthetic) sources: x; real-text sources: y."
     assert "unknown" in F.data_finding([_arm()])
+
+
+def test_crashed_run_with_nonfinite_values_renders(tmp_path: Path) -> None:
+    """No summary.json, no parquet (Recorder never closed), NaN loss and an inf grad norm."""
+    from andrea_diag.config import RunConfig
+    from andrea_diag.record import Recorder
+
+    rec = Recorder(tmp_path / "crash", RunConfig(size="tiny").resolve().to_dict())
+    for u in range(1, 30):
+        rec.log(
+            {
+                "update": u,
+                "loss": math.nan if u > 20 else 3.0,
+                "grad_norm": math.inf if u == 20 else 1.0,
+                "nonfinite": u >= 20,
+                "boundary": u in (8, 15),
+                "clip_coef": 1.0,
+                "injected": "nonfinite" if u == 20 else None,
+            }
+        )
+    rec.event(
+        {
+            "update": 20,
+            "metric": "grad_norm",
+            "value": math.inf,
+            "causes": ["numerical"],
+            "cause": "numerical",
+        }
+    )
+    page = render_report([tmp_path / "crash"], tmp_path / "r.html").read_text()
+    assert "update 20 (grad_norm, cause: numerical)" in page
+    assert "injected nonfinite at update 20 (detected as a spike)" in page
+    assert "collapsed (final loss is not finite)" in page
+    assert "the run did not finish" in page
+    assert "non-finite updates (skipped): none 10." in page

@@ -196,7 +196,7 @@ def boundary_loss_finding(arm: Arm, k: int = BOUNDARY_K) -> str:
     delta, n = boundary_loss_delta(arm.metrics, k)
     if n == 0:
         return f"{arm.label}: no phase boundary with {k} updates on both sides; loss change not measured."
-    word = "rose" if delta > 0 else "fell"
+    word = "rose" if delta > 0.005 else "fell" if delta < -0.005 else "was flat"
     return (
         f"{arm.label}: mean loss change over the {k} updates after a boundary vs the {k} before: "
         f"{delta:+.3f} over {n} boundaries (loss {word} at the shift)."
@@ -266,14 +266,37 @@ def clip_cost_findings(arms: list[Arm]) -> list[str]:
     return out
 
 
-def collapsed(arm: Arm) -> bool:
-    """Collapse = lock-in verdict, a non-finite final loss, or a final loss DIVERGE_NATS above
-    the run's own minimum (it learned, then lost it)."""
+def collapse_reason(arm: Arm) -> str | None:
+    """Why the run counts as collapsed (None if it did not): a lock-in verdict, a non-finite
+    final loss, or a final loss DIVERGE_NATS above the run's own minimum (learned, then lost it)."""
     fl = final_loss(arm)
     lo = arm.summary.get("min_loss")
     if lo is None and "loss" in arm.metrics and len(arm.metrics):
         lo = float(arm.metrics["loss"].min())
-    return is_locked(arm) or not math.isfinite(fl) or (lo is not None and fl - lo > DIVERGE_NATS)
+    if is_locked(arm):
+        return "lock-in verdict"
+    if not math.isfinite(fl):
+        return "final loss is not finite"
+    if lo is not None and math.isfinite(lo) and fl - lo > DIVERGE_NATS:
+        return f"final loss {fmt(fl)} is {fl - lo:.2f} nats above its minimum {fmt(lo)}"
+    return None
+
+
+def collapsed(arm: Arm) -> bool:
+    return collapse_reason(arm) is not None
+
+
+def nonfinite_updates(arm: Arm) -> int:
+    """summary.nonfinite_updates, else counted from the metrics (a crashed run has no summary)."""
+    v = arm.summary.get("nonfinite_updates")
+    if v is not None:
+        return int(v)
+    m = arm.metrics
+    if "nonfinite" in m:
+        return int(m["nonfinite"].fillna(False).astype(bool).sum())
+    if "grad_norm" in m:
+        return int((~m["grad_norm"].astype(float).apply(math.isfinite)).sum())
+    return 0
 
 
 def expectation_findings(arms: list[Arm]) -> list[str]:
@@ -282,18 +305,29 @@ def expectation_findings(arms: list[Arm]) -> list[str]:
     locked = [a.label for a in arms if is_locked(a)]
     out.append(f"locked in: {', '.join(locked)}." if locked else "no arm locked in.")
     for a in arms:
-        if not a.clipped:
+        why = collapse_reason(a)
+        kind = "clipped" if a.clipped else "unclipped"
+        if why:
+            out.append(f"the {kind} arm {a.label} collapsed ({why}).")
+        elif not a.clipped:
             out.append(
-                f"the unclipped arm {a.label} collapsed."
-                if collapsed(a)
-                else f"the unclipped arm {a.label} did not collapse "
+                f"the unclipped arm {a.label} did not collapse "
                 f"(no lock-in, final loss finite and within {DIVERGE_NATS:g} nat of its minimum)."
             )
-    nonfin = [
-        (a.label, int(a.summary.get("nonfinite_updates") or 0))
-        for a in arms
-        if int(a.summary.get("nonfinite_updates") or 0) > 0
-    ]
+    for a in arms:
+        lock = a.summary.get("lockin") or {}
+        verdict = lock.get("verdict")
+        if verdict and verdict != "healthy":
+            # "never-learned" must not read as lock-in: the pilots stalled near the uniform loss
+            why = lock.get("reason") or "; ".join(map(str, lock.get("reasons") or []))
+            out.append(f"{a.label}: lock-in verdict {verdict}" + (f" ({why})." if why else "."))
+    unfinished = [a.label for a in arms if not a.summary]
+    if unfinished:
+        out.append(
+            f"no summary.json for {', '.join(unfinished)}: the run did not finish "
+            "(crashed or still running); values come from the metrics rows written so far."
+        )
+    nonfin = [(a.label, nonfinite_updates(a)) for a in arms if nonfinite_updates(a) > 0]
     out.append(
         "non-finite updates (skipped): " + ", ".join(f"{lab} {n}" for lab, n in nonfin) + "."
         if nonfin
