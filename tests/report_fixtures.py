@@ -110,6 +110,8 @@ def make_run(
                 for i, s in enumerate(SOURCE_NAMES)
             },
             "grad_norm": gn,
+            "loss_z": 0.1,  # the spike probe's z-score column: must not read as a source
+            "grad_norm_z": 0.2,
             "grad_norm_post": gn * coef,
             "clip_coef": coef,
             "lr": 3e-4,

@@ -15,6 +15,7 @@ import pytest
 from plotly.offline import get_plotlyjs
 from report_fixtures import boundary_updates, make_run
 
+from andrea_diag.config import SOURCE_NAMES
 from andrea_diag.errors import UserError
 from andrea_diag.record import load_run
 from andrea_diag.report import findings as F
@@ -71,6 +72,9 @@ def test_every_boundary_marked(pair: tuple[Path, str]) -> None:
         boundary_updates(N)
     )
     assert grad["layout"]["yaxis"]["type"] == "log"
+    # per-source loss rows: the three sources, not the spike probe's loss_z column
+    titles = [a["text"] for a in loss["layout"]["annotations"]]
+    assert titles == ["loss (all sources)"] + [f"loss on {s}" for s in SOURCE_NAMES]
 
 
 def test_all_figures_present_with_probes(pair: tuple[Path, str]) -> None:
@@ -318,3 +322,17 @@ def test_crashed_run_with_nonfinite_values_renders(tmp_path: Path) -> None:
     assert "collapsed (final loss is not finite)" in page
     assert "the run did not finish" in page
     assert "non-finite updates (skipped): none 10." in page
+
+
+def test_lockin_chart_falls_back_to_metric_columns(tmp_path: Path) -> None:
+    from andrea_diag.report.figures import lockin_figure
+
+    run = make_run(tmp_path / "r", n_updates=40)
+    arm = F.Arm.from_run(load_run(run))
+    arm.samples = pd.DataFrame()
+    assert lockin_figure([arm])[0] is None
+    arm.metrics["lockin/top_token_share"] = [
+        0.5 if u % 10 == 0 else None for u in arm.metrics["update"]
+    ]
+    fig, _ = lockin_figure([arm])
+    assert list(fig.data[0].x) == [10, 20, 30, 40]

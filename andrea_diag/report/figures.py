@@ -21,6 +21,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from andrea_diag.config import SOURCE_NAMES
 from andrea_diag.report.findings import Arm, boundaries, final_loss, summary_row
 
 MAX_POINTS = 2000
@@ -127,13 +128,18 @@ def _spike_markers(
         fig.add_trace(trace, row=row, col=1)
 
 
+def source_names(arms: list[Arm]) -> list[str]:
+    """Source names from the w_<source> columns (SOURCE_NAMES when none). Not from loss_*:
+    the spike probe also writes ``loss_z``, which is not a source."""
+    names = dict.fromkeys(c[2:] for a in arms for c in a.metrics.columns if c.startswith("w_"))
+    return list(names) or list(SOURCE_NAMES)
+
+
 def loss_figure(arms: list[Arm]) -> tuple[go.Figure | None, str]:
     """Total loss (row 1) and per-source loss (one row per source), spikes marked."""
     if not any(_has(a, "loss") for a in arms):
         return None, "no loss column in any run."
-    sources = sorted(
-        {c[5:] for a in arms for c in a.metrics.columns if c.startswith("loss_") and _has(a, c)}
-    )
+    sources = [s for s in source_names(arms) if any(_has(a, f"loss_{s}") for a in arms)]
     rows = 1 + len(sources)
     fig = make_subplots(
         rows=rows,
@@ -348,12 +354,25 @@ LOCKIN_ROWS = [
 ]
 
 
+def _lockin_table(arm: Arm) -> pd.DataFrame:
+    """samples.jsonl rows, else the lock-in probe's ``lockin/*`` metric columns (greedy
+    aggregates written at each sampling update) when the samples file is missing."""
+    if not arm.samples.empty and "update" in arm.samples:
+        return arm.samples
+    cols = [c for c in arm.metrics.columns if c.startswith("lockin/")]
+    if not cols or "update" not in arm.metrics:
+        return pd.DataFrame()
+    t = arm.metrics[["update", *cols]].dropna(subset=cols, how="all")
+    return t.rename(columns={c: c.split("/", 1)[1] for c in cols})
+
+
 def lockin_figure(arms: list[Arm]) -> tuple[go.Figure | None, str]:
     """Lock-in metrics of the greedy samples (mean over sources) against the update sampled at."""
-    have = [a for a in arms if not a.samples.empty and "update" in a.samples]
+    tables = {a.label: _lockin_table(a) for a in arms}
+    have = [a for a in arms if not tables[a.label].empty]
     if not have:
         return None, "no samples recorded: lock-in chart omitted."
-    rows = [r for r in LOCKIN_ROWS if any(r[0] in a.samples for a in have)]
+    rows = [r for r in LOCKIN_ROWS if any(r[0] in tables[a.label] for a in have)]
     if not rows:
         return None, "samples carry no lock-in metrics: chart omitted."
     fig = make_subplots(
@@ -365,7 +384,7 @@ def lockin_figure(arms: list[Arm]) -> tuple[go.Figure | None, str]:
     )
     style = Style(arms)
     for a in have:
-        s = a.samples
+        s = tables[a.label]
         if "mode" in s and (s["mode"] == "greedy").any():
             s = s[s["mode"] == "greedy"]  # greedy text is where repetition lock-in shows first
         for i, (col, _) in enumerate(rows, start=1):
