@@ -1,0 +1,51 @@
+"""The offline data layer: three sources → BPE (8449 tokens) → bandit mixer → batches.
+
+    >>> from andrea_diag.data import prepare_data, Mixer, BatchPlan
+    >>> data = prepare_data()                                   # cached after the first call
+    >>> plan = BatchPlan(data, Mixer(seed=0), seed=0, micro_batch=8, accum=2, seq_len=64)
+    >>> batch = plan.batch(1)                                   # tokens (A, m, T+1)
+
+Modules: ``corpus`` (sources, overrides), ``generators`` (seeded prose and dialogue),
+``tokenizer`` (training + cache), ``prepare`` (one-call pipeline), ``bandit`` (phases and
+weights), ``batches`` (per-update batches, record/replay, outlier injection).
+"""
+
+from andrea_diag.data.bandit import MIXER_POLICIES, PHASE_LENGTHS, Mixer, Phase
+from andrea_diag.data.batches import (
+    Batch,
+    BatchPlan,
+    batch_seed,
+    make_outlier_batch,
+    outlier_generator,
+    tokens_hash,
+)
+from andrea_diag.data.corpus import (
+    EOT,
+    Source,
+    build_sources,
+    load_override,
+    parse_source_overrides,
+)
+from andrea_diag.data.prepare import PreparedData, prepare_data
+from andrea_diag.data.tokenizer import default_cache_dir
+
+__all__ = [
+    "EOT",
+    "MIXER_POLICIES",
+    "PHASE_LENGTHS",
+    "Batch",
+    "BatchPlan",
+    "Mixer",
+    "Phase",
+    "PreparedData",
+    "Source",
+    "batch_seed",
+    "build_sources",
+    "default_cache_dir",
+    "load_override",
+    "make_outlier_batch",
+    "outlier_generator",
+    "parse_source_overrides",
+    "prepare_data",
+    "tokens_hash",
+]

@@ -1,0 +1,296 @@
+"""Token batches per optimizer update: deterministic from (seed, update), recordable, replayable.
+
+    >>> data = prepare_data()
+    >>> plan = BatchPlan(data, Mixer(seed=0), seed=0, micro_batch=8, accum=2, seq_len=64)
+    >>> b = plan.batch(1)          # b.tokens: (A=2, m=8, T+1=65) int64; b.hash: 16 hex chars
+    >>> plan.save("run/batches.json"); BatchPlan.load("run/batches.json", data).batch(1).hash == b.hash
+    True
+
+For every update, ``m × A`` sequences of ``seq_len + 1`` tokens are drawn: each sequence's source
+by the current phase's weights, its start offset uniform in that source's stream. All draws use
+a private ``torch.Generator`` seeded from (seed, update) alone, never the global RNG, so every arm
+of an experiment sees exactly the same token batches whatever else it does with randomness.
+
+With the ``exp3`` mixer the weights depend on the first arm's losses, so the first arm records
+its plan (:meth:`BatchPlan.save`) and the later arms replay it (:meth:`BatchPlan.load`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from andrea_diag.config import SOURCE_NAMES
+from andrea_diag.data.bandit import Mixer
+from andrea_diag.data.prepare import PreparedData
+from andrea_diag.errors import UserError
+
+PLAN_FORMAT = "andrea-diag-batch-plan-v1"
+
+
+@dataclasses.dataclass
+class Batch:
+    """One optimizer update's tokens: A microbatches of m sequences of T+1 tokens."""
+
+    update: int  # 1-based optimizer update
+    tokens: torch.Tensor  # (A, m, T+1) int64; inputs tokens[..., :-1], targets tokens[..., 1:]
+    source_idx: torch.Tensor  # (A, m) int64, index into SOURCE_NAMES
+    phase: int  # 0-based mixer phase index
+    weights: dict[str, float]
+    hash: str  # sha256 of the token ids, first 16 hex chars
+    offsets: torch.Tensor  # (A, m) int64 start offset of each sequence in its source stream
+    injected: torch.Tensor  # (A, m) bool: True where make_outlier_batch replaced the sequence
+
+    @property
+    def accum(self) -> int:
+        return self.tokens.shape[0]
+
+    @property
+    def micro_batch(self) -> int:
+        return self.tokens.shape[1]
+
+    @property
+    def seq_len(self) -> int:
+        return self.tokens.shape[2] - 1
+
+    def microbatch(self, i: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(inputs (m, T), targets (m, T), source_idx (m,)) of microbatch ``i``."""
+        t = self.tokens[i]  # (m, T+1)
+        return t[:, :-1], t[:, 1:], self.source_idx[i]
+
+
+def batch_seed(seed: int, update: int, tag: str = "batch") -> int:
+    """A 63-bit generator seed derived from (tag, seed, update) only."""
+    digest = hashlib.sha256(f"{tag}:{seed}:{update}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") & (2**63 - 1)
+
+
+def tokens_hash(tokens: torch.Tensor) -> str:
+    """sha256 (first 16 hex chars) of the ids as little-endian int64: dtype- and device-free."""
+    arr = tokens.detach().to("cpu", torch.int64).contiguous().numpy().astype("<i8", copy=False)
+    return hashlib.sha256(arr.tobytes()).hexdigest()[:16]
+
+
+def _streams_of(data: PreparedData | Mapping[str, torch.Tensor]) -> list[torch.Tensor]:
+    streams = data.streams if isinstance(data, PreparedData) else data
+    missing = [n for n in SOURCE_NAMES if n not in streams]
+    if missing:
+        raise ValueError(f"streams missing for {missing}")
+    return [streams[n] for n in SOURCE_NAMES]
+
+
+def gather_tokens(
+    streams: list[torch.Tensor], source_idx: torch.Tensor, offsets: torch.Tensor, seq_len: int
+) -> torch.Tensor:
+    """Cut ``seq_len + 1`` tokens at each (source, offset); shapes follow ``source_idx``."""
+    flat_src, flat_off = source_idx.reshape(-1), offsets.reshape(-1)  # (N,)
+    out = torch.empty(flat_src.numel(), seq_len + 1, dtype=torch.int64)  # (N, T+1)
+    span = torch.arange(seq_len + 1)  # (T+1,)
+    for s, stream in enumerate(streams):
+        rows = (flat_src == s).nonzero(as_tuple=True)[0]
+        if rows.numel():
+            out[rows] = stream[flat_off[rows, None] + span].to(torch.int64)  # (n_s, T+1)
+    return out.view(*source_idx.shape, seq_len + 1)
+
+
+def draw_sequences(
+    stream_lengths: list[int],
+    weights: list[float],
+    seed: int,
+    update: int,
+    micro_batch: int,
+    accum: int,
+    seq_len: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(source_idx, offsets), each (A, m) int64, from a generator seeded by (seed, update)."""
+    n = micro_batch * accum
+    g = torch.Generator().manual_seed(batch_seed(seed, update))
+    src = torch.multinomial(torch.tensor(weights, dtype=torch.float64), n, True, generator=g)
+    n_starts = torch.tensor(stream_lengths, dtype=torch.float64) - seq_len  # valid start count
+    if (n_starts < 1).any():
+        short = [SOURCE_NAMES[i] for i, x in enumerate(n_starts.tolist()) if x < 1]
+        raise UserError(
+            f"source(s) {', '.join(short)} have fewer than seq_len + 1 = {seq_len + 1} tokens",
+            hint="lower --seq-len or give those sources more text",
+        )
+    u = torch.rand(n, generator=g, dtype=torch.float64)  # (N,)
+    off = torch.minimum((u * n_starts[src]).floor(), n_starts[src] - 1).to(torch.int64)
+    return src.view(accum, micro_batch), off.view(accum, micro_batch)
+
+
+class BatchPlan:
+    """Batches for updates 1..N: recorded from a mixer, or replayed from a saved plan."""
+
+    def __init__(
+        self,
+        data: PreparedData | Mapping[str, torch.Tensor],
+        mixer: Mixer | None,
+        *,
+        seed: int,
+        micro_batch: int,
+        accum: int,
+        seq_len: int,
+    ) -> None:
+        self.streams = _streams_of(data)
+        self.data_key = data.key if isinstance(data, PreparedData) else None
+        self.mixer = mixer
+        self.seed = seed
+        self.micro_batch, self.accum, self.seq_len = micro_batch, accum, seq_len
+        self.records: dict[int, dict[str, Any]] = {}
+        self.replaying = False
+
+    # -- producing batches --------------------------------------------------------------------
+
+    def batch(self, update: int) -> Batch:
+        """The batch of ``update`` (1-based). Replay mode checks it against the recorded hash."""
+        if self.replaying:
+            return self._replay(update)
+        if self.mixer is None:
+            raise ValueError("a recording BatchPlan needs a mixer")
+        phase = self.mixer.phase_at(update)
+        w = [phase.weights[n] for n in SOURCE_NAMES]
+        lengths = [s.numel() for s in self.streams]
+        src, off = draw_sequences(
+            lengths, w, self.seed, update, self.micro_batch, self.accum, self.seq_len
+        )
+        tokens = gather_tokens(self.streams, src, off, self.seq_len)  # (A, m, T+1)
+        b = Batch(update, tokens, src, phase.index, dict(phase.weights), tokens_hash(tokens), off,
+                  torch.zeros_like(src, dtype=torch.bool))  # fmt: skip
+        self.records[update] = {
+            "update": update,
+            "phase": phase.index,
+            "weights": w,
+            "source_idx": src.reshape(-1).tolist(),
+            "offsets": off.reshape(-1).tolist(),
+            "hash": b.hash,
+        }
+        return b
+
+    def _replay(self, update: int) -> Batch:
+        rec = self.records.get(update)
+        if rec is None:
+            raise UserError(
+                f"the recorded batch plan has no update {update} (it covers "
+                f"{min(self.records, default=0)}..{max(self.records, default=0)})",
+                hint="record the plan for at least as many updates as the replaying arm runs",
+            )
+        shape = (self.accum, self.micro_batch)
+        src = torch.tensor(rec["source_idx"], dtype=torch.int64).view(shape)
+        off = torch.tensor(rec["offsets"], dtype=torch.int64).view(shape)
+        tokens = gather_tokens(self.streams, src, off, self.seq_len)
+        h = tokens_hash(tokens)
+        if h != rec["hash"]:
+            raise UserError(
+                f"replayed batch for update {update} differs from the recording "
+                f"({h} != {rec['hash']}): the data changed since the plan was saved",
+                hint="replay with the same sources (and overrides) the plan was recorded with",
+            )
+        weights = dict(zip(SOURCE_NAMES, rec["weights"], strict=True))
+        return Batch(update, tokens, src, rec["phase"], weights, h, off,
+                     torch.zeros_like(src, dtype=torch.bool))  # fmt: skip
+
+    def observe(self, update: int, loss_by_source: dict[str, float]) -> None:
+        """Forward per-source losses to the mixer while recording; a no-op when replaying."""
+        if not self.replaying and self.mixer is not None:
+            self.mixer.observe(update, loss_by_source)
+
+    def is_boundary(self, update: int) -> bool:
+        """True for the first update of every phase after the first."""
+        if self.replaying:
+            prev = self.records.get(update - 1)
+            cur = self.records.get(update)
+            return bool(prev and cur and prev["phase"] != cur["phase"])
+        return self.mixer is not None and self.mixer.is_boundary(update)
+
+    # -- persistence --------------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": PLAN_FORMAT,
+            "seed": self.seed,
+            "micro_batch": self.micro_batch,
+            "accum": self.accum,
+            "seq_len": self.seq_len,
+            "sources": list(SOURCE_NAMES),
+            "data_key": self.data_key,
+            "mixer": self.mixer.describe() if self.mixer is not None else None,
+            "records": [self.records[u] for u in sorted(self.records)],
+        }
+
+    def save(self, path: str | Path) -> Path:
+        """Write the per-update schedule (phase, weights, sources, offsets, hash) as JSON."""
+        p = Path(path)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        tmp = p.with_name(p.name + ".tmp")
+        tmp.write_text(json.dumps(self.to_dict(), separators=(",", ":")))
+        tmp.replace(p)  # atomic: a replaying arm never reads half a plan
+        return p
+
+    @classmethod
+    def load(cls, path: str | Path, data: PreparedData | Mapping[str, torch.Tensor]) -> BatchPlan:
+        """A replaying plan: same batches as the recording, verified by hash."""
+        p = Path(path)
+        if not p.is_file():
+            raise UserError(f"batch plan {str(p)!r} does not exist")
+        try:
+            d = json.loads(p.read_text())
+        except json.JSONDecodeError as exc:
+            raise UserError(f"batch plan {str(p)!r} is not valid JSON ({exc.msg})") from None
+        if d.get("format") != PLAN_FORMAT:
+            raise UserError(f"{str(p)!r} is not a batch plan (format {d.get('format')!r})")
+        if d["sources"] != list(SOURCE_NAMES):
+            raise UserError(f"batch plan sources {d['sources']} differ from {SOURCE_NAMES}")
+        key = data.key if isinstance(data, PreparedData) else None
+        if key and d.get("data_key") and key != d["data_key"]:
+            raise UserError(
+                "the batch plan was recorded on different data",
+                hint="replay with the same sources (and overrides) the plan was recorded with",
+            )
+        plan = cls(data, None, seed=d["seed"], micro_batch=d["micro_batch"], accum=d["accum"],
+                   seq_len=d["seq_len"])  # fmt: skip
+        plan.records = {int(r["update"]): r for r in d["records"]}
+        plan.replaying = True
+        return plan
+
+
+# --------------------------------------------------------------------------------------------
+# injection: --inject outlier@UPDATE
+# --------------------------------------------------------------------------------------------
+
+
+def outlier_generator(seed: int, update: int) -> torch.Generator:
+    """The private generator an injection at ``update`` should use (same in every arm)."""
+    return torch.Generator().manual_seed(batch_seed(seed, update, tag="outlier"))
+
+
+def make_outlier_batch(
+    batch: Batch,
+    rng: torch.Generator,
+    vocab_size: int,
+    rare_ids: torch.Tensor | None = None,
+    n_sequences: int = 1,
+) -> Batch:
+    """A copy of ``batch`` where ``n_sequences`` sequences of one microbatch are rare tokens.
+
+    The seeds' first spike source is "one sequence with a very rare token combination": the
+    replaced sequences are i.i.d. draws from ``rare_ids`` (pass
+    ``PreparedData.rare_token_ids()``); without it, the top 256 ids, which byte-level BPE
+    assigns to its last, least frequent merges. The microbatch is chosen by ``rng``.
+    """
+    a_dim, m_dim, t1 = batch.tokens.shape
+    n = max(1, min(n_sequences, m_dim))
+    pool = rare_ids if rare_ids is not None else torch.arange(max(1, vocab_size - 256), vocab_size)
+    pool = pool.to(torch.int64)
+    a = int(torch.randint(a_dim, (1,), generator=rng))
+    picks = torch.randint(pool.numel(), (n, t1), generator=rng)  # (n, T+1)
+    tokens = batch.tokens.clone()
+    tokens[a, :n] = pool[picks]
+    injected = batch.injected.clone()
+    injected[a, :n] = True
+    return dataclasses.replace(batch, tokens=tokens, hash=tokens_hash(tokens), injected=injected)

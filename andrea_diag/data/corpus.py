@@ -1,0 +1,304 @@
+"""The three training sources, built offline, with optional user overrides.
+
+    >>> from andrea_diag.data.corpus import build_sources
+    >>> sources = build_sources(seed=0)
+    >>> {n: (s.generated, s.n_bytes) for n, s in sources.items()}   # doctest: +SKIP
+
+- ``repo-docs`` is **real** documentation that exists on every machine where the toolkit is
+  installed: the README-style long descriptions of the toolkit's own dependencies
+  (``importlib.metadata``) followed by list-structured API listings of a fixed set of stdlib
+  modules (``inspect`` docstrings). Installed versions differ between machines, so the bytes may
+  too; each Source records a sha256 so two runs can be checked for comparability.
+- ``gutenberg`` (narrative prose) and ``hermes3-general`` (Q&A dialogue) have no real offline
+  text, so seeded grammars in :mod:`andrea_diag.data.generators` make them (``generated=True``).
+
+Overrides replace any source with the user's text: ``NAME=PATH`` where PATH is a folder of
+.txt/.md files (recursive, sorted), a single .txt/.md file, or a .jsonl file with a ``text``
+field. Every user-caused problem raises :class:`~andrea_diag.errors.UserError`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.metadata
+import inspect
+import json
+import re
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from andrea_diag.config import SOURCE_NAMES
+from andrea_diag.data.generators import dialogue_documents, narrative_documents
+from andrea_diag.errors import UserError
+
+EOT = "<|endoftext|>"  # document separator in the streams; keep in sync with tokenizer.py
+DEFAULT_TARGET_BYTES = 1_000_000  # ~1 MB a source: tokenizer training takes seconds on 2 cores
+
+# The toolkit's own dependencies first (always installed with it), then their usual companions.
+# Missing ones are skipped; `origin` lists what was used.
+DOC_PACKAGES = (
+    "torch", "numpy", "pandas", "pyarrow", "plotly", "typer", "rich", "tokenizers",
+    "nvidia-ml-py", "click", "markdown-it-py", "pygments", "pytest", "hypothesis",
+    "pytest-benchmark", "huggingface-hub", "narwhals", "packaging", "python-dateutil",
+    "filelock", "fsspec", "jinja2", "sympy", "networkx",
+)  # fmt: skip
+# Stdlib modules whose docstrings become API listings. Pure, side-effect-free imports only
+# (no tkinter/turtle/antigravity); the order is fixed so the bytes are too.
+DOC_MODULES = (
+    "argparse", "collections", "json", "os", "pathlib", "re", "string", "textwrap", "itertools",
+    "functools", "typing", "dataclasses", "logging", "subprocess", "shutil", "tempfile", "csv",
+    "datetime", "decimal", "fractions", "statistics", "random", "math", "heapq", "bisect",
+    "array", "struct", "io", "contextlib", "abc", "enum", "copy", "pickle", "sqlite3",
+    "http.client", "urllib.parse", "zipfile", "tarfile", "gzip", "hashlib", "hmac", "secrets",
+    "base64", "calendar", "difflib", "unicodedata", "locale", "gettext", "threading", "queue",
+    "asyncio", "socket", "select", "signal", "unittest", "doctest", "pdb", "timeit",
+    "traceback", "warnings", "inspect", "ast", "dis", "operator", "weakref", "glob", "fnmatch",
+    "configparser", "xml.etree.ElementTree", "html", "mimetypes", "uuid", "ipaddress", "sched",
+    "platform", "types", "numbers", "cmath", "zlib", "codecs", "pprint", "reprlib", "shelve",
+    "tokenize", "keyword", "optparse", "getopt", "fileinput", "filecmp", "stat", "lzma", "bz2",
+    "plistlib", "colorsys", "graphlib", "contextvars", "concurrent.futures", "multiprocessing",
+    "selectors", "smtplib", "ftplib", "imaplib", "poplib", "xmlrpc.client", "cmd", "shlex",
+)  # fmt: skip
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")  # reprs like <object at 0x7f..> differ per process
+
+
+@dataclass(frozen=True)
+class Source:
+    """One training source: its documents and where they came from."""
+
+    name: str
+    documents: tuple[str, ...] = field(repr=False)
+    origin: str  # e.g. "generated: narrative grammar, seed 0" or "override: /data/docs"
+    generated: bool
+
+    @property
+    def text(self) -> str:
+        """The documents joined by the end-of-text separator (what the tokenizer sees)."""
+        return f"\n{EOT}\n".join(self.documents)
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.text.encode("utf-8")).hexdigest()
+
+    @property
+    def n_bytes(self) -> int:
+        return len(self.text.encode("utf-8"))
+
+    def describe(self) -> dict[str, object]:
+        return {
+            "origin": self.origin,
+            "generated": self.generated,
+            "n_documents": len(self.documents),
+            "n_bytes": self.n_bytes,
+            "sha256": self.sha256,
+        }
+
+
+# --------------------------------------------------------------------------------------------
+# repo-docs: real documentation
+# --------------------------------------------------------------------------------------------
+
+
+def _package_readmes() -> tuple[list[str], list[str]]:
+    docs, used = [], []
+    for name in DOC_PACKAGES:
+        try:
+            meta = importlib.metadata.metadata(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        body = (meta.get_payload() or meta.get("Description") or "").strip()  # type: ignore[attr-defined]
+        if len(body) < 200:  # a one-line summary is not documentation
+            continue
+        docs.append(f"# {meta['Name']} {meta['Version']}\n\n{body}\n")
+        used.append(f"{meta['Name']}=={meta['Version']}")
+    return docs, used
+
+
+def _first_paragraph(doc: str) -> str:
+    return doc.strip().split("\n\n")[0].replace("\n", " ")
+
+
+def _signature(obj: object) -> str:
+    try:
+        return _ADDRESS.sub("", str(inspect.signature(obj)))  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return "(...)"
+
+
+def _module_listing(module_name: str) -> str | None:
+    """A list-structured API page for one module: intro, then one bullet per public name."""
+    # Reading docstrings of deprecated aliases (typing.io, ...) warns; the text is what we want.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return _module_listing_unchecked(module_name)
+
+
+def _module_listing_unchecked(module_name: str) -> str | None:
+    try:
+        mod = importlib.import_module(module_name)
+    except Exception:  # an interpreter built without e.g. sqlite3: skip, sha256 records it
+        return None
+    lines = [f"## Module `{module_name}`", "", (inspect.getdoc(mod) or "").strip(), ""]
+    members = sorted(
+        (n, o)
+        for n, o in vars(mod).items()
+        if not n.startswith("_") and getattr(o, "__module__", None) == mod.__name__
+    )
+    funcs = [(n, o) for n, o in members if inspect.isroutine(o)]
+    classes = [(n, o) for n, o in members if inspect.isclass(o)]
+    if funcs:
+        lines += ["### Functions", ""]
+        for n, o in funcs:
+            # Functions keep their whole docstring, indented under the bullet: nested lists
+            # and parameter tables are the "list-structured" shape this source stands for.
+            doc = (inspect.getdoc(o) or "").strip()
+            lines.append(f"- `{n}{_signature(o)}`")
+            lines += [f"    {d}".rstrip() for d in doc.splitlines()]
+        lines.append("")
+    for n, cls in classes:
+        lines += [f"### class `{n}`", "", _first_paragraph(inspect.getdoc(cls) or ""), ""]
+        for mn, mo in sorted(vars(cls).items()):
+            if mn.startswith("_") or not callable(mo):
+                continue
+            doc = inspect.getdoc(mo) or ""
+            lines.append(f"- `{n}.{mn}{_signature(mo)}`: {_first_paragraph(doc)}".rstrip(": "))
+        lines.append("")
+    return _ADDRESS.sub("", "\n".join(lines))
+
+
+def repo_docs_source(target_bytes: int = DEFAULT_TARGET_BYTES) -> Source:
+    """Real documentation: dependency READMEs, then stdlib API listings, up to ``target_bytes``."""
+    docs, used = _package_readmes()
+    total = sum(len(d.encode("utf-8")) for d in docs)
+    n_modules = 0
+    for name in DOC_MODULES:
+        if total >= target_bytes:
+            break
+        page = _module_listing(name)
+        if page:
+            docs.append(page)
+            total += len(page.encode("utf-8"))
+            n_modules += 1
+    if total > target_bytes:  # trim the last page so the size stays near the target
+        over = total - target_bytes
+        docs[-1] = (
+            docs[-1]
+            .encode("utf-8")[: max(0, len(docs[-1].encode()) - over)]
+            .decode("utf-8", "ignore")
+        )
+    origin = f"installed package docs ({', '.join(used)}) + {n_modules} stdlib module API listings"
+    return Source("repo-docs", tuple(d for d in docs if d.strip()), origin, generated=False)
+
+
+# --------------------------------------------------------------------------------------------
+# overrides
+# --------------------------------------------------------------------------------------------
+
+
+def parse_source_overrides(specs: list[str]) -> dict[str, str]:
+    """Parse CLI strings ``NAME=PATH`` into a dict, validating the names (not the paths yet)."""
+    out: dict[str, str] = {}
+    for spec in specs:
+        name, sep, path = spec.partition("=")
+        name, path = name.strip(), path.strip()
+        if not sep or not name or not path:
+            raise UserError(
+                f"bad source override {spec!r}", hint="write NAME=PATH, e.g. gutenberg=./books"
+            )
+        _check_name(name)
+        if name in out:
+            raise UserError(f"source {name!r} is overridden twice")
+        out[name] = path
+    return out
+
+
+def _check_name(name: str) -> None:
+    if name not in SOURCE_NAMES:
+        raise UserError(f"unknown source {name!r}", hint=f"choose from {', '.join(SOURCE_NAMES)}")
+
+
+def _read_jsonl(path: Path, name: str) -> list[str]:
+    docs = []
+    with path.open(encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise UserError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from None
+            if not isinstance(row, dict) or not isinstance(row.get("text"), str):
+                raise UserError(
+                    f"{path}:{lineno}: no string field 'text'",
+                    hint=f'every line of a .jsonl source for {name} must look like {{"text": "..."}}',
+                )
+            docs.append(row["text"])
+    return docs
+
+
+def load_override(name: str, path: str | Path) -> Source:
+    """Read a user's replacement for source ``name`` from a folder, .txt/.md file or .jsonl."""
+    _check_name(name)
+    p = Path(path).expanduser()
+    if not p.exists():
+        raise UserError(f"source {name}: path {str(p)!r} does not exist")
+    if p.is_dir():
+        files = sorted(
+            (f for f in p.rglob("*") if f.is_file() and f.suffix.lower() in (".txt", ".md")),
+            key=lambda f: f.relative_to(
+                p
+            ).as_posix(),  # sorted by relative path: same order anywhere
+        )
+        if not files:
+            raise UserError(
+                f"source {name}: folder {str(p)!r} has no .txt or .md files",
+                hint="put text files in it, or pass a .jsonl file with a 'text' field",
+            )
+        docs = [f.read_text(encoding="utf-8", errors="replace") for f in files]
+    elif p.suffix.lower() == ".jsonl":
+        docs = _read_jsonl(p, name)
+    elif p.suffix.lower() in (".txt", ".md"):
+        docs = [p.read_text(encoding="utf-8", errors="replace")]
+    else:
+        raise UserError(
+            f"source {name}: unsupported file {str(p)!r}",
+            hint="use a folder of .txt/.md files or a .jsonl file with a 'text' field",
+        )
+    docs = [d for d in docs if d.strip()]
+    if not docs:
+        raise UserError(f"source {name}: {str(p)!r} contains no text")
+    return Source(name, tuple(docs), f"override: {p.resolve()}", generated=False)
+
+
+def build_sources(
+    overrides: dict[str, str] | None = None,
+    seed: int = 0,
+    target_bytes: int = DEFAULT_TARGET_BYTES,
+) -> dict[str, Source]:
+    """All three sources in ``SOURCE_NAMES`` order; same seed and machine → same bytes.
+
+    ``seed`` only affects the generated sources. ``target_bytes`` sizes the built-in sources
+    (tests use a small value); overrides are used whole.
+    """
+    overrides = dict(overrides or {})
+    for name in overrides:
+        _check_name(name)
+    out: dict[str, Source] = {}
+    for name in SOURCE_NAMES:
+        if name in overrides:
+            out[name] = load_override(name, overrides[name])
+        elif name == "repo-docs":
+            out[name] = repo_docs_source(target_bytes)
+        elif name == "gutenberg":
+            docs = narrative_documents(seed, target_bytes)
+            out[name] = Source(
+                name, tuple(docs), f"generated: narrative-prose grammar, seed {seed}", True
+            )
+        else:
+            docs = dialogue_documents(seed, target_bytes)
+            out[name] = Source(
+                name, tuple(docs), f"generated: User/Assistant Q&A templates, seed {seed}", True
+            )
+    return out

@@ -1,0 +1,149 @@
+"""Tests for per-update batches: determinism across arms, record/replay, outlier injection.
+
+pytest tests/test_data_batches.py -q
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from andrea_diag.config import SOURCE_NAMES
+from andrea_diag.data import (
+    BatchPlan,
+    Mixer,
+    make_outlier_batch,
+    outlier_generator,
+    prepare_data,
+    tokens_hash,
+)
+from andrea_diag.errors import UserError
+
+M, A, T = 4, 2, 32
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    # Small corpora and vocab: batches do not care about the tokenizer's size.
+    return prepare_data(cache_dir=tmp_path_factory.mktemp("cache"), vocab_size=1000,
+                        target_bytes=100_000)  # fmt: skip
+
+
+def plan(data, seed=0, policy="seeded"):
+    return BatchPlan(data, Mixer(seed, policy), seed=seed, micro_batch=M, accum=A, seq_len=T)
+
+
+def test_shapes_and_contents(data):
+    b = plan(data).batch(1)
+    assert b.tokens.shape == (A, M, T + 1) and b.tokens.dtype == torch.int64
+    assert b.source_idx.shape == (A, M) and b.offsets.shape == (A, M)
+    assert len(b.hash) == 16 and b.hash == tokens_hash(b.tokens)
+    assert not b.injected.any()
+    x, y, _src = b.microbatch(1)
+    assert x.shape == (M, T) and torch.equal(x[:, 1:], y[:, :-1])
+    for a in range(A):  # every sequence really is a slice of its source stream
+        for i in range(M):
+            s = data.streams[SOURCE_NAMES[int(b.source_idx[a, i])]]
+            o = int(b.offsets[a, i])
+            assert torch.equal(b.tokens[a, i], s[o : o + T + 1])
+
+
+def test_same_seed_update_same_batch_regardless_of_global_rng(data):
+    torch.manual_seed(123)
+    b1 = plan(data).batch(17)
+    torch.manual_seed(999)  # another arm may use the global RNG differently (dropout, init)
+    torch.rand(50)
+    b2 = plan(data).batch(17)
+    assert torch.equal(b1.tokens, b2.tokens) and b1.hash == b2.hash
+    before = torch.get_rng_state()
+    plan(data).batch(3)
+    assert torch.equal(torch.get_rng_state(), before)  # and drawing batches never consumes it
+
+
+def test_independent_plans_identical_across_arms(data):
+    arm1, arm2 = plan(data), plan(data)
+    order = list(range(1, 121))
+    h1 = [arm1.batch(u).hash for u in order]
+    h2 = [arm2.batch(u).hash for u in reversed(order)][::-1]  # any query order
+    assert h1 == h2
+    assert len(set(h1)) == len(h1)  # different updates, different batches
+    assert [plan(data, seed=1).batch(u).hash for u in order] != h1
+
+
+def test_sources_follow_phase_weights(data):
+    p = BatchPlan(data, Mixer(0), seed=0, micro_batch=64, accum=4, seq_len=8)
+    b = p.batch(1)
+    freq = torch.bincount(b.source_idx.reshape(-1), minlength=3).double() / 256
+    w = torch.tensor([b.weights[n] for n in SOURCE_NAMES])
+    assert (freq - w).abs().max() < 0.12
+    assert b.phase == 0 and math.isclose(sum(b.weights.values()), 1.0)
+
+
+def test_replay_equals_recording(data, tmp_path):
+    rec = plan(data)
+    recorded = [rec.batch(u) for u in range(1, 61)]
+    path = rec.save(tmp_path / "plan.json")
+    rep = BatchPlan.load(path, data)
+    for b in recorded:
+        r = rep.batch(b.update)
+        assert torch.equal(r.tokens, b.tokens) and r.hash == b.hash
+        assert r.phase == b.phase and r.weights == pytest.approx(b.weights)
+        assert rep.is_boundary(b.update) == rec.is_boundary(b.update)
+    with pytest.raises(UserError, match="no update 61"):
+        rep.batch(61)
+
+
+def test_exp3_record_then_replay(data, tmp_path):
+    rec = plan(data, policy="exp3")
+    hashes = {}
+    for u in range(1, 90):
+        b = rec.batch(u)
+        hashes[u] = b.hash
+        # Arm 1's losses steer the mixer: hermes3-general looks hardest.
+        rec.observe(u, {"repo-docs": 2.0, "gutenberg": 2.0, "hermes3-general": 6.0})
+    assert rec.batch(89).weights["hermes3-general"] > 0.6
+    rec.save(tmp_path / "exp3.json")
+    rep = BatchPlan.load(tmp_path / "exp3.json", data)
+    for u in range(1, 90):
+        rep.observe(u, {"repo-docs": 9.0})  # later arms' losses change nothing
+        assert rep.batch(u).hash == hashes[u]
+
+
+def test_replay_detects_changed_data(data, tmp_path):
+    rec = plan(data)
+    rec.batch(1)
+    path = rec.save(tmp_path / "p.json")
+    d = json.loads(path.read_text())
+    d["records"][0]["offsets"][0] += 1  # the recording no longer matches the streams
+    path.write_text(json.dumps(d))
+    with pytest.raises(UserError, match="differs from the recording"):
+        BatchPlan.load(path, data).batch(1)
+    d["data_key"] = "0" * 64
+    path.write_text(json.dumps(d))
+    with pytest.raises(UserError, match="different data"):
+        BatchPlan.load(path, data)
+    with pytest.raises(UserError, match="does not exist"):
+        BatchPlan.load(tmp_path / "missing.json", data)
+
+
+def test_seq_len_longer_than_a_stream_is_user_error(data):
+    short = {n: s[:20] for n, s in data.streams.items()}
+    with pytest.raises(UserError, match="fewer than seq_len"):
+        BatchPlan(short, Mixer(0), seed=0, micro_batch=2, accum=1, seq_len=T).batch(1)
+
+
+def test_outlier_batch(data):
+    b = plan(data).batch(5)
+    rare = data.rare_token_ids(64)
+    o1 = make_outlier_batch(b, outlier_generator(0, 5), data.vocab_size, rare, n_sequences=2)
+    o2 = make_outlier_batch(b, outlier_generator(0, 5), data.vocab_size, rare, n_sequences=2)
+    assert torch.equal(o1.tokens, o2.tokens) and o1.hash == o2.hash != b.hash  # same in every arm
+    assert int(o1.injected.sum()) == 2 and o1.injected.any(dim=1).sum() == 1  # one microbatch
+    assert torch.isin(o1.tokens[o1.injected], rare).all()
+    assert torch.equal(o1.tokens[~o1.injected], b.tokens[~o1.injected])
+    assert not b.injected.any()  # the original batch is untouched
+    o3 = make_outlier_batch(b, outlier_generator(0, 5), data.vocab_size)  # default pool
+    assert (o3.tokens[o3.injected] >= data.vocab_size - 256).all()
