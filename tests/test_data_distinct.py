@@ -2,7 +2,7 @@
 
     pytest tests/test_data_distinct.py -q
 
-For each source, train ``GPT(MODEL_PRESETS["tiny"])`` with plain Adam (lr 3e-3) for 100 updates
+For each source, train ``GPT(MODEL_PRESETS["tiny"])`` with plain Adam (lr 3e-3) for 60 updates
 of 8×64 tokens on the first 90% of its stream, then compare the mean loss on held-out windows
 (the last 10%) of every source. Everything is seeded through private generators.
 """
@@ -17,8 +17,8 @@ from andrea_diag.config import MODEL_PRESETS, SOURCE_NAMES
 from andrea_diag.data import prepare_data
 from andrea_diag.model import GPT
 
-UPDATES, BATCH, T = 100, 8, 64
-MARGIN = 0.3  # nats
+UPDATES, BATCH, T = 60, 8, 64
+MARGIN = 0.3  # nats; measured gaps are >= 1.3 (repo-docs model on hermes3-general the closest)
 
 
 @pytest.fixture(autouse=True)

@@ -100,3 +100,20 @@ def test_small_vocab_knob_and_too_small_corpus():
     assert train_tokenizer(tiny, vocab_size=600).get_vocab_size() == 600
     with pytest.raises(UserError, match="too small"):
         train_tokenizer(tiny, vocab_size=VOCAB_SIZE)
+
+
+def test_override_flows_through_prepare(tmp_path):
+    books = tmp_path / "books"
+    books.mkdir()
+    (books / "one.txt").write_text(
+        "It was a dark and stormy night; the rain fell in torrents. " * 400
+    )
+    kw = {"cache_dir": tmp_path / "cache", "vocab_size": 700, "target_bytes": 40_000}
+    base = prepare_data(**kw)
+    over = prepare_data({"gutenberg": str(books)}, **kw)
+    assert over.key != base.key  # different bytes, different cache folder
+    assert over.tokenizer_path.parent != base.tokenizer_path.parent
+    desc = over.describe()["sources"]["gutenberg"]
+    assert desc["generated"] is False and desc["origin"].startswith("override: ")
+    assert over.describe()["generated_sources"] == ["hermes3-general"]
+    assert over.decode(over.streams["gutenberg"][:6]).startswith("It was a dark")

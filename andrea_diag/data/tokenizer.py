@@ -10,6 +10,8 @@ The cache lives in ``$ANDREA_DIAG_CACHE`` or ``~/.cache/andrea-diag``, one folde
 :func:`data_key` (a hash of every source's bytes and the vocab size), holding
 ``tokenizer.json`` and one ``<source>.npy`` token stream per source. Files are written to a
 temporary name and renamed, so two processes preparing the same data cannot see half a file.
+Training is deterministic: two fresh processes (different PYTHONHASHSEED) wrote byte-identical
+tokenizer.json files, so a cleared cache rebuilds the same ids.
 """
 
 from __future__ import annotations
