@@ -23,8 +23,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from andrea_diag.config import RunConfig
-from andrea_diag.data import prepare_data
-from andrea_diag.data.batches import BatchPlan
+from andrea_diag.data import BatchPlan, Mixer, prepare_data
 from andrea_diag.errors import UserError
 from andrea_diag.record import write_json
 from andrea_diag.train.loop import train_arm
@@ -75,10 +74,26 @@ def run_arms(
     first = configs[0]
     console.print("[dim]preparing data (tokenizer cache: reused when present)…[/]")
     data = prepare_data(first.sources, seed=first.seed)
-    plan = BatchPlan(data, first, record_path=out_dir / "batch_plan.json")
+    generated = [n for n, s in data.sources.items() if s.generated]
+    if generated:
+        console.print(f"[dim]generated (seeded) sources: {', '.join(generated)}[/]")
+    # The first arm records the batch plan (an exp3 mixer needs its losses); every later arm
+    # replays the saved plan, verified batch by batch against the recorded hashes.
+    plan = BatchPlan(
+        data,
+        Mixer(seed=first.seed, policy=first.mixer),
+        seed=first.seed,
+        micro_batch=first.micro_batch,
+        accum=first.accum,
+        seq_len=first.seq_len,
+    )
+    plan_path = out_dir / "batch_plan.json"
     summaries: dict[str, dict[str, Any]] = {}
     with _progress(console) as progress:
-        for cfg in configs:
+        for i, cfg in enumerate(configs):
+            if i == 1:
+                plan.save(plan_path)
+            arm_plan = plan if i == 0 else BatchPlan.load(plan_path, data)
             task = progress.add_task(cfg.arm, total=cfg.steps, loss="-", gn="-")
 
             def tick(update: int, row: dict[str, Any], _task: Any = task) -> None:
@@ -86,9 +101,9 @@ def run_arms(
                     _task, completed=update, loss=_fmt(row["loss"]), gn=_fmt(row["grad_norm"])
                 )
 
-            summaries[cfg.arm] = train_arm(
-                cfg, out_dir / cfg.arm, data, plan.replay(), progress=tick
-            )
+            summaries[cfg.arm] = train_arm(cfg, out_dir / cfg.arm, data, arm_plan, progress=tick)
+    if len(configs) == 1:
+        plan.save(plan_path)
     return summaries
 
 

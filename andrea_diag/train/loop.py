@@ -26,6 +26,7 @@ import torch
 
 from andrea_diag.clip.api import clip_grad_norm_with_stats
 from andrea_diag.config import SOURCE_NAMES, RunConfig
+from andrea_diag.data.batches import make_outlier_batch, outlier_generator
 from andrea_diag.errors import UserError
 from andrea_diag.model import GPT
 from andrea_diag.probes import UpdateContext, build_probes
@@ -34,6 +35,7 @@ from andrea_diag.train.accumulation import accumulate_group
 from andrea_diag.train.optim import build_optimizer, build_scheduler
 
 ProgressFn = Callable[[int, dict[str, Any]], None]
+PROMPT_TOKENS = 16  # lock-in prompt length, taken from the start of each source stream
 
 
 def resolve_device(name: str) -> torch.device:
@@ -111,19 +113,25 @@ def train_arm(
     recorder = Recorder(run_dir, cfg.to_dict())
     recorder.write("data.json", data.describe())
     names, params = zip(*model.named_parameters(), strict=True)
-    probes = build_probes(cfg, model, optimizer, prompts=data.prompts(), tokenizer=data.tokenizer)
+    # lock-in prompts: the first tokens of each source stream (a document start), fixed per data
+    prompts = {name: data.streams[name][:PROMPT_TOKENS] for name in SOURCE_NAMES}
+    probes = build_probes(cfg, model, optimizer, prompts=prompts, tokenizer=data.tokenizer)
+    rare_ids = data.rare_token_ids()
     clip_mode = "none" if cfg.clip == "none" else cfg.clip
     counts = {"microbatches": 0, "examples": 0, "tokens": 0}
-    prev_phase, t_start, hashes = None, time.perf_counter(), []
-    outlier_rng = torch.Generator().manual_seed(cfg.seed + 7919)
+    prev_phase, t_start, hashes, phases = None, time.perf_counter(), [], []
     try:
         for update in range(1, cfg.steps + 1):
             t0 = time.perf_counter()
             batch = plan.batch(update)
             injected = injections.get(update)
             if injected == "outlier":
-                batch = plan.outlier_batch(batch, outlier_rng)
+                # the same generator in every arm: the injected batch is identical too
+                batch = make_outlier_batch(
+                    batch, outlier_generator(cfg.seed, update), data.vocab_size, rare_ids
+                )
             hashes.append(batch.hash)
+            phases.append(batch.phase)
             tokens = batch.tokens.to(device)  # (A, m, T+1)
             micro = [(tokens[a, :, :-1], tokens[a, :, 1:]) for a in range(tokens.size(0))]
 
@@ -191,7 +199,7 @@ def train_arm(
                 p.after_step(ctx)
             plan.observe(
                 update,
-                {k[5:]: v for k, v in row.items() if k.startswith("loss_") and math.isfinite(v)},
+                {n: row[f"loss_{n}"] for n in SOURCE_NAMES if math.isfinite(row[f"loss_{n}"])},
             )
             row.update(
                 nonfinite=nonfinite,
@@ -209,7 +217,14 @@ def train_arm(
     summary = summarize(recorder, cfg, wall_s=time.perf_counter() - t_start)
     for p in probes:
         summary.update(p.close(run_dir))
-    recorder.write("schedule.json", {"batch_hashes": hashes, **plan.describe()})
+    recorder.write(
+        "schedule.json",
+        {
+            "batch_hashes": hashes,
+            "phases": phases,
+            "mixer": plan.mixer.describe() if plan.mixer is not None else "replayed",
+        },
+    )
     recorder.close(summary)
     return summary
 
@@ -250,7 +265,8 @@ def summarize(recorder: Recorder, cfg: RunConfig, wall_s: float) -> dict[str, An
         "median_grad_norm": float(gn.median()) if len(gn) else None,
         "pct_clipped": float(100.0 * (df["clip_coef"] < 1.0).mean()),
         "n_boundaries": int(df["boundary"].sum()),
-        "nonfinite_updates": [int(u) for u in df.loc[df["nonfinite"], "update"]],
+        "nonfinite_updates": int(df["nonfinite"].sum()),
+        "nonfinite_update_list": [int(u) for u in df.loc[df["nonfinite"], "update"]],
         "partial_groups": 0,  # the bandit sampler always fills a group; see accumulation.py
         "wall_s": wall_s,
         "boundary_loss_delta": boundary_loss_delta(

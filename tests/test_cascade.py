@@ -1,0 +1,118 @@
+"""End to end on CPU: a short tiny cascade, its run directories, identical batches, the report."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from andrea_diag.cli import app
+from andrea_diag.record import load_run
+
+STEPS = 40  # crosses several bandit boundaries (phases are 7..42 updates)
+
+
+@pytest.fixture(scope="module")
+def cascade_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("cascade") / "c"
+    res = CliRunner().invoke(
+        app,
+        [
+            "cascade",
+            "--size",
+            "tiny",
+            "--steps",
+            str(STEPS),
+            "--out",
+            str(out),
+            "--inject",
+            "outlier@20",
+            "--inject",
+            "nonfinite@30",
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    return out
+
+
+def test_batch_hashes_are_identical_across_arms(cascade_dir: Path) -> None:
+    meta = json.loads((cascade_dir / "cascade.json").read_text())
+    assert meta["arms"] == ["none", "global"] and meta["batch_hashes_identical"] is True
+    a = json.loads((cascade_dir / "none" / "schedule.json").read_text())["batch_hashes"]
+    b = json.loads((cascade_dir / "global" / "schedule.json").read_text())["batch_hashes"]
+    assert len(a) == STEPS and a == b
+    assert len(set(a)) == STEPS  # every update really drew a different batch
+
+
+def test_arms_differ_only_in_clipping(cascade_dir: Path) -> None:
+    none = json.loads((cascade_dir / "none" / "config.json").read_text())
+    glob = json.loads((cascade_dir / "global" / "config.json").read_text())
+    diff = {k for k in none if none[k] != glob[k]}
+    assert diff == {"clip", "arm"}
+    m_none = load_run(cascade_dir / "none")["metrics"]
+    m_glob = load_run(cascade_dir / "global")["metrics"]
+    # identical first update: same weights, same batch, clipping only acts on the gradient
+    assert m_none["loss"].iloc[0] == pytest.approx(m_glob["loss"].iloc[0], rel=1e-6)
+    assert (m_none["clip_coef"] == 1.0).all()
+    assert (m_glob["grad_norm_post"] <= 1.0 + 1e-4).all() or m_glob["nonfinite"].any()
+
+
+def test_metrics_have_one_row_per_update_with_named_units(cascade_dir: Path) -> None:
+    df = pd.read_parquet(cascade_dir / "global" / "metrics.parquet")
+    assert list(df["update"]) == list(range(1, STEPS + 1))
+    for col in (
+        "update",
+        "microbatches",
+        "examples",
+        "tokens",
+        "phase",
+        "loss",
+        "grad_norm",
+        "grad_norm_post",
+        "clip_coef",
+        "lr",
+        "nonfinite",
+        "w_repo-docs",
+        "w_gutenberg",
+        "w_hermes3-general",
+        "loss_repo-docs",
+        "loss_gutenberg",
+        "loss_hermes3-general",
+    ):
+        assert col in df.columns, col
+    cfg = json.loads((cascade_dir / "global" / "config.json").read_text())
+    m, a = cfg["micro_batch"], cfg["accum"]
+    assert df["microbatches"].iloc[-1] == STEPS * a
+    assert df["examples"].iloc[-1] == STEPS * m * a
+    assert df["tokens"].iloc[-1] == STEPS * m * a * cfg["seq_len"]
+    weights = df[["w_repo-docs", "w_gutenberg", "w_hermes3-general"]].sum(axis=1)
+    assert weights.round(6).eq(1.0).all()
+
+
+def test_nonfinite_injection_is_recorded_and_the_update_skipped(cascade_dir: Path) -> None:
+    df = pd.read_parquet(cascade_dir / "none" / "metrics.parquet")
+    row = df[df["update"] == 30].iloc[0]
+    assert bool(row["nonfinite"]) and not bool(row["applied"])
+    assert df.loc[df["update"] != 30, "applied"].all()
+    assert df["loss"].iloc[-1] == df["loss"].iloc[-1]  # training went on, not NaN
+
+
+def test_report_is_written_and_marks_every_boundary(cascade_dir: Path) -> None:
+    html = (cascade_dir / "report.html").read_text()
+    assert "<html" in html.lower() and "cdn.plot.ly" not in html
+    df = pd.read_parquet(cascade_dir / "none" / "metrics.parquet")
+    assert int(df["boundary"].sum()) >= 1
+    summary = json.loads((cascade_dir / "none" / "summary.json").read_text())
+    assert summary["n_boundaries"] == int(df["boundary"].sum())
+
+
+def test_report_command_re_renders_from_run_directories(cascade_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "again.html"
+    res = CliRunner().invoke(
+        app, ["report", str(cascade_dir / "none"), str(cascade_dir / "global"), "--out", str(out)]
+    )
+    assert res.exit_code == 0, res.output
+    assert out.stat().st_size > 100_000  # plotly.js is embedded, not linked

@@ -1,0 +1,104 @@
+"""The CLI's contract with users: help that explains, one-line errors, non-zero exit codes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from andrea_diag import __version__
+from andrea_diag.cli import app
+
+runner = CliRunner()
+
+
+def _run(*args: str):
+    return runner.invoke(app, list(args))
+
+
+def test_no_arguments_prints_help_listing_the_commands() -> None:
+    res = _run()
+    for cmd in ("cascade", "train", "report"):
+        assert cmd in res.output
+
+
+def test_version_flag() -> None:
+    res = _run("--version")
+    assert res.exit_code == 0 and __version__ in res.output
+
+
+def test_cascade_help_explains_the_stress_knobs() -> None:
+    res = _run("cascade", "--help")
+    assert res.exit_code == 0
+    for opt in (
+        "--size",
+        "--clip",
+        "--max-norm",
+        "--lr",
+        "--steps",
+        "--recipe",
+        "--seed",
+        "--device",
+        "--out",
+        "--source",
+        "--inject",
+    ):
+        assert opt in res.output
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["cascade", "--size", "7b"], "unknown size"),
+        (["cascade", "--clip", "none,sometimes"], "unknown clip mode"),
+        (["cascade", "--clip", "none,none"], "twice"),
+        (["cascade", "--lr", "-0.1"], "--lr must be a positive"),
+        (["cascade", "--max-norm", "0"], "--max-norm must be a positive"),
+        (["cascade", "--steps", "0"], "--steps must be at least 1"),
+        (["cascade", "--recipe", "v9"], "unknown recipe"),
+        (["cascade", "--inject", "meteor@3"], "bad --inject"),
+        (["cascade", "--steps", "5", "--inject", "outlier@99"], "outside 1..5"),
+        (["cascade", "--source", "wikipedia=/tmp"], "wikipedia"),
+        (["cascade", "--source", "gutenberg=/no/such/path"], "/no/such/path"),
+        (["cascade", "--source", "gutenberg"], "NAME=PATH"),
+        (["train", "--clip", "sometimes"], "unknown clip mode"),
+        (["report", "/no/such/run"], "does not exist"),
+    ],
+)
+def test_bad_input_gives_one_clear_line_and_nonzero_exit(args: list[str], message: str) -> None:
+    res = _run(*args)
+    assert res.exit_code != 0
+    assert message in res.output
+    assert "Traceback" not in res.output
+    assert not isinstance(res.exception, Exception) or isinstance(res.exception, SystemExit)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU message")
+def test_device_cuda_without_gpu_is_a_clear_error(tmp_path: Path) -> None:
+    res = _run("cascade", "--device", "cuda", "--steps", "2", "--out", str(tmp_path / "o"))
+    assert res.exit_code != 0 and "no CUDA device" in res.output
+
+
+def test_report_of_a_directory_that_is_not_a_run_is_a_clear_error(tmp_path: Path) -> None:
+    res = _run("report", str(tmp_path))
+    assert res.exit_code != 0 and "not a run directory" in res.output
+
+
+def test_existing_output_directory_is_never_overwritten(tmp_path: Path) -> None:
+    keep = tmp_path / "out" / "precious.txt"
+    keep.parent.mkdir()
+    keep.write_text("recorded earlier")
+    res = _run("cascade", "--steps", "2", "--out", str(keep.parent))
+    assert res.exit_code != 0 and "not empty" in res.output
+    assert keep.read_text() == "recorded earlier"
+
+
+def test_empty_source_folder_is_a_clear_error(tmp_path: Path) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    res = _run(
+        "cascade", "--steps", "2", "--source", f"gutenberg={empty}", "--out", str(tmp_path / "o")
+    )
+    assert res.exit_code != 0 and "Traceback" not in res.output
