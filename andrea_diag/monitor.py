@@ -36,6 +36,7 @@ from typing import Any
 import torch
 
 from andrea_diag.clip.api import ClipResult
+from andrea_diag.clip.reference import clip_reference
 from andrea_diag.probes import make_probes
 from andrea_diag.probes.base import UpdateContext
 from andrea_diag.record import Recorder
@@ -236,7 +237,7 @@ class SpikeMonitor:
         grads = [p.grad.detach() for p in params]
         if not grads:
             return None
-        post = torch.stack(torch._foreach_norm([g.float() for g in grads]))  # (n_tensors,)
+        post = clip_reference(grads, math.inf, apply=False)[1]  # (n_tensors,), measure only
         total = torch.as_tensor(value, dtype=torch.float32, device=post.device).reshape(())
         post_total = post.square().sum().sqrt()
         # global clipping scaled every gradient by one factor: undo it on the per-tensor norms

@@ -1,0 +1,187 @@
+"""Adam-state pollution: shadow-buffer shares equal the closed-form spike contributions."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from andrea_diag.probes.base import UpdateContext
+from andrea_diag.probes.optstate import OptStateProbe
+
+SPIKES = (10, 20)
+
+
+class _NullRecorder:
+    def log(self, row):
+        pass
+
+    event = sample = log
+
+
+def _setup(opt_cls, **kw):
+    torch.manual_seed(0)
+    a = torch.nn.Parameter(torch.randn(5, 4))
+    b = torch.nn.Parameter(torch.randn(7))
+    c = torch.nn.Parameter(torch.randn(3, 3))
+    groups = [
+        {"params": [a, b], "betas": (0.9, 0.999)},
+        {"params": [c], "betas": (0.8, 0.99)},  # a second group with its own betas
+    ]
+    return [a, b, c], opt_cls(groups, lr=1e-2, **kw)
+
+
+def _train(opt_cls, steps=30, shadow=True, **kw):
+    """Adam(W) on three tensors; big gradients at SPIKES. Returns rows, probe, received grads."""
+    params, opt = _setup(opt_cls, **kw)
+    probe = OptStateProbe(shadow=shadow)
+    gen = torch.Generator().manual_seed(1)
+    rows, received, snaps = [], [], []
+    for t in range(1, steps + 1):
+        for p in params:
+            p.grad = 0.1 * torch.randn(p.shape, generator=gen)
+            if t in SPIKES:
+                p.grad *= 50.0
+        wd = opt.param_groups[0]["weight_decay"]
+        coupled = wd and opt_cls is torch.optim.Adam
+        received.append([p.grad + wd * p.detach() if coupled else p.grad.clone() for p in params])
+        snaps.append([p.detach().clone() for p in params])
+        row: dict = {}
+        ctx = UpdateContext(
+            update=t,
+            model=torch.nn.Linear(1, 1),
+            optimizer=opt,
+            param_names=["h.0.attn.qkv.weight", "h.0.mlp.fc.bias", "lm_head.weight"],
+            params=params,
+            loss=1.0,
+            example_loss=torch.zeros(0),
+            example_source=torch.zeros(0),
+            clip=None,
+            recorder=_NullRecorder(),  # type: ignore[arg-type]
+            row=row,
+            spike=t in SPIKES,  # what the spike probe would have decided online
+        )
+        probe.after_clip(ctx)
+        opt.step()
+        probe.after_step(ctx)
+        row["_m"] = [opt.state[p]["exp_avg"].clone() for p in params]
+        row["_v"] = [opt.state[p]["exp_avg_sq"].clone() for p in params]
+        row["_delta"] = [p.detach() - s for p, s in zip(params, snaps[-1], strict=True)]
+        rows.append(row)
+    return rows, probe, received, params
+
+
+def _direct_share(t, received, rows, which):
+    """‖Σ_spikes (1-β)·β^(t-s)·g_s(^2)‖ / ‖m_t (v_t)‖ from the formula, per tensor's betas."""
+    betas = [(0.9, 0.999), (0.9, 0.999), (0.8, 0.99)]
+    num = 0.0
+    for i, (b1, b2) in enumerate(betas):
+        acc = torch.zeros_like(received[0][i], dtype=torch.float64)
+        for s in SPIKES:
+            if s <= t:
+                g = received[s - 1][i].double()
+                if which == "m":
+                    acc += (1 - b1) * b1 ** (t - s) * g
+                else:
+                    acc += (1 - b2) * b2 ** (t - s) * g * g
+        num += float(acc.square().sum())
+    den = math.sqrt(sum(float(x.double().square().sum()) for x in rows[t - 1][f"_{which}"]))
+    return math.sqrt(num) / den
+
+
+@pytest.mark.parametrize(
+    ("opt_cls", "kw"),
+    [
+        (torch.optim.Adam, {}),
+        (torch.optim.Adam, {"weight_decay": 0.1}),  # coupled L2: g_s includes wd·θ
+        (torch.optim.AdamW, {"weight_decay": 0.1}),  # decoupled: m, v see the raw gradient
+    ],
+)
+def test_shadow_share_equals_direct_spike_contribution(opt_cls, kw):
+    rows, probe, received, params = _train(opt_cls, **kw)
+    for t in range(1, 31):
+        for which in ("m", "v"):
+            got = rows[t - 1][f"{which}_spike_share"]
+            want = _direct_share(t, received, rows, which) if t >= SPIKES[0] else 0.0
+            assert got == pytest.approx(want, rel=1e-4, abs=1e-9), (t, which)
+    summary = probe.close(None)["pollution"]  # type: ignore[arg-type]
+    assert summary["max_m_share"] == pytest.approx(max(r["m_spike_share"] for r in rows), rel=1e-9)
+    n = sum(p.numel() for p in params)
+    assert summary["shadow_bytes"] == 2 * 4 * n
+
+
+def test_per_spike_recovery_matches_the_formula_and_censors_unrecovered_spikes():
+    rows, probe, received, _ = _train(torch.optim.Adam, steps=90, shadow=False)
+    per = probe.per_spike()
+    assert set(per) == set(SPIKES)
+    betas = [(0.9, 0.999), (0.9, 0.999), (0.8, 0.99)]
+    for s in SPIKES:
+        want = None
+        for t in range(s, 91):
+            num = sum(
+                ((1 - b1) * b1 ** (t - s)) ** 2 * float(received[s - 1][i].double().square().sum())
+                for i, (b1, _) in enumerate(betas)
+            )
+            den = math.sqrt(sum(float(x.double().square().sum()) for x in rows[t - 1]["_m"]))
+            if math.sqrt(num) / den < 0.1:
+                want = t - s
+                break
+        assert want is not None and per[s]["recovery_m"] == want
+    # v decays with β2 = 0.999: 90 updates are not enough, so the spikes are censored
+    summary = probe.close(None)["pollution"]  # type: ignore[arg-type]
+    assert summary["recovery_v"] is None and summary["recovery_v_censored"] is True
+    assert summary["recovery_m"] == max(per[s]["recovery_m"] for s in SPIKES)
+    assert summary["shadow_bytes"] == 0 and "m_spike_share" not in rows[-1]
+
+
+def test_moment_norms_update_rms_and_cosine_match_direct_computation():
+    rows, _, received, _ = _train(torch.optim.Adam)
+    for t in (1, 10, 30):
+        r = rows[t - 1]
+        m = math.sqrt(sum(float(x.double().square().sum()) for x in r["_m"]))
+        assert r["m_norm"] == pytest.approx(m, rel=1e-5)
+        d = torch.cat([x.reshape(-1).double() for x in r["_delta"]])
+        g = torch.cat([x.reshape(-1).double() for x in received[t - 1]])
+        assert r["update_rms"] == pytest.approx(float(d.norm() / math.sqrt(d.numel())), rel=1e-4)
+        cos = float(torch.dot(-d, g) / (d.norm() * g.norm()))
+        assert r["cos_update_grad"] == pytest.approx(cos, rel=1e-4, abs=1e-6)
+    # Adam's first step is lr·sign(g), so the cosine is ‖g‖₁ / (√n·‖g‖₂)
+    g1 = torch.cat([x.reshape(-1).double() for x in received[0]])
+    first = float(g1.abs().sum() / (math.sqrt(g1.numel()) * g1.norm()))
+    assert rows[0]["cos_update_grad"] == pytest.approx(first, rel=1e-3)
+    assert "layer_m/h00.attention" in rows[0] and "layer_v/head.head" in rows[0]
+
+
+def test_shadow_stays_exact_across_renormalisation():
+    """β1 = 0.5 drives the lazy decay scalar below 1e-20 within 70 updates."""
+    p = torch.nn.Parameter(torch.ones(4))
+    opt = torch.optim.Adam([p], lr=1e-3, betas=(0.5, 0.6))
+    probe = OptStateProbe(shadow=True)
+    share = []
+    for t in range(1, 121):
+        p.grad = torch.full((4,), 100.0 if t in (5, 100) else 1.0)
+        row: dict = {}
+        ctx = UpdateContext(
+            t,
+            torch.nn.Linear(1, 1),
+            opt,
+            ["w"],
+            [p],
+            1.0,
+            torch.zeros(0),
+            torch.zeros(0),
+            None,
+            _NullRecorder(),
+            row,
+            spike=t in (5, 100),  # type: ignore[arg-type]
+        )
+        probe.after_clip(ctx)
+        opt.step()
+        probe.after_step(ctx)
+        share.append(row["m_spike_share"])
+    # after spike 100: m = 0.5·m_99 + 0.5·100 with m_99 = 1 (spike 5 long gone): share = 50/50.5
+    assert share[99] == pytest.approx(50 / 50.5, rel=1e-5)
+    assert share[110] == pytest.approx(
+        50 * 0.5**11 / (50 * 0.5**11 + (1 - 0.5**11) + 0.5**11 * 0.5), rel=1e-4
+    )
