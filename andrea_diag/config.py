@@ -97,6 +97,23 @@ SIZE_DEFAULTS: dict[str, tuple[int, int, int, int]] = {
 }
 
 
+def parse_injections(specs: list[str], steps: int) -> dict[int, str]:
+    """``["outlier@40", "nonfinite@90"]`` -> {40: "outlier", 90: "nonfinite"}."""
+    out: dict[int, str] = {}
+    for spec in specs:
+        kind, _, at = spec.partition("@")
+        if kind not in ("outlier", "nonfinite") or not at.isdigit():
+            raise UserError(
+                f"bad --inject {spec!r}",
+                hint="use outlier@UPDATE or nonfinite@UPDATE, e.g. outlier@40",
+            )
+        update = int(at)
+        if not 1 <= update <= steps:
+            raise UserError(f"--inject {spec!r}: update {update} is outside 1..{steps}")
+        out[update] = kind
+    return out
+
+
 @dataclass
 class RunConfig:
     """Everything one training arm needs; saved resolved as ``config.json``."""
@@ -110,7 +127,8 @@ class RunConfig:
     micro_batch: int | None = None  # m, examples per microbatch
     accum: int | None = None  # A, microbatches per update
     seq_len: int | None = None
-    seed: int = 0
+    seed: int = 0  # init, batch draws and the bandit schedule: shared by the arms
+    corpus_seed: int = 0  # the generated sources' text; fixed so seed sweeps share one corpus
     device: str = "auto"
     mixer: str = "seeded"  # "seeded" schedule or "exp3" online bandit
     partial_group: str = "use-real-denominator"  # or "drop"; see train/loop.py
@@ -173,6 +191,7 @@ class RunConfig:
                 f"--seq-len {out.seq_len} exceeds the {self.size} block size "
                 f"{self.model.block_size}"
             )
+        parse_injections(out.inject, out.steps)  # validate now, before any output exists
         if out.lockin_every is None:
             out.lockin_every = max(1, out.steps // 8)
         return out

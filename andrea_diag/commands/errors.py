@@ -23,9 +23,9 @@ def friendly_errors(fn: F) -> F:
         try:
             return fn(*args, **kwargs)
         except UserError as e:
-            err_console.print(f"[bold red]error:[/] {e.message}", highlight=False)
+            err_console.print(f"[bold red]error:[/] {e.message}", highlight=False, soft_wrap=True)
             if e.hint:
-                err_console.print(f"[dim]hint:[/] {e.hint}", highlight=False)
+                err_console.print(f"[dim]hint:[/] {e.hint}", highlight=False, soft_wrap=True)
             raise typer.Exit(e.exit_code) from None
         except KeyboardInterrupt:
             err_console.print("[yellow]interrupted[/]: everything recorded so far is kept")

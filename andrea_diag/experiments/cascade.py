@@ -23,7 +23,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from andrea_diag.config import RunConfig
-from andrea_diag.data import BatchPlan, Mixer, prepare_data
+from andrea_diag.data import BatchPlan, Mixer, PreparedData, prepare_data
 from andrea_diag.errors import UserError
 from andrea_diag.record import write_json
 from andrea_diag.train.loop import train_arm
@@ -47,8 +47,13 @@ class CascadeResult:
 
 
 def default_out(kind: str, size: str) -> Path:
-    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    return Path("runs") / f"{kind}-{size}-{stamp}"
+    """``runs/<kind>-<size>-<time>``, with a numeric suffix if that name is taken."""
+    base = Path("runs") / f"{kind}-{size}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+    out, n = base, 1
+    while out.exists():
+        n += 1
+        out = base.with_name(f"{base.name}-{n}")
+    return out
 
 
 def _progress(console: Console) -> Progress:
@@ -66,17 +71,25 @@ def _fmt(x: float) -> str:
     return f"{x:.3f}" if x == x else "nan"
 
 
+def load_data(cfg: RunConfig, console: Console) -> PreparedData:
+    """Sources + tokenizer + streams; bad source paths fail here, before any output exists."""
+    console.print("[dim]preparing data (tokenizer cache: reused when present)…[/]")
+    data = prepare_data(cfg.sources, seed=cfg.corpus_seed)
+    generated = [n for n, s in data.sources.items() if s.generated]
+    if generated:
+        console.print(f"[dim]generated (seeded) sources: {', '.join(generated)}[/]")
+    return data
+
+
 def run_arms(
-    configs: list[RunConfig], out_dir: Path, console: Console | None = None
+    configs: list[RunConfig],
+    out_dir: Path,
+    data: PreparedData,
+    console: Console | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Train each resolved config as an arm under ``out_dir/<arm>``, on one shared batch plan."""
     console = console or Console(stderr=True)
     first = configs[0]
-    console.print("[dim]preparing data (tokenizer cache: reused when present)…[/]")
-    data = prepare_data(first.sources, seed=first.seed)
-    generated = [n for n, s in data.sources.items() if s.generated]
-    if generated:
-        console.print(f"[dim]generated (seeded) sources: {', '.join(generated)}[/]")
     # The first arm records the batch plan (an exp3 mixer needs its losses); every later arm
     # replays the saved plan, verified batch by batch against the recorded hashes.
     plan = BatchPlan(
@@ -122,6 +135,8 @@ def run_cascade(
     if len(set(spec.clips)) != len(spec.clips):
         raise UserError(f"--clip lists an arm twice: {','.join(spec.clips)}")
     configs = [dataclasses.replace(spec.base, clip=c, arm=c).resolve() for c in spec.clips]
+    console = console or Console(stderr=True)
+    data = load_data(configs[0], console)
     out_dir = spec.out or default_out("cascade", configs[0].size)
     if out_dir.exists() and any(out_dir.iterdir()):
         raise UserError(
@@ -141,7 +156,7 @@ def run_cascade(
         "status": "running",
     }
     write_json(out_dir / "cascade.json", meta)
-    summaries = run_arms(configs, out_dir, console)
+    summaries = run_arms(configs, out_dir, data, console)
     identical = hashes_identical(out_dir, spec.clips)
     meta.update(status="done", batch_hashes_identical=identical)
     write_json(out_dir / "cascade.json", meta)

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from andrea_diag.clip.api import clip_grad_norm_with_stats
-from andrea_diag.config import SOURCE_NAMES, RunConfig
+from andrea_diag.config import SOURCE_NAMES, RunConfig, parse_injections
 from andrea_diag.data.batches import make_outlier_batch, outlier_generator
 from andrea_diag.errors import UserError
 from andrea_diag.model import GPT
@@ -48,23 +48,6 @@ def resolve_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(name)
-
-
-def parse_injections(specs: list[str], steps: int) -> dict[int, str]:
-    """``["outlier@40", "nonfinite@90"]`` -> {40: "outlier", 90: "nonfinite"}."""
-    out: dict[int, str] = {}
-    for spec in specs:
-        kind, _, at = spec.partition("@")
-        if kind not in ("outlier", "nonfinite") or not at.isdigit():
-            raise UserError(
-                f"bad --inject {spec!r}",
-                hint="use outlier@UPDATE or nonfinite@UPDATE, e.g. outlier@40",
-            )
-        update = int(at)
-        if not 1 <= update <= steps:
-            raise UserError(f"--inject {spec!r}: update {update} is outside 1..{steps}")
-        out[update] = kind
-    return out
 
 
 def _overflow_last(n_micro: int) -> Callable[[int, torch.Tensor], torch.Tensor]:
