@@ -336,3 +336,12 @@ def test_lockin_chart_falls_back_to_metric_columns(tmp_path: Path) -> None:
     ]
     fig, _ = lockin_figure([arm])
     assert list(fig.data[0].x) == [10, 20, 30, 40]
+
+
+def test_boundary_loss_delta_skips_windows_with_a_skipped_nonfinite_update() -> None:
+    loss = [5.0, 5.0, 5.0, 6.0, 6.0, 6.0, 5.0, 5.0, 5.0, math.inf, 5.0, 5.0, 5.0, 5.0]
+    df = pd.DataFrame(
+        {"update": range(1, 15), "loss": loss, "boundary": [u in (4, 11) for u in range(1, 15)]}
+    )
+    delta, n = F.boundary_loss_delta(df, k=3)
+    assert n == 1 and delta == pytest.approx(1.0)  # only the boundary at 4 has finite windows

@@ -179,10 +179,13 @@ def spike_boundary_finding(arm: Arm, k: int = BOUNDARY_K) -> str:
 
 def boundary_loss_delta(metrics: pd.DataFrame, k: int = BOUNDARY_K) -> tuple[float, int]:
     """Mean over boundaries of (mean loss of the k updates from the boundary on) minus (mean of
-    the k updates before it). Boundaries without k updates on both sides are skipped."""
+    the k updates before it). Boundaries without k finite losses on both sides are skipped: a
+    skipped non-finite update must not turn the mean into inf."""
     if metrics.empty or "loss" not in metrics:
         return math.nan, 0
-    loss = metrics.set_index("update")["loss"].astype(float)
+    loss = (
+        metrics.set_index("update")["loss"].astype(float).replace([math.inf, -math.inf], math.nan)
+    )
     deltas = []
     for b in boundaries(metrics):
         before = loss.reindex(range(b - k, b)).dropna()
