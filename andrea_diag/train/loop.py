@@ -109,9 +109,16 @@ def train_arm(
             batch = plan.batch(update)
             injected = injections.get(update)
             if injected == "outlier":
-                # the same generator in every arm: the injected batch is identical too
+                # Half of one microbatch becomes rare-token sequences: a quarter of the group at
+                # A=2, enough to spike, few enough that the batch median stays on normal
+                # examples (the attribution compares each example with the batch).
+                # The same generator in every arm: the injected batch is identical too.
                 batch = make_outlier_batch(
-                    batch, outlier_generator(cfg.seed, update), data.vocab_size, rare_ids
+                    batch,
+                    outlier_generator(cfg.seed, update),
+                    data.vocab_size,
+                    rare_ids,
+                    n_sequences=max(1, batch.micro_batch // 2),
                 )
             hashes.append(batch.hash)
             phases.append(batch.phase)
