@@ -65,6 +65,11 @@ def resolve_impl(impl: str, grads: list[torch.Tensor]) -> str:
     if impl == "cuda":
         if not on_cuda:
             raise ValueError("impl='cuda' needs gradients on a CUDA device")
+        from andrea_diag.clip import cuda as cuda_ext
+
+        ok, why = cuda_ext.available()
+        if not ok:
+            raise RuntimeError(f"impl='cuda' requested but the CUDA clipper is unavailable: {why}")
         return "cuda"
     if impl != "auto":
         return impl
@@ -113,22 +118,28 @@ def clip_grad_norm_with_stats(
         )
     which = resolve_impl(impl, grads)
     apply_global = mode == "global"
+    # torch raises before touching the gradients; to match, defer the scale stage past the check.
+    apply_now = apply_global and not error_if_nonfinite
     if which == "cuda":
         from andrea_diag.clip import cuda as cuda_ext
 
-        total, per, scale, nonfinite = cuda_ext.clip(grads, max_norm, norm_type, apply=apply_global)
+        total, per, scale, nonfinite = cuda_ext.clip(grads, max_norm, norm_type, apply=apply_now)
     elif which == "torch":
         # torch's own function, for comparison; it only measures when nothing should change.
         per = torch.stack([torch.linalg.vector_norm(g.detach(), norm_type) for g in grads])
         holders = [_GradHolder(g) for g in grads]
         total = torch.nn.utils.clip_grad_norm_(
-            holders, max_norm if apply_global else math.inf, norm_type
+            holders,
+            max_norm if apply_global else math.inf,
+            norm_type,
+            error_if_nonfinite=error_if_nonfinite,
         )
         nonfinite = ~torch.isfinite(total)
         scale = torch.clamp(max_norm / (total + reference.EPS), max=1.0)
+        apply_now = apply_global  # torch already applied (or raised)
     else:
         total, per, scale, nonfinite = reference.clip_reference(
-            grads, max_norm, norm_type, acc_dtype=_acc_dtype(grads), apply=apply_global
+            grads, max_norm, norm_type, acc_dtype=_acc_dtype(grads), apply=apply_now
         )
     # host sync: deciding whether to raise needs the flag on the host (torch does the same)
     if error_if_nonfinite and bool(nonfinite):
@@ -137,6 +148,8 @@ def clip_grad_norm_with_stats(
             "non-finite, so it cannot be clipped. To disable this error and scale the "
             "gradients by the non-finite norm anyway, set `error_if_nonfinite=False`"
         )
+    if apply_global and not apply_now:
+        _scale_stage(which, grads, scale, norm_type)
     if mode == "per-tensor":
         scale = torch.clamp(max_norm / (per + reference.EPS), max=1.0)
         for g, s in zip(grads, scale.unbind(0), strict=True):
@@ -144,6 +157,17 @@ def clip_grad_norm_with_stats(
     elif mode == "none":
         scale = torch.ones_like(total)
     return ClipResult(total, per, scale, nonfinite, which)
+
+
+def _scale_stage(which: str, grads: list[torch.Tensor], scale: torch.Tensor, p: float) -> None:
+    """Stage 3 alone, after an error_if_nonfinite check passed."""
+    if which == "cuda":
+        from andrea_diag.clip import cuda as cuda_ext
+
+        if cuda_ext.supports(grads, p):
+            cuda_ext.scale_(grads, scale.float())
+            return
+    reference.grad_scale_(grads, scale)
 
 
 class _GradHolder:

@@ -20,7 +20,10 @@ from collections.abc import Sequence
 
 import torch
 
-CHUNK = 65536  # elements per (tensor, chunk) work item; keep in sync with kernels/clip.cu
+# Elements per (tensor, chunk) work item; keep in sync with kChunk in kernels/clip.h. 16384, not
+# 65536: the 12m set then has ~1.1k blocks instead of ~300, enough to fill 132 SMs (the 65536
+# build reached 58% of copy bandwidth on the 12m norm pass, H200 2026-11-29).
+CHUNK = 16384
 EPS = 1e-6  # torch.nn.utils.clip_grad_norm_ uses the same epsilon
 
 
@@ -97,7 +100,13 @@ def grad_scale_(grads: Sequence[torch.Tensor], scale: torch.Tensor) -> None:
     for g in grads:
         by_dtype.setdefault(g.dtype, []).append(g)
     for dtype, group in by_dtype.items():
-        torch._foreach_mul_(group, scale.to(dtype))
+        if dtype in (torch.float32, torch.float64):
+            torch._foreach_mul_(group, scale.to(dtype))
+        else:
+            # Half types: multiply in fp32 and round once, as k_grad_scale does (casting the
+            # scale to bf16 first would add a second rounding of up to 2^-9).
+            for g in group:
+                g.copy_(g.float() * scale.float())
 
 
 def clip_reference(
@@ -115,3 +124,50 @@ def clip_reference(
     if apply:
         grad_scale_(grads, scale)
     return total, per, scale, nonfinite
+
+
+def float64_truth(
+    grads: Sequence[torch.Tensor], max_norm: float, norm_type: float = 2.0
+) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
+    """torch's own clip_grad_norm_ on float64 copies: (total, per_tensor, clipped grads).
+
+    The ground truth that tests and benchmarks check every implementation against; the inputs
+    are left untouched.
+    """
+    copies = [g.detach().to(torch.float64).clone() for g in grads]
+    per = torch.stack(
+        [torch.linalg.vector_norm(c, norm_type) for c in copies]
+        or [torch.zeros((), dtype=torch.float64)]
+    )[: len(copies)]
+
+    class _Holder:
+        def __init__(self, grad: torch.Tensor) -> None:
+            self.grad = grad
+
+    total = torch.nn.utils.clip_grad_norm_([_Holder(c) for c in copies], max_norm, norm_type)
+    return total, per, copies
+
+
+def rel_err(
+    out: Sequence[torch.Tensor] | torch.Tensor, ref: Sequence[torch.Tensor] | torch.Tensor
+) -> float:
+    """||out - ref|| / ||ref|| over all elements in float64 (0 when both are 0; NaN-aware)."""
+    if isinstance(out, torch.Tensor):
+        out, ref = [out], [ref]
+    num = den = 0.0
+    for o, r in zip(out, ref, strict=True):
+        o64, r64 = o.detach().double().cpu().reshape(-1), r.detach().double().cpu().reshape(-1)
+        bad = ~torch.isfinite(r64)  # non-finite truth must be matched exactly (NaN <-> NaN)
+        o_bad, r_bad = o64[bad], r64[bad]
+        if bool((o_bad.isnan() != r_bad.isnan()).any()) or bool(
+            ((o_bad != r_bad) & ~r_bad.isnan()).any()
+        ):
+            return math.inf
+        if not bool(torch.isfinite(o64[~bad]).all()):
+            return math.inf  # a non-finite value where the truth is finite
+        fin = torch.isfinite(r64)
+        num += float(((o64 - r64)[fin] ** 2).sum())
+        den += float((r64[fin] ** 2).sum())
+    if den == 0.0:
+        return 0.0 if num == 0.0 else math.inf
+    return math.sqrt(num / den)

@@ -1,0 +1,21 @@
+"""Debug probe: one non-contiguous gradient into the binding must raise, not crash.
+
+python3 bench/crash_probe.py
+"""
+
+import torch
+
+from andrea_diag.clip import cuda
+
+ext = cuda.load()
+for case in ("noncontig", "cpu", "f64"):
+    g = {
+        "noncontig": torch.randn(8, 8, device="cuda").t(),
+        "cpu": torch.randn(8),
+        "f64": torch.randn(8, device="cuda", dtype=torch.float64),
+    }[case]
+    try:
+        ext.clip([g], 1.0, 2.0, True)
+        print(case, "no error?!")
+    except RuntimeError as exc:
+        print(case, "raised:", str(exc).splitlines()[0])

@@ -1,0 +1,183 @@
+"""GPU tests of the fused CUDA clipper (marked ``cuda``; skipped without a CUDA device).
+
+    pytest tests/test_clip_cuda.py -q -m cuda
+
+Same cases and tolerance table as tests/test_clip_reference.py, plus what only a GPU can show:
+bit-identical results across runs, no host sync in the clip path, and CUDA-graph capture.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from test_clip_reference import CASES, DTYPES, NORM_TYPES, _params, check_impl, make_grads
+
+from andrea_diag import clip_grad_norm_, clip_grad_norm_with_stats
+from andrea_diag.clip import reference
+
+pytestmark = [
+    pytest.mark.cuda,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+]
+
+
+@pytest.fixture(scope="module")
+def cuda_ext():
+    from andrea_diag.clip import cuda
+
+    ok, why = cuda.available()
+    assert ok, why  # on a GPU machine a build failure is a test failure, not a skip
+    return cuda
+
+
+@pytest.mark.parametrize("variant", ["three", "single"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("max_norm", [0.5, 1e9], ids=["active", "inactive"])
+def test_cuda_matches_float64(cuda_ext, case, dtype, max_norm, variant) -> None:
+    check_impl(make_grads(case, dtype, "cuda"), "cuda", max_norm, 2.0, variant=variant)
+
+
+@pytest.mark.parametrize("variant", ["three", "single"])
+@pytest.mark.parametrize("p", NORM_TYPES)
+def test_cuda_norm_types(cuda_ext, p, variant) -> None:
+    check_impl(make_grads("awkward", torch.float32, "cuda"), "cuda", 1.0, p, variant=variant)
+
+
+def test_cuda_mixed_dtypes(cuda_ext) -> None:
+    grads = make_grads("awkward", torch.float32, "cuda")
+    grads[1] = grads[1].bfloat16()
+    grads[2] = grads[2].half()
+    total64, per64, _ = reference.float64_truth(grads, 1.0)
+    total, per, _, _ = cuda_ext.clip(grads, 1.0)
+    assert reference.rel_err(total, total64) < 2e-6
+    assert reference.rel_err(per, per64) < 2e-6
+
+
+def test_cuda_drop_in_api(cuda_ext) -> None:
+    grads = make_grads("awkward", torch.float32, "cuda")
+    theirs = torch.nn.utils.clip_grad_norm_(_params([g.clone() for g in grads]), 1.0)
+    res = clip_grad_norm_with_stats(_params(grads), 1.0)  # impl="auto" picks the extension
+    assert res.impl == "cuda"
+    assert res.total_norm.device.type == "cuda" and res.total_norm.shape == ()
+    assert torch.allclose(res.total_norm, theirs, rtol=1e-5)
+    assert res.per_tensor_norm.shape == (len(grads),)
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf])
+def test_cuda_nonfinite(cuda_ext, bad) -> None:
+    grads = make_grads("awkward", torch.float32, "cuda")
+    grads[4].view(-1)[777] = bad
+    expect = [g.clone() for g in grads]
+    t_total = torch.nn.utils.clip_grad_norm_(_params(expect), 1.0)
+    res = clip_grad_norm_with_stats(_params(grads), 1.0, impl="cuda")
+    assert bool(res.nonfinite)
+    assert math.isnan(float(res.total_norm)) == math.isnan(float(t_total))
+    for g, e in zip(grads, expect, strict=True):
+        assert torch.equal(g.isnan(), e.isnan())
+    grads = make_grads("awkward", torch.float32, "cuda")
+    grads[0].fill_(bad)
+    before = [g.clone() for g in grads]
+    with pytest.raises(RuntimeError, match="non-finite"):
+        clip_grad_norm_(_params(grads), 1.0, error_if_nonfinite=True, impl="cuda")
+    assert all(torch.equal(g, b) for g, b in zip(grads[1:], before[1:], strict=True))
+
+
+@pytest.mark.parametrize("variant", ["three", "single"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_cuda_bit_identical_over_10_runs(cuda_ext, dtype, variant) -> None:
+    base = make_grads("many_tensors", dtype, "cuda", seed=3)[:150] + make_grads(
+        "awkward", dtype, "cuda", seed=4
+    )
+    outs = []
+    for _ in range(10):
+        grads = [g.clone() for g in base]
+        total, per, scale, _ = cuda_ext.clip(grads, 0.5, variant=variant)
+        outs.append((total.clone(), per.clone(), scale.clone(), [g.clone() for g in grads]))
+    for total, per, scale, grads in outs[1:]:
+        assert torch.equal(total, outs[0][0]) and torch.equal(per, outs[0][1])
+        assert torch.equal(scale, outs[0][2])
+        assert all(torch.equal(a, b) for a, b in zip(grads, outs[0][3], strict=True))
+
+
+def test_three_and_single_agree_bitwise(cuda_ext) -> None:
+    base = make_grads("awkward", torch.float32, "cuda", seed=5)
+    a, b = [g.clone() for g in base], [g.clone() for g in base]
+    ra = cuda_ext.clip(a, 0.5, variant="three")
+    rb = cuda_ext.clip(b, 0.5, variant="single")
+    assert all(torch.equal(x, y) for x, y in zip(ra, rb, strict=True))
+    assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
+
+
+@pytest.mark.parametrize("variant", ["three", "single"])
+def test_cuda_no_host_sync(cuda_ext, variant) -> None:
+    grads = make_grads("many_tensors", torch.float32, "cuda")
+    params = _params(grads)
+    clip_grad_norm_(params, 1.0, impl="cuda")  # warm-up: build + cache the chunk plan
+    cuda_ext.clip(grads, 1.0, variant=variant)
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        clip_grad_norm_(params, 1.0, impl="cuda")
+        clip_grad_norm_with_stats(params, 1.0, impl="cuda")
+        cuda_ext.clip(grads, 1e9, variant=variant)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    torch.cuda.synchronize()
+
+
+def test_cuda_graph_capture(cuda_ext) -> None:
+    grads = make_grads("awkward", torch.float32, "cuda", seed=7)
+    pristine = [g.clone() for g in grads]
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):  # warm-up on a side stream, as torch's graph recipe does
+        for _ in range(2):
+            cuda_ext.clip(grads, 0.5)
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        total, per, _scale, _nonfinite = cuda_ext.clip(grads, 0.5)
+    for seed in (11, 12):
+        fresh = make_grads("awkward", torch.float32, "cuda", seed=seed)
+        for g, f in zip(grads, fresh, strict=True):
+            g.copy_(f)
+        total64, per64, truth = reference.float64_truth(fresh, 0.5)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert reference.rel_err(total, total64) < 2e-6
+        assert reference.rel_err(per, per64) < 2e-6
+        assert reference.rel_err(grads, truth) < 2e-7
+    del pristine
+
+
+def test_stages_alone_match_reference(cuda_ext) -> None:
+    grads = make_grads("awkward", torch.float32, "cuda", seed=9)
+    parts = cuda_ext.norm_partial(grads)
+    ref_parts = reference.grad_norm_partial(grads, acc_dtype=torch.float64)
+    assert reference.rel_err(parts, ref_parts) < 2e-6
+    total, _per, scale, nonfinite = cuda_ext.norm_final(parts, cuda_ext.chunk_offsets(grads), 0.5)
+    total64, _per64, truth = reference.float64_truth(grads, 0.5)
+    assert reference.rel_err(total, total64) < 2e-6 and not bool(nonfinite)
+    cuda_ext.scale_(grads, scale)
+    assert reference.rel_err(grads, truth) < 2e-7
+    one = torch.ones((), device="cuda")
+    before = [g.clone() for g in grads]
+    cuda_ext.scale_(grads, one)  # scale == 1: kernels exit at once, nothing written
+    assert all(torch.equal(a, b) for a, b in zip(grads, before, strict=True))
+
+
+def test_cuda_rejects_bad_inputs(cuda_ext) -> None:
+    ext = cuda_ext.load()
+    with pytest.raises(RuntimeError, match="contiguous"):
+        ext.clip([torch.randn(8, 8, device="cuda").t()], 1.0, 2.0, True)
+    with pytest.raises(RuntimeError, match="CUDA"):
+        ext.clip([torch.randn(8)], 1.0, 2.0, True)
+    with pytest.raises(RuntimeError, match="dtype"):
+        ext.clip([torch.randn(8, device="cuda", dtype=torch.float64)], 1.0, 2.0, True)
+    # the Python face routes what the kernels cannot take to the reference instead
+    g = [torch.randn(8, 8, device="cuda", dtype=torch.float64)]
+    total, *_ = cuda_ext.clip(g, 1.0)
+    assert total.dtype == torch.float64
