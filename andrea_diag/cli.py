@@ -14,6 +14,8 @@ from typing import Annotated
 import typer
 
 from andrea_diag import __version__
+from andrea_diag.commands.bench_kernels import bench_kernels
+from andrea_diag.commands.doctor import doctor
 from andrea_diag.commands.errors import friendly_errors
 from andrea_diag.commands.report import report
 from andrea_diag.commands.run import cascade, train
@@ -48,14 +50,8 @@ app.command("cascade")(friendly_errors(cascade))
 app.command("train")(friendly_errors(train))
 app.command("report")(friendly_errors(report))
 
-try:  # the kernel commands live in their own modules (added with the CUDA clipper)
-    from andrea_diag.commands.bench_kernels import bench_kernels
-    from andrea_diag.commands.doctor import doctor
-
-    app.command("bench-kernels")(friendly_errors(bench_kernels))
-    app.command("doctor")(friendly_errors(doctor))
-except ImportError:  # pragma: no cover - only while those modules are being written
-    pass
+app.command("bench-kernels")(friendly_errors(bench_kernels))
+app.command("doctor")(friendly_errors(doctor))
 
 if __name__ == "__main__":
     app()
