@@ -18,7 +18,7 @@ from andrea_diag.commands.bench_kernels import bench_kernels
 from andrea_diag.commands.doctor import doctor
 from andrea_diag.commands.errors import friendly_errors
 from andrea_diag.commands.report import report
-from andrea_diag.commands.run import cascade, train
+from andrea_diag.commands.run import cascade, sweep, train
 
 app = typer.Typer(
     name="andrea-diag",
@@ -48,6 +48,7 @@ def main(
 
 app.command("cascade")(friendly_errors(cascade))
 app.command("train")(friendly_errors(train))
+app.command("sweep")(friendly_errors(sweep))
 app.command("report")(friendly_errors(report))
 
 app.command("bench-kernels")(friendly_errors(bench_kernels))

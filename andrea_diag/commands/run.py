@@ -198,3 +198,53 @@ def train(
     console.print(f"run directory: {res.out_dir / clip}")
     if res.report:
         console.print(f"[bold green]report:[/] {res.report}")
+
+
+def _csv(value: str, cast: type, option: str) -> list:
+    """Parse a comma list for ``option``; a bad item is one clear error."""
+    items = [v.strip() for v in value.split(",") if v.strip()]
+    if not items:
+        raise UserError(f"{option} needs at least one value")
+    try:
+        return [cast(v) for v in items]
+    except ValueError:
+        raise UserError(f"{option}: cannot read {value!r} as a list of {cast.__name__}") from None
+
+
+def sweep(
+    size: Annotated[str, typer.Option(help="Comma list of presets, e.g. tiny,12m.")] = "tiny",
+    lr: Annotated[str, typer.Option(help="Comma list of peak lrs.")] = "3e-4,1e-3,1e-2",
+    max_norm: Annotated[str, typer.Option(help="Comma list of clip thresholds.")] = "1.0",
+    seed: Annotated[str, typer.Option(help="Comma list of seeds.")] = "0",
+    clip: Annotated[str, typer.Option(help="Comma-separated arms per cell.")] = "none,global",
+    steps: Steps = None,
+    recipe: Recipe = "v1",
+    device: Device = "auto",
+    out: Out = None,
+    source: Source = None,
+    micro_batch: Micro = None,
+    accum: Accum = None,
+    seq_len: SeqLen = None,
+    mixer: Mixer = "seeded",
+    clip_impl: ClipImpl = "auto",
+) -> None:
+    """Find the regime: one cascade per (size, lr, max_norm, seed) cell, one summary page.
+
+    Re-running with the same --out resumes: finished cells are kept and skipped.
+    """
+    from andrea_diag.experiments.sweep import SweepSpec, run_sweep
+
+    arms = [c.strip() for c in clip.split(",") if c.strip()]
+    bad = [c for c in arms if c not in CLIP_MODES]
+    if bad:
+        raise UserError(
+            f"unknown clip mode {bad[0]!r}", hint=f"choose from {', '.join(CLIP_MODES)}"
+        )
+    sizes = _csv(size, str, "--size")
+    base = _base(sizes[0], 1.0, None, steps, recipe, 0, device, source, None, micro_batch,
+                 accum, seq_len, mixer, clip_impl)  # fmt: skip
+    spec = SweepSpec(base=base, sizes=sizes, lrs=_csv(lr, float, "--lr"),
+                     max_norms=_csv(max_norm, float, "--max-norm"), seeds=_csv(seed, int, "--seed"),
+                     clips=arms, out=out)  # fmt: skip
+    path, table = run_sweep(spec, console)
+    console.print(f"[bold green]sweep:[/] {path / 'sweep.html'} ({len(table)} arms)")

@@ -1,0 +1,132 @@
+"""Find the regime: a grid of cascades over size x lr x max_norm x seed, one table, one page.
+
+    andrea-diag sweep --size tiny,12m --lr 3e-4,1e-3,1e-2 --seed 0,1
+
+The seeds' cascade is not automatic (MISSION.md, pilots 1 and 2): it showed up only under lr
+stress, on the larger model. A sweep runs one paired cascade per cell (every cell's arms share
+seed, data and batches) and tabulates each arm's outcome, so the regime where clipping starts
+to matter is read off the data. Cells already finished are kept and skipped on a re-run
+(resume after a crash); an unfinished cell is moved aside and run again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shlex
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from rich.console import Console
+
+from andrea_diag.config import RunConfig
+from andrea_diag.errors import UserError
+from andrea_diag.experiments.cascade import CascadeSpec, default_out, run_cascade
+from andrea_diag.record import write_json
+
+
+@dataclass
+class SweepSpec:
+    base: RunConfig = field(default_factory=RunConfig)
+    sizes: list[str] = field(default_factory=lambda: ["tiny"])
+    lrs: list[float] = field(default_factory=lambda: [3e-4, 1e-3, 1e-2])
+    max_norms: list[float] = field(default_factory=lambda: [1.0])
+    seeds: list[int] = field(default_factory=lambda: [0])
+    clips: list[str] = field(default_factory=lambda: ["none", "global"])
+    out: Path | None = None
+
+
+def cell_name(size: str, lr: float, max_norm: float, seed: int) -> str:
+    return f"{size}-lr{lr:g}-mn{max_norm:g}-s{seed}"
+
+
+def cells(spec: SweepSpec) -> list[RunConfig]:
+    """One resolved base config per cell (validated up front: a bad value fails before work)."""
+    out = []
+    for size in spec.sizes:
+        for lr in spec.lrs:
+            for max_norm in spec.max_norms:
+                for seed in spec.seeds:
+                    cfg = dataclasses.replace(
+                        spec.base, size=size, lr=lr, max_norm=max_norm, seed=seed
+                    )
+                    cfg.resolve()
+                    out.append(cfg)
+    return out
+
+
+def _arm_row(cfg: RunConfig, arm: str, summary: dict[str, Any], cell: str) -> dict[str, Any]:
+    spikes = summary.get("spikes") or {}
+    poll = summary.get("pollution") or {}
+    lock = summary.get("lockin") or {}
+    return {
+        "cell": cell, "size": cfg.size, "lr": cfg.lr, "max_norm": cfg.max_norm,
+        "seed": cfg.seed, "clip": arm,
+        "final_loss": summary.get("final_loss"), "min_loss": summary.get("min_loss"),
+        "max_grad_norm": summary.get("max_grad_norm"),
+        "pct_clipped": summary.get("pct_clipped"),
+        "n_spikes": spikes.get("n_spikes"), "n_grad_spikes": spikes.get("n_grad_spikes"),
+        "spike_score_grad": spikes.get("spike_score_grad"),
+        "n_cascades": spikes.get("n_cascades"),
+        "max_m_share": poll.get("max_m_share"), "recovery_m": poll.get("recovery_m"),
+        "lockin": lock.get("verdict"),
+        "nonfinite_updates": summary.get("nonfinite_updates"),
+    }  # fmt: skip
+
+
+def _finished(cell_dir: Path) -> bool:
+    meta = cell_dir / "cascade.json"
+    return meta.exists() and json.loads(meta.read_text()).get("status") == "done"
+
+
+def _move_aside(cell_dir: Path) -> Path:
+    """An unfinished cell is kept (renamed), never deleted: nothing recorded is lost."""
+    n = 1
+    while (aside := cell_dir.with_name(f"{cell_dir.name}.incomplete-{n}")).exists():
+        n += 1
+    cell_dir.rename(aside)
+    return aside
+
+
+def run_sweep(spec: SweepSpec, console: Console | None = None) -> tuple[Path, pd.DataFrame]:
+    """Run (or resume) every cell; write sweep.json, sweep.csv and sweep.html under ``out``."""
+    console = console or Console(stderr=True)
+    configs = cells(spec)
+    if not configs:
+        raise UserError("the sweep has no cells", hint="give at least one --size/--lr/--seed")
+    out = spec.out or default_out("sweep", "-".join(spec.sizes))
+    out.mkdir(parents=True, exist_ok=True)
+    meta = {
+        "sizes": spec.sizes, "lrs": spec.lrs, "max_norms": spec.max_norms, "seeds": spec.seeds,
+        "clips": spec.clips, "steps": configs[0].steps, "recipe": configs[0].recipe,
+        "command": " ".join(shlex.quote(a) for a in ["andrea-diag", *sys.argv[1:]]),
+        "cells": [cell_name(c.size, c.lr, c.max_norm, c.seed) for c in configs],
+    }  # fmt: skip
+    write_json(out / "sweep.json", {**meta, "status": "running"})
+    rows: list[dict[str, Any]] = []
+    for i, cfg in enumerate(configs, 1):
+        name = cell_name(cfg.size, cfg.lr, cfg.max_norm, cfg.seed)
+        cell_dir = out / name
+        if _finished(cell_dir):
+            console.print(f"[dim]cell {i}/{len(configs)} {name}: already done, kept[/]")
+        else:
+            if cell_dir.exists():
+                console.print(
+                    f"[yellow]cell {name} was unfinished; kept as {_move_aside(cell_dir)}"
+                )
+            console.print(f"[bold]cell {i}/{len(configs)}[/] {name}")
+            run_cascade(CascadeSpec(base=cfg, clips=spec.clips, out=cell_dir), console)
+        for arm in spec.clips:
+            summary = json.loads((cell_dir / arm / "summary.json").read_text())
+            rows.append(_arm_row(cfg, arm, summary, name))
+        # the table grows cell by cell: a crash keeps every finished cell's rows
+        pd.DataFrame(rows).to_csv(out / "sweep.csv", index=False)
+    table = pd.DataFrame(rows)
+    write_json(out / "sweep.json", {**meta, "status": "done"})
+    from andrea_diag.report.sweep_page import render_sweep
+
+    render_sweep(out, table, meta)
+    return out, table

@@ -1,0 +1,144 @@
+"""The sweep page: where in (size, lr, max_norm) clipping starts to matter, from the data.
+
+Written by ``andrea-diag sweep`` as ``sweep.html`` next to ``sweep.csv``; each cell links to
+its own cascade report. Self-contained like every report (plotly.js inlined once).
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import plotly.graph_objects as go
+import plotly.io as pio
+from plotly.offline import get_plotlyjs
+from plotly.subplots import make_subplots
+
+from andrea_diag.report.html import CSS, PLOT_CONFIG
+
+ARM_COLORS = {"none": "#d62728", "global": "#1f77b4", "per-tensor": "#2ca02c"}
+MATTERS = 0.25  # nats: a final-loss gap this large between arms is called a difference
+
+
+def _agg(table: pd.DataFrame) -> pd.DataFrame:
+    """Mean / min / max over seeds for each (size, lr, max_norm, clip)."""
+    keys = ["size", "lr", "max_norm", "clip"]
+    g = table.groupby(keys, sort=True)
+    out = g.agg(
+        final_loss=("final_loss", "mean"),
+        final_lo=("final_loss", "min"),
+        final_hi=("final_loss", "max"),
+        n_spikes=("n_spikes", "mean"),
+        max_grad_norm=("max_grad_norm", "max"),
+        seeds=("seed", "nunique"),
+    )
+    return out.reset_index()
+
+
+def regime_figure(table: pd.DataFrame) -> go.Figure:
+    """Per size: final loss and spike count against lr, one line per clip arm."""
+    agg = _agg(table)
+    sizes = list(dict.fromkeys(table["size"]))
+    fig = make_subplots(
+        rows=2, cols=len(sizes), shared_xaxes=True,
+        subplot_titles=[f"{s}: final loss" for s in sizes] + [f"{s}: spikes" for s in sizes],
+    )  # fmt: skip
+    for j, size in enumerate(sizes, 1):
+        for (clip, mn), d in agg[agg["size"] == size].groupby(["clip", "max_norm"]):
+            name = clip if clip == "none" else f"{clip} {mn:g}"
+            color = ARM_COLORS.get(clip, "#555")
+            err = dict(type="data", symmetric=False, array=d["final_hi"] - d["final_loss"],
+                       arrayminus=d["final_loss"] - d["final_lo"])  # fmt: skip
+            fig.add_trace(go.Scatter(x=d["lr"], y=d["final_loss"], error_y=err, name=name,
+                                     legendgroup=name, showlegend=j == 1, mode="lines+markers",
+                                     line={"color": color}), row=1, col=j)  # fmt: skip
+            fig.add_trace(go.Scatter(x=d["lr"], y=d["n_spikes"], name=name, legendgroup=name,
+                                     showlegend=False, mode="lines+markers",
+                                     line={"color": color, "dash": "dot"}), row=2, col=j)  # fmt: skip
+        fig.add_hline(y=math.log(8449), line_dash="dash", line_color="#999", row=1, col=j)
+    fig.update_xaxes(type="log", title_text="peak lr", row=2)
+    fig.update_layout(height=560, margin={"t": 40}, legend_title_text="arm")
+    return fig
+
+
+def findings(table: pd.DataFrame) -> list[str]:
+    """Sentences from the table: where the arms differ, and in which direction."""
+    agg = _agg(table)
+    out = []
+    for (size, lr, mn), d in agg.groupby(["size", "lr", "max_norm"]):
+        by = d.set_index("clip")
+        if "none" not in by.index:
+            continue
+        for clip in by.index.drop("none"):
+            u, c = by.loc["none"], by.loc[clip]
+            gap = u["final_loss"] - c["final_loss"]
+            seeds = int(min(u["seeds"], c["seeds"]))
+            where = f"{size} lr {lr:g} (max_norm {mn:g}, {seeds} seed{'s' * (seeds > 1)})"
+            spikes = f"spikes {u['n_spikes']:.0f} unclipped vs {c['n_spikes']:.0f} {clip}"
+            if gap > MATTERS:
+                out.append(f"{where}: clipping helped, final loss {u['final_loss']:.2f} "
+                           f"unclipped vs {c['final_loss']:.2f} {clip}; {spikes}.")  # fmt: skip
+            elif gap < -MATTERS:
+                out.append(f"{where}: clipping cost {-gap:.2f} nats (final loss "
+                           f"{c['final_loss']:.2f} {clip} vs {u['final_loss']:.2f} unclipped); "
+                           f"{spikes}.")  # fmt: skip
+            else:
+                out.append(f"{where}: no difference beyond {MATTERS} nats "
+                           f"({u['final_loss']:.2f} vs {c['final_loss']:.2f}); {spikes}.")  # fmt: skip
+    stalled = agg[agg["final_loss"] > 0.8 * math.log(8449)]
+    if len(stalled):
+        cells = ", ".join(f"{r.size} lr {r.lr:g} {r.clip}" for r in stalled.itertuples())
+        out.append(f"stalled near the uniform loss ln 8449 = 9.04 (never learned): {cells}.")
+    locked = table[table["lockin"] == "locked-in"]
+    out.append(
+        "locked in: " + ", ".join(f"{r.cell} {r.clip}" for r in locked.itertuples()) + "."
+        if len(locked) else "no arm locked into repetition."
+    )  # fmt: skip
+    return out
+
+
+def render_sweep(out: Path, table: pd.DataFrame, meta: dict[str, Any]) -> Path:
+    """Write ``out/sweep.html``: findings, the regime chart, the table with report links."""
+    fig = regime_figure(table)
+    fig_html = pio.to_html(fig, include_plotlyjs=False, include_mathjax=False, full_html=False,
+                           div_id="fig-regime", config=PLOT_CONFIG)  # fmt: skip
+    cols = ["cell", "clip", "final_loss", "min_loss", "max_grad_norm", "pct_clipped",
+            "n_spikes", "spike_score_grad", "max_m_share", "recovery_m", "lockin"]  # fmt: skip
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in cols)
+    body = []
+    for r in table.to_dict("records"):
+        cells = []
+        for c in cols:
+            v = r.get(c)
+            if c == "cell":
+                cells.append(
+                    f"<td><a href='{html.escape(v)}/report.html'>{html.escape(v)}</a></td>"
+                )
+            elif isinstance(v, float):
+                cells.append(f"<td class='num'>{'' if math.isnan(v) else f'{v:.4g}'}</td>")
+            else:
+                cells.append(f"<td>{html.escape('' if v is None else str(v))}</td>")
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    title = (
+        f"sweep: sizes {', '.join(meta['sizes'])}; lr {', '.join(f'{x:g}' for x in meta['lrs'])}"
+    )
+    page = (
+        "<!DOCTYPE html>\n<html lang='en'>\n<head>\n<meta charset='utf-8'>\n"
+        f"<title>{html.escape(title)}</title>\n<style>{CSS}</style>\n"
+        f"<script type='text/javascript'>{get_plotlyjs()}</script>\n</head>\n<body>\n"
+        f"<h1>{html.escape(title)}</h1>\n"
+        f"<p class='note'>command: {html.escape(meta.get('command', ''))}; "
+        f"{meta['steps']} updates per arm, recipe {html.escape(str(meta['recipe']))}, "
+        f"seeds {', '.join(map(str, meta['seeds']))}</p>\n"
+        "<h2>Findings</h2>\n<ul class='findings'>\n"
+        + "\n".join(f"<li>{html.escape(f)}</li>" for f in findings(table))
+        + "\n</ul>\n<h2>Regime</h2>\n" + fig_html
+        + "\n<h2>Every arm</h2>\n<table><tr>" + head + "</tr>\n" + "\n".join(body)
+        + "</table>\n</body>\n</html>\n"
+    )  # fmt: skip
+    path = out / "sweep.html"
+    path.write_text(page, encoding="utf-8")
+    return path
