@@ -134,6 +134,9 @@ class RunConfig:
     partial_group: str = "use-real-denominator"  # or "drop"; see train/loop.py
     sources: dict[str, str] = field(default_factory=dict)  # NAME -> PATH overrides
     clip_impl: str = "auto"
+    # fp32 matmuls on CUDA: "high" allows TF32 tensor cores (about 5x faster on an H200);
+    # "highest" keeps full fp32. No effect on CPU.
+    matmul_precision: str = "high"
     # probes
     spike_window: int = 50
     spike_z: float = 6.0
@@ -161,6 +164,8 @@ class RunConfig:
             raise UserError(f"unknown mixer {self.mixer!r}", hint="choose seeded or exp3")
         if self.partial_group not in ("use-real-denominator", "drop"):
             raise UserError(f"unknown partial-group policy {self.partial_group!r}")
+        if self.matmul_precision not in ("highest", "high", "medium"):
+            raise UserError(f"unknown matmul precision {self.matmul_precision!r}")
         if self.device not in ("auto", "cpu", "cuda"):
             raise UserError(f"unknown device {self.device!r}", hint="choose auto, cpu or cuda")
         steps, m, a, t = SIZE_DEFAULTS[self.size]

@@ -88,6 +88,7 @@ def train_arm(
     """
     device = resolve_device(cfg.device)
     injections = parse_injections(cfg.inject, cfg.steps)
+    torch.set_float32_matmul_precision(cfg.matmul_precision)
     torch.manual_seed(cfg.seed)  # same init in every arm: only the clip mode differs
     model = GPT(cfg.model).to(device)
     recipe = cfg.recipe_cfg
