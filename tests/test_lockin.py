@@ -128,3 +128,19 @@ def test_sampling_leaves_the_global_rng_alone(tmp_path):
     rows = probe.sample_now(1)
     assert torch.equal(state, torch.random.get_rng_state())
     assert len(rows) == 2 and rows[0]["text"] == " ".join(str(t % V) for t in range(16, 24))
+
+
+def test_cached_decoding_matches_the_full_forward():
+    """The lock-in sampler's KV cache mirrors GPT.forward (guards against model.py drift)."""
+    from andrea_diag.config import MODEL_PRESETS
+    from andrea_diag.probes.lockin import _GPTCache
+
+    torch.manual_seed(0)
+    model = GPT(MODEL_PRESETS["tiny"]).eval()
+    idx = torch.randint(0, 8449, (3, 12))
+    with torch.no_grad():
+        cache = _GPTCache(model)
+        got = [cache.step(idx[:, :8])] + [cache.step(idx[:, t : t + 1]) for t in range(8, 12)]
+        want = [model(idx[:, : t + 1])[:, -1] for t in range(7, 12)]
+    for g, w in zip(got, want, strict=True):
+        assert torch.allclose(g, w, atol=1e-5, rtol=1e-5)

@@ -21,6 +21,7 @@ Probes talk to each other only through the context: the spike probe runs first a
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -111,19 +112,24 @@ class Probe(Protocol):
     def close(self, run_dir: Path) -> dict[str, Any]: ...
 
 
-def robust_z(value: float, history: Any, rel_floor: float) -> float | None:
+def _median(values: list[float]) -> float:
+    s = sorted(values)
+    mid = len(s) // 2
+    return s[mid] if len(s) % 2 else 0.5 * (s[mid - 1] + s[mid])
+
+
+def robust_z(value: float, history: Iterable[float], rel_floor: float) -> float | None:
     """Robust z-score of ``value`` against ``history``: (x - median) / (1.4826 * MAD).
 
     The scale is floored at ``rel_floor * |median|`` (and 1e-12) so a flat history (MAD 0)
     does not turn float noise into infinite z. Returns None for an empty history or a
-    non-finite value.
+    non-finite value. Pure Python on purpose: for the ~50 values of a spike window, sorting
+    a list is several times faster than numpy's median (this runs every update).
     """
-    import numpy as np
-
-    h = np.asarray(history, dtype=np.float64)
-    if h.size == 0 or not math.isfinite(value):
+    h = [float(x) for x in history]
+    if not h or not math.isfinite(value):
         return None
-    med = float(np.median(h))
-    mad = float(np.median(np.abs(h - med)))
+    med = _median(h)
+    mad = _median([abs(x - med) for x in h])
     scale = max(1.4826 * mad, rel_floor * abs(med), 1e-12)
     return (value - med) / scale

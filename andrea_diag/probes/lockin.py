@@ -32,7 +32,9 @@ Metric columns at sampling updates: ``lockin/top_token_share`` (max over sources
    (max over sources of the greedy ``top_token_share``) is ≥ ``top_share`` (0.5), and it rose
    by ≥ ``rise`` (0.2) over the lowest score of the earlier events (those in the good phase when
    there are any, else all earlier ones): "learned, then locked in";
-5. ``healthy`` otherwise.
+5. ``healthy`` otherwise; ``repetitive`` (True when the last score is above ``top_share``
+   without the rise, e.g. an early model that says "the the the" from the start) flags text
+   that is repetitive but was never diverse in the good phase.
 """
 
 from __future__ import annotations
@@ -98,6 +100,46 @@ def _last_logits(model: torch.nn.Module, idx: torch.Tensor) -> torch.Tensor:
     return out[:, -1]  # (B, vocab)
 
 
+class _GPTCache:
+    """Incremental decoding for our GPT: keys/values of past positions kept per layer.
+
+    Sampling without it re-runs the whole (growing) prefix for every new token; with it each
+    step is one position per row, which is what keeps lock-in sampling inside the probes'
+    overhead budget. It mirrors ``model.GPT.forward`` op for op (tests compare the logits).
+    """
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.model = model
+        self.kv: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * len(model.h)
+        self.pos = 0
+
+    def step(self, idx: torch.Tensor) -> torch.Tensor:
+        """idx (B, t) new tokens -> (B, vocab) logits of the last one."""
+        m = self.model
+        B, t = idx.shape
+        pos = torch.arange(self.pos, self.pos + t, device=idx.device)  # (t,)
+        x = m.wte(idx) + m.wpe(pos)  # (B, t, C)
+        for i, block in enumerate(m.h):
+            attn = block.attn
+            C, nh = x.size(-1), attn.n_head
+            q, k, v = attn.qkv(block.ln_1(x)).split(C, dim=2)  # 3 x (B, t, C)
+            q = q.view(B, t, nh, C // nh).transpose(1, 2)  # (B, nh, t, hs)
+            k = k.view(B, t, nh, C // nh).transpose(1, 2)  # (B, nh, t, hs)
+            v = v.view(B, t, nh, C // nh).transpose(1, 2)  # (B, nh, t, hs)
+            past = self.kv[i]
+            if past is not None:
+                k = torch.cat([past[0], k], dim=2)  # (B, nh, pos + t, hs)
+                v = torch.cat([past[1], v], dim=2)
+            self.kv[i] = (k, v)
+            # a prefill is causal; one new token attends to every cached position
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=past is None and t > 1)
+            y = y.transpose(1, 2).contiguous().view(B, t, C)  # (B, t, C)
+            x = x + attn.proj(y)
+            x = x + block.mlp(block.ln_2(x))
+        self.pos += t
+        return m.lm_head(m.ln_f(x[:, -1]))  # (B, vocab)
+
+
 def _block_size(model: torch.nn.Module) -> int | None:
     cfg = getattr(model, "cfg", None) or getattr(model, "config", None)
     for attr in ("block_size", "n_positions", "max_position_embeddings"):
@@ -121,27 +163,39 @@ def sample_batch(
     """
     B = prompts.size(0)
     idx = prompts.repeat(len(temperatures), 1)  # (R, T), R = B·n_t
-    temp = torch.tensor(
-        [t for t in temperatures for _ in range(B)], dtype=torch.float32, device=idx.device
-    )  # (R,)
-    greedy = temp <= 0
     limit = _block_size(model)
     max_logit = torch.full((idx.size(0),), -math.inf, device=idx.device)
     ent_sum = torch.zeros(idx.size(0), device=idx.device)
     new = []
-    for _ in range(n_new):
-        ctx = idx if limit is None else idx[:, -limit:]
-        logits = _last_logits(model, ctx).float()  # (R, vocab)
+    from andrea_diag.model import GPT
+
+    cache = (
+        _GPTCache(model)
+        if isinstance(model, GPT) and (limit is None or idx.size(1) + n_new <= limit)
+        else None
+    )
+    for step in range(n_new):
+        if cache is not None:  # prefill once, then one position per step
+            logits = cache.step(idx if step == 0 else idx[:, -1:]).float()  # (R, vocab)
+        else:
+            ctx = idx if limit is None else idx[:, -limit:]
+            logits = _last_logits(model, ctx).float()  # (R, vocab)
         logp = F.log_softmax(logits, dim=-1)  # (R, vocab)
-        ent_sum += -(logp.exp() * logp).sum(-1)
+        p = logp.exp()  # (R, vocab), the temperature-1 distribution
+        ent_sum += -(p * logp).sum(-1)
         max_logit = torch.maximum(max_logit, logits.amax(-1))
-        # greedy rows draw too (at temperature 1, result discarded) so the batch stays whole
-        scaled = logits / torch.where(greedy, 1.0, temp).unsqueeze(1)  # (R, vocab)
-        probs = F.softmax(scaled, dim=-1)
-        bad = ~torch.isfinite(probs).all(-1)  # a NaN model must not crash the probe
-        probs = torch.where(bad.unsqueeze(1), torch.ones_like(probs), probs)
-        drawn = torch.multinomial(probs.cpu(), 1, generator=generator).to(idx.device)  # (R, 1)
-        nxt = torch.where(greedy.unsqueeze(1), logits.argmax(-1, keepdim=True), drawn)
+        nxt = logits.argmax(-1, keepdim=True)  # (R, 1) greedy for every row, then overwrite
+        for j, t in enumerate(temperatures):
+            if t <= 0:
+                continue
+            rows = slice(j * B, (j + 1) * B)  # rows are temperature-major
+            probs = p[rows] if t == 1.0 else F.softmax(logits[rows] / t, dim=-1)  # (B, vocab)
+            # inverse-CDF draw: cheaper than multinomial on CPU, same distribution; a NaN row
+            # (a diverged model) yields some id instead of an exception
+            cdf = probs.cumsum(-1)  # (B, vocab)
+            u = torch.rand((B, 1), generator=generator).to(cdf.device) * cdf[:, -1:]
+            drawn = torch.searchsorted(cdf, u).clamp_(max=cdf.size(-1) - 1)  # (B, 1)
+            nxt[rows] = drawn
         new.append(nxt)
         idx = torch.cat([idx, nxt], dim=1)
     return torch.cat(new, dim=1), max_logit, ent_sum / n_new
@@ -176,6 +230,7 @@ def lockin_verdict(
         "min_smoothed_loss": None,
         "final_score": None,
         "baseline_score": None,
+        "repetitive": None,
     }
     if len(pairs) < th["min_losses"]:
         return {"verdict": "insufficient-data", **out}
@@ -198,8 +253,13 @@ def lockin_verdict(
     earlier = [u for u in events[:-1] if u >= start] or events[:-1]
     baseline = min(score[u] for u in earlier)
     out["final_score"], out["baseline_score"] = score[last], baseline
-    locked = score[last] >= th["top_share"] and score[last] - baseline >= th["rise"]
-    return {"verdict": "locked-in" if locked else "healthy", **out}
+    repetitive = score[last] >= th["top_share"]
+    out["repetitive"] = repetitive
+    if repetitive and score[last] - baseline >= th["rise"]:
+        return {"verdict": "locked-in", **out}
+    if repetitive:  # repetitive, but already so in the good phase: no learned-then-lost diversity
+        out["reason"] = "greedy text repetitive throughout the good phase (no rise)"
+    return {"verdict": "healthy", **out}
 
 
 def _vocab_size(model: torch.nn.Module) -> int | None:

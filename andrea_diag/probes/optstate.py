@@ -148,6 +148,20 @@ class OptStateProbe:
             out.append(g)
         return out
 
+    def _post_clip_norms(
+        self, ctx: UpdateContext, g_eff: list[torch.Tensor]
+    ) -> torch.Tensor | None:
+        """Per-tensor norms of the gradient Adam received, from the clip pass (no extra pass).
+
+        Only when that gradient is the clipped gradient itself (no coupled L2 term).
+        """
+        if ctx.clip is None or any(i.l2 or i.maximize for i in self._ginfo or []):
+            return None
+        per = ctx.clip.per_tensor_norm
+        if per.numel() != len(g_eff):
+            return None
+        return (per * ctx.clip.scale).double()  # global: 0-dim scale; per-tensor: (n,)
+
     # -- protocol --------------------------------------------------------------------------
     def after_clip(self, ctx: UpdateContext) -> None:
         self.optimizer_name = type(ctx.optimizer).__name__
@@ -185,14 +199,15 @@ class OptStateProbe:
 
         def push(key: str, tensors: list[torch.Tensor]) -> None:
             start = sum(t.numel() for t in scalars)
-            flat = torch.stack([t.reshape(()).double() for t in tensors]) if tensors else None
+            flat = torch.stack(tensors).reshape(-1).double() if tensors else None  # one cast
             if flat is not None:
                 scalars.append(flat)
                 slots[key] = slice(start, start + flat.numel())
 
         if self.has_moments:
-            push("m", list(torch._foreach_norm(ms)))
-            push("v", list(torch._foreach_norm(vs)))
+            mv = torch._foreach_norm(ms + vs)  # one multi-tensor call for both moments
+            push("m", list(mv[: len(ms)]))
+            push("v", list(mv[len(ms) :]))
         if self._snap_valid and self._snap is not None:
             torch._foreach_sub_(self._snap, [p.detach() for p in params])  # θ_prev - θ = -Δθ
             push("d", list(torch._foreach_norm(self._snap)))
@@ -201,7 +216,8 @@ class OptStateProbe:
                 for s, g in zip(self._snap, g_eff, strict=True)
             ]
             push("dot", [torch.stack(dots).sum()])
-            push("g", list(torch._foreach_norm(g_eff)))
+            post = self._post_clip_norms(ctx, g_eff)
+            push("g", [post] if post is not None else list(torch._foreach_norm(g_eff)))
             self._snap_valid = False
         spike_now = bool(ctx.spike and ctx.applied)
         if spike_now and self.has_moments:

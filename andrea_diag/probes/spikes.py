@@ -36,6 +36,10 @@ runs: a value is scored once ``OLMO_MIN_HISTORY = 50`` finite values precede it 
 then whatever history exists, up to 1,000); a non-finite value with enough history counts as a
 spike; ``None`` when nothing was scored.
 
+Metric columns every update: ``loss_z``, ``grad_norm_z`` (None during warm-up), ``spike``
+(bool, the online decision) and ``example_loss_max_z`` (robust z of the batch's worst
+example, so an outlier sequence that did not cause a spike is still visible).
+
 Events (one row per (update, metric); an update whose loss and grad norm both spike gives two
 rows) are written at ``close()``, because cascades need the boundaries that come later.
 Summary counts: ``n_spikes`` = event rows; ``by_cause`` counts every cause of every event
@@ -117,17 +121,17 @@ def batch_outlier(
     example_loss: torch.Tensor, rel_floor: float = OUTLIER_REL_FLOOR
 ) -> tuple[int | None, float | None]:
     """(index of the worst example, its robust z vs the batch); non-finite example wins (z inf)."""
-    el = example_loss.detach().reshape(-1).double().cpu()
-    if el.numel() == 0:
+    el = example_loss.detach().reshape(-1).tolist()  # host copy of n floats
+    if not el:
         return None, None
-    bad = ~torch.isfinite(el)
-    if bool(bad.any()):
-        return int(bad.nonzero()[0, 0]), math.inf
-    if el.numel() < 3:
+    for i, x in enumerate(el):
+        if not math.isfinite(x):
+            return i, math.inf
+    if len(el) < 3:
         return None, None
-    idx = int(el.argmax())
-    others = torch.cat([el[:idx], el[idx + 1 :]])  # the batch without the candidate
-    return idx, robust_z(float(el[idx]), others.numpy(), rel_floor)
+    idx = max(range(len(el)), key=el.__getitem__)
+    others = el[:idx] + el[idx + 1 :]  # the batch without the candidate
+    return idx, robust_z(el[idx], others, rel_floor)
 
 
 class SpikeProbe:
@@ -179,12 +183,26 @@ class SpikeProbe:
             flagged.append("grad_norm")
         if not ctx.applied and not flagged:
             flagged.append("grad_norm")  # a skipped update is always an event
+        # every update, not only at spikes: an outlier sequence that moves neither the loss nor
+        # the grad norm enough to spike is still visible in the metrics (16 values: ~50 us)
+        worst, worst_z = (
+            batch_outlier(ctx.example_loss) if ctx.example_loss.numel() else (None, None)
+        )
+        ctx.row["example_loss_max_z"] = worst_z
         ctx.row["loss_z"] = z["loss"]
         ctx.row["grad_norm_z"] = z["grad_norm"]
         ctx.row["spike"] = bool(flagged)
         ctx.spike = bool(flagged)
         if flagged:
-            self._record(ctx, flagged, {"loss": loss, "grad_norm": gn}, z, loss_bad or grad_bad)
+            self._record(
+                ctx,
+                flagged,
+                {"loss": loss, "grad_norm": gn},
+                z,
+                loss_bad or grad_bad,
+                worst,
+                worst_z,
+            )
         for metric, value in (("loss", loss), ("grad_norm", gn)):
             self.history[metric].append(value)
             if math.isfinite(value):
@@ -197,6 +215,8 @@ class SpikeProbe:
         values: dict[str, float],
         z: dict[str, float | None],
         nonfinite: bool,
+        idx: int | None,
+        oz: float | None,
     ) -> None:
         u = ctx.update
         causes: list[str] = []
@@ -205,7 +225,6 @@ class SpikeProbe:
         )
         if boundary is not None:
             causes.append("phase-transition")
-        idx, oz = batch_outlier(ctx.example_loss) if ctx.example_loss.numel() else (None, None)
         if oz is not None and math.isfinite(oz) and oz > self.outlier_z:
             causes.append("outlier")
         if nonfinite or not ctx.applied:
