@@ -144,3 +144,17 @@ def test_cached_decoding_matches_the_full_forward():
         want = [model(idx[:, : t + 1])[:, -1] for t in range(7, 12)]
     for g, w in zip(got, want, strict=True):
         assert torch.allclose(g, w, atol=1e-5, rtol=1e-5)
+
+
+def test_a_model_stuck_at_the_unigram_loss_never_learned_even_if_text_turns_repetitive():
+    """6.1 nats is far below 0.8 ln V, but a unigram model (H1 = 6.2) has not used context."""
+    ups = list(range(1, 41))
+    losses = [8.5 - 2.4 * min(1.0, u / 10) for u in ups]  # drops to 6.1 and stays
+    events = [
+        {"update": 10, "mode": "greedy", "top_token_share": 0.2},
+        {"update": 40, "mode": "greedy", "top_token_share": 0.9},
+    ]
+    assert lockin_verdict(ups, losses, events, 8449)["verdict"] == "locked-in"
+    out = lockin_verdict(ups, losses, events, 8449, unigram_entropy=6.2)
+    assert out["verdict"] == "never-learned"
+    assert out["learned_level"] == 6.2 - 0.5

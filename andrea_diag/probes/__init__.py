@@ -50,6 +50,7 @@ def make_probes(
     prompts: Mapping[str, torch.Tensor] | None = None,
     tokenizer: Any = None,
     lockin: bool = True,
+    unigram_entropy: float | None = None,
     per_layer: bool = True,
     update_stats: bool = True,
 ) -> list[Probe]:
@@ -69,6 +70,7 @@ def make_probes(
                 every=lockin_every,
                 total_steps=total_steps,
                 seed=seed,
+                unigram_entropy=unigram_entropy,
             )
         )
     return probes

@@ -24,7 +24,10 @@ Metric columns at sampling updates: ``lockin/top_token_share`` (max over sources
 1. ``insufficient-data``: fewer than ``min_losses`` (10) finite losses;
 2. ``never-learned``: the smoothed loss (trailing median of 5) never reached
    ``learned_frac · ln V`` (0.8 · ln 8449 ≈ 7.23): a model that stayed near the uniform loss
-   did not learn, however repetitive its text (the pilot's lr ≥ 3e-3 arms);
+   did not learn, however repetitive its text (the pilot's lr ≥ 3e-3 arms). When the data's
+   unigram entropy H1 is known (the training loop passes it), the level is also capped at
+   ``H1 - unigram_margin`` (0.5 nats): a unigram-level model greedily repeats the most frequent
+   token by construction, so reaching H1 is not "learned" either;
 3. otherwise the *good phase* starts at the first update the smoothed loss reached that level.
    ``insufficient-data`` when fewer than two sample events exist, or none at/after the good
    phase start;
@@ -57,6 +60,7 @@ THRESHOLDS: dict[str, float] = {
     "rise": 0.2,  # ... and at least 0.2 above the earlier minimum
     "smooth": 5,  # trailing-median window for the loss trajectory
     "min_losses": 10,
+    "unigram_margin": 0.5,  # learned: smoothed loss <= unigram entropy - 0.5 (uses context)
 }
 VERDICTS = ("healthy", "never-learned", "locked-in", "insufficient-data")
 
@@ -215,16 +219,25 @@ def lockin_verdict(
     samples: Sequence[Mapping[str, Any]],
     vocab_size: int,
     thresholds: Mapping[str, float] = THRESHOLDS,
+    unigram_entropy: float | None = None,
 ) -> dict[str, Any]:
-    """The lock-in verdict from the loss trajectory and the sample rows (see module doc)."""
+    """The lock-in verdict from the loss trajectory and the sample rows (see module doc).
+
+    With ``unigram_entropy`` (the data's context-free token entropy, nats), "learned" also
+    requires beating it by ``unigram_margin``: a model at the unigram loss predicts the most
+    frequent token everywhere, so its greedy text is repetitive by construction, not locked in.
+    """
     th = {**THRESHOLDS, **thresholds}
     uniform = math.log(vocab_size)
     learned_level = th["learned_frac"] * uniform
+    if unigram_entropy is not None and math.isfinite(unigram_entropy):
+        learned_level = min(learned_level, unigram_entropy - th["unigram_margin"])
     pairs = [
         (u, v) for u, v in zip(updates, losses, strict=True) if v is not None and math.isfinite(v)
     ]
     out: dict[str, Any] = {
         "uniform_loss": uniform,
+        "unigram_entropy": unigram_entropy,
         "learned_level": learned_level,
         "good_phase_start": None,
         "min_smoothed_loss": None,
@@ -286,8 +299,10 @@ class LockInProbe:
         seed: int = 0,
         vocab_size: int | None = None,
         thresholds: Mapping[str, float] | None = None,
+        unigram_entropy: float | None = None,
     ) -> None:
         self.model = model
+        self.unigram_entropy = unigram_entropy
         self.prompts = {
             k: torch.as_tensor(v).reshape(-1).long() for k, v in (prompts or {}).items()
         }
@@ -377,7 +392,12 @@ class LockInProbe:
             verdict = {"verdict": "insufficient-data", "reason": "unknown vocabulary size"}
         else:
             verdict = lockin_verdict(
-                self.updates, self.losses, self.samples, self.vocab_size, self.thresholds
+                self.updates,
+                self.losses,
+                self.samples,
+                self.vocab_size,
+                self.thresholds,
+                unigram_entropy=self.unigram_entropy,
             )
         if not self.prompts:
             verdict["reason"] = "no prompts: verdict from the loss trajectory only"

@@ -50,6 +50,13 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+def unigram_entropy(counts: torch.Tensor) -> float:
+    """Context-free token entropy of the training streams (nats): the loss of a unigram model."""
+    p = counts.double() / counts.sum()
+    p = p[p > 0]
+    return float(-(p * p.log()).sum())
+
+
 def _overflow_last(n_micro: int) -> Callable[[int, torch.Tensor], torch.Tensor]:
     """The nonfinite injection: the group's last microbatch loss overflows (an fp16-style inf)."""
 
@@ -99,7 +106,14 @@ def train_arm(
     names, params = zip(*model.named_parameters(), strict=True)
     # lock-in prompts: the first tokens of each source stream (a document start), fixed per data
     prompts = {name: data.streams[name][:PROMPT_TOKENS] for name in SOURCE_NAMES}
-    probes = build_probes(cfg, model, optimizer, prompts=prompts, tokenizer=data.tokenizer)
+    probes = build_probes(
+        cfg,
+        model,
+        optimizer,
+        prompts=prompts,
+        tokenizer=data.tokenizer,
+        unigram_entropy=unigram_entropy(data.token_counts),
+    )
     rare_ids = data.rare_token_ids()
     clip_mode = "none" if cfg.clip == "none" else cfg.clip
     counts = {"microbatches": 0, "examples": 0, "tokens": 0}
