@@ -146,3 +146,35 @@ def test_batch_outlier_finds_the_worst_example_and_nonfinite_wins():
     assert idx == 3 and z > 20
     ex[7] = math.inf
     assert batch_outlier(ex) == (7, math.inf)
+
+
+def _harder_source_spike(loss, gn, ex):
+    """A grad-norm spike in a batch whose source 2 is, as always, ~2 nats harder: no outlier."""
+    return loss, 20.0, ex, True
+
+
+def test_a_source_that_is_always_harder_is_not_an_outlier(tmp_path):
+    rec = Recorder(tmp_path / "run", {"kind": "test"})
+    probe = SpikeProbe(window=50, z_thresh=6.0, boundary_k=3)
+    g = torch.Generator().manual_seed(1)
+    src = torch.arange(16) % 3
+    causes = {}
+    for u in range(1, 81):
+        ex = 3.0 + 0.1 * torch.randn(16, generator=g) + 2.0 * (src == 2)  # source 2: harder
+        gn = 20.0 if u == 60 else 1.0 + 0.05 * float(torch.randn((), generator=g))
+        if u == 70:
+            ex[4] = 14.0  # a real outlier for its source
+            gn = 20.0
+        ctx = _ctx(rec, u, float(ex.mean()), gn, ex)
+        probe.after_clip(ctx)
+        probe.after_step(ctx)
+    probe.close(tmp_path / "run")
+    rec.close()
+    for line in (tmp_path / "run" / "events.jsonl").read_text().splitlines():
+        e = json.loads(line)
+        causes.setdefault(e["update"], set()).update(e["causes"])
+    assert causes[60] == {"unexplained"}  # harder source, not an outlier example
+    assert "outlier" in causes[70]
+    # against the raw batch the harder source's max would have looked like an outlier
+    _, raw_z = batch_outlier(3.0 + 0.1 * torch.randn(16, generator=g) + 2.0 * (src == 2))
+    assert raw_z is not None and raw_z > 5.0

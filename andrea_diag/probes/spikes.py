@@ -154,6 +154,7 @@ class SpikeProbe:
         self._win = {"loss": deque(maxlen=self.window), "grad_norm": deque(maxlen=self.window)}
         self.history: dict[str, list[float]] = {"loss": [], "grad_norm": []}
         self.boundaries: list[int] = []
+        self._src_hist: dict[int, deque[float]] = {}  # source -> recent per-update mean losses
         self._prev_phase: int | None = None
         self.events: list[dict[str, Any]] = []
         self.recorder: Any = None
@@ -186,7 +187,7 @@ class SpikeProbe:
         # every update, not only at spikes: an outlier sequence that moves neither the loss nor
         # the grad norm enough to spike is still visible in the metrics (16 values: ~50 us)
         worst, worst_z = (
-            batch_outlier(ctx.example_loss) if ctx.example_loss.numel() else (None, None)
+            batch_outlier(self._residuals(ctx)) if ctx.example_loss.numel() else (None, None)
         )
         ctx.row["example_loss_max_z"] = worst_z
         ctx.row["loss_z"] = z["loss"]
@@ -207,6 +208,34 @@ class SpikeProbe:
             self.history[metric].append(value)
             if math.isfinite(value):
                 self._win[metric].append(value)
+
+    def _residuals(self, ctx: UpdateContext) -> torch.Tensor:
+        """Each example's loss minus its source's recent typical loss.
+
+        The bandit mixes sources whose loss levels differ by nats, so against the raw batch
+        every batch looks like it holds "outliers" (the hardest source's sequences). Against
+        the median of its own source's last ``window`` per-update means, an example is an
+        outlier only when it is far from what that source usually costs. Until every source in
+        the batch has 3 such means (warm-up), or without source labels (a user's loop), the
+        raw losses are used.
+        """
+        loss = ctx.example_loss.detach().reshape(-1).float().cpu()
+        src = ctx.example_source.detach().reshape(-1).cpu()
+        if src.numel() != loss.numel() or bool((src < 0).any()):
+            return loss
+        present = [int(i) for i in src.unique()]
+        refs = {i: self._src_hist.get(i) for i in present}
+        ready = all(r is not None and len(r) >= 3 for r in refs.values())
+        out = loss.clone()
+        if ready:
+            for i, hist in refs.items():
+                out[src == i] -= float(np.median(np.asarray(hist)))
+        for i in present:  # update the references after use: the current batch is judged
+            sel = loss[src == i]  # against the past only
+            m = float(sel.mean())
+            if math.isfinite(m):
+                self._src_hist.setdefault(i, deque(maxlen=self.window)).append(m)
+        return out if ready else loss
 
     def _record(
         self,
