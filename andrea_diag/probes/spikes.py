@@ -7,6 +7,12 @@ whether ``s`` is a spike). For the loss and for the pre-clip global gradient nor
   previous ``window`` (``cfg.spike_window``) *finite* values, the current value excluded;
   the scale is floored at ``REL_FLOOR * |median|`` so a flat history cannot make float noise
   look like a spike;
+- **the loss signal is mix-adjusted** when the examples carry source labels (our loop): each
+  sequence's loss minus the median of its source's recent per-update mean losses, averaged
+  over the batch (``loss_excess`` column). The bandit's mix moves the raw loss by nats (its
+  sources differ that much) without shocking the model; the excess is what the model did
+  worse than its sources usually cost. Without labels (a user's loop) or in the first
+  updates (fewer than 3 means per source), the raw loss is used;
 - a spike is ``z > z_thresh`` (``cfg.spike_z``; upward only: a sudden *drop* is not a spike);
 - **warm-up**: no z (``None`` in the ``loss_z``/``grad_norm_z`` columns, no spike by z) until
   ``warmup = max(5, window // 5)`` finite values precede the update (10 for the default 50);
@@ -17,9 +23,11 @@ whether ``s`` is a spike). For the loss and for the pre-clip global gradient nor
 
 - ``phase-transition``: the update is within ``boundary_k`` updates after a bandit boundary
   (``0 <= update - boundary <= boundary_k``; the boundary is the first update of a phase);
-- ``outlier``: the batch's worst example is far from the batch: robust z of the max
-  per-example loss against the batch median/MAD (scale floored at 1% of the median) above
-  ``outlier_z`` (default 5.0; with 16 examples the max of a normal batch sits near z = 2);
+- ``outlier``: a few sequences carry the batch's loss excess: the excess has robust z above
+  ``EXCESS_Z`` (3) and the batch *without its worst quarter of sequences* is ordinary again
+  (z below ``REST_Z``, 2). A phase shift raises every sequence's loss, so its rest stays high.
+  Without source labels, the fallback: robust z of the worst example's loss against the rest
+  of the batch above ``outlier_z`` (5.0);
 - ``numerical``: non-finite loss, non-finite gradient (``ctx.clip.nonfinite``) or a skipped
   update;
 - ``unexplained``: none of the above.
@@ -37,7 +45,8 @@ then whatever history exists, up to 1,000); a non-finite value with enough histo
 spike; ``None`` when nothing was scored.
 
 Metric columns every update: ``loss_z``, ``grad_norm_z`` (None during warm-up), ``spike``
-(bool, the online decision) and ``example_loss_max_z`` (robust z of the batch's worst
+(bool, the online decision), ``loss_excess`` (the mix-adjusted loss, None without source
+labels or in warm-up) and ``example_loss_max_z`` (robust z of the batch's worst
 example, so an outlier sequence that did not cause a spike is still visible).
 
 Events (one row per (update, metric); an update whose loss and grad norm both spike gives two
@@ -67,6 +76,8 @@ CAUSES = ("phase-transition", "outlier", "numerical", "unexplained")
 REL_FLOOR = 1e-3  # spike z scale floor, relative to the window median
 OUTLIER_Z = 5.0
 OUTLIER_REL_FLOOR = 1e-2
+EXCESS_Z = 3.0  # outlier cause: the batch's mix-adjusted loss excess is unusual ...
+REST_Z = 2.0  # ... and ordinary again once its worst quarter of sequences is left out
 OLMO_WINDOW = 1000
 OLMO_N_STD = 7.0
 OLMO_MIN_HISTORY = 50
@@ -151,7 +162,11 @@ class SpikeProbe:
         self.warmup = warmup_for(self.window)
         self.source_names = tuple(source_names)
         self.optstate = optstate  # for per-spike recovery columns in the events table
-        self._win = {"loss": deque(maxlen=self.window), "grad_norm": deque(maxlen=self.window)}
+        self._win = {
+            "loss": deque(maxlen=self.window),
+            "grad_norm": deque(maxlen=self.window),
+            "excess": deque(maxlen=self.window),  # mix-adjusted loss (see _residuals)
+        }
         self.history: dict[str, list[float]] = {"loss": [], "grad_norm": []}
         self.boundaries: list[int] = []
         self._src_hist: dict[int, deque[float]] = {}  # source -> recent per-update mean losses
@@ -176,7 +191,20 @@ class SpikeProbe:
         loss, gn = float(ctx.loss), ctx.grad_norm()
         grad_bad = ctx.grads_nonfinite() or not math.isfinite(gn)
         loss_bad = not math.isfinite(loss)
-        z = {"loss": self._z("loss", loss), "grad_norm": self._z("grad_norm", gn)}
+        resid, mix_adjusted = (
+            self._residuals(ctx) if ctx.example_loss.numel() else (ctx.example_loss, False)
+        )
+        excess = float(resid.mean()) if mix_adjusted else math.nan
+        # With source labels, the loss signal is the batch's excess over what its sources
+        # usually cost: a bandit shift towards a harder source moves the raw loss by nats
+        # without shocking the model, and would otherwise hide a real spike in the noise.
+        loss_signal = "excess" if mix_adjusted and math.isfinite(excess) else "loss"
+        z = {
+            "loss": self._z(loss_signal, excess if loss_signal == "excess" else loss),
+            "grad_norm": self._z("grad_norm", gn),
+        }
+        if loss_bad:
+            z["loss"] = None  # a non-finite loss has no z; it is an event of its own below
         flagged = [m for m in ("loss", "grad_norm") if z[m] is not None and z[m] > self.z_thresh]
         if loss_bad and "loss" not in flagged:
             flagged.append("loss")
@@ -186,9 +214,9 @@ class SpikeProbe:
             flagged.append("grad_norm")  # a skipped update is always an event
         # every update, not only at spikes: an outlier sequence that moves neither the loss nor
         # the grad norm enough to spike is still visible in the metrics (16 values: ~50 us)
-        worst, worst_z = (
-            batch_outlier(self._residuals(ctx)) if ctx.example_loss.numel() else (None, None)
-        )
+        worst, worst_z = batch_outlier(resid) if resid.numel() else (None, None)
+        concentrated = self._concentrated(resid, excess) if loss_signal == "excess" else None
+        ctx.row["loss_excess"] = excess if loss_signal == "excess" else None
         ctx.row["example_loss_max_z"] = worst_z
         ctx.row["loss_z"] = z["loss"]
         ctx.row["grad_norm_z"] = z["grad_norm"]
@@ -203,13 +231,16 @@ class SpikeProbe:
                 loss_bad or grad_bad,
                 worst,
                 worst_z,
+                concentrated,
             )
         for metric, value in (("loss", loss), ("grad_norm", gn)):
             self.history[metric].append(value)
             if math.isfinite(value):
                 self._win[metric].append(value)
+        if math.isfinite(excess):
+            self._win["excess"].append(excess)
 
-    def _residuals(self, ctx: UpdateContext) -> torch.Tensor:
+    def _residuals(self, ctx: UpdateContext) -> tuple[torch.Tensor, bool]:
         """Each example's loss minus its source's recent typical loss.
 
         The bandit mixes sources whose loss levels differ by nats, so against the raw batch
@@ -217,12 +248,12 @@ class SpikeProbe:
         the median of its own source's last ``window`` per-update means, an example is an
         outlier only when it is far from what that source usually costs. Until every source in
         the batch has 3 such means (warm-up), or without source labels (a user's loop), the
-        raw losses are used.
+        raw losses are used; the flag says which.
         """
         loss = ctx.example_loss.detach().reshape(-1).float().cpu()
         src = ctx.example_source.detach().reshape(-1).cpu()
         if src.numel() != loss.numel() or bool((src < 0).any()):
-            return loss
+            return loss, False
         present = [int(i) for i in src.unique()]
         refs = {i: self._src_hist.get(i) for i in present}
         ready = all(r is not None and len(r) >= 3 for r in refs.values())
@@ -235,7 +266,22 @@ class SpikeProbe:
             m = float(sel.mean())
             if math.isfinite(m):
                 self._src_hist.setdefault(i, deque(maxlen=self.window)).append(m)
-        return out if ready else loss
+        return (out, True) if ready else (loss, False)
+
+    def _concentrated(self, resid: torch.Tensor, excess: float) -> bool | None:
+        """Is this batch's loss excess carried by a few sequences (an outlier example)?
+
+        True when the excess is itself unusual (robust z > ``EXCESS_Z``) and the batch without
+        its worst quarter of sequences is ordinary again (z < ``REST_Z``): a few examples explain
+        the batch. A phase shift raises every sequence's loss, so its rest stays high.
+        """
+        win = self._win["excess"]
+        if len(win) < self.warmup or not math.isfinite(excess) or resid.numel() < 4:
+            return None
+        k = math.ceil(resid.numel() / 4)
+        rest = float(resid.sort().values[:-k].mean())
+        z_all, z_rest = robust_z(excess, win, REL_FLOOR), robust_z(rest, win, REL_FLOOR)
+        return z_all > EXCESS_Z and z_rest < REST_Z
 
     def _record(
         self,
@@ -246,6 +292,7 @@ class SpikeProbe:
         nonfinite: bool,
         idx: int | None,
         oz: float | None,
+        concentrated: bool | None = None,
     ) -> None:
         u = ctx.update
         causes: list[str] = []
@@ -254,7 +301,11 @@ class SpikeProbe:
         )
         if boundary is not None:
             causes.append("phase-transition")
-        if oz is not None and math.isfinite(oz) and oz > self.outlier_z:
+        if (
+            concentrated
+            if concentrated is not None
+            else (oz is not None and math.isfinite(oz) and oz > self.outlier_z)
+        ):
             causes.append("outlier")
         if nonfinite or not ctx.applied:
             causes.append("numerical")
