@@ -285,6 +285,105 @@ Outputs clip_single(const std::vector<at::Tensor>& grads, double max_norm, doubl
   return out;
 }
 
+// ---- AdamW with the clip folded in ---------------------------------------------------------
+
+void check_same(const at::Tensor& t, const at::Tensor& g, const char* what, size_t i) {
+  TORCH_CHECK(t.defined(), "andrea_clip: ", what, " ", std::to_string(i), " is undefined");
+  TORCH_CHECK(t.device() == g.device(), "andrea_clip: ", what, " ", std::to_string(i), " is on ",
+              t.device().str(), " but its gradient is on ", g.device().str());
+  TORCH_CHECK(t.scalar_type() == at::kFloat,
+              "andrea_clip unsupported: ", what, " ", std::to_string(i), " must be float32");
+  TORCH_CHECK(t.layout() == at::kStrided && t.is_contiguous(),
+              "andrea_clip unsupported: ", what, " ", std::to_string(i), " is not contiguous");
+  TORCH_CHECK(t.numel() == g.numel(), "andrea_clip: ", what, " ", std::to_string(i), " has ",
+              std::to_string(t.numel()), " elements but its gradient has ", std::to_string(g.numel()));
+}
+
+void check_scalar(const at::Tensor& t, const at::Device& dev, at::ScalarType st, const char* what) {
+  TORCH_CHECK(t.defined() && t.device() == dev && t.scalar_type() == st && t.numel() == 1,
+              "andrea_clip: ", what, " must be a one-element ", c10::toString(st), " tensor on ",
+              dev.str());
+}
+
+// One AdamW step with g' = g * scale, skipped entirely when nonfinite (both read on the
+// device). steps[i] (fp32, one per parameter, torch AdamW's state["step"]) are incremented
+// first unless nonfinite. Gradients are read, never written.
+void adamw_clipped(const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& grads,
+                   const std::vector<at::Tensor>& exp_avgs,
+                   const std::vector<at::Tensor>& exp_avg_sqs, const std::vector<at::Tensor>& steps,
+                   const at::Tensor& scale, const at::Tensor& nonfinite, double lr, double beta1,
+                   double beta2, double eps, double weight_decay) {
+  check_grads(grads);
+  const size_t n = grads.size();
+  TORCH_CHECK(params.size() == n && exp_avgs.size() == n && exp_avg_sqs.size() == n &&
+                  steps.size() == n,
+              "andrea_clip: params, grads, exp_avgs, exp_avg_sqs and steps need one entry each (got ",
+              std::to_string(params.size()), ", ", std::to_string(n), ", ",
+              std::to_string(exp_avgs.size()), ", ", std::to_string(exp_avg_sqs.size()), ", ",
+              std::to_string(steps.size()), ")");
+  const auto dev = grads[0].device();
+  for (size_t i = 0; i < n; ++i) {
+    check_same(params[i], grads[i], "param", i);
+    check_same(exp_avgs[i], grads[i], "exp_avg", i);
+    check_same(exp_avg_sqs[i], grads[i], "exp_avg_sq", i);
+    check_scalar(steps[i], dev, at::kFloat, "step");
+  }
+  check_scalar(scale, dev, at::kFloat, "scale");
+  check_scalar(nonfinite, dev, at::kBool, "nonfinite");
+  TORCH_CHECK(std::isfinite(lr) && lr >= 0.0, "andrea_clip: lr must be finite and >= 0, got ", std::to_string(lr));
+  TORCH_CHECK(beta1 >= 0.0 && beta1 < 1.0 && beta2 >= 0.0 && beta2 < 1.0,
+              "andrea_clip: betas must be in [0, 1), got ", std::to_string(beta1), ", ", std::to_string(beta2));
+  TORCH_CHECK(std::isfinite(eps) && eps >= 0.0, "andrea_clip: eps must be finite and >= 0, got ", std::to_string(eps));
+  TORCH_CHECK(std::isfinite(weight_decay) && weight_decay >= 0.0,
+              "andrea_clip: weight_decay must be finite and >= 0, got ", std::to_string(weight_decay));
+  const c10::cuda::CUDAGuard guard(dev);
+  auto stream = c10::cuda::getCurrentCUDAStream();
+  const bool* nf = nonfinite.data_ptr<bool>();
+
+  // Step counters first (every parameter with a gradient, empty ones too, as torch does).
+  ac::StepList sl{};
+  for (size_t i = 0; i < n; ++i) {
+    sl.step[sl.n++] = steps[i].data_ptr<float>();
+    if (sl.n == ac::kMaxStepTensors || i + 1 == n) {
+      check_cuda(ac::launch_step_inc(sl, nf, stream), "k_step_inc launch");
+      sl.n = 0;
+    }
+  }
+
+  // Then the update: by-value tables of <= kMaxAdamTensors non-empty tensors of one grad dtype.
+  const ac::AdamHyper h{static_cast<float>(lr), static_cast<float>(beta1),
+                        static_cast<float>(beta2), static_cast<float>(eps),
+                        static_cast<float>(weight_decay)};
+  std::vector<std::pair<ac::DType, ac::AdamList>> lists;
+  int open[3] = {-1, -1, -1};
+  for (size_t i = 0; i < n; ++i) {
+    const auto& g = grads[i];
+    if (g.numel() == 0) continue;
+    const ac::DType dt = dtype_of(g);
+    int& o = open[static_cast<int>(dt)];
+    if (o < 0 || lists[o].second.n == ac::kMaxAdamTensors) {
+      lists.emplace_back(dt, ac::AdamList{});
+      o = static_cast<int>(lists.size()) - 1;
+      lists[o].second.n = 0;
+      lists[o].second.local_start[0] = 0;
+    }
+    ac::AdamList& al = lists[o].second;
+    const int k = al.n++;
+    al.g[k] = g.data_ptr();
+    al.p[k] = params[i].data_ptr<float>();
+    al.m[k] = exp_avgs[i].data_ptr<float>();
+    al.v[k] = exp_avg_sqs[i].data_ptr<float>();
+    al.step[k] = steps[i].data_ptr<float>();
+    al.numel[k] = g.numel();
+    const int64_t chunks = (g.numel() + ac::kChunk - 1) / ac::kChunk;
+    TORCH_CHECK(al.local_start[k] + chunks < INT32_MAX, "andrea_clip: too many chunks");
+    al.local_start[k + 1] = al.local_start[k] + static_cast<int32_t>(chunks);
+  }
+  for (const auto& [dt, al] : lists)
+    check_cuda(ac::launch_adamw_clipped(al, dt, h, scale.data_ptr<float>(), nf, stream),
+               "k_adamw_clipped launch");
+}
+
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
@@ -300,4 +399,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("norm_final", &norm_final, "Stage 2 alone: (total, per_tensor, scale, nonfinite)");
   m.def("scale_", &scale_, "Stage 3 alone: in-place g *= scale (skipped when scale == 1)");
   m.def("chunk_offsets", &chunk_offsets, "Cached int32 chunk offsets per tensor (device)");
+  m.def("adamw_clipped", &adamw_clipped,
+        "AdamW step with g * scale folded in; skipped on device when nonfinite (k_adamw_clipped)",
+        py::arg("params"), py::arg("grads"), py::arg("exp_avgs"), py::arg("exp_avg_sqs"),
+        py::arg("steps"), py::arg("scale"), py::arg("nonfinite"), py::arg("lr"), py::arg("beta1"),
+        py::arg("beta2"), py::arg("eps"), py::arg("weight_decay"));
+  m.attr("MAX_ADAM_TENSORS_PER_LAUNCH") = ac::kMaxAdamTensors;
 }

@@ -58,4 +58,41 @@ cudaError_t launch_clip_single(const TensorList& tl, DType dt, NormKind nk, floa
                                float* per_tensor, float* scale, bool* nonfinite,
                                unsigned* barrier, cudaStream_t stream);
 
+// ---- AdamW with the clip folded in (k_adamw_clipped) -------------------------------------
+// g' = g * (*scale) inside the update, so the clipped gradient is never written back; every
+// block returns at once when *nonfinite is set (the step is skipped, no host sync).
+
+constexpr int kMaxAdamTensors = 80;  // 80 * (4 * 8 + 8 + 4) + 4 + 4 + 4 = 3532 bytes < 4 KB
+constexpr int kMaxStepTensors = 480; // StepList: 480 * 8 + 4 = 3844 bytes < 4 KB
+
+// By value, like TensorList: grads (any DType), fp32 params / exp_avg / exp_avg_sq, and each
+// tensor's fp32 step counter (torch AdamW keeps one 0-dim step tensor per parameter).
+struct AdamList {
+  const void* g[kMaxAdamTensors];
+  float* p[kMaxAdamTensors];
+  float* m[kMaxAdamTensors];
+  float* v[kMaxAdamTensors];
+  const float* step[kMaxAdamTensors];  // already incremented by launch_step_inc
+  int64_t numel[kMaxAdamTensors];
+  int32_t local_start[kMaxAdamTensors + 1];  // prefix of chunk counts inside this launch
+  int32_t n;                                  // tensors in this launch (all non-empty)
+};
+
+struct StepList {
+  float* step[kMaxStepTensors];
+  int32_t n;
+};
+
+struct AdamHyper {
+  float lr, beta1, beta2, eps, weight_decay;
+};
+
+// step[i] += 1 for every tensor unless *nonfinite (one block; run before launch_adamw_clipped).
+cudaError_t launch_step_inc(const StepList& sl, const bool* nonfinite, cudaStream_t stream);
+
+// One AdamW step over every element of the list, reading the clip scale and the skip flag
+// from device memory. grid = local_start[n] blocks, one (tensor, kChunk chunk) each.
+cudaError_t launch_adamw_clipped(const AdamList& al, DType grad_dt, AdamHyper h,
+                                 const float* scale, const bool* nonfinite, cudaStream_t stream);
+
 }  // namespace andrea_clip

@@ -1,0 +1,302 @@
+"""``ClippedAdamW``: global-norm gradient clipping folded into the AdamW step.
+
+    from andrea_diag.clip.fused_adamw import ClippedAdamW
+    opt = ClippedAdamW(model.parameters(), lr=3e-4, weight_decay=0.1, max_norm=1.0)
+    loss.backward(); opt.step(); opt.zero_grad()
+    opt.last_clip.total_norm      # pre-clip norm, per-tensor norms, scale, non-finite flag
+
+Equivalent to ``torch.nn.utils.clip_grad_norm_(params, max_norm)`` followed by
+``torch.optim.AdamW(params, ...).step()``, except that a non-finite global norm skips the whole
+update (parameters, moments and step counters stay as they were) instead of writing NaN into
+the weights. On CUDA it runs three stages and never syncs with the host:
+
+1. ``k_grad_norm_partial`` + ``k_grad_norm_final`` (kernels/clip.cu): the global norm, the
+   per-tensor norms, ``scale = min(1, max_norm / (norm + 1e-6))`` and the non-finite flag, all
+   left in device memory (the existing clipper with ``apply=False``);
+2. ``k_step_inc``: every ``state["step"]`` += 1 unless the flag is set;
+3. ``k_adamw_clipped``: the AdamW update with ``g * scale`` inside it. The gradient is read
+   once and never written, so an active clip costs only the norm pass on top of AdamW (the
+   separate scale pass would read and write every gradient once more).
+
+Anywhere else (CPU, float64 parameters, non-contiguous tensors, no compiler) it runs
+:func:`adamw_clipped_reference`, the same math in pure torch (also sync-free).
+
+State keys match ``torch.optim.AdamW`` (``step`` as a 0-dim float32 tensor on the parameter's
+device, as torch's fused/capturable AdamW keeps it; ``exp_avg``; ``exp_avg_sq``), so code that
+reads ``optimizer.state`` (andrea_diag.probes.optstate) works unchanged, and torch AdamW state
+dicts load. Not supported: amsgrad, maximize, tensor learning rates, sparse gradients.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import torch
+
+from andrea_diag.clip import reference
+from andrea_diag.clip.api import ClipResult
+
+IMPLS = ("auto", "cuda", "reference")
+
+
+def adamw_clipped_reference(
+    params: Sequence[torch.Tensor],
+    grads: Sequence[torch.Tensor],
+    exp_avgs: Sequence[torch.Tensor],
+    exp_avg_sqs: Sequence[torch.Tensor],
+    steps: Sequence[torch.Tensor],
+    scale: torch.Tensor,
+    nonfinite: torch.Tensor,
+    *,
+    lr: float,
+    beta1: float,
+    beta2: float,
+    eps: float,
+    weight_decay: float,
+) -> None:
+    """One AdamW step with ``g' = g * scale``, in place; a no-op where ``nonfinite`` is set.
+
+    Pure torch, any device, no host sync: the skip is a ``torch.where`` on the device-side
+    flag rather than a Python ``if``. Arithmetic runs in each parameter's dtype (float32 or
+    float64) and the bias corrections in float64, in the order of torch's fused AdamW kernel
+    (decoupled decay, moments, bias-corrected step); the gradients are not modified.
+    """
+    if not params:
+        return
+    ok = ~nonfinite.reshape(())
+    for p, g, m, v, step in zip(params, grads, exp_avgs, exp_avg_sqs, steps, strict=True):
+        step.add_(ok.to(step.dtype))  # skipped steps are not counted, as in torch's found_inf path
+        dt = p.dtype
+        st = step.to(torch.float64)
+        step_size = (lr / (1.0 - beta1**st)).to(dt)
+        bc2_sqrt = (1.0 - beta2**st).sqrt().to(dt)
+        gs = g.detach().to(dt) * scale.to(dt)
+        p_new = p.detach() - (lr * weight_decay) * p.detach()
+        m_new = beta1 * m + (1.0 - beta1) * gs
+        v_new = beta2 * v + (1.0 - beta2) * gs * gs
+        p_new = p_new - step_size * m_new / (v_new.sqrt() / bc2_sqrt + eps)
+        p.detach().copy_(torch.where(ok, p_new, p.detach()))
+        m.copy_(torch.where(ok, m_new, m))
+        v.copy_(torch.where(ok, v_new, v))
+
+
+def _kernel_fits(
+    params: Sequence[torch.Tensor],
+    grads: Sequence[torch.Tensor],
+    exp_avgs: Sequence[torch.Tensor],
+    exp_avg_sqs: Sequence[torch.Tensor],
+) -> bool:
+    from andrea_diag.clip import cuda as cuda_ext
+
+    return all(
+        p.dtype == torch.float32
+        and g.dtype in cuda_ext.SUPPORTED_DTYPES
+        and p.is_contiguous()
+        and g.is_contiguous()
+        and m.is_contiguous()
+        and v.is_contiguous()
+        and g.shape == p.shape
+        for p, g, m, v in zip(params, grads, exp_avgs, exp_avg_sqs, strict=True)
+    )
+
+
+def _resolve(impl: str, grads: Sequence[torch.Tensor], fits: Callable[[], bool], p: float) -> str:
+    """The path that will run: "cuda" (kernels) or "reference"."""
+    if impl not in IMPLS:
+        raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
+    on_cuda = grads[0].is_cuda
+    if impl == "reference" or (impl == "auto" and not on_cuda):
+        return "reference"
+    if not on_cuda:
+        raise ValueError("impl='cuda' needs parameters on a CUDA device")
+    from andrea_diag.clip import cuda as cuda_ext
+
+    ok, why = cuda_ext.available()
+    if ok and fits() and cuda_ext.supports(list(grads), p):
+        return "cuda"
+    if impl == "cuda":
+        raise RuntimeError(f"impl='cuda' but the fused kernels cannot take this step ({why})")
+    return "reference"
+
+
+def _clip_stats(
+    which: str, grads: list[torch.Tensor], max_norm: float, norm_type: float
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Norm stages only (no scale pass): (total, per_tensor, scale, nonfinite) on the device."""
+    if which == "cuda":
+        from andrea_diag.clip import cuda as cuda_ext
+
+        # partial + final only (apply=False): the scale is consumed inside the update.
+        return cuda_ext.load().clip(grads, float(max_norm), float(norm_type), False)
+    acc = torch.float64 if any(g.dtype == torch.float64 for g in grads) else torch.float32
+    return reference.clip_reference(grads, max_norm, norm_type, acc_dtype=acc, apply=False)
+
+
+def _update(which: str, args: tuple, scale: torch.Tensor, nonfinite: torch.Tensor, **hyper: float):
+    if which == "cuda":
+        from andrea_diag.clip import cuda as cuda_ext
+
+        cuda_ext.load().adamw_clipped(*args, scale.float(), nonfinite, **hyper)
+    else:
+        adamw_clipped_reference(*args, scale, nonfinite, **hyper)
+
+
+def clip_adamw_(
+    params: Sequence[torch.Tensor],
+    grads: Sequence[torch.Tensor],
+    exp_avgs: Sequence[torch.Tensor],
+    exp_avg_sqs: Sequence[torch.Tensor],
+    steps: Sequence[torch.Tensor],
+    *,
+    max_norm: float,
+    norm_type: float = 2.0,
+    lr: float = 1e-3,
+    beta1: float = 0.9,
+    beta2: float = 0.999,
+    eps: float = 1e-8,
+    weight_decay: float = 1e-2,
+    impl: str = "auto",
+) -> ClipResult:
+    """Functional form of one ClippedAdamW step over one list (grads passed explicitly).
+
+    For gradients that do not live in ``p.grad``, e.g. a bf16 gradient buffer for fp32 master
+    weights (torch refuses ``p.grad`` of another dtype). ``steps`` are 0-dim float32 tensors on
+    the parameters' device, incremented in place unless the norm is non-finite.
+    """
+    grads = list(grads)
+    args = (list(params), grads, list(exp_avgs), list(exp_avg_sqs), list(steps))
+    which = _resolve(impl, grads, lambda: _kernel_fits(*args[:4]), norm_type)
+    total, per, scale, nonfinite = _clip_stats(which, grads, max_norm, norm_type)
+    _update(
+        which, args, scale, nonfinite,
+        lr=lr, beta1=beta1, beta2=beta2, eps=eps, weight_decay=weight_decay,
+    )  # fmt: skip
+    return ClipResult(total, per, scale, nonfinite, which)
+
+
+class ClippedAdamW(torch.optim.Optimizer):
+    """AdamW whose step first clips the global gradient norm, on the device, without a sync.
+
+    Hyper-parameters and defaults are torch.optim.AdamW's, plus ``max_norm`` and ``norm_type``
+    (global over every parameter of the optimizer, like ``clip_grad_norm_(model.parameters())``).
+    ``max_norm=math.inf`` measures the norm and never clips. ``impl``: ``"auto"`` (the CUDA
+    kernels where they apply, else the reference), ``"cuda"`` (raise if unavailable) or
+    ``"reference"``. After each ``step()``, :attr:`last_clip` holds the :class:`ClipResult` of
+    that step (device tensors; reading them is the caller's sync).
+    """
+
+    def __init__(
+        self,
+        params: Iterable[torch.Tensor] | Iterable[dict[str, Any]],
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 1e-2,
+        *,
+        max_norm: float = 1.0,
+        norm_type: float = 2.0,
+        impl: str = "auto",
+    ) -> None:
+        if isinstance(lr, torch.Tensor):
+            raise ValueError("ClippedAdamW takes a float lr (a tensor lr would need a host read)")
+        if not 0.0 <= lr:
+            raise ValueError(f"invalid learning rate: {lr}")
+        if not 0.0 <= eps:
+            raise ValueError(f"invalid epsilon: {eps}")
+        if not (0.0 <= betas[0] < 1.0 and 0.0 <= betas[1] < 1.0):
+            raise ValueError(f"invalid betas: {betas}")
+        if not 0.0 <= weight_decay:
+            raise ValueError(f"invalid weight_decay: {weight_decay}")
+        if math.isnan(max_norm) or max_norm <= 0.0:
+            raise ValueError(f"max_norm must be > 0, got {max_norm}")
+        if not (norm_type > 0 or norm_type == math.inf):
+            raise ValueError(f"norm_type must be > 0 or inf, got {norm_type}")
+        if impl not in IMPLS:
+            raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
+        # capturable=True: torch's Optimizer.load_state_dict then keeps "step" as a float32
+        # tensor on the parameter's device (where the kernels read it) instead of on the CPU.
+        defaults = dict(
+            lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, capturable=True, amsgrad=False
+        )
+        super().__init__(params, defaults)
+        self.max_norm, self.norm_type, self.impl = float(max_norm), float(norm_type), impl
+        self.last_clip: ClipResult | None = None
+        self.last_impl: str | None = None
+
+    def _gather(self) -> list[tuple[dict[str, Any], list[torch.Tensor], list[torch.Tensor]]]:
+        """Per group: (group, params with a grad, their grads); lazily creates the state."""
+        out = []
+        for group in self.param_groups:
+            ps, gs = [], []
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                if p.grad.is_sparse:
+                    raise RuntimeError("ClippedAdamW does not support sparse gradients")
+                st = self.state[p]
+                if not st:
+                    st["step"] = torch.zeros((), dtype=torch.float32, device=p.device)
+                    st["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                    st["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                elif st["step"].device != p.device or st["step"].dtype != torch.float32:
+                    # e.g. a state dict from a non-capturable torch AdamW (CPU step): one copy
+                    st["step"] = st["step"].to(device=p.device, dtype=torch.float32)
+                ps.append(p)
+                gs.append(p.grad)
+            out.append((group, ps, gs))
+        return out
+
+    def _fits(self, groups: list[tuple[dict, list, list]]) -> bool:
+        return all(
+            _kernel_fits(
+                ps,
+                gs,
+                [self.state[p]["exp_avg"] for p in ps],
+                [self.state[p]["exp_avg_sq"] for p in ps],
+            )
+            for _, ps, gs in groups
+        )
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
+        """Clip (global norm over every parameter with a grad), then one AdamW step."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        groups = self._gather()
+        grads = [g for _, _, gs in groups for g in gs]
+        if not grads:
+            return loss
+        if len({g.device for g in grads}) != 1:
+            raise RuntimeError("ClippedAdamW needs every parameter on one device")
+        which = _resolve(self.impl, grads, lambda: self._fits(groups), self.norm_type)
+        total, per, scale, nonfinite = _clip_stats(which, grads, self.max_norm, self.norm_type)
+        for group, ps, gs in groups:
+            if not ps:
+                continue
+            beta1, beta2 = group["betas"]
+            st = [self.state[p] for p in ps]
+            args = (
+                ps,
+                gs,
+                [s["exp_avg"] for s in st],
+                [s["exp_avg_sq"] for s in st],
+                [s["step"] for s in st],
+            )
+            _update(
+                which,
+                args,
+                scale,
+                nonfinite,
+                lr=float(group["lr"]),
+                beta1=float(beta1),
+                beta2=float(beta2),
+                eps=float(group["eps"]),
+                weight_decay=float(group["weight_decay"]),
+            )
+        self.last_clip = ClipResult(total, per, scale, nonfinite, which)
+        self.last_impl = which
+        return loss
