@@ -13,27 +13,17 @@ from andrea_diag.cli import app
 from andrea_diag.record import load_run
 
 STEPS = 40  # crosses several bandit boundaries (phases are 7..42 updates)
+# lr 3e-3 so the tiny model has learned its sources by update 25: before that, rare-token
+# sequences cost about what everything else costs (loss ~ ln V) and are no outlier at all.
+OUTLIER_AT, NONFINITE_AT = 25, 32
 
 
 @pytest.fixture(scope="module")
 def cascade_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("cascade") / "c"
-    res = CliRunner().invoke(
-        app,
-        [
-            "cascade",
-            "--size",
-            "tiny",
-            "--steps",
-            str(STEPS),
-            "--out",
-            str(out),
-            "--inject",
-            "outlier@20",
-            "--inject",
-            "nonfinite@30",
-        ],
-    )
+    args = ["cascade", "--size", "tiny", "--steps", str(STEPS), "--lr", "3e-3", "--out", str(out)]
+    args += ["--inject", f"outlier@{OUTLIER_AT}", "--inject", f"nonfinite@{NONFINITE_AT}"]
+    res = CliRunner().invoke(app, args)
     assert res.exit_code == 0, res.output
     return out
 
@@ -94,9 +84,9 @@ def test_metrics_have_one_row_per_update_with_named_units(cascade_dir: Path) -> 
 
 def test_nonfinite_injection_is_recorded_and_the_update_skipped(cascade_dir: Path) -> None:
     df = pd.read_parquet(cascade_dir / "none" / "metrics.parquet")
-    row = df[df["update"] == 30].iloc[0]
+    row = df[df["update"] == NONFINITE_AT].iloc[0]
     assert bool(row["nonfinite"]) and not bool(row["applied"])
-    assert df.loc[df["update"] != 30, "applied"].all()
+    assert df.loc[df["update"] != NONFINITE_AT, "applied"].all()
     assert df["loss"].iloc[-1] == df["loss"].iloc[-1]  # training went on, not NaN
 
 
@@ -117,3 +107,14 @@ def test_report_command_re_renders_from_run_directories(cascade_dir: Path, tmp_p
     )
     assert res.exit_code == 0, res.output
     assert out.stat().st_size > 100_000  # plotly.js is embedded, not linked
+
+
+def test_injected_spikes_are_detected_and_attributed_end_to_end(cascade_dir: Path) -> None:
+    for arm in ("none", "global"):
+        events = load_run(cascade_dir / arm)["events"]
+        causes: dict[int, set[str]] = {}
+        for e in events.to_dict("records"):
+            causes.setdefault(int(e["update"]), set()).update(e["causes"])
+        assert "outlier" in causes.get(OUTLIER_AT, set()), (arm, causes)
+        assert "numerical" in causes.get(NONFINITE_AT, set()), (arm, causes)
+        assert all("outlier" not in c for u, c in causes.items() if u != OUTLIER_AT)

@@ -142,3 +142,23 @@ def test_parse_source_overrides():
     for bad in (["gutenberg"], ["=x"], ["gutenberg="], ["nope=x"], ["gutenberg=a", "gutenberg=b"]):
         with pytest.raises(UserError):
             parse_source_overrides(bad)
+
+
+def test_signatures_in_repo_docs_do_not_leak_process_state() -> None:
+    """A default bound to the stdout of the moment (a module first imported under a test
+    runner's captured stdout) must not change the corpus bytes."""
+    import io
+
+    from andrea_diag.data.corpus import _signature
+
+    def under_terminal(x, n=3, name="a", file=io.TextIOWrapper(io.BytesIO())):
+        return x
+
+    def under_runner(x, n=3, name="a", file=io.StringIO()):
+        return x
+
+    assert (
+        _signature(under_terminal)
+        == _signature(under_runner)
+        == "(x, n=3, name='a', file=Ellipsis)"
+    )

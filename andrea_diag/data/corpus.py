@@ -120,11 +120,29 @@ def _first_paragraph(doc: str) -> str:
     return doc.strip().split("\n\n")[0].replace("\n", " ")
 
 
+_LITERALS = (int, float, complex, str, bytes, bool, type(None))
+
+
+def _plain_default(value: object) -> object:
+    """Defaults whose repr depends on process state (``sys.stdout`` is a different object under
+    a test runner, an object repr may carry an address) become ``...``: same bytes everywhere."""
+    if isinstance(value, _LITERALS) or (
+        isinstance(value, tuple) and all(isinstance(v, _LITERALS) for v in value)
+    ):
+        return value
+    return ...
+
+
 def _signature(obj: object) -> str:
     try:
-        return _ADDRESS.sub("", str(inspect.signature(obj)))  # type: ignore[arg-type]
+        sig = inspect.signature(obj)  # type: ignore[arg-type]
     except (TypeError, ValueError):
         return "(...)"
+    params = [
+        p.replace(default=_plain_default(p.default)) if p.default is not p.empty else p
+        for p in sig.parameters.values()
+    ]
+    return _ADDRESS.sub("", str(sig.replace(parameters=params, return_annotation=sig.empty)))
 
 
 def _module_listing(module_name: str) -> str | None:
