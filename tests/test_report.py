@@ -345,3 +345,17 @@ def test_boundary_loss_delta_skips_windows_with_a_skipped_nonfinite_update() -> 
     )
     delta, n = F.boundary_loss_delta(df, k=3)
     assert n == 1 and delta == pytest.approx(1.0)  # only the boundary at 4 has finite windows
+
+
+def test_collapse_uses_smoothed_losses_so_an_easy_batch_is_not_a_level() -> None:
+    """Sources differ by nats: one easy batch at 0.5 must not make a steady 2.0 a collapse."""
+    n = 100
+    steady = [2.0 + (0.3 if u % 2 else -0.3) for u in range(n)]
+    steady[50] = 0.5  # a single easy-source batch
+    arm = _arm(summary={"final_loss": 2.0, "min_loss": 0.5})
+    arm.metrics = pd.DataFrame({"update": range(1, n + 1), "loss": steady})
+    assert F.collapse_reason(arm) is None
+    diverged = [2.0] * 60 + [4.0] * 40
+    arm.metrics = pd.DataFrame({"update": range(1, n + 1), "loss": diverged})
+    arm.summary["final_loss"] = 4.0
+    assert "smoothed loss ended at 4" in (F.collapse_reason(arm) or "")

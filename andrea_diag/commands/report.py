@@ -31,6 +31,11 @@ def report(
     for d in run_dirs:
         if not d.exists():
             raise UserError(f"{d} does not exist")
+    if len(run_dirs) == 1 and (run_dirs[0] / "sweep.json").exists():
+        from andrea_diag.experiments.sweep import render_sweep_dir
+
+        console.print(f"[bold green]sweep:[/] {render_sweep_dir(run_dirs[0])}")
+        return
     expanded: list[Path] = []
     for d in run_dirs:
         if (d / "cascade.json").exists():

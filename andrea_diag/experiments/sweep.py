@@ -130,3 +130,19 @@ def run_sweep(spec: SweepSpec, console: Console | None = None) -> tuple[Path, pd
 
     render_sweep(out, table, meta)
     return out, table
+
+
+def render_sweep_dir(out: Path) -> Path:
+    """Re-render every cell's report and the sweep page from a sweep directory (no training)."""
+    from andrea_diag.report import render_cascade
+    from andrea_diag.report.sweep_page import render_sweep
+
+    meta_path, table_path = out / "sweep.json", out / "sweep.csv"
+    if not meta_path.exists() or not table_path.exists():
+        raise UserError(f"{out} is not a finished sweep directory (no sweep.json / sweep.csv)")
+    meta = json.loads(meta_path.read_text())
+    table = pd.read_csv(table_path)
+    for cell in table["cell"].unique():
+        if _finished(out / cell):
+            render_cascade(out / cell)
+    return render_sweep(out, table, meta)

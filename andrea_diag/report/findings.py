@@ -25,6 +25,7 @@ import pandas as pd
 LOCKED_VERDICTS = ("locked-in", "locked_in", "lock-in", "locked")
 BOUNDARY_K = 3  # updates after a boundary that count as "at the boundary" (RunConfig.boundary_k)
 MAX_LISTED_SPIKES = 10
+SMOOTH_UPDATES = 25  # rolling-median window for the collapse test
 DIVERGE_NATS = 1.0  # final loss this far above the run's minimum counts as collapsed
 
 
@@ -269,17 +270,34 @@ def clip_cost_findings(arms: list[Arm]) -> list[str]:
     return out
 
 
+def _smoothed_loss(arm: Arm) -> pd.Series:
+    """Rolling median of the finite losses: the bandit mixes sources whose losses differ by
+    nats, so single-update minima (an easy-source batch) are not a level the run reached."""
+    if "loss" not in arm.metrics or arm.metrics.empty:
+        return pd.Series(dtype=float)
+    loss = arm.metrics["loss"].astype(float).replace([math.inf, -math.inf], math.nan).dropna()
+    return loss.rolling(SMOOTH_UPDATES, min_periods=1).median()
+
+
 def collapse_reason(arm: Arm) -> str | None:
     """Why the run counts as collapsed (None if it did not): a lock-in verdict, a non-finite
-    final loss, or a final loss DIVERGE_NATS above the run's own minimum (learned, then lost it)."""
+    final loss, or a smoothed final loss DIVERGE_NATS above the smoothed minimum (learned, then
+    lost it); smoothing is a rolling median over SMOOTH_UPDATES updates."""
     fl = final_loss(arm)
-    lo = arm.summary.get("min_loss")
-    if lo is None and "loss" in arm.metrics and len(arm.metrics):
-        lo = float(arm.metrics["loss"].min())
     if is_locked(arm):
         return "lock-in verdict"
     if not math.isfinite(fl):
         return "final loss is not finite"
+    sm = _smoothed_loss(arm)
+    if len(sm) >= SMOOTH_UPDATES:
+        lo, last = float(sm.iloc[SMOOTH_UPDATES - 1 :].min()), float(sm.iloc[-1])
+        if last - lo > DIVERGE_NATS:
+            return (
+                f"smoothed loss ended at {fmt(last)}, {last - lo:.2f} nats above its smoothed "
+                f"minimum {fmt(lo)}"
+            )
+        return None
+    lo = arm.summary.get("min_loss")  # too short to smooth (or no metrics): the summary's
     if lo is not None and math.isfinite(lo) and fl - lo > DIVERGE_NATS:
         return f"final loss {fmt(fl)} is {fl - lo:.2f} nats above its minimum {fmt(lo)}"
     return None
