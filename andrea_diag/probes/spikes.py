@@ -58,6 +58,7 @@ Summary counts: ``n_spikes`` = event rows; ``by_cause`` counts every cause of ev
 from __future__ import annotations
 
 import math
+import statistics
 from collections import deque
 from collections.abc import Sequence
 from pathlib import Path
@@ -251,22 +252,24 @@ class SpikeProbe:
         raw losses are used; the flag says which.
         """
         loss = ctx.example_loss.detach().reshape(-1).float().cpu()
-        src = ctx.example_source.detach().reshape(-1).cpu()
-        if src.numel() != loss.numel() or bool((src < 0).any()):
+        src = ctx.example_source.detach().reshape(-1).tolist()  # host copy of n ints
+        if len(src) != loss.numel() or min(src, default=0) < 0:
             return loss, False
-        present = [int(i) for i in src.unique()]
-        refs = {i: self._src_hist.get(i) for i in present}
-        ready = all(r is not None and len(r) >= 3 for r in refs.values())
-        out = loss.clone()
-        if ready:
-            for i, hist in refs.items():
-                out[src == i] -= float(np.median(np.asarray(hist)))
-        for i in present:  # update the references after use: the current batch is judged
-            sel = loss[src == i]  # against the past only
-            m = float(sel.mean())
+        # Plain Python over ~16 numbers: cheaper than tensor ops of this size.
+        values = loss.tolist()
+        groups: dict[int, list[float]] = {}
+        for i, x in zip(src, values, strict=True):
+            groups.setdefault(i, []).append(x)
+        hist = {i: self._src_hist.get(i) for i in groups}
+        ready = all(h is not None and len(h) >= 3 for h in hist.values())
+        ref = {i: statistics.median(h) for i, h in hist.items()} if ready else {}
+        for i, xs in groups.items():  # update the references after use: the current batch is
+            m = sum(xs) / len(xs)  # judged against the past only
             if math.isfinite(m):
                 self._src_hist.setdefault(i, deque(maxlen=self.window)).append(m)
-        return (out, True) if ready else (loss, False)
+        if not ready:
+            return loss, False
+        return torch.tensor([x - ref[i] for i, x in zip(src, values, strict=True)]), True
 
     def _concentrated(self, resid: torch.Tensor, excess: float) -> bool | None:
         """Is this batch's loss excess carried by a few sequences (an outlier example)?
