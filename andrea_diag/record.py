@@ -20,6 +20,7 @@ and :func:`load_metrics` falls back to it when the parquet file is missing.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import platform
@@ -33,6 +34,8 @@ import pandas as pd
 import torch
 
 from andrea_diag.errors import UserError
+
+log = logging.getLogger("andrea_diag.record")
 
 
 def _jsonable(value: Any) -> Any:
@@ -89,11 +92,21 @@ def write_json(path: Path, obj: Any) -> None:
     os.replace(tmp, path)
 
 
+def _drop_torn_tail(path: Path) -> None:
+    """Cut a file back to its last complete line (a crash can leave half a row)."""
+    if not path.exists() or path.stat().st_size == 0:
+        return
+    data = path.read_bytes()
+    if not data.endswith(b"\n"):
+        path.write_bytes(data[: data.rfind(b"\n") + 1])
+
+
 class JsonlWriter:
     """Append-only JSONL with a flush + fsync per row: a crash loses at most one row."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        _drop_torn_tail(path)  # appending after a torn line would merge the next row into it
         self._f = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
 
     def write(self, row: dict[str, Any]) -> None:
@@ -151,10 +164,11 @@ class Recorder:
 
 
 def read_jsonl(path: Path) -> pd.DataFrame:
-    """Read a JSONL table, tolerating a torn last line (the update in flight at a crash)."""
-    rows = []
+    """Read a JSONL table, skipping undecodable lines (a torn row from a crash) with a warning:
+    every intact row is kept, before and after it."""
+    rows, bad = [], 0
     if path.exists():
-        with open(path, encoding="utf-8") as f:
+        with open(path, encoding="utf-8", errors="replace") as f:
             for line in f:
                 line = line.strip()
                 if not line:
@@ -162,7 +176,9 @@ def read_jsonl(path: Path) -> pd.DataFrame:
                 try:
                     rows.append(json.loads(line))
                 except json.JSONDecodeError:
-                    break  # a torn final line from a crash: everything before it is intact
+                    bad += 1
+    if bad:
+        log.warning("%s: skipped %d unreadable line(s) (a torn row from a crash?)", path, bad)
     df = pd.DataFrame(rows)
     for col in df.columns:  # "inf"/"-inf" strings back to floats in numeric columns
         if df[col].dtype == object and df[col].isin(["inf", "-inf"]).any():
@@ -181,7 +197,12 @@ def load_run(run_dir: str | Path) -> dict[str, Any]:
 
     def opt_json(name: str) -> Any:
         p = run_dir / name
-        return json.loads(p.read_text()) if p.exists() else None
+        if not p.exists():
+            return None
+        try:
+            return json.loads(p.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise UserError(f"{p} is not valid JSON ({e})") from None
 
     parquet = run_dir / "metrics.parquet"
     metrics = (

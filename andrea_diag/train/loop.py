@@ -16,12 +16,14 @@ Order per optimizer update (the v2 fix depends on it):
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import torch
 
 from andrea_diag.clip.api import clip_grad_norm_with_stats
@@ -217,7 +219,15 @@ def train_arm(
             if progress is not None:
                 progress(update, row)
     except BaseException:
-        recorder.close()  # keep everything recorded so far (metrics.parquet included)
+        # Keep everything recorded so far: the probes' events (spikes are written at close)
+        # and metrics.parquet. Neither may replace the error that stopped the run.
+        partial: dict[str, Any] = {"status": "crashed"}
+        for p in probes:
+            with contextlib.suppress(Exception):
+                partial.update(p.close(run_dir))
+        with contextlib.suppress(Exception):
+            recorder.close()
+            recorder.write("partial_summary.json", partial)
         raise
     summary = summarize(recorder, cfg, wall_s=time.perf_counter() - t_start)
     for p in probes:
@@ -254,6 +264,9 @@ def summarize(recorder: Recorder, cfg: RunConfig, wall_s: float) -> dict[str, An
     from andrea_diag.record import read_jsonl
 
     df = read_jsonl(recorder.run_dir / "metrics.jsonl")
+    # all-NaN columns come back from JSON as None objects: coerce before testing finiteness
+    for col in ("loss", "grad_norm", "clip_coef"):
+        df[col] = pd.to_numeric(df[col], errors="coerce")
     finite = df[df["loss"].map(math.isfinite)]
     gn = df["grad_norm"][df["grad_norm"].map(math.isfinite)]
     tail = finite["loss"].tail(max(1, min(10, len(finite) // 10 or 1)))
@@ -272,7 +285,6 @@ def summarize(recorder: Recorder, cfg: RunConfig, wall_s: float) -> dict[str, An
         "n_boundaries": int(df["boundary"].sum()),
         "nonfinite_updates": int(df["nonfinite"].sum()),
         "nonfinite_update_list": [int(u) for u in df.loc[df["nonfinite"], "update"]],
-        "partial_groups": 0,  # the bandit sampler always fills a group; see accumulation.py
         "wall_s": wall_s,
         "boundary_loss_delta": boundary_loss_delta(
             df["loss"].tolist(), df["boundary"].tolist(), k=3

@@ -1,0 +1,70 @@
+"""The recorder's promise: a crash loses at most the update in flight, and nothing recorded."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from andrea_diag.config import RunConfig
+from andrea_diag.data import BatchPlan, Mixer, prepare_data
+from andrea_diag.errors import UserError
+from andrea_diag.record import JsonlWriter, Recorder, load_run, read_jsonl
+from andrea_diag.train import loop
+
+
+def test_a_torn_row_is_skipped_and_appending_after_it_keeps_every_row(tmp_path: Path) -> None:
+    path = tmp_path / "m.jsonl"
+    path.write_text('{"update": 1}\n{"update": 2}\n{"upda')  # crash mid-write
+    w = JsonlWriter(path)  # resume: the torn tail is cut, not merged into the next row
+    w.write({"update": 3})
+    w.close()
+    assert read_jsonl(path)["update"].tolist() == [1, 2, 3]
+
+
+def test_a_bad_line_in_the_middle_does_not_hide_the_rows_after_it(tmp_path: Path) -> None:
+    path = tmp_path / "m.jsonl"
+    path.write_text('{"update": 1}\n{"upd\n{"update": 3}\n')
+    assert read_jsonl(path)["update"].tolist() == [1, 3]
+
+
+def test_recorder_refuses_to_overwrite_a_run(tmp_path: Path) -> None:
+    Recorder(tmp_path / "run", {"a": 1}).close()
+    with pytest.raises(UserError, match="not empty"):
+        Recorder(tmp_path / "run", {"a": 2})
+    assert json.loads((tmp_path / "run" / "config.json").read_text()) == {"a": 1}
+
+
+def test_invalid_config_json_is_a_user_error(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text("{not json")
+    with pytest.raises(UserError, match="not valid JSON"):
+        load_run(tmp_path)
+
+
+def test_a_crash_mid_run_keeps_metrics_events_and_says_it_crashed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cfg = RunConfig(size="tiny", steps=30, inject=["nonfinite@3"]).resolve()
+    data = prepare_data()
+    plan = BatchPlan(data, Mixer(seed=0), seed=0, micro_batch=cfg.micro_batch,
+                     accum=cfg.accum, seq_len=cfg.seq_len)  # fmt: skip
+    real = loop.accumulate_group
+    calls = {"n": 0}
+
+    def dies_at_update_6(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 6:
+            raise RuntimeError("simulated crash")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(loop, "accumulate_group", dies_at_update_6)
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        loop.train_arm(cfg, tmp_path / "run", data, plan)
+    run = tmp_path / "run"
+    assert pd.read_parquet(run / "metrics.parquet")["update"].tolist() == [1, 2, 3, 4, 5]
+    events = read_jsonl(run / "events.jsonl")
+    assert 3 in events["update"].tolist()  # the non-finite update's event survived the crash
+    assert json.loads((run / "partial_summary.json").read_text())["status"] == "crashed"
+    assert not (run / "summary.json").exists()  # an unfinished run never looks finished
