@@ -164,6 +164,11 @@ class RunConfig:
             raise UserError(f"unknown mixer {self.mixer!r}", hint="choose seeded or exp3")
         if self.partial_group not in ("use-real-denominator", "drop"):
             raise UserError(f"unknown partial-group policy {self.partial_group!r}")
+        if self.clip_impl not in ("auto", "cuda", "reference", "torch"):
+            raise UserError(
+                f"unknown clip implementation {self.clip_impl!r}",
+                hint="choose auto, cuda, reference or torch",
+            )
         if self.matmul_precision not in ("highest", "high", "medium"):
             raise UserError(f"unknown matmul precision {self.matmul_precision!r}")
         if self.device not in ("auto", "cpu", "cuda"):

@@ -102,3 +102,51 @@ def test_empty_source_folder_is_a_clear_error(tmp_path: Path) -> None:
         "cascade", "--steps", "2", "--source", f"gutenberg={empty}", "--out", str(tmp_path / "o")
     )
     assert res.exit_code != 0 and "Traceback" not in res.output
+
+
+def test_output_path_that_is_a_file_is_a_clear_error(tmp_path: Path) -> None:
+    f = tmp_path / "afile"
+    f.write_text("x")
+    res = _run("cascade", "--steps", "2", "--out", str(f))
+    assert res.exit_code != 0 and "is a file" in res.output and "Traceback" not in res.output
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU message")
+def test_cuda_clipper_on_a_cpu_run_fails_before_any_output(tmp_path: Path) -> None:
+    out = tmp_path / "o"
+    res = _run("cascade", "--steps", "2", "--clip-impl", "cuda", "--out", str(out))
+    assert res.exit_code != 0 and "--clip-impl cuda" in res.output
+    assert not out.exists()
+
+
+def test_unknown_clip_impl_is_a_clear_error() -> None:
+    res = _run("cascade", "--clip-impl", "fast")
+    assert res.exit_code != 0 and "unknown clip implementation" in res.output
+
+
+def test_a_source_too_short_for_the_sequence_length_fails_before_any_output(
+    tmp_path: Path,
+) -> None:
+    src = tmp_path / "tiny_src"
+    src.mkdir()
+    (src / "a.txt").write_text("just a few words")
+    out = tmp_path / "o"
+    res = _run("cascade", "--steps", "2", "--source", f"gutenberg={src}", "--out", str(out))
+    assert res.exit_code != 0 and "too little text" in res.output
+    assert not out.exists()
+
+
+def test_non_utf8_jsonl_source_does_not_crash(tmp_path: Path) -> None:
+    from andrea_diag.data.corpus import load_override
+
+    p = tmp_path / "s.jsonl"
+    p.write_bytes(b'{"text": "caf\xe9 ' + b"long enough text " * 20 + b'"}\n')
+    assert "caf" in load_override("gutenberg", p).text
+
+
+def test_report_out_that_is_a_directory_is_a_clear_error(tmp_path: Path) -> None:
+    from andrea_diag.record import Recorder
+
+    Recorder(tmp_path / "run", {"size": "tiny"}).close()
+    res = _run("report", str(tmp_path / "run"), "--out", str(tmp_path))
+    assert res.exit_code != 0 and "is a directory" in res.output

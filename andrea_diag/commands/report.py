@@ -47,5 +47,7 @@ def report(
         else:
             expanded.append(d)
     target = out or (expanded[0].parent / "report.html")
+    if target.is_dir():
+        raise UserError(f"--out {target} is a directory", hint="give a file name, e.g. report.html")
     path = render_report(expanded, target, title=title)
     console.print(f"[bold green]report:[/] {path}")

@@ -239,7 +239,7 @@ def _check_name(name: str) -> None:
 
 def _read_jsonl(path: Path, name: str) -> list[str]:
     docs = []
-    with path.open(encoding="utf-8") as fh:
+    with path.open(encoding="utf-8", errors="replace") as fh:  # like .txt/.md: never crash on bytes
         for lineno, line in enumerate(fh, 1):
             if not line.strip():
                 continue

@@ -26,7 +26,7 @@ from andrea_diag.config import RunConfig
 from andrea_diag.data import BatchPlan, Mixer, PreparedData, prepare_data
 from andrea_diag.errors import UserError
 from andrea_diag.record import write_json
-from andrea_diag.train.loop import train_arm
+from andrea_diag.train.loop import resolve_device, train_arm
 
 
 @dataclass
@@ -79,6 +79,27 @@ def load_data(cfg: RunConfig, console: Console) -> PreparedData:
     if generated:
         console.print(f"[dim]generated (seeded) sources: {', '.join(generated)}[/]")
     return data
+
+
+def check_runnable(cfg: RunConfig) -> None:
+    """Device and clipper choices that cannot work here fail before any output exists."""
+    device = resolve_device(cfg.device)
+    if cfg.clip_impl == "cuda" and device.type != "cuda":
+        raise UserError(
+            "--clip-impl cuda needs the run on a CUDA device",
+            hint="use --clip-impl auto (the CUDA clipper when available, else the reference)",
+        )
+
+
+def check_streams(data: PreparedData, seq_len: int) -> None:
+    """Every source must hold at least one sequence of seq_len + 1 tokens."""
+    short = {n: int(s.numel()) for n, s in data.streams.items() if s.numel() < seq_len + 1}
+    if short:
+        names = ", ".join(f"{n} ({k} tokens)" for n, k in short.items())
+        raise UserError(
+            f"too little text for --seq-len {seq_len}: {names}",
+            hint="give those sources more text, or lower --seq-len",
+        )
 
 
 def run_arms(
@@ -136,8 +157,12 @@ def run_cascade(
         raise UserError(f"--clip lists an arm twice: {','.join(spec.clips)}")
     configs = [dataclasses.replace(spec.base, clip=c, arm=c).resolve() for c in spec.clips]
     console = console or Console(stderr=True)
+    check_runnable(configs[0])
     data = load_data(configs[0], console)
+    check_streams(data, configs[0].seq_len)
     out_dir = spec.out or default_out("cascade", configs[0].size)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UserError(f"--out {out_dir} is a file, not a directory")
     if out_dir.exists() and any(out_dir.iterdir()):
         raise UserError(
             f"output directory {out_dir} exists and is not empty",
