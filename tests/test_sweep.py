@@ -52,16 +52,30 @@ def test_sweep_findings_say_where_clipping_helped_or_cost() -> None:
     for lr, u, c in [(1e-3, 3.0, 3.05), (1e-2, 8.9, 4.0), (3e-2, 3.0, 4.0)]:
         for clip, loss in (("none", u), ("global", c)):
             rows.append({"cell": f"c{lr}", "size": "12m", "lr": lr, "max_norm": 1.0, "seed": 0,
-                         "clip": clip, "final_loss": loss, "n_spikes": 3 if clip == "none" else 0,
+                         "clip": clip, "final_loss": loss, "min_loss": loss - 0.5,
+                         "n_spikes": 3 if clip == "none" else 0,
                          "max_grad_norm": 5.0, "lockin": "healthy"})  # fmt: skip
     text = "\n".join(findings(pd.DataFrame(rows)))
     assert "12m lr 0.001 (max_norm 1, 1 seed): no difference" in text
     assert "12m lr 0.01 (max_norm 1, 1 seed): clipping helped" in text
     assert "12m lr 0.03 (max_norm 1, 1 seed): clipping cost 1.00 nats" in text
-    assert "never learned): 12m lr 0.01 none" in text
+    assert "(never learned): 12m lr 0.01 none" in text
+    assert "one seed: a hint, not a finding" in text
     assert "no arm locked into repetition" in text
 
 
 def test_sweep_rejects_a_bad_list() -> None:
     res = CliRunner().invoke(app, ["sweep", "--lr", "1e-3,fast"])
     assert res.exit_code != 0 and "--lr" in res.output and "Traceback" not in res.output
+
+
+def test_sweep_findings_make_no_call_when_the_seeds_overlap() -> None:
+    rows = []
+    for seed, (u, c) in enumerate([(3.0, 1.5), (2.0, 2.5)]):
+        for clip, loss in (("none", u), ("global", c)):
+            rows.append({"cell": "c", "size": "12m", "lr": 1e-3, "max_norm": 1.0, "seed": seed,
+                         "clip": clip, "final_loss": loss, "min_loss": 1.0, "n_spikes": 0,
+                         "max_grad_norm": 1.0, "lockin": "healthy"})  # fmt: skip
+    text = "\n".join(findings(pd.DataFrame(rows)))
+    assert "the seeds' ranges overlap, so no call" in text
+    assert "helped" not in text and "cost" not in text

@@ -25,6 +25,8 @@ import pandas as pd
 LOCKED_VERDICTS = ("locked-in", "locked_in", "lock-in", "locked")
 BOUNDARY_K = 3  # updates after a boundary that count as "at the boundary" (RunConfig.boundary_k)
 MAX_LISTED_SPIKES = 10
+SAME_NATS = 0.05  # final-loss gaps under this are not called a cost or a benefit
+FLAT_NATS = 0.02  # a mean boundary loss change smaller than this is reported as flat
 SMOOTH_UPDATES = 25  # rolling-median window for the collapse test
 DIVERGE_NATS = 1.0  # final loss this far above the run's minimum counts as collapsed
 
@@ -171,10 +173,20 @@ def spike_boundary_finding(arm: Arm, k: int = BOUNDARY_K) -> str:
     if ev.empty or "update" not in ev:
         return f"{arm.label}: no spikes, so none at the {len(bs)} phase boundaries."
     out = []
+    # base rate: the share of all updates that sit within k after a boundary; spikes placed at
+    # random would land there that often, so "near a boundary" means something only above it
+    n_updates = len(arm.metrics) or 1
+    near_share = sum(
+        1 for u in arm.metrics.get("update", []) if any(0 <= int(u) - b <= k for b in bs)
+    )
+    near_share /= n_updates
     for metric, name in (("grad_norm", "grad-norm"), ("loss", "loss")):
         sel = ev[ev["metric"] == metric] if "metric" in ev else ev.iloc[0:0]
         near = sum(1 for u in sel["update"] if any(0 <= int(u) - b <= k for b in bs))
-        out.append(f"{len(sel)} {name} spikes, {near} within {k} updates after a phase boundary")
+        out.append(
+            f"{len(sel)} {name} spikes, {near} within {k} updates after a phase boundary "
+            f"(by chance: {near_share * len(sel):.1f})"
+        )
     return f"{arm.label}: " + "; ".join(out) + f" ({len(bs)} boundaries)."
 
 
@@ -200,7 +212,8 @@ def boundary_loss_finding(arm: Arm, k: int = BOUNDARY_K) -> str:
     delta, n = boundary_loss_delta(arm.metrics, k)
     if n == 0:
         return f"{arm.label}: no phase boundary with {k} updates on both sides; loss change not measured."
-    word = "rose" if delta > 0.005 else "fell" if delta < -0.005 else "was flat"
+    # below FLAT_NATS the sign is noise: batches of different sources differ by more than that
+    word = "rose" if delta > FLAT_NATS else "fell" if delta < -FLAT_NATS else "was flat"
     return (
         f"{arm.label}: mean loss change over the {k} updates after a boundary vs the {k} before: "
         f"{delta:+.3f} over {n} boundaries (loss {word} at the shift)."
@@ -209,8 +222,10 @@ def boundary_loss_finding(arm: Arm, k: int = BOUNDARY_K) -> str:
 
 def pollution_finding(arm: Arm) -> str:
     poll = arm.summary.get("pollution")
-    if not poll:
-        return f"{arm.label}: no optimizer-state pollution measured (shadow probe off)."
+    if not arm.summary:
+        return f"{arm.label}: optimizer-state pollution not known (the run did not finish)."
+    if not poll or poll.get("shadow") is False:
+        return f"{arm.label}: no optimizer-state pollution measured (shadow buffers off)."
     parts = []
     for key in ("m", "v"):
         share, rec = poll.get(f"max_{key}_share"), poll.get(f"recovery_{key}")
@@ -252,16 +267,28 @@ def clip_cost_findings(arms: list[Arm]) -> list[str]:
 
     def key(a: Arm) -> tuple:
         c = a.config
-        return (a.size, c.get("lr"), c.get("recipe"), c.get("seed"), c.get("steps"))
+        return tuple(
+            str(c.get(k))
+            for k in ("size", "lr", "recipe", "seed", "steps", "inject", "mixer", "sources")
+        )
 
     for u in (a for a in arms if not a.clipped):
         for c in (a for a in arms if a.clipped and key(a) == key(u)):
             d = final_loss(c) - final_loss(u)
-            verdict = "clipping cost" if d > 0 else "clipping helped by"
+            if not math.isfinite(d):
+                out.append(f"{c.label} vs {u.label}: final losses not both finite; no comparison.")
+                continue
+            verdict = (
+                "no difference beyond seed noise, under"
+                if abs(d) < SAME_NATS
+                else "clipping cost"
+                if d > 0
+                else "clipping helped by"
+            )
             out.append(
                 f"{c.size} lr {fmt(c.config.get('lr'))}: final loss {fmt(final_loss(c))} "
                 f"({c.label}) vs {fmt(final_loss(u))} ({u.label}), a difference of {d:+.3f} "
-                f"({verdict} {abs(d):.3f} nats)."
+                f"({verdict} {abs(d) if abs(d) >= SAME_NATS else SAME_NATS:.3f} nats)."
             )
     if not out:
         out.append(
@@ -286,6 +313,8 @@ def collapse_reason(arm: Arm) -> str | None:
     fl = final_loss(arm)
     if is_locked(arm):
         return "lock-in verdict"
+    if arm.metrics.empty and not arm.summary:
+        return None  # nothing recorded: not a collapse (expectation_findings says so)
     if not math.isfinite(fl):
         return "final loss is not finite"
     sm = _smoothed_loss(arm)
@@ -297,10 +326,7 @@ def collapse_reason(arm: Arm) -> str | None:
                 f"minimum {fmt(lo)}"
             )
         return None
-    lo = arm.summary.get("min_loss")  # too short to smooth (or no metrics): the summary's
-    if lo is not None and math.isfinite(lo) and fl - lo > DIVERGE_NATS:
-        return f"final loss {fmt(fl)} is {fl - lo:.2f} nats above its minimum {fmt(lo)}"
-    return None
+    return None  # too short to smooth: single-update minima are not a level (see above)
 
 
 def collapsed(arm: Arm) -> bool:
@@ -328,12 +354,17 @@ def expectation_findings(arms: list[Arm]) -> list[str]:
     for a in arms:
         why = collapse_reason(a)
         kind = "clipped" if a.clipped else "unclipped"
-        if why:
+        verdict = (a.summary.get("lockin") or {}).get("verdict")
+        if a.metrics.empty and not a.summary:
+            out.append(f"{a.label}: no loss recorded, so nothing to say about collapse.")
+        elif why:
             out.append(f"the {kind} arm {a.label} collapsed ({why}).")
+        elif verdict == "never-learned":
+            out.append(f"the {kind} arm {a.label} never learned, so it could not collapse.")
         elif not a.clipped:
             out.append(
-                f"the unclipped arm {a.label} did not collapse "
-                f"(no lock-in, final loss finite and within {DIVERGE_NATS:g} nat of its minimum)."
+                f"the unclipped arm {a.label} did not collapse (no lock-in, smoothed loss "
+                f"finite and within {DIVERGE_NATS:g} nat of its smoothed minimum)."
             )
     for a in arms:
         lock = a.summary.get("lockin") or {}

@@ -17,6 +17,7 @@ import plotly.io as pio
 from plotly.offline import get_plotlyjs
 from plotly.subplots import make_subplots
 
+from andrea_diag.config import VOCAB_SIZE
 from andrea_diag.report.html import CSS, PLOT_CONFIG
 
 ARM_COLORS = {"none": "#d62728", "global": "#1f77b4", "per-tensor": "#2ca02c"}
@@ -31,6 +32,7 @@ def _agg(table: pd.DataFrame) -> pd.DataFrame:
         final_loss=("final_loss", "mean"),
         final_lo=("final_loss", "min"),
         final_hi=("final_loss", "max"),
+        min_loss=("min_loss", "max"),  # the worst seed's best loss: "never learned" needs all
         n_spikes=("n_spikes", "mean"),
         max_grad_norm=("max_grad_norm", "max"),
         seeds=("seed", "nunique"),
@@ -58,7 +60,7 @@ def regime_figure(table: pd.DataFrame) -> go.Figure:
             fig.add_trace(go.Scatter(x=d["lr"], y=d["n_spikes"], name=name, legendgroup=name,
                                      showlegend=False, mode="lines+markers",
                                      line={"color": color, "dash": "dot"}), row=2, col=j)  # fmt: skip
-        fig.add_hline(y=math.log(8449), line_dash="dash", line_color="#999", row=1, col=j)
+        fig.add_hline(y=math.log(VOCAB_SIZE), line_dash="dash", line_color="#999", row=1, col=j)
     fig.update_xaxes(type="log", title_text="peak lr", row=2)
     fig.update_layout(height=560, margin={"t": 40}, legend_title_text="arm")
     return fig
@@ -78,7 +80,16 @@ def findings(table: pd.DataFrame) -> list[str]:
             seeds = int(min(u["seeds"], c["seeds"]))
             where = f"{size} lr {lr:g} (max_norm {mn:g}, {seeds} seed{'s' * (seeds > 1)})"
             spikes = f"spikes {u['n_spikes']:.0f} unclipped vs {c['n_spikes']:.0f} {clip}"
-            if gap > MATTERS:
+            if seeds == 1 and abs(gap) > MATTERS:
+                spikes += "; one seed: a hint, not a finding"
+            overlap = seeds > 1 and not (
+                u["final_lo"] > c["final_hi"] or c["final_lo"] > u["final_hi"]
+            )
+            if overlap and abs(gap) > MATTERS:
+                out.append(f"{where}: the seeds' ranges overlap, so no call "
+                           f"(mean {u['final_loss']:.2f} unclipped vs {c['final_loss']:.2f} "
+                           f"{clip}); {spikes}.")  # fmt: skip
+            elif gap > MATTERS:
                 out.append(f"{where}: clipping helped, final loss {u['final_loss']:.2f} "
                            f"unclipped vs {c['final_loss']:.2f} {clip}; {spikes}.")  # fmt: skip
             elif gap < -MATTERS:
@@ -88,10 +99,15 @@ def findings(table: pd.DataFrame) -> list[str]:
             else:
                 out.append(f"{where}: no difference beyond {MATTERS} nats "
                            f"({u['final_loss']:.2f} vs {c['final_loss']:.2f}); {spikes}.")  # fmt: skip
-    stalled = agg[agg["final_loss"] > 0.8 * math.log(8449)]
+    # never learned: even the best loss stayed near uniform (a run that learned and then
+    # collapsed back up has a low min_loss, and is not this)
+    stalled = agg[agg["min_loss"] > 0.8 * math.log(VOCAB_SIZE)]
     if len(stalled):
         cells = ", ".join(f"{r.size} lr {r.lr:g} {r.clip}" for r in stalled.itertuples())
-        out.append(f"stalled near the uniform loss ln 8449 = 9.04 (never learned): {cells}.")
+        out.append(
+            f"never got below 0.8 ln {VOCAB_SIZE} = {0.8 * math.log(VOCAB_SIZE):.2f} "
+            f"(never learned): {cells}."
+        )
     locked = table[table["lockin"] == "locked-in"]
     out.append(
         "locked in: " + ", ".join(f"{r.cell} {r.clip}" for r in locked.itertuples()) + "."
