@@ -156,3 +156,21 @@ def test_drop_in_return_value() -> None:
 def test_auto_on_cpu_uses_reference() -> None:
     res = clip_grad_norm_with_stats(_params(make_grads("single", torch.float32)), 1.0)
     assert res.impl == "reference"
+
+
+@pytest.mark.parametrize("norm_type", [0.0, -1.0, -math.inf])
+def test_norm_types_the_three_stages_cannot_compute_are_refused(norm_type: float) -> None:
+    p = torch.nn.Parameter(torch.ones(4))
+    p.grad = torch.ones(4)
+    with pytest.raises(ValueError, match="norm_type"):
+        clip_grad_norm_([p], 1.0, norm_type)
+    assert torch.equal(p.grad, torch.ones(4))  # nothing was scaled
+
+
+def test_per_tensor_mode_scales_half_gradients_with_one_rounding() -> None:
+    g_bf = torch.linspace(-3, 3, 1001).to(torch.bfloat16)
+    p = torch.nn.Parameter(torch.zeros(1001, dtype=torch.bfloat16))
+    p.grad = g_bf.clone()
+    res = clip_grad_norm_with_stats([p], 0.7, mode="per-tensor")
+    expected = (g_bf.float() * res.scale[0].float()).to(torch.bfloat16)  # one rounding
+    assert torch.equal(p.grad, expected)

@@ -110,6 +110,9 @@ def clip_grad_norm_with_stats(
     if mode not in ("global", "per-tensor", "none"):
         raise ValueError(f"mode must be global, per-tensor or none, got {mode!r}")
     max_norm, norm_type = float(max_norm), float(norm_type)
+    if not (norm_type > 0 or norm_type == math.inf):
+        # torch accepts 0 and -inf too; the three-stage sums do not (0^0, min-norm): say so
+        raise ValueError(f"norm_type must be positive or inf, got {norm_type}")
     grads = _grads(parameters)
     if not grads:
         zero = torch.zeros(())
@@ -153,7 +156,8 @@ def clip_grad_norm_with_stats(
     if mode == "per-tensor":
         scale = torch.clamp(max_norm / (per + reference.EPS), max=1.0)
         for g, s in zip(grads, scale.unbind(0), strict=True):
-            g.mul_(s.to(g.dtype))
+            # half types: scale in fp32 and round once (like grad_scale_), not twice
+            g.copy_(g.float() * s) if g.dtype in (torch.float16, torch.bfloat16) else g.mul_(s)
     elif mode == "none":
         scale = torch.ones_like(total)
     return ClipResult(total, per, scale, nonfinite, which)
