@@ -79,3 +79,8 @@ def test_sweep_findings_make_no_call_when_the_seeds_overlap() -> None:
     text = "\n".join(findings(pd.DataFrame(rows)))
     assert "the seeds' ranges overlap, so no call" in text
     assert "helped" not in text and "cost" not in text
+
+
+def test_resuming_with_other_settings_is_refused(sweep_dir: Path) -> None:
+    res = CliRunner().invoke(app, [*ARGS[:-1], "7", "--out", str(sweep_dir)])  # --steps 7
+    assert res.exit_code != 0 and "other settings" in res.output and "steps 6 -> 7" in res.output

@@ -82,6 +82,19 @@ def _finished(cell_dir: Path) -> bool:
     return meta.exists() and json.loads(meta.read_text()).get("status") == "done"
 
 
+def _check_same(cell_dir: Path, cfg: RunConfig, clips: list[str]) -> None:
+    """A kept cell must be the cell this sweep asks for: same arms, updates and recipe."""
+    done = json.loads((cell_dir / "cascade.json").read_text())
+    want = {"arms": clips, "steps": cfg.steps, "recipe": cfg.recipe}
+    diff = {k: (done.get(k), v) for k, v in want.items() if done.get(k) != v}
+    if diff:
+        what = ", ".join(f"{k} {old} -> {new}" for k, (old, new) in diff.items())
+        raise UserError(
+            f"{cell_dir} was run with other settings ({what})",
+            hint="resume with the original options, or give a new --out",
+        )
+
+
 def _move_aside(cell_dir: Path) -> Path:
     """An unfinished cell is kept (renamed), never deleted: nothing recorded is lost."""
     n = 1
@@ -111,6 +124,7 @@ def run_sweep(spec: SweepSpec, console: Console | None = None) -> tuple[Path, pd
         name = cell_name(cfg.size, cfg.lr, cfg.max_norm, cfg.seed)
         cell_dir = out / name
         if _finished(cell_dir):
+            _check_same(cell_dir, cfg, spec.clips)
             console.print(f"[dim]cell {i}/{len(configs)} {name}: already done, kept[/]")
         else:
             if cell_dir.exists():
