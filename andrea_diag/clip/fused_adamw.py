@@ -185,6 +185,11 @@ class ClippedAdamW(torch.optim.Optimizer):
     kernels where they apply, else the reference), ``"cuda"`` (raise if unavailable) or
     ``"reference"``. After each ``step()``, :attr:`last_clip` holds the :class:`ClipResult` of
     that step (device tensors; reading them is the caller's sync).
+
+    With the probes (``SpikeMonitor``): the clip happens inside ``step()``, so ``.grad`` stays
+    unclipped and ``after_clip`` runs before the scale exists; the optimizer-state probe then
+    tracks the unclipped gradient. Use ``clip_grad_norm_`` + an AdamW when the pollution
+    shares must be exact for a clipped run.
     """
 
     def __init__(
@@ -217,8 +222,16 @@ class ClippedAdamW(torch.optim.Optimizer):
             raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
         # capturable=True: torch's Optimizer.load_state_dict then keeps "step" as a float32
         # tensor on the parameter's device (where the kernels read it) instead of on the CPU.
+        # decoupled_weight_decay: the flag torch's own optimizers use to say "AdamW-style"
+        # (the optimizer-state probe reads it to know the decay does not enter m and v).
         defaults = dict(
-            lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, capturable=True, amsgrad=False
+            lr=lr,
+            betas=betas,
+            eps=eps,
+            weight_decay=weight_decay,
+            capturable=True,
+            amsgrad=False,
+            decoupled_weight_decay=True,
         )
         super().__init__(params, defaults)
         self.max_norm, self.norm_type, self.impl = float(max_norm), float(norm_type), impl
