@@ -117,31 +117,3 @@ def param_group_of(name: str) -> tuple[str, str]:
     if parts[0] == "ln_f":
         return "final", "norm"
     return "head", "head"
-
-
-@torch.no_grad()
-def generate(
-    model: GPT,
-    prompt: torch.Tensor,
-    n_new: int,
-    temperature: float = 0.0,
-    generator: torch.Generator | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Sample ``n_new`` tokens after ``prompt`` (T,). temperature 0 is greedy.
-
-    Returns (tokens (n_new,), logits of each step (n_new, vocab)) for the lock-in probes.
-    """
-    idx = prompt.view(1, -1)
-    out, logits_seen = [], []
-    for _ in range(n_new):
-        ctx = idx[:, -model.cfg.block_size :]
-        logits = model(ctx)[0, -1].float()  # (vocab,)
-        logits_seen.append(logits)
-        if temperature <= 0:
-            nxt = logits.argmax().view(1, 1)
-        else:
-            probs = torch.softmax(logits / temperature, dim=-1)
-            nxt = torch.multinomial(probs, 1, generator=generator).view(1, 1)
-        idx = torch.cat([idx, nxt], dim=1)
-        out.append(nxt.item())
-    return torch.tensor(out), torch.stack(logits_seen)
