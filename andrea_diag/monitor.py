@@ -204,14 +204,24 @@ class SpikeMonitor:
         self.recorder.log(ctx.row)
         self._stepped = True
 
-    def close(self) -> dict[str, Any]:
-        """Write events, samples and summary.json; returns the summary. Idempotent."""
+    def close(self, crashed: BaseException | None = None) -> dict[str, Any]:
+        """Write events, samples and summary.json; returns the summary. Idempotent.
+
+        ``crashed``: the exception that ended the user's loop. Everything recorded is still
+        written, but as ``partial_summary.json`` with ``status: crashed``, so the report shows
+        an unfinished run instead of a finished one.
+        """
         if self.summary is not None:
             return self.summary
         summary: dict[str, Any] = {"kind": "monitor", "n_updates": self.update}
         for p in self.probes:
             summary.update(p.close(self.run_dir))
-        self.recorder.close(summary)
+        if crashed is None:
+            self.recorder.close(summary)
+        else:
+            summary.update(status="crashed", error=type(crashed).__name__)
+            self.recorder.close()
+            self.recorder.write("partial_summary.json", summary)
         self.summary = summary
         return summary
 
@@ -224,7 +234,7 @@ class SpikeMonitor:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self.close()
+        self.close(crashed=exc)
 
     # -- helpers -----------------------------------------------------------------------------
     def _clip_result(

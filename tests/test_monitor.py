@@ -87,3 +87,35 @@ def test_monitor_closes_once_and_rejects_out_of_order_calls(tmp_path):
     with pytest.raises(RuntimeError):
         mon.after_clip(None)
     assert mon.close() is mon.close()
+
+
+def test_a_loop_that_raises_inside_the_monitor_is_recorded_as_crashed(tmp_path):
+    import json
+
+    import pytest
+    import torch
+
+    from andrea_diag.config import MODEL_PRESETS
+    from andrea_diag.model import GPT
+    from andrea_diag.monitor import SpikeMonitor
+
+    model = GPT(MODEL_PRESETS["tiny"])
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    with (
+        pytest.raises(RuntimeError, match="user bug"),
+        SpikeMonitor(model, opt, tmp_path / "r") as mon,
+    ):
+        for i in range(3):
+            x = torch.randint(0, 8449, (2, 9))
+            loss = torch.nn.functional.cross_entropy(model(x[:, :-1]).transpose(1, 2), x[:, 1:])
+            loss.backward()
+            mon.after_backward(loss)
+            mon.after_clip(None)
+            opt.step()
+            mon.after_step()
+            opt.zero_grad()
+            if i == 1:
+                raise RuntimeError("user bug")
+    assert not (tmp_path / "r" / "summary.json").exists()
+    partial = json.loads((tmp_path / "r" / "partial_summary.json").read_text())
+    assert partial["status"] == "crashed" and partial["n_updates"] == 2
