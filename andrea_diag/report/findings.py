@@ -190,14 +190,16 @@ def spike_boundary_finding(arm: Arm, k: int = BOUNDARY_K) -> str:
     return f"{arm.label}: " + "; ".join(out) + f" ({len(bs)} boundaries)."
 
 
-def boundary_loss_delta(metrics: pd.DataFrame, k: int = BOUNDARY_K) -> tuple[float, int]:
+def boundary_loss_delta(
+    metrics: pd.DataFrame, k: int = BOUNDARY_K, column: str = "loss"
+) -> tuple[float, int]:
     """Mean over boundaries of (mean loss of the k updates from the boundary on) minus (mean of
     the k updates before it). Boundaries without k finite losses on both sides are skipped: a
     skipped non-finite update must not turn the mean into inf."""
-    if metrics.empty or "loss" not in metrics:
+    if metrics.empty or column not in metrics:
         return math.nan, 0
     loss = (
-        metrics.set_index("update")["loss"].astype(float).replace([math.inf, -math.inf], math.nan)
+        metrics.set_index("update")[column].astype(float).replace([math.inf, -math.inf], math.nan)
     )
     deltas = []
     for b in boundaries(metrics):
@@ -214,9 +216,13 @@ def boundary_loss_finding(arm: Arm, k: int = BOUNDARY_K) -> str:
         return f"{arm.label}: no phase boundary with {k} updates on both sides; loss change not measured."
     # below FLAT_NATS the sign is noise: batches of different sources differ by more than that
     word = "rose" if delta > FLAT_NATS else "fell" if delta < -FLAT_NATS else "was flat"
+    # The raw loss also moves because the mix moved (sources differ by nats); the spike
+    # probe's mix-adjusted excess (loss_excess) is what the model did worse than usual.
+    adj, n_adj = boundary_loss_delta(arm.metrics, k, column="loss_excess")
+    extra = f"; mix-adjusted (loss_excess): {adj:+.3f} over {n_adj}" if n_adj else ""
     return (
         f"{arm.label}: mean loss change over the {k} updates after a boundary vs the {k} before: "
-        f"{delta:+.3f} over {n} boundaries (loss {word} at the shift)."
+        f"{delta:+.3f} over {n} boundaries (loss {word} at the shift){extra}."
     )
 
 
