@@ -246,7 +246,13 @@ def test_pollution_and_expectations() -> None:
         in F.pollution_finding(_arm(summary=s))
     )
     assert "not known (the run did not finish)" in F.pollution_finding(_arm())
-    assert "shadow buffers off" in F.pollution_finding(_arm(summary={"final_loss": 3.0}))
+    assert "no optimizer-state pollution measured" in F.pollution_finding(
+        _arm(summary={"final_loss": 3.0})
+    )
+    per_spike = {"pollution": {"shadow": False, "max_m_share": 0.9, "recovery_m": 41}}
+    assert "recovered after 41 updates (per spike; shadow buffers off)" in F.pollution_finding(
+        _arm(summary=per_spike)
+    )
     locked = _arm(
         "none", summary={"final_loss": 3.0, "min_loss": 2.9, "lockin": {"verdict": "locked-in"}}
     )
@@ -363,3 +369,19 @@ def test_collapse_uses_smoothed_losses_so_an_easy_batch_is_not_a_level() -> None
     arm.metrics = pd.DataFrame({"update": range(1, n + 1), "loss": diverged})
     arm.summary["final_loss"] = 4.0
     assert "smoothed loss ended at 4" in (F.collapse_reason(arm) or "")
+
+
+def test_collapse_is_judged_per_source_so_a_hard_phase_is_not_a_collapse() -> None:
+    """The total loss rises when the mix moves to a hard source; each source's own did not."""
+    n = 120
+    easy = [1.0] * n
+    hard = [4.0] * n
+    total = [1.2] * 60 + [3.8] * 60  # phase 2 is mostly the hard source
+    arm = _arm(summary={"final_loss": 3.8})
+    arm.metrics = pd.DataFrame(
+        {"update": range(1, n + 1), "loss": total, "loss_easy": easy, "loss_hard": hard}
+    )
+    assert F.collapse_reason(arm) is None
+    arm.metrics["loss_easy"] = [1.0] * 60 + [3.0] * 60
+    arm.metrics["loss_hard"] = [4.0] * 60 + [6.0] * 60
+    assert "per-source smoothed losses ended 2.00 nats" in (F.collapse_reason(arm) or "")

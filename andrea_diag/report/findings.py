@@ -230,8 +230,8 @@ def pollution_finding(arm: Arm) -> str:
     poll = arm.summary.get("pollution")
     if not arm.summary:
         return f"{arm.label}: optimizer-state pollution not known (the run did not finish)."
-    if not poll or poll.get("shadow") is False:
-        return f"{arm.label}: no optimizer-state pollution measured (shadow buffers off)."
+    if not poll or not poll.get("has_moments", True):
+        return f"{arm.label}: no optimizer-state pollution measured (no Adam moments)."
     parts = []
     for key in ("m", "v"):
         share, rec = poll.get(f"max_{key}_share"), poll.get(f"recovery_{key}")
@@ -245,7 +245,8 @@ def pollution_finding(arm: Arm) -> str:
         parts.append(f"{key} pollution peaked at a share of {fmt(share)} and {tail}")
     if not parts:
         return f"{arm.label}: pollution summary present but empty."
-    return f"{arm.label}: " + "; ".join(parts) + "."
+    how = "" if poll.get("shadow", True) else " (per spike; shadow buffers off)"
+    return f"{arm.label}: " + "; ".join(parts) + how + "."
 
 
 def injected_finding(arm: Arm) -> str | None:
@@ -303,12 +304,16 @@ def clip_cost_findings(arms: list[Arm]) -> list[str]:
     return out
 
 
-def _smoothed_loss(arm: Arm) -> pd.Series:
+def _smoothed_loss(arm: Arm, column: str = "loss") -> pd.Series:
     """Rolling median of the finite losses: the bandit mixes sources whose losses differ by
     nats, so single-update minima (an easy-source batch) are not a level the run reached."""
-    if "loss" not in arm.metrics or arm.metrics.empty:
+    if column not in arm.metrics or arm.metrics.empty:
         return pd.Series(dtype=float)
-    loss = arm.metrics["loss"].astype(float).replace([math.inf, -math.inf], math.nan).dropna()
+    loss = (
+        pd.to_numeric(arm.metrics[column], errors="coerce")
+        .replace([math.inf, -math.inf], math.nan)
+        .dropna()
+    )
     return loss.rolling(SMOOTH_UPDATES, min_periods=1).median()
 
 
@@ -323,13 +328,29 @@ def collapse_reason(arm: Arm) -> str | None:
         return None  # nothing recorded: not a collapse (expectation_findings says so)
     if not math.isfinite(fl):
         return "final loss is not finite"
-    sm = _smoothed_loss(arm)
-    if len(sm) >= SMOOTH_UPDATES:
-        lo, last = float(sm.iloc[SMOOTH_UPDATES - 1 :].min()), float(sm.iloc[-1])
-        if last - lo > DIVERGE_NATS:
+    # Per source when the metrics have it: the bandit's mix moves even a smoothed total loss
+    # by nats (a phase of the hardest source), so "rose above its minimum" is judged on each
+    # source's own loss and averaged; the total loss is the fallback.
+    rises = []
+    for col in [c for c in arm.metrics.columns if c.startswith("loss_") and c != "loss_z"] or [
+        "loss"
+    ]:
+        sm = _smoothed_loss(arm, col)
+        if len(sm) >= SMOOTH_UPDATES:
+            lo, last = float(sm.iloc[SMOOTH_UPDATES - 1 :].min()), float(sm.iloc[-1])
+            rises.append((last - lo, last, lo, col))
+    if rises:
+        rise = sum(r[0] for r in rises) / len(rises)
+        if rise > DIVERGE_NATS and len(rises) == 1:
+            _, last, lo, _ = rises[0]
             return (
-                f"smoothed loss ended at {fmt(last)}, {last - lo:.2f} nats above its smoothed "
+                f"smoothed loss ended at {fmt(last)}, {rise:.2f} nats above its smoothed "
                 f"minimum {fmt(lo)}"
+            )
+        if rise > DIVERGE_NATS:
+            return (
+                f"per-source smoothed losses ended {rise:.2f} nats above their smoothed "
+                f"minima on average ({', '.join(r[3][5:] for r in rises)})"
             )
         return None
     return None  # too short to smooth: single-update minima are not a level (see above)
