@@ -201,6 +201,8 @@ class RunConfig:
                 f"--seq-len {out.seq_len} exceeds the {self.size} block size "
                 f"{self.model.block_size}"
             )
+        if out.boundary_k < 0:
+            raise UserError(f"--boundary-k must be 0 or more, got {out.boundary_k}")
         parse_injections(out.inject, out.steps)  # validate now, before any output exists
         if out.lockin_every is None:
             out.lockin_every = max(1, out.steps // 8)

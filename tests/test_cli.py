@@ -64,6 +64,8 @@ def test_cascade_help_explains_the_stress_knobs() -> None:
         (["cascade", "--source", "gutenberg=/no/such/path"], "/no/such/path"),
         (["cascade", "--source", "gutenberg"], "NAME=PATH"),
         (["train", "--clip", "sometimes"], "unknown clip mode"),
+        (["train", "--clip", "none,global"], "train runs one arm"),
+        (["cascade", "--boundary-k", "-1"], "--boundary-k must be 0 or more"),
         (["report", "/no/such/run"], "does not exist"),
     ],
 )

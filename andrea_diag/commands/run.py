@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -51,42 +51,41 @@ Mixer = Annotated[
     str, typer.Option(help="seeded: a fixed phase schedule. exp3: a loss-rewarded bandit.")
 ]
 ClipImpl = Annotated[str, typer.Option(help="Clipper: auto, cuda, reference or torch.")]
+BoundaryK = Annotated[
+    int,
+    typer.Option(
+        help="A spike up to this many updates after a phase boundary is "
+        "attributed to the phase transition."
+    ),
+]
+Shadow = Annotated[
+    bool | None,
+    typer.Option(
+        "--shadow/--no-shadow",
+        help="Shadow buffers for exact Adam-state pollution "
+        "(2 fp32 copies of the parameters) [default: on for tiny and 12m].",
+    ),
+]
 
 
 def _base(
-    size: str,
-    max_norm: float,
-    lr: float | None,
-    steps: int | None,
-    recipe: str,
-    seed: int,
-    device: str,
-    source: list[str] | None,
-    inject: list[str] | None,
-    micro_batch: int | None,
-    accum: int | None,
-    seq_len: int | None,
-    mixer: str,
-    clip_impl: str,
+    source: list[str] | None = None, inject: list[str] | None = None, **options: Any
 ) -> RunConfig:
-    cfg = RunConfig(
-        size=size,
-        max_norm=max_norm,
-        lr=lr,
-        steps=steps,
-        recipe=recipe,
-        seed=seed,
-        device=device,
-        sources=parse_source_overrides(source or []),
-        inject=list(inject or []),
-        micro_batch=micro_batch,
-        accum=accum,
-        seq_len=seq_len,
-        mixer=mixer,
-        clip_impl=clip_impl,
-    )
-    cfg.resolve()  # validate every option before any work starts
+    """The shared RunConfig of a command's arms, validated before any work starts."""
+    cfg = RunConfig(sources=parse_source_overrides(source or []), inject=list(inject or []),
+                    **options)  # fmt: skip
+    cfg.resolve()
     return cfg
+
+
+def _arms(clip: str) -> list[str]:
+    arms = [c.strip() for c in clip.split(",") if c.strip()]
+    bad = [c for c in arms if c not in CLIP_MODES]
+    if bad:
+        raise UserError(
+            f"unknown clip mode {bad[0]!r}", hint=f"choose from {', '.join(CLIP_MODES)}"
+        )
+    return arms
 
 
 def cascade(
@@ -108,6 +107,8 @@ def cascade(
     seq_len: SeqLen = None,
     mixer: Mixer = "seeded",
     clip_impl: ClipImpl = "auto",
+    boundary_k: BoundaryK = 3,
+    shadow: Shadow = None,
 ) -> None:
     """Train clipped and unclipped arms on identical batches and write an HTML report.
 
@@ -116,28 +117,11 @@ def cascade(
     """
     from andrea_diag.experiments.cascade import CascadeSpec, run_cascade
 
-    arms = [c.strip() for c in clip.split(",") if c.strip()]
-    bad = [c for c in arms if c not in CLIP_MODES]
-    if bad:
-        raise UserError(
-            f"unknown clip mode {bad[0]!r}", hint=f"choose from {', '.join(CLIP_MODES)}"
-        )
-    base = _base(
-        size,
-        max_norm,
-        lr,
-        steps,
-        recipe,
-        seed,
-        device,
-        source,
-        inject,
-        micro_batch,
-        accum,
-        seq_len,
-        mixer,
-        clip_impl,
-    )
+    arms = _arms(clip)
+    base = _base(source, inject, size=size, max_norm=max_norm, lr=lr, steps=steps,
+                 recipe=recipe, seed=seed, device=device, micro_batch=micro_batch, accum=accum,
+                 seq_len=seq_len, mixer=mixer, clip_impl=clip_impl, boundary_k=boundary_k,
+                 shadow=shadow)  # fmt: skip
     res = run_cascade(CascadeSpec(base=base, clips=arms, out=out), console)
     for arm, s in res.summaries.items():
         console.print(
@@ -168,34 +152,22 @@ def train(
     seq_len: SeqLen = None,
     mixer: Mixer = "seeded",
     clip_impl: ClipImpl = "auto",
+    boundary_k: BoundaryK = 3,
+    shadow: Shadow = None,
 ) -> None:
     """Train one arm and write its run directory and report."""
-    from andrea_diag.experiments.cascade import CascadeSpec, run_cascade
+    from andrea_diag.experiments.cascade import CascadeSpec, default_out, run_cascade
 
-    if clip not in CLIP_MODES:
-        raise UserError(f"unknown clip mode {clip!r}", hint=f"choose from {', '.join(CLIP_MODES)}")
-    base = _base(
-        size,
-        max_norm,
-        lr,
-        steps,
-        recipe,
-        seed,
-        device,
-        source,
-        inject,
-        micro_batch,
-        accum,
-        seq_len,
-        mixer,
-        clip_impl,
-    )
-    from andrea_diag.experiments.cascade import default_out
-
-    res = run_cascade(
-        CascadeSpec(base=base, clips=[clip], out=out or default_out("train", size)), console
-    )
-    console.print(f"run directory: {res.out_dir / clip}")
+    arms = _arms(clip)
+    if len(arms) != 1:
+        raise UserError("train runs one arm", hint="use `andrea-diag cascade` for several")
+    base = _base(source, inject, size=size, max_norm=max_norm, lr=lr, steps=steps,
+                 recipe=recipe, seed=seed, device=device, micro_batch=micro_batch, accum=accum,
+                 seq_len=seq_len, mixer=mixer, clip_impl=clip_impl, boundary_k=boundary_k,
+                 shadow=shadow)  # fmt: skip
+    out = out or default_out("train", size)
+    res = run_cascade(CascadeSpec(base=base, clips=arms, out=out), console)
+    console.print(f"run directory: {res.out_dir / arms[0]}")
     if res.report:
         console.print(f"[bold green]report:[/] {res.report}")
 
@@ -227,6 +199,8 @@ def sweep(
     seq_len: SeqLen = None,
     mixer: Mixer = "seeded",
     clip_impl: ClipImpl = "auto",
+    boundary_k: BoundaryK = 3,
+    shadow: Shadow = None,
 ) -> None:
     """Find the regime: one cascade per (size, lr, max_norm, seed) cell, one summary page.
 
@@ -234,15 +208,11 @@ def sweep(
     """
     from andrea_diag.experiments.sweep import SweepSpec, run_sweep
 
-    arms = [c.strip() for c in clip.split(",") if c.strip()]
-    bad = [c for c in arms if c not in CLIP_MODES]
-    if bad:
-        raise UserError(
-            f"unknown clip mode {bad[0]!r}", hint=f"choose from {', '.join(CLIP_MODES)}"
-        )
+    arms = _arms(clip)
     sizes = _csv(size, str, "--size")
-    base = _base(sizes[0], 1.0, None, steps, recipe, 0, device, source, None, micro_batch,
-                 accum, seq_len, mixer, clip_impl)  # fmt: skip
+    base = _base(source, size=sizes[0], steps=steps, recipe=recipe, device=device,
+                 micro_batch=micro_batch, accum=accum, seq_len=seq_len, mixer=mixer,
+                 clip_impl=clip_impl, boundary_k=boundary_k, shadow=shadow)  # fmt: skip
     spec = SweepSpec(base=base, sizes=sizes, lrs=_csv(lr, float, "--lr"),
                      max_norms=_csv(max_norm, float, "--max-norm"), seeds=_csv(seed, int, "--seed"),
                      clips=arms, out=out)  # fmt: skip
