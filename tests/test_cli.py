@@ -44,6 +44,8 @@ def test_cascade_help_explains_the_stress_knobs() -> None:
         "--out",
         "--source",
         "--inject",
+        "--boundary-k",
+        "--shadow",
     ):
         assert opt in res.output
 
