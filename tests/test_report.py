@@ -249,6 +249,8 @@ def test_pollution_and_expectations() -> None:
     assert "no optimizer-state pollution measured" in F.pollution_finding(
         _arm(summary={"final_loss": 3.0})
     )
+    shadow = {"pollution": {"shadow": True, "max_m_share": 0.9, "shadow_bytes": 3 * 2**20}}
+    assert "(shadow buffers: 3.0 MiB)" in F.pollution_finding(_arm(summary=shadow))
     per_spike = {"pollution": {"shadow": False, "max_m_share": 0.9, "recovery_m": 41}}
     assert "recovered after 41 updates (per spike; shadow buffers off)" in F.pollution_finding(
         _arm(summary=per_spike)

@@ -245,7 +245,14 @@ def pollution_finding(arm: Arm) -> str:
         parts.append(f"{key} pollution peaked at a share of {fmt(share)} and {tail}")
     if not parts:
         return f"{arm.label}: pollution summary present but empty."
-    how = "" if poll.get("shadow", True) else " (per spike; shadow buffers off)"
+    cost = poll.get("shadow_bytes") or 0
+    how = (
+        f" (shadow buffers: {cost / 2**20:.1f} MiB)"
+        if poll.get("shadow", True) and cost
+        else ""
+        if poll.get("shadow", True)
+        else " (per spike; shadow buffers off)"
+    )
     return f"{arm.label}: " + "; ".join(parts) + how + "."
 
 
