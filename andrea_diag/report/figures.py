@@ -1,5 +1,8 @@
 """Plotly figures for the report: every arm on the same axes, one colour per arm name.
 
+Training curves live here; the probes' figures are in ``probe_figures.py`` and the shared
+styling (colours, boundaries, thinning) in ``style.py``.
+
 Each ``*_figure(arms)`` returns ``(figure, note)``: the figure is None when the data it needs is
 absent (e.g. no probe columns), and the note says why, so the page can show it instead.
 
@@ -13,126 +16,46 @@ boundary and spike updates so no marked event disappears.
 
 from __future__ import annotations
 
-import math
-import re
-
-import numpy as np
-import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from andrea_diag.config import SOURCE_NAMES
-from andrea_diag.report.findings import Arm, boundaries, final_loss, summary_row
+from andrea_diag.report.findings import Arm, final_loss, summary_row
+from andrea_diag.report.probe_figures import (
+    layer_heatmap_figure,
+    lockin_figure,
+    optimizer_state_figure,
+)
+from andrea_diag.report.style import (  # re-exported: the page and the tests use them from here
+    BOUNDARY_SHAPE,
+    LAYOUT,
+    MAX_POINTS,
+    SOURCE_COLORS,
+    Style,
+    _has,
+    _keep,
+    _spike_markers,
+    all_boundaries,
+    mark_boundaries,
+    source_names,
+    thin,
+)
 
-MAX_POINTS = 2000
-# Colour by arm name, so "none" has the same colour in every report and at every size.
-PALETTE = ["#d62728", "#1f77b4", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf"]
-PREFERRED = {"none": PALETTE[0], "global": PALETTE[1], "per-tensor": PALETTE[2]}
-DASHES = ["solid", "dash", "dot", "dashdot"]  # one per model size, when sizes are mixed
-SOURCE_COLORS = {"repo-docs": "#8c564b", "gutenberg": "#2ca02c", "hermes3-general": "#9467bd"}
-LAYOUT = dict(template="plotly_white", hovermode="x unified", margin=dict(l=60, r=20, t=50, b=40))
-BOUNDARY_SHAPE = "phase-boundary"
-
-
-class Style:
-    """Colour per arm name, dash per size: consistent across every figure of one report."""
-
-    def __init__(self, arms: list[Arm]) -> None:
-        names = list(dict.fromkeys(a.arm for a in arms))
-        free = [c for c in PALETTE if c not in PREFERRED.values()] + PALETTE
-        self.color: dict[str, str] = {}
-        for n in names:
-            self.color[n] = PREFERRED.get(n) or free.pop(0)
-        sizes = list(dict.fromkeys(a.size for a in arms))
-        self.dash = {s: DASHES[i % len(DASHES)] for i, s in enumerate(sizes)}
-
-    def line(self, arm: Arm, **kw: object) -> dict:
-        return dict(color=self.color[arm.arm], dash=self.dash[arm.size], **kw)
-
-
-def thin(
-    df: pd.DataFrame, keep: set[int] | None = None, max_points: int = MAX_POINTS
-) -> pd.DataFrame:
-    """Every k-th row plus the rows in ``keep`` (boundary/spike updates), at most ~max_points."""
-    if len(df) <= max_points or "update" not in df:
-        return df
-    stride = math.ceil(len(df) / max_points)
-    mask = np.zeros(len(df), dtype=bool)
-    mask[::stride] = True
-    mask[-1] = True
-    if keep:
-        mask |= df["update"].isin(keep).to_numpy()
-    return df[mask]
-
-
-def _keep(arm: Arm) -> set[int]:
-    ev = set(int(u) for u in arm.events["update"]) if "update" in arm.events else set()
-    return ev | set(boundaries(arm.metrics))
-
-
-def all_boundaries(arms: list[Arm]) -> list[int]:
-    """Union over arms (paired arms share one schedule, so this is usually one arm's list)."""
-    return sorted(set().union(*(boundaries(a.metrics) for a in arms))) if arms else []
-
-
-def mark_boundaries(fig: go.Figure, arms: list[Arm]) -> None:
-    """One dotted vertical line per phase boundary, spanning every subplot row.
-
-    The shapes are set in one layout update: ``fig.add_shape`` re-validates every existing
-    shape on each call, which made a 1,200-update report take tens of seconds."""
-    line = dict(color="rgba(120,120,120,0.45)", width=1, dash="dot")
-    shapes = [
-        dict(
-            type="line",
-            name=BOUNDARY_SHAPE,
-            xref="x",
-            yref="paper",
-            x0=b - 0.5,  # between the last update of a phase and the first of the next
-            x1=b - 0.5,
-            y0=0,
-            y1=1,
-            line=line,
-            layer="below",
-        )
-        for b in all_boundaries(arms)
-    ]
-    fig.update_layout(shapes=list(fig.layout.shapes) + shapes)
-
-
-def _has(arm: Arm, col: str) -> bool:
-    return col in arm.metrics and arm.metrics[col].notna().any()
-
-
-def _spike_markers(
-    fig: go.Figure, arm: Arm, style: Style, metric: str, row: int | None = None
-) -> None:
-    ev = arm.events
-    if ev.empty or "metric" not in ev:
-        return
-    sel = ev[ev["metric"] == metric]
-    if sel.empty:
-        return
-    causes = sel["cause"].astype(str) if "cause" in sel else pd.Series("?", index=sel.index)
-    trace = go.Scatter(
-        x=sel["update"],
-        y=sel["value"],
-        mode="markers",
-        name=f"{arm.label} {metric} spikes",
-        marker=dict(symbol="x", size=10, color=style.color[arm.arm], line=dict(width=1)),
-        text=[f"update {int(u)}: {c}" for u, c in zip(sel["update"], causes, strict=True)],
-        hovertemplate="%{text}<extra></extra>",
-    )
-    if row is None:
-        fig.add_trace(trace)
-    else:
-        fig.add_trace(trace, row=row, col=1)
-
-
-def source_names(arms: list[Arm]) -> list[str]:
-    """Source names from the w_<source> columns (SOURCE_NAMES when none). Not from loss_*:
-    the spike probe also writes ``loss_z``, which is not a source."""
-    names = dict.fromkeys(c[2:] for a in arms for c in a.metrics.columns if c.startswith("w_"))
-    return list(names) or list(SOURCE_NAMES)
+__all__ = [
+    "BOUNDARY_SHAPE",
+    "MAX_POINTS",
+    "Style",
+    "all_boundaries",
+    "all_figures",
+    "capacity_figure",
+    "clip_coef_figure",
+    "grad_norm_figure",
+    "layer_heatmap_figure",
+    "lockin_figure",
+    "loss_figure",
+    "optimizer_state_figure",
+    "thin",
+    "weights_figure",
+]
 
 
 def loss_figure(arms: list[Arm]) -> tuple[go.Figure | None, str]:
@@ -237,179 +160,6 @@ def clip_coef_figure(arms: list[Arm]) -> tuple[go.Figure | None, str]:
     fig.update_yaxes(title_text="clip coefficient (1 = not clipped)")
     fig.update_xaxes(title_text="optimizer update")
     fig.update_layout(title="Clip coefficient min(1, max_norm / norm)", height=320, **LAYOUT)
-    return fig, ""
-
-
-def _layer_order(col: str) -> tuple[int, int, str]:
-    """embed, then h00..hNN, then final, then head: the order the signal flows."""
-    name = col.split("/", 1)[1]
-    layer = name.split(".", 1)[0]
-    hm = re.fullmatch(r"h(\d+)", layer)
-    if layer == "embed":
-        return (0, 0, name)
-    if hm:
-        return (1, int(hm.group(1)), name)
-    return ({"final": 2, "head": 3}.get(layer, 4), 0, name)
-
-
-def layer_heatmap_figure(arms: list[Arm]) -> tuple[go.Figure | None, str]:
-    """Per-layer grad norm (update x layer group), log10 colour, one row per arm, shared scale."""
-    with_cols = [a for a in arms if any(c.startswith("layer_gn/") for c in a.metrics.columns)]
-    if not with_cols:
-        return None, "no per-layer grad norms (layer_gn/* columns) recorded: heatmap omitted."
-    fig = make_subplots(
-        rows=len(with_cols),
-        cols=1,
-        shared_xaxes=True,
-        vertical_spacing=0.06,
-        subplot_titles=[a.label for a in with_cols],
-    )
-    zs = []
-    for a in with_cols:
-        cols = sorted((c for c in a.metrics.columns if c.startswith("layer_gn/")), key=_layer_order)
-        m = thin(a.metrics, _keep(a))
-        with np.errstate(divide="ignore", invalid="ignore"):
-            z = np.log10(m[cols].astype(float).clip(lower=1e-12).to_numpy().T)  # (layers, updates)
-        zs.append((a, cols, m["update"], z))
-    finite = np.concatenate([z[np.isfinite(z)] for *_, z in zs]) if zs else np.array([0.0])
-    lo, hi = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
-    for i, (_, cols, upd, z) in enumerate(zs, start=1):
-        fig.add_trace(
-            go.Heatmap(
-                x=upd,
-                y=[c.split("/", 1)[1] for c in cols],
-                z=z,
-                coloraxis="coloraxis",
-                hovertemplate="update %{x}<br>%{y}<br>log10 grad norm %{z:.2f}<extra></extra>",
-            ),
-            row=i,
-            col=1,
-        )
-    fig.update_layout(
-        title="Per-layer gradient norm (log10 colour)",
-        coloraxis=dict(colorscale="Viridis", cmin=lo, cmax=hi, colorbar=dict(title="log10")),
-        height=200 + 260 * len(zs),
-        **{k: v for k, v in LAYOUT.items() if k != "hovermode"},
-    )
-    fig.update_xaxes(title_text="optimizer update", row=len(zs), col=1)
-    return fig, ""
-
-
-OPT_ROWS = [
-    ("m_norm", "‖m‖ (Adam first moment)", True),
-    ("v_norm", "‖v‖ (Adam second moment)", True),
-    ("m_spike_share", "m pollution share", False),
-    ("v_spike_share", "v pollution share", False),
-    ("update_rms", "update RMS", True),
-    ("cos_update_grad", "cos(update, grad)", False),
-]
-
-
-def optimizer_state_figure(arms: list[Arm]) -> tuple[go.Figure | None, str]:
-    """Adam m/v norms, the share of m/v that spikes contributed (pollution), update RMS/cos."""
-    rows = [r for r in OPT_ROWS if any(_has(a, r[0]) for a in arms)]
-    if not rows:
-        return (
-            None,
-            "no optimizer-state probe columns (m_norm, v_norm, *_spike_share): chart omitted.",
-        )
-    fig = make_subplots(
-        rows=len(rows),
-        cols=1,
-        shared_xaxes=True,
-        vertical_spacing=0.04,
-        subplot_titles=[r[1] for r in rows],
-    )
-    style = Style(arms)
-    for i, (col, _, log) in enumerate(rows, start=1):
-        for a in arms:
-            if _has(a, col):
-                m = thin(a.metrics, _keep(a))
-                fig.add_trace(
-                    go.Scatter(
-                        x=m["update"],
-                        y=m[col],
-                        name=a.label,
-                        legendgroup=a.label,
-                        showlegend=i == 1,
-                        line=style.line(a, width=1.2),
-                    ),
-                    row=i,
-                    col=1,
-                )
-        if log:
-            fig.update_yaxes(type="log", row=i, col=1)
-    mark_boundaries(fig, arms)
-    fig.update_layout(title="Optimizer state and pollution", height=180 + 170 * len(rows), **LAYOUT)
-    fig.update_xaxes(title_text="optimizer update", row=len(rows), col=1)
-    return fig, ""
-
-
-LOCKIN_ROWS = [
-    ("top_token_share", "top-token share"),
-    ("distinct_2", "distinct-2 ratio"),
-    ("longest_run", "longest repeated run"),
-    ("mean_entropy", "mean next-token entropy"),
-    ("max_logit", "max logit"),
-]
-
-
-def _lockin_table(arm: Arm) -> pd.DataFrame:
-    """samples.jsonl rows, else the lock-in probe's ``lockin/*`` metric columns (greedy
-    aggregates written at each sampling update) when the samples file is missing."""
-    if not arm.samples.empty and "update" in arm.samples:
-        return arm.samples
-    cols = [c for c in arm.metrics.columns if c.startswith("lockin/")]
-    if not cols or "update" not in arm.metrics:
-        return pd.DataFrame()
-    t = arm.metrics[["update", *cols]].dropna(subset=cols, how="all")
-    return t.rename(columns={c: c.split("/", 1)[1] for c in cols})
-
-
-def lockin_figure(arms: list[Arm]) -> tuple[go.Figure | None, str]:
-    """Lock-in metrics of the greedy samples (mean over sources) against the update sampled at."""
-    tables = {a.label: _lockin_table(a) for a in arms}
-    have = [a for a in arms if not tables[a.label].empty]
-    if not have:
-        return None, "no samples recorded: lock-in chart omitted."
-    rows = [r for r in LOCKIN_ROWS if any(r[0] in tables[a.label] for a in have)]
-    if not rows:
-        return None, "samples carry no lock-in metrics: chart omitted."
-    fig = make_subplots(
-        rows=len(rows),
-        cols=1,
-        shared_xaxes=True,
-        vertical_spacing=0.05,
-        subplot_titles=[r[1] for r in rows],
-    )
-    style = Style(arms)
-    for a in have:
-        s = tables[a.label]
-        if "mode" in s and (s["mode"] == "greedy").any():
-            s = s[s["mode"] == "greedy"]  # greedy text is where repetition lock-in shows first
-        for i, (col, _) in enumerate(rows, start=1):
-            if col in s:
-                g = s.groupby("update")[col].mean().reset_index()
-                fig.add_trace(
-                    go.Scatter(
-                        x=g["update"],
-                        y=g[col],
-                        mode="lines+markers",
-                        name=a.label,
-                        legendgroup=a.label,
-                        showlegend=i == 1,
-                        line=style.line(a, width=1.2),
-                    ),
-                    row=i,
-                    col=1,
-                )
-    mark_boundaries(fig, arms)
-    fig.update_layout(
-        title="Repetition lock-in metrics (greedy samples, mean over sources)",
-        height=180 + 160 * len(rows),
-        **LAYOUT,
-    )
-    fig.update_xaxes(title_text="optimizer update", row=len(rows), col=1)
     return fig, ""
 
 

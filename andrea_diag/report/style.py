@@ -1,0 +1,126 @@
+"""Shared look of the report's figures: colours per arm, boundaries, thinning, spike markers.
+
+``figures.py`` (training curves) and ``probe_figures.py`` (per-layer, optimizer state, lock-in)
+both draw with these, so every chart marks the same boundaries and colours an arm the same way.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+
+from andrea_diag.config import SOURCE_NAMES
+from andrea_diag.report.findings import Arm, boundaries
+
+MAX_POINTS = 2000
+# Colour by arm name, so "none" has the same colour in every report and at every size.
+PALETTE = ["#d62728", "#1f77b4", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf"]
+PREFERRED = {"none": PALETTE[0], "global": PALETTE[1], "per-tensor": PALETTE[2]}
+DASHES = ["solid", "dash", "dot", "dashdot"]  # one per model size, when sizes are mixed
+SOURCE_COLORS = {"repo-docs": "#8c564b", "gutenberg": "#2ca02c", "hermes3-general": "#9467bd"}
+LAYOUT = dict(template="plotly_white", hovermode="x unified", margin=dict(l=60, r=20, t=50, b=40))
+BOUNDARY_SHAPE = "phase-boundary"
+
+
+class Style:
+    """Colour per arm name, dash per size: consistent across every figure of one report."""
+
+    def __init__(self, arms: list[Arm]) -> None:
+        names = list(dict.fromkeys(a.arm for a in arms))
+        free = [c for c in PALETTE if c not in PREFERRED.values()] + PALETTE
+        self.color: dict[str, str] = {}
+        for n in names:
+            self.color[n] = PREFERRED.get(n) or free.pop(0)
+        sizes = list(dict.fromkeys(a.size for a in arms))
+        self.dash = {s: DASHES[i % len(DASHES)] for i, s in enumerate(sizes)}
+
+    def line(self, arm: Arm, **kw: object) -> dict:
+        return dict(color=self.color[arm.arm], dash=self.dash[arm.size], **kw)
+
+
+def thin(
+    df: pd.DataFrame, keep: set[int] | None = None, max_points: int = MAX_POINTS
+) -> pd.DataFrame:
+    """Every k-th row plus the rows in ``keep`` (boundary/spike updates), at most ~max_points."""
+    if len(df) <= max_points or "update" not in df:
+        return df
+    stride = math.ceil(len(df) / max_points)
+    mask = np.zeros(len(df), dtype=bool)
+    mask[::stride] = True
+    mask[-1] = True
+    if keep:
+        mask |= df["update"].isin(keep).to_numpy()
+    return df[mask]
+
+
+def _keep(arm: Arm) -> set[int]:
+    ev = set(int(u) for u in arm.events["update"]) if "update" in arm.events else set()
+    return ev | set(boundaries(arm.metrics))
+
+
+def all_boundaries(arms: list[Arm]) -> list[int]:
+    """Union over arms (paired arms share one schedule, so this is usually one arm's list)."""
+    return sorted(set().union(*(boundaries(a.metrics) for a in arms))) if arms else []
+
+
+def mark_boundaries(fig: go.Figure, arms: list[Arm]) -> None:
+    """One dotted vertical line per phase boundary, spanning every subplot row.
+
+    The shapes are set in one layout update: ``fig.add_shape`` re-validates every existing
+    shape on each call, which made a 1,200-update report take tens of seconds."""
+    line = dict(color="rgba(120,120,120,0.45)", width=1, dash="dot")
+    shapes = [
+        dict(
+            type="line",
+            name=BOUNDARY_SHAPE,
+            xref="x",
+            yref="paper",
+            x0=b - 0.5,  # between the last update of a phase and the first of the next
+            x1=b - 0.5,
+            y0=0,
+            y1=1,
+            line=line,
+            layer="below",
+        )
+        for b in all_boundaries(arms)
+    ]
+    fig.update_layout(shapes=list(fig.layout.shapes) + shapes)
+
+
+def _has(arm: Arm, col: str) -> bool:
+    return col in arm.metrics and arm.metrics[col].notna().any()
+
+
+def _spike_markers(
+    fig: go.Figure, arm: Arm, style: Style, metric: str, row: int | None = None
+) -> None:
+    ev = arm.events
+    if ev.empty or "metric" not in ev:
+        return
+    sel = ev[ev["metric"] == metric]
+    if sel.empty:
+        return
+    causes = sel["cause"].astype(str) if "cause" in sel else pd.Series("?", index=sel.index)
+    trace = go.Scatter(
+        x=sel["update"],
+        y=sel["value"],
+        mode="markers",
+        name=f"{arm.label} {metric} spikes",
+        marker=dict(symbol="x", size=10, color=style.color[arm.arm], line=dict(width=1)),
+        text=[f"update {int(u)}: {c}" for u, c in zip(sel["update"], causes, strict=True)],
+        hovertemplate="%{text}<extra></extra>",
+    )
+    if row is None:
+        fig.add_trace(trace)
+    else:
+        fig.add_trace(trace, row=row, col=1)
+
+
+def source_names(arms: list[Arm]) -> list[str]:
+    """Source names from the w_<source> columns (SOURCE_NAMES when none). Not from loss_*:
+    the spike probe also writes ``loss_z``, which is not a source."""
+    names = dict.fromkeys(c[2:] for a in arms for c in a.metrics.columns if c.startswith("w_"))
+    return list(names) or list(SOURCE_NAMES)
