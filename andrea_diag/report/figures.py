@@ -19,7 +19,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from andrea_diag.report.findings import Arm, final_loss, summary_row
+from andrea_diag.report.arms import Arm, final_loss, summary_row
 from andrea_diag.report.probe_figures import (
     layer_heatmap_figure,
     lockin_figure,

@@ -15,136 +15,28 @@ collapse, no spike at the boundaries): the pilots showed the cascade is not auto
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import Any
 
 import pandas as pd
 
-# Verdict strings the lock-in probe may write for a run that locked in; anything else
-# ("healthy", "never-learned", ...) is not a lock-in. Keep in sync with probes/lockin.py.
-LOCKED_VERDICTS = ("locked-in", "locked_in", "lock-in", "locked")
+from andrea_diag.report.arms import (  # re-exported: the page, the figures and the tests use them
+    LOCKED_VERDICTS,
+    Arm,
+    boundaries,
+    final_loss,
+    fmt,
+    is_locked,
+    summary_row,
+)
+
+__all__ = ["LOCKED_VERDICTS", "Arm", "all_findings", "boundaries", "final_loss", "fmt",
+           "is_locked", "summary_row"]  # fmt: skip
+
 BOUNDARY_K = 3  # updates after a boundary that count as "at the boundary" (RunConfig.boundary_k)
 MAX_LISTED_SPIKES = 10
 SAME_NATS = 0.05  # final-loss gaps under this are not called a cost or a benefit
 FLAT_NATS = 0.02  # a mean boundary loss change smaller than this is reported as flat
 SMOOTH_UPDATES = 25  # rolling-median window for the collapse test
 DIVERGE_NATS = 1.0  # final loss this far above the run's minimum counts as collapsed
-
-
-@dataclass
-class Arm:
-    """One run directory, labelled for the report (label is unique within a report)."""
-
-    label: str
-    arm: str
-    size: str
-    config: dict[str, Any]
-    summary: dict[str, Any]
-    metrics: pd.DataFrame
-    events: pd.DataFrame
-    samples: pd.DataFrame
-    data: dict[str, Any] = field(default_factory=dict)
-    env: dict[str, Any] = field(default_factory=dict)
-    dir: str = ""
-
-    @classmethod
-    def from_run(cls, run: dict[str, Any], label: str | None = None) -> Arm:
-        """Build from the dict :func:`andrea_diag.record.load_run` returns."""
-        config = run.get("config") or {}
-        arm = str(config.get("arm") or config.get("clip") or run["dir"].name)
-        return cls(
-            label=label or arm,
-            arm=arm,
-            size=str(config.get("size", "?")),
-            config=config,
-            summary=run.get("summary") or {},
-            metrics=run.get("metrics") if run.get("metrics") is not None else pd.DataFrame(),
-            events=run.get("events") if run.get("events") is not None else pd.DataFrame(),
-            samples=run.get("samples") if run.get("samples") is not None else pd.DataFrame(),
-            data=run.get("data") or {},
-            env=run.get("env") or {},
-            dir=str(run["dir"]),
-        )
-
-    @property
-    def clipped(self) -> bool:
-        return str(self.config.get("clip", "none")) != "none"
-
-
-def fmt(x: Any, digits: int = 3) -> str:
-    """A compact number: 3 significant digits, '-' for missing."""
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "-"
-    if isinstance(x, bool):
-        return "yes" if x else "no"
-    if isinstance(x, int):
-        return str(x)
-    if isinstance(x, float):
-        if math.isinf(x):
-            return "inf" if x > 0 else "-inf"
-        return f"{x:.{digits}g}"
-    return str(x)
-
-
-def boundaries(metrics: pd.DataFrame) -> list[int]:
-    """Updates that start a new bandit phase (update 1 excluded: it is the start, not a shift)."""
-    if metrics.empty or "boundary" not in metrics or "update" not in metrics:
-        return []
-    b = metrics.loc[metrics["boundary"].fillna(False).astype(bool), "update"]
-    return [int(u) for u in b if int(u) > 1]
-
-
-def final_loss(arm: Arm) -> float:
-    """summary.final_loss, else the last loss in the metrics table (NaN if none)."""
-    v = arm.summary.get("final_loss")
-    if v is not None:
-        return float(v)
-    if "loss" in arm.metrics and len(arm.metrics):
-        return float(arm.metrics["loss"].iloc[-1])
-    return math.nan
-
-
-def summary_row(arm: Arm) -> dict[str, Any]:
-    """The summary-table values of one arm; falls back to the metrics when summary.json lacks them."""
-    s, m = arm.summary, arm.metrics
-    spikes = s.get("spikes") or {}
-    poll = s.get("pollution") or {}
-    lock = s.get("lockin") or {}
-    max_gn = s.get("max_grad_norm")
-    if max_gn is None and "grad_norm" in m and len(m):
-        max_gn = float(m["grad_norm"].max())
-    pct = s.get("pct_clipped")
-    if pct is None and "clip_coef" in m and len(m):
-        pct = float((m["clip_coef"] < 1.0).mean() * 100.0)
-    n_spikes = spikes.get("n_spikes", len(arm.events) if not arm.events.empty else 0)
-    shares = [poll.get("max_m_share"), poll.get("max_v_share")]
-    shares = [float(x) for x in shares if x is not None]
-    return {
-        "arm": arm.label,
-        "final loss": final_loss(arm),
-        "spikes": n_spikes,
-        "spike score (loss / grad)": (
-            f"{fmt(spikes.get('spike_score_loss'))} / {fmt(spikes.get('spike_score_grad'))}"
-        ),
-        "max grad norm": max_gn,
-        "% clipped": pct,
-        "max pollution share": max(shares) if shares else None,
-        "recovery m / v (updates)": (
-            f"{_recovery(poll.get('recovery_m'))} / {_recovery(poll.get('recovery_v'))}"
-            if poll
-            else "-"
-        ),
-        "lock-in": lock.get("verdict", "-"),
-    }
-
-
-def _recovery(v: Any) -> str:
-    return "not recovered" if v is None else fmt(v)
-
-
-def is_locked(arm: Arm) -> bool:
-    verdict = str((arm.summary.get("lockin") or {}).get("verdict", "")).lower()
-    return verdict in LOCKED_VERDICTS
 
 
 def spike_list(arm: Arm, limit: int = MAX_LISTED_SPIKES) -> str:

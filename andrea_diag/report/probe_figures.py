@@ -13,7 +13,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from andrea_diag.report.findings import Arm
+from andrea_diag.report.arms import Arm
 from andrea_diag.report.style import LAYOUT, Style, _has, _keep, mark_boundaries, thin
 
 

@@ -13,7 +13,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from andrea_diag.config import SOURCE_NAMES
-from andrea_diag.report.findings import Arm, boundaries
+from andrea_diag.report.arms import Arm, boundaries
 
 MAX_POINTS = 2000
 # Colour by arm name, so "none" has the same colour in every report and at every size.
