@@ -21,6 +21,7 @@ from andrea_diag.record import load_run
 from andrea_diag.report import findings as F
 from andrea_diag.report import render_cascade, render_report
 from andrea_diag.report.figures import BOUNDARY_SHAPE, MAX_POINTS, loss_figure, thin
+from andrea_diag.report.style import PHASE_SHADE
 
 N = 120
 
@@ -72,6 +73,9 @@ def test_every_boundary_marked(pair: tuple[Path, str]) -> None:
         boundary_updates(N)
     )
     assert grad["layout"]["yaxis"]["type"] == "log"
+    # every other phase is shaded: bands from boundary 1 to 2, 3 to 4, ... (the last to the end)
+    bands = sorted(s["x0"] + 0.5 for s in loss["layout"]["shapes"] if s.get("name") == PHASE_SHADE)
+    assert bands == boundary_updates(N)[::2]
     # per-source loss rows: the three sources, not the spike probe's loss_z column
     titles = [a["text"] for a in loss["layout"]["annotations"]]
     assert titles == ["loss (all sources)"] + [f"loss on {s}" for s in SOURCE_NAMES]

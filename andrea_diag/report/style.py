@@ -23,6 +23,7 @@ DASHES = ["solid", "dash", "dot", "dashdot"]  # one per model size, when sizes a
 SOURCE_COLORS = {"repo-docs": "#8c564b", "gutenberg": "#2ca02c", "hermes3-general": "#9467bd"}
 LAYOUT = dict(template="plotly_white", hovermode="x unified", margin=dict(l=60, r=20, t=50, b=40))
 BOUNDARY_SHAPE = "phase-boundary"
+PHASE_SHADE = "phase-shade"
 
 
 class Style:
@@ -67,7 +68,8 @@ def all_boundaries(arms: list[Arm]) -> list[int]:
 
 
 def mark_boundaries(fig: go.Figure, arms: list[Arm]) -> None:
-    """One dotted vertical line per phase boundary, spanning every subplot row.
+    """One dotted vertical line per phase boundary, spanning every subplot row, and every
+    other phase lightly shaded so phases read as bands.
 
     The shapes are set in one layout update: ``fig.add_shape`` re-validates every existing
     shape on each call, which made a 1,200-update report take tens of seconds."""
@@ -86,6 +88,25 @@ def mark_boundaries(fig: go.Figure, arms: list[Arm]) -> None:
             layer="below",
         )
         for b in all_boundaries(arms)
+    ]
+    bounds = all_boundaries(arms)
+    last = max((int(a.metrics["update"].max()) for a in arms if len(a.metrics)), default=0)
+    edges = [b - 0.5 for b in bounds] + [last + 0.5]
+    shapes += [
+        dict(
+            type="rect",
+            name=PHASE_SHADE,
+            xref="x",
+            yref="paper",
+            x0=edges[i],
+            x1=edges[i + 1],
+            y0=0,
+            y1=1,
+            fillcolor="rgba(120,120,120,0.06)",
+            line={"width": 0},
+            layer="below",
+        )
+        for i in range(0, len(edges) - 1, 2)  # phases 2, 4, ...: alternate bands
     ]
     fig.update_layout(shapes=list(fig.layout.shapes) + shapes)
 
