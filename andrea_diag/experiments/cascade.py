@@ -130,10 +130,21 @@ def run_arms(
             arm_plan = plan if i == 0 else BatchPlan.load(plan_path, data)
             task = progress.add_task(cfg.arm, total=cfg.steps, loss="-", gn="-")
 
-            def tick(update: int, row: dict[str, Any], _task: Any = task) -> None:
+            def tick(
+                update: int, row: dict[str, Any], _task: Any = task, _cfg: RunConfig = cfg
+            ) -> None:
+                every = max(1, _cfg.steps // 10)
                 progress.update(
                     _task, completed=update, loss=_fmt(row["loss"]), gn=_fmt(row["grad_norm"])
                 )
+                # Output to a file or pipe (CI, a GPU job's log) gets no live bar: log a line
+                # every tenth of the run instead, so long work still shows progress.
+                if not console.is_terminal and (update % every == 0 or update == _cfg.steps):
+                    console.print(
+                        f"{_cfg.arm}: update {update}/{_cfg.steps}  loss {_fmt(row['loss'])}  "
+                        f"|g| {_fmt(row['grad_norm'])}",
+                        highlight=False,
+                    )
 
             summaries[cfg.arm] = train_arm(cfg, out_dir / cfg.arm, data, arm_plan, progress=tick)
     if len(configs) == 1:
