@@ -16,6 +16,7 @@ STEPS = 40  # crosses several bandit boundaries (phases are 7..42 updates)
 # lr 3e-3 so the tiny model has learned its sources by update 25: before that, rare-token
 # sequences cost about what everything else costs (loss ~ ln V) and are no outlier at all.
 OUTLIER_AT, NONFINITE_AT = 25, 32
+OUTPUT: dict[str, str] = {}  # the fixture's console output
 
 
 @pytest.fixture(scope="module")
@@ -25,6 +26,7 @@ def cascade_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     args += ["--inject", f"outlier@{OUTLIER_AT}", "--inject", f"nonfinite@{NONFINITE_AT}"]
     res = CliRunner().invoke(app, args)
     assert res.exit_code == 0, res.output
+    OUTPUT["cascade"] = res.output
     return out
 
 
@@ -118,3 +120,10 @@ def test_injected_spikes_are_detected_and_attributed_end_to_end(cascade_dir: Pat
         assert "outlier" in causes.get(OUTLIER_AT, set()), (arm, causes)
         assert "numerical" in causes.get(NONFINITE_AT, set()), (arm, causes)
         assert all("outlier" not in c for u, c in causes.items() if u != OUTLIER_AT)
+
+
+def test_progress_is_logged_when_the_output_is_not_a_terminal(cascade_dir: Path) -> None:
+    out = OUTPUT["cascade"]
+    for arm in ("none", "global"):
+        assert f"{arm}: update {STEPS // 10}/{STEPS}" in out
+        assert f"{arm}: update {STEPS}/{STEPS}" in out
