@@ -127,3 +127,13 @@ def test_progress_is_logged_when_the_output_is_not_a_terminal(cascade_dir: Path)
     for arm in ("none", "global"):
         assert f"{arm}: update {STEPS // 10}/{STEPS}" in out
         assert f"{arm}: update {STEPS}/{STEPS}" in out
+
+
+def test_every_arm_records_the_run_sheet(cascade_dir: Path) -> None:
+    for arm in ("none", "global"):
+        sheet = json.loads((cascade_dir / arm / "summary.json").read_text())["run_sheet"]
+        df = pd.read_parquet(cascade_dir / arm / "metrics.parquet")
+        assert (sheet["m"], sheet["A"], sheet["D"]) == (8, 2, 1)
+        assert sheet["supervised_tokens"] == int(df["tokens"].iloc[-1])
+        assert "token-weighted" in sheet["normalisation"] and sheet["last_group"]
+        assert sheet["peaks"]["process_max_rss"] > 0

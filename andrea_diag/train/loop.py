@@ -230,6 +230,7 @@ def train_arm(
             recorder.write("partial_summary.json", partial)
         raise
     summary = summarize(recorder, cfg, wall_s=time.perf_counter() - t_start)
+    summary["run_sheet"] = run_sheet(cfg, device, counts)
     for p in probes:
         summary.update(p.close(run_dir))
     recorder.write(
@@ -257,6 +258,34 @@ def boundary_loss_delta(loss: list[float], boundary: list[bool], k: int = 3) -> 
         "n": len(deltas),
         "k": k,
     }
+
+
+def peak_memory_bytes(device: torch.device) -> dict[str, int | None]:
+    """Observed peaks: the CUDA allocator's, and the process's resident set (Linux: KiB)."""
+    import resource
+
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    cuda = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
+    return {"cuda_max_allocated": cuda, "process_max_rss": rss}
+
+
+def run_sheet(cfg: RunConfig, device: torch.device, counts: dict[str, int]) -> dict[str, Any]:
+    """MISSION.md's run sheet: what anyone comparing two runs must know first."""
+    return {
+        "m": cfg.micro_batch,
+        "A": cfg.accum,
+        "D": 1,
+        "examples_per_update": cfg.examples_per_update,
+        "supervised_tokens": counts["tokens"],
+        "precision": "fp32 weights and grads"
+        + (f", matmuls {cfg.matmul_precision} (TF32 allowed)" if cfg.matmul_precision != "highest"
+           and device.type == "cuda" else ""),
+        "normalisation": "token-weighted: sum of the group's token losses / its supervised "
+        "tokens (fixed before the first microbatch)",
+        "last_group": f"{cfg.partial_group}; the bandit sampler always fills a group",
+        "unit": "one metrics row per optimizer update",
+        "peaks": peak_memory_bytes(device),
+    }  # fmt: skip
 
 
 def summarize(recorder: Recorder, cfg: RunConfig, wall_s: float) -> dict[str, Any]:
