@@ -75,13 +75,6 @@ class BenchResult:
         return {"meta": self.meta, "rows": [asdict(r) for r in self.rows]}
 
 
-class _Holder:
-    """A parameter stand-in for torch.nn.utils.clip_grad_norm_ (it only reads ``.grad``)."""
-
-    def __init__(self, grad: torch.Tensor) -> None:
-        self.grad = grad
-
-
 def grad_shapes(size: str) -> list[torch.Size]:
     """Parameter shapes of the real preset, built on the meta device (no memory)."""
     from andrea_diag.model import GPT
@@ -169,10 +162,10 @@ def _clip_variants(device: str) -> dict[str, Callable[[list[torch.Tensor], float
 
     v: dict[str, Callable[[list[torch.Tensor], float], torch.Tensor]] = {
         "torch_foreach": lambda g, m: torch.nn.utils.clip_grad_norm_(
-            [_Holder(x) for x in g], m, foreach=True
+            [reference.GradHolder(x) for x in g], m, foreach=True
         ),
         "torch_loop": lambda g, m: torch.nn.utils.clip_grad_norm_(
-            [_Holder(x) for x in g], m, foreach=False
+            [reference.GradHolder(x) for x in g], m, foreach=False
         ),
         "reference": lambda g, m: reference.clip_reference(g, m)[0],
     }
@@ -183,7 +176,7 @@ def _clip_variants(device: str) -> dict[str, Callable[[list[torch.Tensor], float
         v["cuda_single"] = lambda g, m: cuda.clip(g, m, variant="single")[0]
         # the public drop-in, Python dispatch included (what a training loop pays)
         v["cuda_dropin"] = lambda g, m: andrea_diag.clip_grad_norm_(
-            [_Holder(x) for x in g], m, impl="cuda"
+            [reference.GradHolder(x) for x in g], m, impl="cuda"
         )
     return v
 
@@ -240,7 +233,7 @@ def _graph_variants(
 
     steps = {
         "torch_foreach_graph": lambda: torch.nn.utils.clip_grad_norm_(
-            [_Holder(x) for x in grads], max_norm, foreach=True
+            [reference.GradHolder(x) for x in grads], max_norm, foreach=True
         ),
         "cuda_three_graph": lambda: cuda.clip(grads, max_norm, variant="three")[0],
     }

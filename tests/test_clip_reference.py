@@ -60,15 +60,8 @@ def torch_same_dtype_err(grads: list[torch.Tensor], max_norm: float, p: float) -
     return reference.rel_err(copies, truth)
 
 
-class _Holder:
-    """Stands in for a Parameter: the clip functions only read ``.grad``."""
-
-    def __init__(self, grad: torch.Tensor) -> None:
-        self.grad = grad
-
-
-def _params(grads: list[torch.Tensor]) -> list[_Holder]:
-    return [_Holder(g) for g in grads]
+def _params(grads: list[torch.Tensor]) -> list[reference.GradHolder]:
+    return [reference.GradHolder(g) for g in grads]
 
 
 def check_impl(

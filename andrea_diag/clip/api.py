@@ -130,7 +130,7 @@ def clip_grad_norm_with_stats(
     elif which == "torch":
         # torch's own function, for comparison; it only measures when nothing should change.
         per = torch.stack([torch.linalg.vector_norm(g.detach(), norm_type) for g in grads])
-        holders = [_GradHolder(g) for g in grads]
+        holders = [reference.GradHolder(g) for g in grads]
         total = torch.nn.utils.clip_grad_norm_(
             holders,
             max_norm if apply_global else math.inf,
@@ -172,13 +172,6 @@ def _scale_stage(which: str, grads: list[torch.Tensor], scale: torch.Tensor, p: 
             cuda_ext.scale_(grads, scale.float())
             return
     reference.grad_scale_(grads, scale)
-
-
-class _GradHolder:
-    """Lets torch's clip_grad_norm_ run on bare gradient tensors (it reads ``.grad``)."""
-
-    def __init__(self, grad: torch.Tensor) -> None:
-        self.grad = grad
 
 
 def clip_grad_norm_(

@@ -126,6 +126,14 @@ def clip_reference(
     return total, per, scale, nonfinite
 
 
+class GradHolder:
+    """A parameter stand-in: torch's clip_grad_norm_ (and ours) only read ``.grad``, so bare
+    gradient tensors can go through them wrapped in this."""
+
+    def __init__(self, grad: torch.Tensor) -> None:
+        self.grad = grad
+
+
 def float64_truth(
     grads: Sequence[torch.Tensor], max_norm: float, norm_type: float = 2.0
 ) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
@@ -139,12 +147,7 @@ def float64_truth(
         [torch.linalg.vector_norm(c, norm_type) for c in copies]
         or [torch.zeros((), dtype=torch.float64)]
     )[: len(copies)]
-
-    class _Holder:
-        def __init__(self, grad: torch.Tensor) -> None:
-            self.grad = grad
-
-    total = torch.nn.utils.clip_grad_norm_([_Holder(c) for c in copies], max_norm, norm_type)
+    total = torch.nn.utils.clip_grad_norm_([GradHolder(c) for c in copies], max_norm, norm_type)
     return total, per, copies
 
 
