@@ -239,22 +239,33 @@ def _graph_variants(
     }
     out = {}
     for name, step in steps.items():
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):  # warm-up off the capture stream, as torch recommends
-            for _ in range(2):
-                restore()
-                step()
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        try:
-            with torch.cuda.graph(graph):
-                total = step()
-        except RuntimeError as exc:  # a capture failure is a finding, not a crash of the run
-            print(f"bench: {name} could not be captured: {str(exc).splitlines()[0]}")
-            continue
-        out[name] = lambda g, m, graph=graph, total=total: (graph.replay(), total)[1]
+        captured = capture_graph(name, step, restore)
+        if captured is not None:
+            graph, total = captured
+            out[name] = lambda g, m, graph=graph, total=total: (graph.replay(), total)[1]
     return out
+
+
+def capture_graph(
+    name: str, step: Callable[[], Any], restore: Callable[[], None]
+) -> tuple[torch.cuda.CUDAGraph, Any] | None:
+    """Warm ``step`` up off the capture stream, then capture it: (graph, step's output), or
+    None when capture fails (printed: a capture failure is a finding, not a crash of the run)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up off the capture stream, as torch recommends
+        for _ in range(2):
+            restore()
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.graph(graph):
+            result = step()
+    except RuntimeError as exc:
+        print(f"bench: {name} could not be captured: {str(exc).splitlines()[0]}")
+        return None
+    return graph, result
 
 
 def _stage_rows(size, dt, grads, pristine, restore, timer, nbytes) -> list[Row]:

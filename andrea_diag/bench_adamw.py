@@ -20,6 +20,7 @@ from andrea_diag.bench import (
     Row,
     Timer,
     _row,
+    capture_graph,
     find,
     grad_shapes,
     make_grads,
@@ -156,22 +157,9 @@ def _graph_steps(
     """Each whole step captured in a CUDA graph and replayed: device time without host gaps."""
     out = {}
     for name in ("torch_clip+torch_fused_adamw", "cuda_clip+torch_fused_adamw", "ClippedAdamW"):
-        step = variants[name]
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):  # warm-up off the capture stream, as torch recommends
-            for _ in range(2):
-                restore()
-                step()
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        try:
-            with torch.cuda.graph(graph):
-                step()
-        except RuntimeError as exc:  # a capture failure is a finding, not a crash of the run
-            print(f"bench: {name} could not be captured: {str(exc).splitlines()[0]}")
-            continue
-        out[name + "_graph"] = graph.replay
+        captured = capture_graph(name, variants[name], restore)
+        if captured is not None:
+            out[name + "_graph"] = captured[0].replay
     return out
 
 
