@@ -105,7 +105,7 @@ def train_arm(
     scheduler = build_scheduler(optimizer, recipe.warmup_updates)
     recorder = Recorder(run_dir, cfg.to_dict())
     recorder.write("data.json", data.describe())
-    names, params = zip(*model.named_parameters(), strict=True)
+    names, params = (list(t) for t in zip(*model.named_parameters(), strict=True))
     # lock-in prompts: the first tokens of each source stream (a document start), fixed per data
     prompts = {name: data.streams[name][:PROMPT_TOKENS] for name in SOURCE_NAMES}
     probes = build_probes(
@@ -117,7 +117,6 @@ def train_arm(
         unigram_entropy=unigram_entropy(data.token_counts),
     )
     rare_ids = data.rare_token_ids()
-    clip_mode = "none" if cfg.clip == "none" else cfg.clip
     counts = {"microbatches": 0, "examples": 0, "tokens": 0}
     prev_phase, t_start, hashes, phases = None, time.perf_counter(), [], []
     try:
@@ -127,8 +126,8 @@ def train_arm(
             injected = injections.get(update)
             if injected == "outlier":
                 # Half of one microbatch becomes rare-token sequences: a quarter of the group at
-                # A=2, enough to spike, few enough that the batch median stays on normal
-                # examples (the attribution compares each example with the batch).
+                # A=2, enough to spike, few enough that the rest of the batch stays ordinary
+                # (the outlier cause asks whether a few sequences carry the batch's excess).
                 # The same generator in every arm: the injected batch is identical too.
                 batch = make_outlier_batch(
                     batch,
@@ -146,7 +145,7 @@ def train_arm(
             hook = _overflow_last(len(micro)) if injected == "nonfinite" else None
             group = accumulate_group(model, micro, loss_hook=hook)
             clip = clip_grad_norm_with_stats(
-                params, cfg.max_norm, mode=clip_mode, impl=cfg.clip_impl
+                params, cfg.max_norm, mode=cfg.clip, impl=cfg.clip_impl
             )
             # host sync: once per update, to log scalars and to decide whether to step.
             loss = float(group.loss)
@@ -169,9 +168,9 @@ def train_arm(
                 "grad_norm": grad_norm,
                 "lr": optimizer.param_groups[0]["lr"],
             }
-            if clip_mode == "per-tensor":
+            if cfg.clip == "per-tensor":
                 post = float(torch.linalg.vector_norm(clip.per_tensor_norm * clip.scale))
-            elif clip_mode == "global":
+            elif cfg.clip == "global":
                 post = float(clip.total_norm * clip.scale)
             else:
                 post = grad_norm
@@ -183,8 +182,8 @@ def train_arm(
                 update=update,
                 model=model,
                 optimizer=optimizer,
-                param_names=list(names),
-                params=list(params),
+                param_names=names,
+                params=params,
                 loss=loss,
                 example_loss=group.example_loss,
                 example_source=example_source,
