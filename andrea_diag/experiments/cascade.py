@@ -159,9 +159,14 @@ def hashes_identical(out_dir: Path, arms: list[str]) -> bool:
 
 
 def run_cascade(
-    spec: CascadeSpec, console: Console | None = None, render: bool = True
+    spec: CascadeSpec,
+    console: Console | None = None,
+    render: bool = True,
+    data: PreparedData | None = None,
 ) -> CascadeResult:
-    """Run every arm, check the batches were identical, write cascade.json and the report."""
+    """Run every arm, check the batches were identical, write cascade.json and the report.
+
+    ``data``: already prepared sources (a sweep prepares them once for all its cells)."""
     if not spec.clips:
         raise UserError("--clip needs at least one arm", hint="e.g. --clip none,global")
     if len(set(spec.clips)) != len(spec.clips):
@@ -169,7 +174,7 @@ def run_cascade(
     configs = [dataclasses.replace(spec.base, clip=c, arm=c).resolve() for c in spec.clips]
     console = console or Console(stderr=True)
     check_runnable(configs[0])
-    data = load_data(configs[0], console)
+    data = data or load_data(configs[0], console)
     check_streams(data, configs[0].seq_len)
     out_dir = spec.out or default_out("cascade", configs[0].size)
     if out_dir.exists() and not out_dir.is_dir():

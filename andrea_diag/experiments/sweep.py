@@ -24,7 +24,7 @@ from rich.console import Console
 
 from andrea_diag.config import RunConfig
 from andrea_diag.errors import UserError
-from andrea_diag.experiments.cascade import CascadeSpec, default_out, run_cascade
+from andrea_diag.experiments.cascade import CascadeSpec, default_out, load_data, run_cascade
 from andrea_diag.record import write_json
 
 
@@ -110,6 +110,7 @@ def run_sweep(spec: SweepSpec, console: Console | None = None) -> tuple[Path, pd
     configs = cells(spec)
     if not configs:
         raise UserError("the sweep has no cells", hint="give at least one --size/--lr/--seed")
+    data = load_data(configs[0], console)  # every cell shares the sources: prepare them once
     out = spec.out or default_out("sweep", "-".join(spec.sizes))
     out.mkdir(parents=True, exist_ok=True)
     meta = {
@@ -132,7 +133,7 @@ def run_sweep(spec: SweepSpec, console: Console | None = None) -> tuple[Path, pd
                     f"[yellow]cell {name} was unfinished; kept as {_move_aside(cell_dir)}"
                 )
             console.print(f"[bold]cell {i}/{len(configs)}[/] {name}")
-            run_cascade(CascadeSpec(base=cfg, clips=spec.clips, out=cell_dir), console)
+            run_cascade(CascadeSpec(base=cfg, clips=spec.clips, out=cell_dir), console, data=data)
         for arm in spec.clips:
             summary = json.loads((cell_dir / arm / "summary.json").read_text())
             rows.append(_arm_row(cfg, arm, summary, name))
