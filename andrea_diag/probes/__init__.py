@@ -91,16 +91,15 @@ def build_probes(
     lock-in samples; without prompts the lock-in verdict uses the loss trajectory only.
     """
     del optimizer  # the probes read it from each UpdateContext (it may be rebuilt)
-    steps = cfg.steps
-    every = cfg.lockin_every or max(1, (steps or 240) // 8)
+    cfg = cfg.resolve()  # idempotent; the per-size defaults (shadow, lock-in cadence) live there
     return make_probes(
         model,
         spike_window=cfg.spike_window,
         spike_z=cfg.spike_z,
         boundary_k=cfg.boundary_k,
-        shadow=bool(cfg.shadow) if cfg.shadow is not None else cfg.size != "120m",
-        lockin_every=every,
-        total_steps=steps,
+        shadow=bool(cfg.shadow),
+        lockin_every=cfg.lockin_every,
+        total_steps=cfg.steps,
         seed=cfg.seed,
         prompts=prompts,
         tokenizer=tokenizer,
