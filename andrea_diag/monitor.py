@@ -37,7 +37,7 @@ import torch
 
 from andrea_diag.clip.api import ClipResult
 from andrea_diag.clip.reference import clip_reference
-from andrea_diag.probes import make_probes
+from andrea_diag.probes import ProbeDriver, make_probes
 from andrea_diag.probes.base import UpdateContext
 from andrea_diag.record import Recorder
 
@@ -95,17 +95,20 @@ class SpikeMonitor:
         }
         self.recorder = Recorder(out_dir, config, resume=resume)
         self.run_dir = self.recorder.run_dir
-        self.probes = make_probes(
-            model,
-            spike_window=spike_window,
-            spike_z=spike_z,
-            boundary_k=boundary_k,
-            shadow=shadow,
-            lockin_every=lockin_every,
-            total_steps=total_steps,
-            seed=seed,
-            prompts=prompts,
-            tokenizer=tokenizer,
+        self.probes = ProbeDriver(
+            make_probes(
+                model,
+                spike_window=spike_window,
+                spike_z=spike_z,
+                boundary_k=boundary_k,
+                shadow=shadow,
+                lockin_every=lockin_every,
+                total_steps=total_steps,
+                seed=seed,
+                prompts=prompts,
+                tokenizer=tokenizer,
+            ),
+            self.recorder,
         )
         self.update = 0
         self.summary: dict[str, Any] | None = None
@@ -156,14 +159,13 @@ class SpikeMonitor:
         params = [p for p in self._params if p.grad is not None]
         clip = self._clip_result(total_norm_or_clip, params)
         self.update += 1
-        prev_phase = self._ctx.phase if self._ctx is not None else None
         phase = self._pending["phase"]
         row: dict[str, Any] = {
             "update": self.update,
             "loss": self._pending["loss"],
             "lr": self.optimizer.param_groups[0].get("lr"),
         }
-        ctx = UpdateContext(
+        ctx = self.probes.context(
             update=self.update,
             model=self.model,
             optimizer=self.optimizer,
@@ -173,18 +175,15 @@ class SpikeMonitor:
             example_loss=self._pending["example_loss"],
             example_source=self._pending["example_source"],
             clip=clip,
-            recorder=self.recorder,
             row=row,
-            phase=phase if phase is not None else 0,
-            boundary=phase is not None and prev_phase is not None and phase != prev_phase,
+            phase=phase,
             weights=self._pending["weights"],
         )
         row["grad_norm"] = ctx.grad_norm()
         if phase is not None:
             row["phase"] = phase
         ctx.applied = math.isfinite(row["loss"]) and math.isfinite(row["grad_norm"])
-        for p in self.probes:
-            p.after_clip(ctx)
+        self.probes.after_clip(ctx)
         self._ctx = ctx
         self._pending = {}
         self._stepped = False
@@ -198,8 +197,7 @@ class SpikeMonitor:
             raise RuntimeError("SpikeMonitor.after_step called before after_backward")
         if applied is not None:
             ctx.applied = applied
-        for p in self.probes:
-            p.after_step(ctx)
+        self.probes.after_step(ctx)
         ctx.row["applied"] = ctx.applied
         self.recorder.log(ctx.row)
         self._stepped = True
@@ -214,8 +212,7 @@ class SpikeMonitor:
         if self.summary is not None:
             return self.summary
         summary: dict[str, Any] = {"kind": "monitor", "n_updates": self.update}
-        for p in self.probes:
-            summary.update(p.close(self.run_dir))
+        summary.update(self.probes.close(self.run_dir))
         if crashed is None:
             self.recorder.close(summary)
         else:

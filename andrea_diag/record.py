@@ -208,6 +208,17 @@ def load_run(run_dir: str | Path) -> dict[str, Any]:
     metrics = (
         pd.read_parquet(parquet) if parquet.exists() else read_jsonl(run_dir / "metrics.jsonl")
     )
+    events = read_jsonl(run_dir / "events.jsonl")
+    # events.jsonl holds spike events and, rarely, probe-failure warnings (probes/driver.py)
+    failures: list[dict[str, Any]] = []
+    if "kind" in events:
+        failed = events["kind"] == "probe_failure"
+        failure_cols = ["kind", "probe", "hook", "error", "close_error"]
+        failures = [
+            {k: v for k, v in r.items() if k in ("update", *failure_cols) and pd.notna(v)}
+            for r in events[failed].to_dict("records")
+        ]
+        events = events[~failed].drop(columns=failure_cols, errors="ignore")
     return {
         "dir": run_dir,
         "config": opt_json("config.json"),
@@ -216,6 +227,7 @@ def load_run(run_dir: str | Path) -> dict[str, Any]:
         "summary": opt_json("summary.json"),
         "schedule": opt_json("schedule.json"),
         "metrics": metrics,
-        "events": read_jsonl(run_dir / "events.jsonl"),
+        "events": events.reset_index(drop=True),
+        "probe_failures": failures,
         "samples": read_jsonl(run_dir / "samples.jsonl"),
     }

@@ -11,6 +11,7 @@ from andrea_diag.probes.base import UpdateContext
 from andrea_diag.probes.optstate import OptStateProbe
 
 SPIKES = (10, 20)
+BETAS = [(0.9, 0.999), (0.9, 0.999), (0.8, 0.99)]  # per tensor: a, b share group 0; c is group 1
 
 
 class _NullRecorder:
@@ -20,28 +21,31 @@ class _NullRecorder:
     event = sample = log
 
 
-def _setup(opt_cls, **kw):
+def _setup(opt_cls, betas=BETAS, **kw):
     torch.manual_seed(0)
     a = torch.nn.Parameter(torch.randn(5, 4))
     b = torch.nn.Parameter(torch.randn(7))
     c = torch.nn.Parameter(torch.randn(3, 3))
     groups = [
-        {"params": [a, b], "betas": (0.9, 0.999)},
-        {"params": [c], "betas": (0.8, 0.99)},  # a second group with its own betas
+        {"params": [a, b], "betas": betas[0]},
+        {"params": [c], "betas": betas[2]},  # a second group with its own betas
     ]
     return [a, b, c], opt_cls(groups, lr=1e-2, **kw)
 
 
-def _train(opt_cls, steps=30, shadow=True, **kw):
-    """Adam(W) on three tensors; big gradients at SPIKES. Returns rows, probe, received grads."""
-    params, opt = _setup(opt_cls, **kw)
+def _train(opt_cls, steps=30, shadow=True, spikes=SPIKES, betas=BETAS, keep_state=True, **kw):
+    """Adam(W) on three tensors; big gradients at ``spikes``. Returns rows, probe, received grads.
+
+    ``keep_state=False`` keeps m and v (for the closed form) only from the first spike on.
+    """
+    params, opt = _setup(opt_cls, betas, **kw)
     probe = OptStateProbe(shadow=shadow)
     gen = torch.Generator().manual_seed(1)
     rows, received, snaps = [], [], []
     for t in range(1, steps + 1):
         for p in params:
             p.grad = 0.1 * torch.randn(p.shape, generator=gen)
-            if t in SPIKES:
+            if t in spikes:
                 p.grad *= 50.0
         wd = opt.param_groups[0]["weight_decay"]
         coupled = wd and opt_cls is torch.optim.Adam
@@ -60,25 +64,25 @@ def _train(opt_cls, steps=30, shadow=True, **kw):
             clip=None,
             recorder=_NullRecorder(),  # type: ignore[arg-type]
             row=row,
-            spike=t in SPIKES,  # what the spike probe would have decided online
+            spike=t in spikes,  # what the spike probe would have decided online
         )
         probe.after_clip(ctx)
         opt.step()
         probe.after_step(ctx)
-        row["_m"] = [opt.state[p]["exp_avg"].clone() for p in params]
-        row["_v"] = [opt.state[p]["exp_avg_sq"].clone() for p in params]
+        if keep_state or t >= min(spikes):
+            row["_m"] = [opt.state[p]["exp_avg"].clone() for p in params]
+            row["_v"] = [opt.state[p]["exp_avg_sq"].clone() for p in params]
         row["_delta"] = [p.detach() - s for p, s in zip(params, snaps[-1], strict=True)]
         rows.append(row)
     return rows, probe, received, params
 
 
-def _direct_share(t, received, rows, which):
+def _direct_share(t, received, rows, which, spikes=SPIKES, betas=BETAS):
     """‖Σ_spikes (1-β)·β^(t-s)·g_s(^2)‖ / ‖m_t (v_t)‖ from the formula, per tensor's betas."""
-    betas = [(0.9, 0.999), (0.9, 0.999), (0.8, 0.99)]
     num = 0.0
     for i, (b1, b2) in enumerate(betas):
         acc = torch.zeros_like(received[0][i], dtype=torch.float64)
-        for s in SPIKES:
+        for s in spikes:
             if s <= t:
                 g = received[s - 1][i].double()
                 if which == "m":
@@ -185,3 +189,38 @@ def test_shadow_stays_exact_across_renormalisation():
     assert share[110] == pytest.approx(
         50 * 0.5**11 / (50 * 0.5**11 + (1 - 0.5**11) + 0.5**11 * 0.5), rel=1e-4
     )
+
+
+# β2 = 0.95 leaves fp32 range (0.95^2000 ≈ 3e-45) as well as β1 = 0.9 (0.9^2000 ≈ 1e-92)
+LATE_BETAS = [(0.9, 0.999), (0.9, 0.999), (0.8, 0.95)]
+
+
+@pytest.mark.parametrize("spikes", [(2001,), (3, 2001)], ids=["first-spike-late", "long-gap"])
+def test_a_spike_after_2000_quiet_updates_keeps_exact_shares_and_recovery(spikes):
+    """Issue 11: the lazy decay scalars once overflowed (1-β)/c when the first spike came late."""
+    steps = 2060
+    rows, probe, received, _ = _train(
+        torch.optim.Adam, steps=steps, spikes=spikes, betas=LATE_BETAS, keep_state=False
+    )
+    for t in (2001, 2002, 2010, 2030, steps):
+        for which in ("m", "v"):
+            want = _direct_share(t, received, rows, which, spikes, LATE_BETAS)
+            got = rows[t - 1][f"{which}_spike_share"]
+            assert got == pytest.approx(want, rel=1e-4, abs=1e-9), (t, which)
+    # per-spike recovery of m: the first update at which the spike's own term is under 10%
+    per = probe.per_spike()[2001]
+    want_rec = None
+    for t in range(2001, steps + 1):
+        own = math.sqrt(
+            sum(
+                ((1 - b1) * b1 ** (t - 2001)) ** 2
+                * float(received[2000][i].double().square().sum())
+                for i, (b1, _) in enumerate(LATE_BETAS)
+            )
+        )
+        den = math.sqrt(sum(float(x.double().square().sum()) for x in rows[t - 1]["_m"]))
+        if own / den < 0.1:
+            want_rec = t - 2001
+            break
+    assert want_rec is not None and per["recovery_m"] == want_rec
+    assert all(math.isfinite(r["m_spike_share"]) for r in rows[2000:])

@@ -7,6 +7,10 @@ stress, on the larger model. A sweep runs one paired cascade per cell (every cel
 seed, data and batches) and tabulates each arm's outcome, so the regime where clipping starts
 to matter is read off the data. Cells already finished are kept and skipped on a re-run
 (resume after a crash); an unfinished cell is moved aside and run again.
+
+A cell that crashes does not end the sweep: it is recorded as ``crashed`` in ``sweep.csv`` (with
+the error, and whatever its arms wrote), the other cells run, and only at the end does the sweep
+fail, with one line naming the crashed cells.
 """
 
 from __future__ import annotations
@@ -74,7 +78,16 @@ def _arm_row(cfg: RunConfig, arm: str, summary: dict[str, Any], cell: str) -> di
         "max_m_share": poll.get("max_m_share"), "recovery_m": poll.get("recovery_m"),
         "lockin": lock.get("verdict"),
         "nonfinite_updates": summary.get("nonfinite_updates"),
+        "status": summary.get("status", "done"), "error": summary.get("error"),
     }  # fmt: skip
+
+
+def _arm_summary(arm_dir: Path) -> dict[str, Any]:
+    """A finished arm's summary; a crashed one's partial summary; ``{}`` when it never started."""
+    for name in ("summary.json", "partial_summary.json"):
+        if (arm_dir / name).exists():
+            return json.loads((arm_dir / name).read_text())
+    return {"status": "not run"}
 
 
 def _finished(cell_dir: Path) -> bool:
@@ -121,6 +134,7 @@ def run_sweep(spec: SweepSpec, console: Console | None = None) -> tuple[Path, pd
     }  # fmt: skip
     write_json(out / "sweep.json", {**meta, "status": "running"})
     rows: list[dict[str, Any]] = []
+    crashed: dict[str, str] = {}  # cell -> error
     for i, cfg in enumerate(configs, 1):
         name = cell_name(cfg.size, cfg.lr, cfg.max_norm, cfg.seed)
         cell_dir = out / name
@@ -133,17 +147,37 @@ def run_sweep(spec: SweepSpec, console: Console | None = None) -> tuple[Path, pd
                     f"[yellow]cell {name} was unfinished; kept as {_move_aside(cell_dir)}"
                 )
             console.print(f"[bold]cell {i}/{len(configs)}[/] {name}")
-            run_cascade(CascadeSpec(base=cfg, clips=spec.clips, out=cell_dir), console, data=data)
+            try:
+                run_cascade(
+                    CascadeSpec(base=cfg, clips=spec.clips, out=cell_dir), console, data=data
+                )
+            except UserError:
+                raise  # the same for every cell: stop now
+            except Exception as exc:  # one cell's crash must not cost the others their run
+                error = f"{type(exc).__name__}: {exc}"
+                crashed[name] = error
+                console.print(f"[red]cell {name} crashed[/] ({error}); continuing", highlight=False)
         for arm in spec.clips:
-            summary = json.loads((cell_dir / arm / "summary.json").read_text())
+            summary = _arm_summary(cell_dir / arm)
+            if name in crashed and summary.get("status", "done") == "done":
+                pass  # this arm finished before another arm of the cell crashed
+            elif name in crashed:
+                summary = {**summary, "status": "crashed", "error": crashed[name]}
             rows.append(_arm_row(cfg, arm, summary, name))
         # the table grows cell by cell: a crash keeps every finished cell's rows
         pd.DataFrame(rows).to_csv(out / "sweep.csv", index=False)
     table = pd.DataFrame(rows)
-    write_json(out / "sweep.json", {**meta, "status": "done"})
+    status = {"status": "crashed", "crashed_cells": crashed} if crashed else {"status": "done"}
+    write_json(out / "sweep.json", {**meta, **status})
     from andrea_diag.report.sweep_page import render_sweep
 
     render_sweep(out, table, meta)
+    if crashed:
+        raise UserError(
+            f"{len(crashed)} of {len(configs)} sweep cells crashed: {', '.join(crashed)} "
+            f"({next(iter(crashed.values()))}); every other cell finished",
+            hint=f"see {out}/sweep.csv; re-run the same command to retry only the crashed cells",
+        )
     return out, table
 
 

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from andrea_diag.probes.base import Probe, UpdateContext
+from andrea_diag.probes.driver import ProbeDriver
 from andrea_diag.probes.layers import LayerGradNormProbe
 from andrea_diag.probes.lockin import LockInProbe
 from andrea_diag.probes.optstate import OptStateProbe
@@ -30,6 +31,7 @@ __all__ = [
     "LockInProbe",
     "OptStateProbe",
     "Probe",
+    "ProbeDriver",
     "SpikeProbe",
     "UpdateContext",
     "build_probes",
@@ -59,7 +61,7 @@ def make_probes(
     probes: list[Probe] = []
     if per_layer:
         probes.append(LayerGradNormProbe())
-    probes.append(SpikeProbe(spike_window, spike_z, boundary_k, optstate=optstate))
+    probes.append(SpikeProbe(spike_window, spike_z, boundary_k))
     probes.append(optstate)
     if lockin:
         probes.append(

@@ -9,19 +9,22 @@ Per optimizer update the loop fills one :class:`UpdateContext` and calls, in ord
    the gradient Adam just received.
 
 Probes add metric columns to ``ctx.row`` (one row per update, see record.py for naming) and
-may write events/samples through ``ctx.recorder``. At the end, ``close(run_dir)`` runs once
-for post-hoc work (e.g. the spike events table) and returns summary fields, each probe under
-its own top-level key (``{"spikes": {...}}``), so ``summary.update(probe.close(run_dir))``
-merges them.
+may write events/samples through ``ctx.recorder``. At the end, ``close(run_dir, results)``
+runs once for post-hoc work (e.g. the spike events table) and returns summary fields, each
+probe under its own top-level key (``{"spikes": {...}}``); ``results`` holds what the probes
+closed before it returned.
 
-Probes talk to each other only through the context: the spike probe runs first and sets
-``ctx.spike`` in ``after_clip``, which the optimizer-state probe reads in ``after_step``.
+Probes talk to each other only through the context, and say so: the spike probe ``writes``
+``ctx.spike`` in ``after_clip``, the optimizer-state probe ``reads`` it in ``after_step``; the
+spike probe's ``close_reads`` the optimizer state's ``summary_key`` (``pollution``) for its
+events' recovery columns. :class:`~andrea_diag.probes.driver.ProbeDriver` orders the calls
+from these declarations and isolates a failing probe; nothing depends on list order.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -105,11 +108,14 @@ class UpdateContext:
 
 
 class Probe(Protocol):
+    """What the driver calls. Optional class attributes: ``name``, ``reads`` and ``writes``
+    (context fields), ``summary_key`` and ``close_reads`` (summary keys); see the module doc."""
+
     def after_clip(self, ctx: UpdateContext) -> None: ...
 
     def after_step(self, ctx: UpdateContext) -> None: ...
 
-    def close(self, run_dir: Path) -> dict[str, Any]: ...
+    def close(self, run_dir: Path, results: Mapping[str, Any] | None = None) -> dict[str, Any]: ...
 
 
 def _median(values: list[float]) -> float:

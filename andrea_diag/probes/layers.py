@@ -12,7 +12,7 @@ loop does not clip through us (``ctx.clip is None``) are the norms computed from
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +68,8 @@ def group_index_for(cache: dict[tuple[str, ...], GroupIndex], names: Sequence[st
 class LayerGradNormProbe:
     """Adds ``layer_gn/<layer>.<kind>`` columns every update (pre-clip norms)."""
 
+    name = "layers"
+
     def __init__(self) -> None:
         self._groups: dict[tuple[str, ...], GroupIndex] = {}
 
@@ -87,5 +89,5 @@ class LayerGradNormProbe:
     def after_step(self, ctx: UpdateContext) -> None:
         return None
 
-    def close(self, run_dir: Path) -> dict[str, Any]:
+    def close(self, run_dir: Path, results: Mapping[str, Any] | None = None) -> dict[str, Any]:
         return {}

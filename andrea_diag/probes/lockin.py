@@ -200,6 +200,9 @@ def _vocab_size(model: torch.nn.Module) -> int | None:
 class LockInProbe:
     """Periodic batched samples + the loss trajectory -> lock-in verdict at close."""
 
+    name = "lockin"
+    summary_key = "lockin"
+
     def __init__(
         self,
         model: torch.nn.Module,
@@ -295,7 +298,7 @@ class LockInProbe:
                 ctx.row["lockin/distinct_1"] = min(r["distinct_1"] for r in greedy)
                 ctx.row["lockin/mean_entropy"] = float(np.mean([r["mean_entropy"] for r in greedy]))
 
-    def close(self, run_dir: Path) -> dict[str, Any]:
+    def close(self, run_dir: Path, results: Mapping[str, Any] | None = None) -> dict[str, Any]:
         if self._closed is not None:
             return self._closed
         if self.updates and self.updates[-1] not in self._sampled_at:

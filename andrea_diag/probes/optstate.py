@@ -23,7 +23,10 @@ at a spike update (``ctx.spike``, decided online by the spike probe). They are s
 as ``c·B`` with a per-param-group scalar ``c`` (the accumulated ``β^k``), so the per-update
 decay is a scalar multiply and ``‖B‖`` only changes at spikes: the shadow costs memory
 (``shadow_bytes``: 2 fp32 copies of the parameters, allocated at the first spike) and a few
-passes per *spike*, not per update. ``B`` is renormalised when ``c`` drops below 1e-20.
+passes per *spike*, not per update. ``c`` stays 1 until the first spike allocates ``B`` (there is
+nothing to decay before it), and ``B`` is renormalised (``B ← c·B``, ``c ← 1``) in the same update
+in which ``c`` drops below ``RENORM_BELOW``: so ``(1-β)/c`` and ``B`` stay inside fp32 range
+however late the first spike comes and however long the run is.
 
 **Per-spike recovery** needs no buffers: one spike's own contribution has norm
 ``(1-β1)·β1^k·‖g_s‖`` (``(1-β2)·β2^k·‖g_s²‖`` for ``v``) after ``k`` applied updates, so its
@@ -40,6 +43,7 @@ Exactness assumes every parameter of a group receives a gradient at every applie
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +53,10 @@ from andrea_diag.probes.base import UpdateContext
 from andrea_diag.probes.layers import GroupIndex, group_index_for
 
 RECOVERY_SHARE = 0.1
-RENORM_BELOW = 1e-20  # keep c·B inside fp32 range: B grows like 1/c between renormalisations
+# Keep c·B inside fp32 range: B grows like 1/c between renormalisations, and ‖B‖² is summed in
+# fp32 by the norm kernels, so 1/c must stay far below 1e38 (1e6: B ≤ 1e6·(1-β)·|g|). Each
+# renormalisation is one pass over the buffers, about every 130 updates at β1 = 0.9.
+RENORM_BELOW = 1e-6
 
 
 class _GroupInfo:
@@ -85,6 +92,10 @@ class _Spike:
 
 class OptStateProbe:
     """m/v norms, update RMS and cosine, spike pollution of m and v (see module docstring)."""
+
+    name = "optstate"
+    reads = ("spike",)  # the spike probe's online decision: a shadow buffer must know now
+    summary_key = "pollution"
 
     def __init__(
         self,
@@ -261,12 +272,15 @@ class OptStateProbe:
 
     # -- pollution -------------------------------------------------------------------------
     def _advance(self, ginfo: list[_GroupInfo]) -> None:
-        """One applied update: every spike term decays by β (scalars only)."""
+        """One applied update: every spike term decays by β (scalars only, until renormalised)."""
+        for sp in self.spikes:
+            sp.k += 1
+        if not self._bm:  # no buffers yet: c stays 1, so the first spike's 1/c is 1
+            return
         for info in ginfo:
             info.cm *= info.beta1
             info.cv *= info.beta2
-        for sp in self.spikes:
-            sp.k += 1
+        self._renormalise(ginfo)
 
     def _add_spike(
         self,
@@ -365,7 +379,6 @@ class OptStateProbe:
         if not self._bm:
             row["m_spike_share"] = row["v_spike_share"] = 0.0
             return
-        self._renormalise(ginfo)
         ms = math.sqrt(sum(i.cm * i.cm * i.bm_sq for i in ginfo))
         vs = math.sqrt(sum(i.cv * i.cv * i.bv_sq for i in ginfo))
         sm = ms / m_norm if m_norm > 0 else None
@@ -398,7 +411,7 @@ class OptStateProbe:
     def shadow_bytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in [*self._bm.values(), *self._bv.values()])
 
-    def close(self, run_dir: Path) -> dict[str, Any]:
+    def close(self, run_dir: Path, results: Mapping[str, Any] | None = None) -> dict[str, Any]:
         per = self.per_spike()
 
         def worst(key: str) -> tuple[int | None, bool]:

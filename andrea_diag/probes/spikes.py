@@ -60,18 +60,15 @@ from __future__ import annotations
 import math
 import statistics
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
 
 from andrea_diag.config import SOURCE_NAMES
 from andrea_diag.probes.base import UpdateContext, robust_z
-
-if TYPE_CHECKING:
-    from andrea_diag.probes.optstate import OptStateProbe
 
 CAUSES = ("phase-transition", "outlier", "numerical", "unexplained")
 REL_FLOOR = 1e-3  # spike z scale floor, relative to the window median
@@ -149,6 +146,11 @@ def batch_outlier(
 class SpikeProbe:
     """Online spike flags (``loss_z``, ``grad_norm_z``, ``spike`` columns) + events at close."""
 
+    name = "spikes"
+    writes = ("spike",)  # ctx.spike, decided in after_clip
+    summary_key = "spikes"
+    close_reads = ("pollution",)  # per-spike recovery for the events table
+
     def __init__(
         self,
         window: int = 50,
@@ -156,13 +158,11 @@ class SpikeProbe:
         boundary_k: int = 3,
         outlier_z: float = OUTLIER_Z,
         source_names: Sequence[str] = SOURCE_NAMES,
-        optstate: OptStateProbe | None = None,
     ) -> None:
         self.window, self.z_thresh, self.boundary_k = int(window), float(z_thresh), boundary_k
         self.outlier_z = outlier_z
         self.warmup = warmup_for(self.window)
         self.source_names = tuple(source_names)
-        self.optstate = optstate  # for per-spike recovery columns in the events table
         self._win = {
             "loss": deque(maxlen=self.window),
             "grad_norm": deque(maxlen=self.window),
@@ -171,7 +171,6 @@ class SpikeProbe:
         self.history: dict[str, list[float]] = {"loss": [], "grad_norm": []}
         self.boundaries: list[int] = []
         self._src_hist: dict[int, deque[float]] = {}  # source -> recent per-update mean losses
-        self._prev_phase: int | None = None
         self.events: list[dict[str, Any]] = []
         self.recorder: Any = None
         self._closed: dict[str, Any] | None = None
@@ -186,9 +185,8 @@ class SpikeProbe:
     def after_clip(self, ctx: UpdateContext) -> None:
         self.recorder = ctx.recorder
         u = ctx.update
-        if ctx.boundary or (self._prev_phase is not None and ctx.phase != self._prev_phase):
+        if ctx.boundary:  # decided once, by the probe driver
             self.boundaries.append(u)
-        self._prev_phase = ctx.phase
         loss, gn = float(ctx.loss), ctx.grad_norm()
         grad_bad = ctx.grads_nonfinite() or not math.isfinite(gn)
         loss_bad = not math.isfinite(loss)
@@ -364,11 +362,13 @@ class SpikeProbe:
             e["cascade"] = cascade_of.get(ordinal[b]) if b is not None else None
         return n
 
-    def close(self, run_dir: Path) -> dict[str, Any]:
+    def close(self, run_dir: Path, results: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """Write the events; ``results["pollution"]`` (when present) adds recovery columns."""
         if self._closed is not None:  # idempotent: the monitor and the loop may both close
             return self._closed
         n_cascades = self._cascades()
-        recovery = self.optstate.per_spike() if self.optstate is not None else {}
+        per_spike = ((results or {}).get("pollution") or {}).get("per_spike") or []
+        recovery = {r["update"]: r for r in per_spike}
         for e in self.events:
             r = recovery.get(e["update"], {})
             e["recovery_m"] = r.get("recovery_m")

@@ -32,6 +32,7 @@ class Arm:
     data: dict[str, Any] = field(default_factory=dict)
     env: dict[str, Any] = field(default_factory=dict)
     dir: str = ""
+    probe_failures: list[dict[str, Any]] = field(default_factory=list)
 
     @classmethod
     def from_run(cls, run: dict[str, Any], label: str | None = None) -> Arm:
@@ -50,6 +51,7 @@ class Arm:
             data=run.get("data") or {},
             env=run.get("env") or {},
             dir=str(run["dir"]),
+            probe_failures=list(run.get("probe_failures") or []),
         )
 
     @property

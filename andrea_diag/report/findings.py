@@ -331,9 +331,23 @@ def data_finding(arms: list[Arm]) -> str:
     return "; ".join(parts) + "."
 
 
+def probe_failure_findings(arms: list[Arm]) -> list[str]:
+    """A probe that raised was disabled mid-run: the reader must know its columns stop there."""
+    out = []
+    for a in arms:
+        for f in a.summary.get("probe_failures") or a.probe_failures:
+            where = f"at update {f['update']}" if f.get("update") is not None else "at close"
+            out.append(
+                f"{a.label}: WARNING: probe {f.get('probe')} failed {where} in {f.get('hook')} "
+                f"({f.get('error')}) and was disabled; training went on, but its columns and "
+                "summary cover only the updates before that."
+            )
+    return out
+
+
 def all_findings(arms: list[Arm]) -> list[str]:
     """Every finding for the page, in reading order."""
-    out = [data_finding(arms)]
+    out = [data_finding(arms), *probe_failure_findings(arms)]
     for a in arms:
         out.append(spike_boundary_finding(a))
         out.append(spike_list(a))

@@ -68,8 +68,14 @@ def regime_figure(table: pd.DataFrame) -> go.Figure:
 
 def findings(table: pd.DataFrame) -> list[str]:
     """Sentences from the table: where the arms differ, and in which direction."""
-    agg = _agg(table)
     out = []
+    if "status" in table:
+        bad = table[table["status"].fillna("done") != "done"]
+        for _, r in bad.iterrows():
+            out.append(f"{r['cell']} / {r['clip']}: {r['status'].upper()} ({r.get('error')}); "
+                       "it is left out of every comparison below.")  # fmt: skip
+        table = table[table["status"].fillna("done") == "done"]
+    agg = _agg(table)
     for (size, lr, mn), d in agg.groupby(["size", "lr", "max_norm"]):
         by = d.set_index("clip")
         if "none" not in by.index:
@@ -122,7 +128,8 @@ def render_sweep(out: Path, table: pd.DataFrame, meta: dict[str, Any]) -> Path:
     fig_html = pio.to_html(fig, include_plotlyjs=False, include_mathjax=False, full_html=False,
                            div_id="fig-regime", config=PLOT_CONFIG)  # fmt: skip
     cols = ["cell", "clip", "final_loss", "min_loss", "max_grad_norm", "pct_clipped",
-            "n_spikes", "spike_score_grad", "max_m_share", "recovery_m", "lockin"]  # fmt: skip
+            "n_spikes", "spike_score_grad", "max_m_share", "recovery_m", "lockin",
+            "status"]  # fmt: skip
     head = "".join(f"<th>{html.escape(c)}</th>" for c in cols)
     body = []
     for r in table.to_dict("records"):

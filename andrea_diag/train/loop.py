@@ -31,7 +31,7 @@ from andrea_diag.config import SOURCE_NAMES, RunConfig, parse_injections
 from andrea_diag.data.batches import make_outlier_batch, outlier_generator
 from andrea_diag.errors import UserError
 from andrea_diag.model import GPT
-from andrea_diag.probes import UpdateContext, build_probes
+from andrea_diag.probes import ProbeDriver, build_probes
 from andrea_diag.record import Recorder
 from andrea_diag.train.accumulation import accumulate_group
 from andrea_diag.train.optim import build_optimizer, build_scheduler
@@ -108,17 +108,20 @@ def train_arm(
     names, params = (list(t) for t in zip(*model.named_parameters(), strict=True))
     # lock-in prompts: the first tokens of each source stream (a document start), fixed per data
     prompts = {name: data.streams[name][:PROMPT_TOKENS] for name in SOURCE_NAMES}
-    probes = build_probes(
-        cfg,
-        model,
-        optimizer,
-        prompts=prompts,
-        tokenizer=data.tokenizer,
-        unigram_entropy=unigram_entropy(data.token_counts),
+    probes = ProbeDriver(
+        build_probes(
+            cfg,
+            model,
+            optimizer,
+            prompts=prompts,
+            tokenizer=data.tokenizer,
+            unigram_entropy=unigram_entropy(data.token_counts),
+        ),
+        recorder,
     )
     rare_ids = data.rare_token_ids()
     counts = {"microbatches": 0, "examples": 0, "tokens": 0}
-    prev_phase, t_start, hashes, phases = None, time.perf_counter(), [], []
+    t_start, hashes, phases = time.perf_counter(), [], []
     try:
         for update in range(1, cfg.steps + 1):
             t0 = time.perf_counter()
@@ -155,13 +158,28 @@ def train_arm(
             counts["microbatches"] += group.microbatches
             counts["examples"] += int(group.example_loss.numel())
             counts["tokens"] += group.tokens
-            boundary = prev_phase is not None and batch.phase != prev_phase
-            prev_phase = batch.phase
-            row: dict[str, Any] = {
+            row: dict[str, Any] = {}
+            ctx = probes.context(
+                update=update,
+                model=model,
+                optimizer=optimizer,
+                param_names=names,
+                params=params,
+                loss=loss,
+                example_loss=group.example_loss,
+                example_source=example_source,
+                clip=clip,
+                row=row,
+                phase=batch.phase,
+                weights=batch.weights,
+                injected=injected,
+                applied=not nonfinite,
+            )
+            row |= {
                 "update": update,
                 **counts,
                 "phase": batch.phase,
-                "boundary": boundary,
+                "boundary": ctx.boundary,
                 **{f"w_{k}": v for k, v in batch.weights.items()},
                 "loss": loss,
                 **_per_source_loss(group.example_loss, group.example_tokens, example_source),
@@ -178,31 +196,11 @@ def train_arm(
             row["clip_coef"] = (
                 post / grad_norm if grad_norm > 0 and math.isfinite(grad_norm) else 1.0
             )
-            ctx = UpdateContext(
-                update=update,
-                model=model,
-                optimizer=optimizer,
-                param_names=names,
-                params=params,
-                loss=loss,
-                example_loss=group.example_loss,
-                example_source=example_source,
-                clip=clip,
-                recorder=recorder,
-                row=row,
-                phase=batch.phase,
-                boundary=boundary,
-                weights=dict(batch.weights),
-                injected=injected,
-                applied=not nonfinite,
-            )
-            for p in probes:
-                p.after_clip(ctx)
+            probes.after_clip(ctx)
             if not nonfinite:
                 optimizer.step()
             scheduler.step()  # per update, attempted or applied: the schedule counts updates
-            for p in probes:
-                p.after_step(ctx)
+            probes.after_step(ctx)
             plan.observe(
                 update,
                 {n: row[f"loss_{n}"] for n in SOURCE_NAMES if math.isfinite(row[f"loss_{n}"])},
@@ -221,17 +219,15 @@ def train_arm(
         # Keep everything recorded so far: the probes' events (spikes are written at close)
         # and metrics.parquet. Neither may replace the error that stopped the run.
         partial: dict[str, Any] = {"status": "crashed"}
-        for p in probes:
-            with contextlib.suppress(Exception):
-                partial.update(p.close(run_dir))
+        with contextlib.suppress(Exception):
+            partial.update(probes.close(run_dir))
         with contextlib.suppress(Exception):
             recorder.close()
             recorder.write("partial_summary.json", partial)
         raise
     summary = summarize(recorder, cfg, wall_s=time.perf_counter() - t_start)
     summary["run_sheet"] = run_sheet(cfg, device, counts)
-    for p in probes:
-        summary.update(p.close(run_dir))
+    summary.update(probes.close(run_dir))
     recorder.write(
         "schedule.json",
         {

@@ -1,0 +1,182 @@
+"""``ProbeDriver``: the one place that runs probes, for the trainer and for ``SpikeMonitor``.
+
+    driver = ProbeDriver(probes, recorder)
+    ctx = driver.context(update=u, model=..., optimizer=..., ..., phase=batch.phase)
+    driver.after_clip(ctx)      # gradients final, optimizer not stepped
+    optimizer.step()
+    driver.after_step(ctx)      # parameters and m/v updated, gradients still in .grad
+    summary.update(driver.close(run_dir))
+
+What it owns, so no caller restates it:
+
+- **Order.** Probes declare what they exchange through the context: ``writes`` (fields they
+  set on ``UpdateContext``, e.g. the spike probe's ``spike``) and ``reads`` (fields they need).
+  Writers run before readers in every hook. At close, a probe that reads another's summary
+  (``close_reads``, e.g. the spike events' recovery columns read ``pollution``) closes after
+  the probe that returns that key (``summary_key``). A cycle is a programming error.
+- **Phase boundaries**, detected once: the first update whose phase differs from the last one.
+- **Isolation.** A probe that raises is disabled for the rest of the run: training goes on,
+  ``events.jsonl`` gets a ``{"kind": "probe_failure", ...}`` row, stderr gets one line, and the
+  summary's ``probe_failures`` says which probe failed, where and why. A probe is a
+  measurement; it must never take the run it measures down (issue 11: a shadow-buffer
+  overflow ended a whole sweep).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from andrea_diag.probes.base import Probe, UpdateContext
+
+if TYPE_CHECKING:
+    from andrea_diag.clip.api import ClipResult
+    from andrea_diag.record import Recorder
+
+FAILURE_KIND = "probe_failure"  # the ``kind`` of a failure row in events.jsonl
+
+
+def probe_name(probe: Probe) -> str:
+    return str(getattr(probe, "name", type(probe).__name__))
+
+
+def _ordered(items: Sequence[Probe], needs: Callable[[Probe, Probe], bool]) -> list[Probe]:
+    """Stable topological order: ``b`` before ``a`` whenever ``needs(a, b)``."""
+    left, out = list(items), []
+    while left:
+        ready = next((a for a in left if not any(b is not a and needs(a, b) for b in left)), None)
+        if ready is None:
+            names = ", ".join(probe_name(p) for p in left)
+            raise ValueError(f"probe dependencies form a cycle among: {names}")
+        out.append(ready)
+        left.remove(ready)
+    return out
+
+
+def _reads_from(a: Probe, b: Probe) -> bool:
+    return bool(set(getattr(a, "reads", ())) & set(getattr(b, "writes", ())))
+
+
+def _closes_after(a: Probe, b: Probe) -> bool:
+    return getattr(b, "summary_key", None) in set(getattr(a, "close_reads", ()))
+
+
+class ProbeDriver:
+    """Runs a list of probes in dependency order, isolating each one's failures."""
+
+    def __init__(
+        self,
+        probes: Sequence[Probe],
+        recorder: Recorder,
+        warn: Callable[[str], None] | None = None,
+    ) -> None:
+        self.probes = _ordered(probes, _reads_from)
+        self.recorder = recorder
+        self.failures: list[dict[str, Any]] = []
+        self._failed: set[int] = set()  # id() of disabled probes
+        self._warn = warn or (lambda line: print(line, file=sys.stderr))
+        self.prev_phase: int | None = None
+        self.summary: dict[str, Any] | None = None
+
+    # -- per update ------------------------------------------------------------------------
+    def context(
+        self,
+        *,
+        update: int,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer,
+        param_names: list[str],
+        params: list[torch.nn.Parameter],
+        loss: float,
+        example_loss: torch.Tensor,
+        example_source: torch.Tensor,
+        clip: ClipResult | None,
+        row: dict[str, Any],
+        phase: int | None = None,
+        weights: Mapping[str, float] | None = None,
+        injected: str | None = None,
+        applied: bool = True,
+    ) -> UpdateContext:
+        """This update's context; ``phase`` None means the loop has no phases (no boundary)."""
+        boundary = phase is not None and self.prev_phase is not None and phase != self.prev_phase
+        if phase is not None:
+            self.prev_phase = phase
+        return UpdateContext(
+            update=update,
+            model=model,
+            optimizer=optimizer,
+            param_names=param_names,
+            params=params,
+            loss=loss,
+            example_loss=example_loss,
+            example_source=example_source,
+            clip=clip,
+            recorder=self.recorder,
+            row=row,
+            phase=phase if phase is not None else 0,
+            boundary=boundary,
+            weights=dict(weights or {}),
+            injected=injected,
+            applied=applied,
+        )
+
+    def after_clip(self, ctx: UpdateContext) -> None:
+        self._run("after_clip", ctx)
+
+    def after_step(self, ctx: UpdateContext) -> None:
+        self._run("after_step", ctx)
+
+    def _run(self, hook: str, ctx: UpdateContext) -> None:
+        for probe in self.probes:
+            if id(probe) in self._failed:
+                continue
+            try:
+                getattr(probe, hook)(ctx)
+            except Exception as exc:  # any probe error is isolated, by design
+                self._fail(probe, hook, ctx.update, exc)
+
+    def _fail(self, probe: Probe, hook: str, update: int | None, exc: Exception) -> None:
+        self._failed.add(id(probe))
+        row = {
+            "kind": FAILURE_KIND,
+            "probe": probe_name(probe),
+            "hook": hook,
+            "update": update,
+            "error": f"{type(exc).__name__}: {exc}",
+        }
+        self.failures.append(row)
+        with contextlib.suppress(Exception):  # a full disk must not turn a warning into a crash
+            self.recorder.event(row)
+        where = f"at update {update}" if update is not None else "at close"
+        self._warn(
+            f"andrea-diag: probe {row['probe']} failed {where} in {hook} ({row['error']}); "
+            "disabled for the rest of the run, training continues"
+        )
+
+    # -- end of run ------------------------------------------------------------------------
+    def close(self, run_dir: Path) -> dict[str, Any]:
+        """Every probe's summary fields (dependency order), plus ``probe_failures``. Idempotent.
+
+        A probe disabled during the run still closes: its summary then covers the updates
+        before it failed, and ``probe_failures`` says from when.
+        """
+        if self.summary is not None:
+            return self.summary
+        summary: dict[str, Any] = {}
+        for probe in _ordered(self.probes, _closes_after):
+            try:
+                summary.update(probe.close(run_dir, summary))
+            except Exception as exc:
+                if id(probe) not in self._failed:
+                    self._fail(probe, "close", None, exc)
+                else:  # already reported; closing a broken probe may break again
+                    first = next(f for f in self.failures if f["probe"] == probe_name(probe))
+                    first.setdefault("close_error", f"{type(exc).__name__}: {exc}")
+        summary["probe_failures"] = list(self.failures)
+        self.summary = summary
+        return summary
