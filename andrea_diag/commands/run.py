@@ -217,4 +217,5 @@ def sweep(
                      max_norms=_csv(max_norm, float, "--max-norm"), seeds=_csv(seed, int, "--seed"),
                      clips=arms, out=out)  # fmt: skip
     path, table = run_sweep(spec, console)
-    console.print(f"[bold green]sweep:[/] {path / 'sweep.html'} ({len(table)} arms)")
+    page = path / "sweep.html"
+    console.print(f"[bold green]sweep:[/] {page if page.exists() else path} ({len(table)} arms)")

@@ -202,8 +202,21 @@ def run_cascade(
     meta.update(status="done", batch_hashes_identical=identical)
     write_json(out_dir / "cascade.json", meta)
     report = None
-    if render:
+    if render and report_renderer_available(console, out_dir):
         from andrea_diag.report import render_cascade
 
         report = render_cascade(out_dir)
     return CascadeResult(out_dir, report, summaries, identical)
+
+
+def report_renderer_available(console: Console, out_dir: Path) -> bool:
+    """plotly present? Without it (a bare GPU image) the run is complete, only unrendered."""
+    try:
+        import plotly  # noqa: F401
+    except ImportError:
+        console.print(
+            f"[yellow]report not rendered: plotly is not installed here. The run is complete; "
+            f"render it elsewhere with `andrea-diag report {out_dir}`.[/]"
+        )
+        return False
+    return True

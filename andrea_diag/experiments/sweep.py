@@ -28,7 +28,13 @@ from rich.console import Console
 
 from andrea_diag.config import RunConfig
 from andrea_diag.errors import UserError
-from andrea_diag.experiments.cascade import CascadeSpec, default_out, load_data, run_cascade
+from andrea_diag.experiments.cascade import (
+    CascadeSpec,
+    default_out,
+    load_data,
+    report_renderer_available,
+    run_cascade,
+)
 from andrea_diag.record import write_json
 
 
@@ -169,9 +175,10 @@ def run_sweep(spec: SweepSpec, console: Console | None = None) -> tuple[Path, pd
     table = pd.DataFrame(rows)
     status = {"status": "crashed", "crashed_cells": crashed} if crashed else {"status": "done"}
     write_json(out / "sweep.json", {**meta, **status})
-    from andrea_diag.report.sweep_page import render_sweep
+    if report_renderer_available(console, out):
+        from andrea_diag.report.sweep_page import render_sweep
 
-    render_sweep(out, table, meta)
+        render_sweep(out, table, meta)
     if crashed:
         raise UserError(
             f"{len(crashed)} of {len(configs)} sweep cells crashed: {', '.join(crashed)} "
