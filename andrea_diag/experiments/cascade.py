@@ -24,9 +24,10 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from andrea_diag.config import RunConfig
 from andrea_diag.data import BatchPlan, Mixer, PreparedData, prepare_data
+from andrea_diag.device import resolve_device
 from andrea_diag.errors import UserError
 from andrea_diag.record import write_json
-from andrea_diag.train.loop import resolve_device, train_arm
+from andrea_diag.train.loop import train_arm
 
 
 @dataclass

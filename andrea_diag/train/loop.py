@@ -29,7 +29,7 @@ import torch
 from andrea_diag.clip.api import clip_grad_norm_with_stats
 from andrea_diag.config import SOURCE_NAMES, RunConfig, parse_injections
 from andrea_diag.data.batches import make_outlier_batch, outlier_generator
-from andrea_diag.errors import UserError
+from andrea_diag.device import resolve_device
 from andrea_diag.model import GPT
 from andrea_diag.probes import ProbeDriver, build_probes
 from andrea_diag.record import Recorder
@@ -38,18 +38,6 @@ from andrea_diag.train.optim import build_optimizer, build_scheduler
 
 ProgressFn = Callable[[int, dict[str, Any]], None]
 PROMPT_TOKENS = 16  # lock-in prompt length, taken from the start of each source stream
-
-
-def resolve_device(name: str) -> torch.device:
-    """``auto`` -> CUDA when present, else CPU; ``cuda`` without a GPU is a user error."""
-    if name == "cuda" and not torch.cuda.is_available():
-        raise UserError(
-            "--device cuda was requested but no CUDA device is available",
-            hint="use --device cpu (or auto) on this machine",
-        )
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
 
 
 def unigram_entropy(counts: torch.Tensor) -> float:
