@@ -13,13 +13,21 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, get_args
 
+from andrea_diag.clip.modes import clip_modes
 from andrea_diag.errors import UserError
 
 VOCAB_SIZE = 8449  # the ANDREA tokenizer's vocabulary (seeds); odd on purpose, so no padding tricks
 SOURCE_NAMES = ("repo-docs", "gutenberg", "hermes3-general")
-CLIP_MODES = ("none", "global", "per-tensor")
+CLIP_MODES = clip_modes()  # the clipper registry (clip/modes.py) is the one list of modes
+
+MixerPolicy = Literal["seeded", "exp3"]
+ClipImpl = Literal["auto", "cuda", "reference", "torch"]
+MatmulPrecision = Literal["highest", "high", "medium"]
+DeviceName = Literal["auto", "cpu", "cuda"]
+RecipeName = Literal["v1", "v2"]
+SizeName = Literal["tiny", "12m", "120m"]
 
 
 @dataclass(frozen=True)
@@ -114,13 +122,57 @@ def parse_injections(specs: list[str], steps: int) -> dict[int, str]:
     return out
 
 
+LOCKIN_SAMPLES_PER_RUN = 8  # lock-in cadence when not given: about this many samples a run
+LOCKIN_EVERY_OPEN_ENDED = 100  # ... and for a loop of unknown length (SpikeMonitor)
+
+
+@dataclass(frozen=True)
+class ProbeConfig:
+    """Every probe default, in one place: the trainer, ``SpikeMonitor``, the CLI and the report
+    read these fields (the report from the run's own ``config.json``)."""
+
+    spike_window: int = 50  # trailing updates of the robust z-score
+    spike_z: float = 6.0  # robust z above which an update is a spike
+    boundary_k: int = 3  # a spike up to k updates after a phase boundary is a phase transition
+    shadow: bool | None = None  # Adam-state shadow buffers; None: on except for 120m (memory)
+    lockin_every: int | None = None  # None: about LOCKIN_SAMPLES_PER_RUN samples per run
+    per_layer: bool = True  # per-layer grad / m / v norms
+    update_stats: bool = True  # update RMS and its cosine with the gradient (a param snapshot)
+    lockin: bool = True
+
+    def resolve(self, steps: int | None, size: str | None = None) -> ProbeConfig:
+        """Concrete ``shadow`` and ``lockin_every`` for a run of ``steps`` updates."""
+        if self.spike_window < 1:
+            raise UserError(f"--spike-window must be at least 1, got {self.spike_window}")
+        if not (math.isfinite(self.spike_z) and self.spike_z > 0):
+            raise UserError(f"--spike-z must be a positive number, got {self.spike_z}")
+        if self.boundary_k < 0:
+            raise UserError(f"--boundary-k must be 0 or more, got {self.boundary_k}")
+        every = self.lockin_every
+        if every is None:
+            every = max(1, steps // LOCKIN_SAMPLES_PER_RUN) if steps else LOCKIN_EVERY_OPEN_ENDED
+        shadow = (size != "120m") if self.shadow is None else self.shadow
+        return dataclasses.replace(self, shadow=shadow, lockin_every=max(1, every))
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ProbeConfig:
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+
+def _check_choice(value: str, choices: Any, what: str) -> None:
+    allowed = get_args(choices) if not isinstance(choices, tuple) else choices
+    if value not in allowed:
+        raise UserError(f"unknown {what} {value!r}", hint=f"choose from {', '.join(allowed)}")
+
+
 @dataclass
 class RunConfig:
     """Everything one training arm needs; saved resolved as ``config.json``."""
 
-    size: str = "tiny"
-    recipe: str = "v1"
-    clip: str = "none"
+    size: SizeName = "tiny"
+    recipe: RecipeName = "v1"
+    clip: str = "none"  # a registered clip mode (clip/modes.py)
     max_norm: float = 1.0
     lr: float | None = None  # None: the recipe's lr
     steps: int | None = None  # optimizer updates; None: the size default
@@ -129,50 +181,26 @@ class RunConfig:
     seq_len: int | None = None
     seed: int = 0  # init, batch draws and the bandit schedule: shared by the arms
     corpus_seed: int = 0  # the generated sources' text; fixed so seed sweeps share one corpus
-    device: str = "auto"
-    mixer: str = "seeded"  # "seeded" schedule or "exp3" online bandit
-    partial_group: str = "use-real-denominator"  # or "drop"; see train/loop.py
+    device: DeviceName = "auto"
+    mixer: MixerPolicy = "seeded"  # "seeded" schedule or "exp3" online bandit
     sources: dict[str, str] = field(default_factory=dict)  # NAME -> PATH overrides
-    clip_impl: str = "auto"
+    clip_impl: ClipImpl = "auto"
     # fp32 matmuls on CUDA: "high" allows TF32 tensor cores (about 5x faster on an H200);
     # "highest" keeps full fp32. No effect on CPU.
-    matmul_precision: str = "high"
-    # probes
-    spike_window: int = 50
-    spike_z: float = 6.0
-    boundary_k: int = 3
+    matmul_precision: MatmulPrecision = "high"
     inject: list[str] = field(default_factory=list)  # "outlier@UPDATE", "nonfinite@UPDATE"
-    shadow: bool | None = None  # Adam-state pollution shadow buffers; None: on for tiny/12m
-    lockin_every: int | None = None  # None: about 8 samples per run
+    probes: ProbeConfig = field(default_factory=ProbeConfig)
     arm: str = ""  # label inside a cascade, e.g. "global"
 
     def resolve(self) -> RunConfig:
         """Fill size/recipe defaults and validate; returns a new, fully concrete config."""
-        if self.size not in MODEL_PRESETS:
-            raise UserError(
-                f"unknown size {self.size!r}", hint=f"choose one of {', '.join(MODEL_PRESETS)}"
-            )
-        if self.recipe not in RECIPES:
-            raise UserError(
-                f"unknown recipe {self.recipe!r}", hint=f"choose one of {', '.join(RECIPES)}"
-            )
-        if self.clip not in CLIP_MODES:
-            raise UserError(
-                f"unknown clip mode {self.clip!r}", hint=f"choose from {', '.join(CLIP_MODES)}"
-            )
-        if self.mixer not in ("seeded", "exp3"):
-            raise UserError(f"unknown mixer {self.mixer!r}", hint="choose seeded or exp3")
-        if self.partial_group not in ("use-real-denominator", "drop"):
-            raise UserError(f"unknown partial-group policy {self.partial_group!r}")
-        if self.clip_impl not in ("auto", "cuda", "reference", "torch"):
-            raise UserError(
-                f"unknown clip implementation {self.clip_impl!r}",
-                hint="choose auto, cuda, reference or torch",
-            )
-        if self.matmul_precision not in ("highest", "high", "medium"):
-            raise UserError(f"unknown matmul precision {self.matmul_precision!r}")
-        if self.device not in ("auto", "cpu", "cuda"):
-            raise UserError(f"unknown device {self.device!r}", hint="choose auto, cpu or cuda")
+        _check_choice(self.size, tuple(MODEL_PRESETS), "size")
+        _check_choice(self.recipe, tuple(RECIPES), "recipe")
+        _check_choice(self.clip, CLIP_MODES, "clip mode")
+        _check_choice(self.mixer, MixerPolicy, "mixer")
+        _check_choice(self.clip_impl, ClipImpl, "clip implementation")
+        _check_choice(self.matmul_precision, MatmulPrecision, "matmul precision")
+        _check_choice(self.device, DeviceName, "device")
         steps, m, a, t = SIZE_DEFAULTS[self.size]
         out = dataclasses.replace(
             self,
@@ -181,7 +209,6 @@ class RunConfig:
             micro_batch=m if self.micro_batch is None else self.micro_batch,
             accum=a if self.accum is None else self.accum,
             seq_len=t if self.seq_len is None else self.seq_len,
-            shadow=(self.size != "120m") if self.shadow is None else self.shadow,
             arm=self.arm or self.clip,
         )
         for name, value in (
@@ -201,11 +228,8 @@ class RunConfig:
                 f"--seq-len {out.seq_len} exceeds the {self.size} block size "
                 f"{self.model.block_size}"
             )
-        if out.boundary_k < 0:
-            raise UserError(f"--boundary-k must be 0 or more, got {out.boundary_k}")
+        out.probes = self.probes.resolve(out.steps, self.size)
         parse_injections(out.inject, out.steps)  # validate now, before any output exists
-        if out.lockin_every is None:
-            out.lockin_every = max(1, out.steps // 8)
         return out
 
     @property
@@ -236,5 +260,8 @@ class RunConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RunConfig:
+        """From ``config.json``; runs written before ``probes`` was nested keep their flat keys."""
         names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in d.items() if k in names})
+        kw = {k: v for k, v in d.items() if k in names and k != "probes"}
+        kw["probes"] = ProbeConfig.from_dict({**d, **(d.get("probes") or {})})
+        return cls(**kw)

@@ -28,6 +28,7 @@ Host syncs: the loss and grad norm are read as floats once per update.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 from types import TracebackType
@@ -37,6 +38,7 @@ import torch
 
 from andrea_diag.clip.api import ClipResult
 from andrea_diag.clip.reference import clip_reference
+from andrea_diag.config import ProbeConfig
 from andrea_diag.probes import ProbeDriver, make_probes
 from andrea_diag.probes.base import UpdateContext
 from andrea_diag.record import Recorder
@@ -51,27 +53,29 @@ class SpikeMonitor:
         optimizer: torch.optim.Optimizer,
         out_dir: str | Path,
         *,
-        spike_window: int = 50,
-        spike_z: float = 6.0,
-        boundary_k: int = 3,
-        shadow: bool = True,
-        lockin_every: int = 100,
+        probes: ProbeConfig | None = None,
         total_steps: int | None = None,
         prompts: dict[str, torch.Tensor] | None = None,
         tokenizer: Any = None,
         seed: int = 0,
         resume: bool = False,
+        **probe_options: Any,
     ) -> None:
+        """``probes`` (or its fields as keywords: ``spike_z=8.0``, ``shadow=False``, ...)
+        configures the probes; every default comes from :class:`~andrea_diag.config.ProbeConfig`.
+        """
         self.model, self.optimizer = model, optimizer
         named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
         self._names = [n for n, _ in named]
         self._params = [p for _, p in named]
+        try:
+            cfg = dataclasses.replace(probes or ProbeConfig(), **probe_options)
+        except TypeError as exc:  # an unknown keyword: say which fields exist
+            fields = ", ".join(f.name for f in dataclasses.fields(ProbeConfig))
+            raise TypeError(f"{exc}; SpikeMonitor probe options are: {fields}") from None
+        cfg = cfg.resolve(total_steps)
         settings = {
-            "spike_window": spike_window,
-            "spike_z": spike_z,
-            "boundary_k": boundary_k,
-            "shadow": shadow,
-            "lockin_every": lockin_every,
+            "probes": dataclasses.asdict(cfg),
             "steps": total_steps,
             "seed": seed,
             "prompts": sorted(prompts or {}),
@@ -98,11 +102,7 @@ class SpikeMonitor:
         self.probes = ProbeDriver(
             make_probes(
                 model,
-                spike_window=spike_window,
-                spike_z=spike_z,
-                boundary_k=boundary_k,
-                shadow=shadow,
-                lockin_every=lockin_every,
+                cfg,
                 total_steps=total_steps,
                 seed=seed,
                 prompts=prompts,

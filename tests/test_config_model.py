@@ -7,7 +7,7 @@ import torch
 
 from andrea_diag.config import MODEL_PRESETS, VOCAB_SIZE, RunConfig
 from andrea_diag.errors import UserError
-from andrea_diag.model import GPT, param_group_of
+from andrea_diag.model import GPT, KVCache, param_group_of
 
 
 @pytest.mark.parametrize(
@@ -46,6 +46,34 @@ def test_tiny_forward_backward_runs_and_groups_every_parameter() -> None:
     logits.float().logsumexp(-1).mean().backward()
     kinds = {param_group_of(n)[1] for n, _ in model.named_parameters()}
     assert kinds == {"embedding", "attention", "mlp", "norm", "head"}
+
+
+def test_kv_cached_forward_gives_the_full_forward_logits_at_every_position() -> None:
+    """Prefill then one token per call: the logits of ``model(idx)``, position by position."""
+    torch.manual_seed(0)
+    model = GPT(MODEL_PRESETS["tiny"]).eval()
+    idx = torch.randint(0, VOCAB_SIZE, (3, 12))
+    with torch.no_grad():
+        want = model(idx)  # (3, 12, vocab)
+        cache = KVCache(len(model.h))
+        got = [model(idx[:, :8], cache)] + [model(idx[:, t : t + 1], cache) for t in range(8, 12)]
+        last = model.next_logits(idx[:, :12])  # head on the last position only
+    assert cache.pos == 12 and all(kv is not None and kv[0].size(2) == 12 for kv in cache.kv)
+    assert torch.allclose(torch.cat(got, dim=1), want, atol=1e-5, rtol=1e-5)
+    assert torch.allclose(last, want[:, -1], atol=1e-5, rtol=1e-5)
+
+
+def test_kv_cache_refuses_a_multi_token_append_and_the_block_overflow() -> None:
+    model = GPT(MODEL_PRESETS["tiny"]).eval()
+    cache = KVCache(len(model.h))
+    with torch.no_grad():
+        model(torch.zeros(1, 126, dtype=torch.long), cache)
+        with pytest.raises(ValueError, match="one new position"):
+            model(torch.zeros(1, 2, dtype=torch.long), cache)
+        for _ in range(2):  # positions 126 and 127: the block's last
+            model(torch.zeros(1, 1, dtype=torch.long), cache)
+        with pytest.raises(ValueError, match="exceeds block size"):
+            model(torch.zeros(1, 1, dtype=torch.long), cache)
 
 
 def test_run_config_resolves_defaults_and_rejects_bad_values() -> None:

@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 import math
 
+import pytest
 import torch
 
-from andrea_diag.config import ModelConfig
+from andrea_diag.config import MODEL_PRESETS, ModelConfig
 from andrea_diag.model import GPT
 from andrea_diag.probes.base import UpdateContext
-from andrea_diag.probes.lockin import LockInProbe, lockin_verdict, text_stats
+from andrea_diag.probes.lockin import LockInProbe, lockin_verdict, sample_batch, text_stats
 from andrea_diag.record import Recorder
 
 V = 32
@@ -130,20 +131,92 @@ def test_sampling_leaves_the_global_rng_alone(tmp_path):
     assert len(rows) == 2 and rows[0]["text"] == " ".join(str(t % V) for t in range(16, 24))
 
 
-def test_cached_decoding_matches_the_full_forward():
-    """The lock-in sampler's KV cache mirrors GPT.forward (guards against model.py drift)."""
-    from andrea_diag.config import MODEL_PRESETS
-    from andrea_diag.probes.lockin import _GPTCache
+def _greedy_by_full_forward(model: torch.nn.Module, prompts: torch.Tensor, n_new: int, limit: int):
+    """Reference decoder: re-run the whole (block-limited) context for every token, no cache."""
+    idx, logits_seen = prompts, []
+    with torch.no_grad():
+        for _ in range(n_new):
+            logits = model(idx[:, -limit:])[:, -1].float()  # (B, vocab)
+            logits_seen.append(logits)
+            idx = torch.cat([idx, logits.argmax(-1, keepdim=True)], dim=1)
+    logits = torch.stack(logits_seen, dim=1)  # (B, n_new, vocab)
+    logp = torch.log_softmax(logits, dim=-1)
+    entropy = -(logp.exp() * logp).sum(-1).mean(-1)  # (B,)
+    return idx[:, prompts.size(1) :], logits.amax((1, 2)), entropy
 
+
+@pytest.mark.parametrize("prompt_len", [16, 120])  # 120 + 16 > block 128: the sliding window
+def test_gpt_cached_greedy_generation_equals_full_reforward_decoding(prompt_len):
     torch.manual_seed(0)
     model = GPT(MODEL_PRESETS["tiny"]).eval()
-    idx = torch.randint(0, 8449, (3, 12))
-    with torch.no_grad():
-        cache = _GPTCache(model)
-        got = [cache.step(idx[:, :8])] + [cache.step(idx[:, t : t + 1]) for t in range(8, 12)]
-        want = [model(idx[:, : t + 1])[:, -1] for t in range(7, 12)]
-    for g, w in zip(got, want, strict=True):
-        assert torch.allclose(g, w, atol=1e-5, rtol=1e-5)
+    with torch.no_grad():  # sharper logits than the 0.02 init, so greedy picks are clear-cut
+        model.lm_head.weight.mul_(50)
+    prompts = torch.randint(0, model.cfg.vocab_size, (3, prompt_len))
+    gen = torch.Generator().manual_seed(0)
+    toks, max_logit, entropy = model.generate_batch(prompts, 16, (0.0,), gen)
+    want_toks, want_max, want_ent = _greedy_by_full_forward(model, prompts, 16, 128)
+    assert toks.shape == (3, 16) and len(set(toks.flatten().tolist())) > 3  # not a constant
+    assert torch.equal(toks, want_toks)
+    assert torch.allclose(max_logit, want_max, atol=1e-5, rtol=1e-5)
+    assert torch.allclose(entropy, want_ent, atol=1e-5, rtol=1e-5)
+
+
+class _ForeignSuccessor(torch.nn.Module):
+    """Not a GPT: no generate_batch, a tuple output, a 20-token window in ``config``.
+
+    Predicts (last token + 1) mod V and records the context lengths it was called with.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.config = type("Cfg", (), {"n_positions": 20, "vocab_size": V})()
+        self.scale = torch.nn.Parameter(torch.tensor(10.0))
+        self.seen_lengths: list[int] = []
+
+    def forward(self, idx: torch.Tensor) -> tuple[torch.Tensor]:
+        self.seen_lengths.append(idx.size(1))
+        nxt = (idx + 1) % V  # (B, T)
+        return (self.scale * torch.nn.functional.one_hot(nxt, V).float(),)  # (B, T, V)
+
+
+def test_lockin_probe_samples_a_foreign_model_through_plain_calls(tmp_path):
+    model = _ForeignSuccessor()
+    probe = LockInProbe(model, {"a": torch.arange(16), "b": torch.arange(3, 19)}, n_new=8)
+    assert not hasattr(model, "generate_batch") and probe.vocab_size == V
+    rows = probe.sample_now(1)
+    assert [(r["source"], r["mode"]) for r in rows] == [
+        ("a", "greedy"),
+        ("b", "greedy"),
+        ("a", "temp1"),
+        ("b", "temp1"),
+    ]
+    # prompts cut to 20 - 8 = 12 tokens, so the last prompt token is the same; greedy continues
+    assert rows[0]["tokens"] == [(15 + i) % V for i in range(1, 9)]
+    assert rows[1]["tokens"] == [(18 + i) % V for i in range(1, 9)]
+    assert len(model.seen_lengths) == 8 and max(model.seen_lengths) <= 20  # one call per token
+    assert all(r["max_logit"] == 10.0 for r in rows)
+    assert probe.close(tmp_path)["lockin"]["n_sample_events"] == 1
+
+
+def test_foreign_fallback_decodes_like_the_gpt_it_wraps():
+    """The uncached fallback and GPT.generate_batch agree on the same weights and seed."""
+
+    class Wrapped(torch.nn.Module):  # hides GPT.generate_batch from the probe
+        def __init__(self, gpt: GPT) -> None:
+            super().__init__()
+            self.gpt = gpt
+
+        def forward(self, idx: torch.Tensor) -> torch.Tensor:
+            return self.gpt(idx)
+
+    model = _successor_gpt().eval()
+    prompts = torch.stack([torch.arange(10), torch.arange(5, 15)])
+    own = sample_batch(model, prompts, 12, (0.0, 1.0), torch.Generator().manual_seed(3))
+    fallback = sample_batch(
+        Wrapped(model), prompts, 12, (0.0, 1.0), torch.Generator().manual_seed(3)
+    )
+    assert torch.equal(own[0], fallback[0])  # greedy and temperature-1 tokens alike
+    assert torch.allclose(own[1], fallback[1]) and torch.allclose(own[2], fallback[2])
 
 
 def test_a_model_stuck_at_the_unigram_loss_never_learned_even_if_text_turns_repetitive():

@@ -44,6 +44,13 @@ class ClipResult:
     nonfinite: torch.Tensor  # 0-dim bool: the total norm is NaN or Inf
     impl: str  # the implementation that ran
 
+    @property
+    def post_norm(self) -> torch.Tensor:
+        """0-dim global norm of the gradients after clipping (what the optimizer receives)."""
+        if self.scale.dim() == 0:  # one scale for all (1 when nothing was clipped)
+            return self.total_norm * self.scale
+        return torch.linalg.vector_norm(self.per_tensor_norm * self.scale)
+
 
 def _notice_once(key: str, message: str) -> None:
     if key not in _notified:

@@ -1,10 +1,10 @@
 """Probes: spike detection and attribution, Adam-state pollution, lock-in detection.
 
-``build_probes(cfg, model, optimizer, prompts=..., tokenizer=...)`` returns the probes a
-training arm runs, in the order the loop must call them (the spike probe decides
-``ctx.spike`` in ``after_clip`` before the optimizer-state probe reads it in ``after_step``).
-The protocol they follow is in ``base.py``; ``andrea_diag.monitor`` wraps the same probes for
-a user's own training loop.
+``build_probes(cfg, model, prompts=..., tokenizer=...)`` returns the probes a training arm runs;
+:class:`ProbeDriver` (``driver.py``) runs them in the order their declarations require (the spike
+probe decides ``ctx.spike`` in ``after_clip`` before the optimizer-state probe reads it in
+``after_step``). The protocol they follow is in ``base.py``; ``andrea_diag.monitor`` drives the
+same probes, through the same driver, in a user's own training loop.
 
 Summary keys returned by ``close``: ``spikes``, ``pollution``, ``lockin``.
 """
@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from andrea_diag.config import ProbeConfig
 from andrea_diag.probes.base import Probe, UpdateContext
 from andrea_diag.probes.driver import ProbeDriver
 from andrea_diag.probes.layers import LayerGradNormProbe
@@ -41,35 +42,36 @@ __all__ = [
 
 def make_probes(
     model: torch.nn.Module,
+    cfg: ProbeConfig | None = None,
     *,
-    spike_window: int = 50,
-    spike_z: float = 6.0,
-    boundary_k: int = 3,
-    shadow: bool = True,
-    lockin_every: int = 30,
     total_steps: int | None = None,
     seed: int = 0,
     prompts: Mapping[str, torch.Tensor] | None = None,
     tokenizer: Any = None,
-    lockin: bool = True,
     unigram_entropy: float | None = None,
-    per_layer: bool = True,
-    update_stats: bool = True,
 ) -> list[Probe]:
-    """The probe list from plain arguments (what ``build_probes`` and the monitor share)."""
-    optstate = OptStateProbe(shadow=shadow, per_layer=per_layer, update_stats=update_stats)
+    """The probes of a resolved ``ProbeConfig`` (what the trainer and the monitor share).
+
+    ``prompts`` (source -> 1-D token ids) and ``tokenizer`` (``.decode(list[int])``) feed the
+    lock-in samples; without prompts the lock-in verdict uses the loss trajectory only.
+    """
+    cfg = (cfg or ProbeConfig()).resolve(total_steps)  # idempotent on a resolved config
     probes: list[Probe] = []
-    if per_layer:
+    if cfg.per_layer:
         probes.append(LayerGradNormProbe())
-    probes.append(SpikeProbe(spike_window, spike_z, boundary_k))
-    probes.append(optstate)
-    if lockin:
+    probes.append(SpikeProbe(cfg.spike_window, cfg.spike_z, cfg.boundary_k))
+    probes.append(
+        OptStateProbe(
+            shadow=bool(cfg.shadow), per_layer=cfg.per_layer, update_stats=cfg.update_stats
+        )
+    )
+    if cfg.lockin:
         probes.append(
             LockInProbe(
                 model,
                 prompts,
                 tokenizer,
-                every=lockin_every,
+                every=int(cfg.lockin_every or 1),
                 total_steps=total_steps,
                 seed=seed,
                 unigram_entropy=unigram_entropy,
@@ -81,29 +83,19 @@ def make_probes(
 def build_probes(
     cfg: RunConfig,
     model: torch.nn.Module,
-    optimizer: torch.optim.Optimizer,
     *,
     prompts: Mapping[str, torch.Tensor] | None = None,
     tokenizer: Any = None,
-    **kwargs: Any,
+    unigram_entropy: float | None = None,
 ) -> list[Probe]:
-    """The probes for one arm of a resolved ``cfg``; extra ``kwargs`` go to :func:`make_probes`.
-
-    ``prompts`` (source -> 1-D token ids) and ``tokenizer`` (``.decode(list[int])``) feed the
-    lock-in samples; without prompts the lock-in verdict uses the loss trajectory only.
-    """
-    del optimizer  # the probes read it from each UpdateContext (it may be rebuilt)
+    """The probes for one arm of a resolved ``RunConfig``."""
     cfg = cfg.resolve()  # idempotent; the per-size defaults (shadow, lock-in cadence) live there
     return make_probes(
         model,
-        spike_window=cfg.spike_window,
-        spike_z=cfg.spike_z,
-        boundary_k=cfg.boundary_k,
-        shadow=bool(cfg.shadow),
-        lockin_every=cfg.lockin_every,
+        cfg.probes,
         total_steps=cfg.steps,
         seed=cfg.seed,
         prompts=prompts,
         tokenizer=tokenizer,
-        **kwargs,
+        unigram_entropy=unigram_entropy,
     )

@@ -158,6 +158,17 @@ class ProbeDriver:
             "disabled for the rest of the run, training continues"
         )
 
+    # -- state -----------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """The driver's own state (the probes' windows and buffers are their own)."""
+        return {"prev_phase": self.prev_phase, "failures": [dict(f) for f in self.failures]}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.prev_phase = state["prev_phase"]
+        self.failures = [dict(f) for f in state["failures"]]
+        failed = {f["probe"] for f in self.failures}
+        self._failed = {id(p) for p in self.probes if probe_name(p) in failed}
+
     # -- end of run ------------------------------------------------------------------------
     def close(self, run_dir: Path) -> dict[str, Any]:
         """Every probe's summary fields (dependency order), plus ``probe_failures``. Idempotent.

@@ -5,10 +5,11 @@
 prompts (one per source, ~16 tokens) for ``n_new`` (32) tokens, greedily and at temperature 1
 with a generator seeded from ``(seed, update)``, so samples are reproducible and the training
 RNG is untouched. All prompts and both modes run as one batch ``(2·n_sources, T)`` per token,
-under ``torch.no_grad()`` and ``model.eval()`` (train mode restored after). Prompts of
-different lengths are cut to the shortest (keeping their last tokens). Each sample becomes a
-``samples.jsonl`` row: ``update, source, mode, text, distinct_1/2/3, longest_run,
-top_token_share, max_logit, mean_entropy`` over the generated tokens only:
+under ``torch.no_grad()`` and ``model.eval()`` (train mode restored after). Our GPT decodes
+itself (``GPT.generate_batch``, KV-cached); any other model is called on the whole context for
+every token. Prompts of different lengths are cut to the shortest (keeping their last tokens).
+Each sample becomes a ``samples.jsonl`` row: ``update, source, mode, text, distinct_1/2/3,
+longest_run, top_token_share, max_logit, mean_entropy`` over the generated tokens only:
 
 - ``distinct_n``: unique n-grams / n-grams (1.0 = no repetition);
 - ``longest_run``: the longest stretch of one token repeated back to back;
@@ -49,8 +50,8 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
+from andrea_diag.model import decode_batch
 from andrea_diag.probes.base import UpdateContext
 from andrea_diag.probes.verdict import (  # re-exported: tests and the report import them here
     THRESHOLDS,
@@ -64,66 +65,17 @@ __all__ = ["THRESHOLDS", "VERDICTS", "LockInProbe", "lockin_verdict", "smoothed"
 
 
 def _last_logits(model: torch.nn.Module, idx: torch.Tensor) -> torch.Tensor:
-    """(B, T) -> (B, vocab) logits of the last position only.
+    """(B, T) -> (B, vocab) logits of the last position, for a model that is not ours.
 
-    For our GPT the head runs on the last position alone (the head is the biggest matmul of
-    the tiny model); any other model is called as is (``.logits`` or a tuple's first item).
+    The model is called as is; its output may be logits, have ``.logits`` (Hugging Face) or be
+    a tuple whose first item is the logits.
     """
-    from andrea_diag.model import GPT
-
-    if isinstance(model, GPT):
-        T = idx.size(1)
-        pos = torch.arange(T, device=idx.device)  # (T,)
-        x = model.wte(idx) + model.wpe(pos)  # (B, T, C)
-        for block in model.h:
-            x = block(x)
-        return model.lm_head(model.ln_f(x[:, -1]))  # (B, vocab)
     out = model(idx)
     if hasattr(out, "logits"):
         out = out.logits
     elif isinstance(out, (tuple, list)):
         out = out[0]
     return out[:, -1]  # (B, vocab)
-
-
-class _GPTCache:
-    """Incremental decoding for our GPT: keys/values of past positions kept per layer.
-
-    Sampling without it re-runs the whole (growing) prefix for every new token; with it each
-    step is one position per row, which is what keeps lock-in sampling inside the probes'
-    overhead budget. It mirrors ``model.GPT.forward`` op for op (tests compare the logits).
-    """
-
-    def __init__(self, model: torch.nn.Module) -> None:
-        self.model = model
-        self.kv: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * len(model.h)
-        self.pos = 0
-
-    def step(self, idx: torch.Tensor) -> torch.Tensor:
-        """idx (B, t) new tokens -> (B, vocab) logits of the last one."""
-        m = self.model
-        B, t = idx.shape
-        pos = torch.arange(self.pos, self.pos + t, device=idx.device)  # (t,)
-        x = m.wte(idx) + m.wpe(pos)  # (B, t, C)
-        for i, block in enumerate(m.h):
-            attn = block.attn
-            C, nh = x.size(-1), attn.n_head
-            q, k, v = attn.qkv(block.ln_1(x)).split(C, dim=2)  # 3 x (B, t, C)
-            q = q.view(B, t, nh, C // nh).transpose(1, 2)  # (B, nh, t, hs)
-            k = k.view(B, t, nh, C // nh).transpose(1, 2)  # (B, nh, t, hs)
-            v = v.view(B, t, nh, C // nh).transpose(1, 2)  # (B, nh, t, hs)
-            past = self.kv[i]
-            if past is not None:
-                k = torch.cat([past[0], k], dim=2)  # (B, nh, pos + t, hs)
-                v = torch.cat([past[1], v], dim=2)
-            self.kv[i] = (k, v)
-            # a prefill is causal; one new token attends to every cached position
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=past is None and t > 1)
-            y = y.transpose(1, 2).contiguous().view(B, t, C)  # (B, t, C)
-            x = x + attn.proj(y)
-            x = x + block.mlp(block.ln_2(x))
-        self.pos += t
-        return m.lm_head(m.ln_f(x[:, -1]))  # (B, vocab)
 
 
 def _block_size(model: torch.nn.Module) -> int | None:
@@ -146,45 +98,20 @@ def sample_batch(
 
     Returns (tokens (B·n_t, n_new), max_logit (B·n_t,), mean_entropy (B·n_t,)); rows are
     ordered temperature-major: all prompts at temperatures[0], then at temperatures[1] ...
-    """
-    B = prompts.size(0)
-    idx = prompts.repeat(len(temperatures), 1)  # (R, T), R = B·n_t
-    limit = _block_size(model)
-    max_logit = torch.full((idx.size(0),), -math.inf, device=idx.device)
-    ent_sum = torch.zeros(idx.size(0), device=idx.device)
-    new = []
-    from andrea_diag.model import GPT
 
-    cache = (
-        _GPTCache(model)
-        if isinstance(model, GPT) and (limit is None or idx.size(1) + n_new <= limit)
-        else None
-    )
-    for step in range(n_new):
-        if cache is not None:  # prefill once, then one position per step
-            logits = cache.step(idx if step == 0 else idx[:, -1:]).float()  # (R, vocab)
-        else:
-            ctx = idx if limit is None else idx[:, -limit:]
-            logits = _last_logits(model, ctx).float()  # (R, vocab)
-        logp = F.log_softmax(logits, dim=-1)  # (R, vocab)
-        p = logp.exp()  # (R, vocab), the temperature-1 distribution
-        ent_sum += -(p * logp).sum(-1)
-        max_logit = torch.maximum(max_logit, logits.amax(-1))
-        nxt = logits.argmax(-1, keepdim=True)  # (R, 1) greedy for every row, then overwrite
-        for j, t in enumerate(temperatures):
-            if t <= 0:
-                continue
-            rows = slice(j * B, (j + 1) * B)  # rows are temperature-major
-            probs = p[rows] if t == 1.0 else F.softmax(logits[rows] / t, dim=-1)  # (B, vocab)
-            # inverse-CDF draw: cheaper than multinomial on CPU, same distribution; a NaN row
-            # (a diverged model) yields some id instead of an exception
-            cdf = probs.cumsum(-1)  # (B, vocab)
-            u = torch.rand((B, 1), generator=generator).to(cdf.device) * cdf[:, -1:]
-            drawn = torch.searchsorted(cdf, u).clamp_(max=cdf.size(-1) - 1)  # (B, 1)
-            nxt[rows] = drawn
-        new.append(nxt)
-        idx = torch.cat([idx, nxt], dim=1)
-    return torch.cat(new, dim=1), max_logit, ent_sum / n_new
+    A model with a ``generate_batch`` of this signature decodes itself (our GPT, with its KV
+    cache); any other model is re-run on its whole (block-limited) context for every new token,
+    which is slower but needs nothing from it but ``model(idx)``.
+    """
+    generate = getattr(model, "generate_batch", None)
+    if callable(generate):
+        return generate(prompts, n_new, temperatures, generator)
+    limit = _block_size(model)
+
+    def step(idx: torch.Tensor) -> torch.Tensor:
+        return _last_logits(model, idx if limit is None else idx[:, -limit:])  # (R, vocab)
+
+    return decode_batch(step, prompts, n_new, temperatures, generator)
 
 
 def _vocab_size(model: torch.nn.Module) -> int | None:

@@ -12,6 +12,8 @@ from typing import Any
 
 import pandas as pd
 
+from andrea_diag.config import ProbeConfig
+
 # Verdict strings the lock-in probe writes for a run that locked in; anything else
 # ("healthy", "never-learned", ...) is not a lock-in. Keep in sync with probes/lockin.py.
 LOCKED_VERDICTS = ("locked-in",)
@@ -53,6 +55,17 @@ class Arm:
             dir=str(run["dir"]),
             probe_failures=list(run.get("probe_failures") or []),
         )
+
+    @property
+    def boundary_k(self) -> int:
+        """The run's own phase-transition window: what its spike probe attributed with."""
+        thresholds = (self.summary.get("spikes") or {}).get("thresholds") or {}
+        probes = self.config.get("probes") or {}
+        for value in (thresholds.get("boundary_k"), probes.get("boundary_k"),
+                      self.config.get("boundary_k")):  # fmt: skip
+            if value is not None:  # the last: run directories from before ProbeConfig
+                return int(value)
+        return ProbeConfig.boundary_k
 
     @property
     def clipped(self) -> bool:

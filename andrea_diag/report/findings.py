@@ -18,6 +18,7 @@ import math
 
 import pandas as pd
 
+from andrea_diag.config import ProbeConfig
 from andrea_diag.report.arms import (  # re-exported: the page, the figures and the tests use them
     LOCKED_VERDICTS,
     Arm,
@@ -31,7 +32,6 @@ from andrea_diag.report.arms import (  # re-exported: the page, the figures and 
 __all__ = ["LOCKED_VERDICTS", "Arm", "all_findings", "boundaries", "final_loss", "fmt",
            "is_locked", "summary_row"]  # fmt: skip
 
-BOUNDARY_K = 3  # updates after a boundary that count as "at the boundary" (RunConfig.boundary_k)
 MAX_LISTED_SPIKES = 10
 SAME_NATS = 0.05  # final-loss gaps under this are not called a cost or a benefit
 FLAT_NATS = 0.02  # a mean boundary loss change smaller than this is reported as flat
@@ -57,9 +57,11 @@ def spike_list(arm: Arm, limit: int = MAX_LISTED_SPIKES) -> str:
     return f"{arm.label}: {len(ev)} {noun}: " + ", ".join(parts) + more + "."
 
 
-def spike_boundary_finding(arm: Arm, k: int = BOUNDARY_K) -> str:
+def spike_boundary_finding(arm: Arm, k: int | None = None) -> str:
     """How many spikes fell within k updates after a phase boundary (from the tables, not the
-    probe's own attribution, so the two can be checked against each other)."""
+    probe's own attribution, so the two can be checked against each other). ``k``: the run's
+    own ``boundary_k`` unless given."""
+    k = arm.boundary_k if k is None else k
     bs = boundaries(arm.metrics)
     ev = arm.events
     if ev.empty or "update" not in ev:
@@ -83,7 +85,7 @@ def spike_boundary_finding(arm: Arm, k: int = BOUNDARY_K) -> str:
 
 
 def boundary_loss_delta(
-    metrics: pd.DataFrame, k: int = BOUNDARY_K, column: str = "loss"
+    metrics: pd.DataFrame, k: int = ProbeConfig.boundary_k, column: str = "loss"
 ) -> tuple[float, int]:
     """Mean over boundaries of (mean loss of the k updates from the boundary on) minus (mean of
     the k updates before it). Boundaries without k finite losses on both sides are skipped: a
@@ -102,7 +104,8 @@ def boundary_loss_delta(
     return (float(sum(deltas) / len(deltas)) if deltas else math.nan), len(deltas)
 
 
-def boundary_loss_finding(arm: Arm, k: int = BOUNDARY_K) -> str:
+def boundary_loss_finding(arm: Arm, k: int | None = None) -> str:
+    k = arm.boundary_k if k is None else k
     delta, n = boundary_loss_delta(arm.metrics, k)
     if n == 0:
         return f"{arm.label}: no phase boundary with {k} updates on both sides; loss change not measured."

@@ -12,13 +12,15 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
+from andrea_diag.clip.modes import CLIPPERS
 from andrea_diag.config import SOURCE_NAMES
 from andrea_diag.report.arms import Arm, boundaries
 
 MAX_POINTS = 2000
-# Colour by arm name, so "none" has the same colour in every report and at every size.
+# Colour by arm name, so "none" has the same colour in every report and at every size: a clip
+# mode's own colour comes from its registration (clip/modes.py), other arms take the palette.
 PALETTE = ["#d62728", "#1f77b4", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf"]
-PREFERRED = {"none": PALETTE[0], "global": PALETTE[1], "per-tensor": PALETTE[2]}
+PREFERRED = {name: cls.color for name, cls in CLIPPERS.items()}
 DASHES = ["solid", "dash", "dot", "dashdot"]  # one per model size, when sizes are mixed
 SOURCE_COLORS = {"repo-docs": "#8c564b", "gutenberg": "#2ca02c", "hermes3-general": "#9467bd"}
 LAYOUT = dict(template="plotly_white", hovermode="x unified", margin=dict(l=60, r=20, t=50, b=40))

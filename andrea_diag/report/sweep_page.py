@@ -17,10 +17,10 @@ import plotly.io as pio
 from plotly.offline import get_plotlyjs
 from plotly.subplots import make_subplots
 
+from andrea_diag.clip.modes import mode_color
 from andrea_diag.config import VOCAB_SIZE
 from andrea_diag.report.html import CSS, PLOT_CONFIG
 
-ARM_COLORS = {"none": "#d62728", "global": "#1f77b4", "per-tensor": "#2ca02c"}
 MATTERS = 0.25  # nats: a final-loss gap this large between arms is called a difference
 
 
@@ -51,7 +51,7 @@ def regime_figure(table: pd.DataFrame) -> go.Figure:
     for j, size in enumerate(sizes, 1):
         for (clip, mn), d in agg[agg["size"] == size].groupby(["clip", "max_norm"]):
             name = clip if clip == "none" else f"{clip} {mn:g}"
-            color = ARM_COLORS.get(clip, "#555")
+            color = mode_color(clip)
             err = dict(type="data", symmetric=False, array=d["final_hi"] - d["final_loss"],
                        arrayminus=d["final_loss"] - d["final_lo"])  # fmt: skip
             fig.add_trace(go.Scatter(x=d["lr"], y=d["final_loss"], error_y=err, name=name,

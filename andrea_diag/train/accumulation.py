@@ -14,8 +14,11 @@ The rules this module pins down, each tested in tests/test_accumulation.py:
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -52,12 +55,15 @@ def accumulate_group(
     microbatches: Sequence[tuple[torch.Tensor, torch.Tensor]],
     *,
     loss_hook: Callable[[int, torch.Tensor], torch.Tensor] | None = None,
+    context: Callable[[int], AbstractContextManager[Any]] | None = None,
 ) -> GroupResult:
     """Forward + backward every microbatch of one group; gradients accumulate in ``.grad``.
 
     ``microbatches`` are ``(inputs (B, T), targets (B, T))`` pairs whose targets may hold
     ``IGNORE``. ``loss_hook(i, loss)`` may transform microbatch i's loss before backward (the
-    non-finite injection uses it). The caller zeroes grads before and steps after.
+    non-finite injection uses it). ``context(i)`` is entered around microbatch i's forward and
+    backward (the trainer's precision and reducer: autocast, DDP ``no_sync``). The caller zeroes
+    grads before and steps after.
     """
     if not microbatches:
         raise ValueError("an accumulation group needs at least one microbatch")
@@ -68,20 +74,21 @@ def accumulate_group(
         raise ValueError("the accumulation group has no supervised tokens")
     ex_loss, ex_tok, sums = [], [], []
     for i, (x, y) in enumerate(microbatches):
-        logits = model(x)  # (B, T, V)
-        if logits.dtype in (torch.float16, torch.bfloat16):
-            logits = logits.float()  # the softmax in low precision is a spike source of its own
-        tok_loss = F.cross_entropy(
-            logits.reshape(-1, logits.size(-1)),
-            y.reshape(-1),
-            ignore_index=IGNORE,
-            reduction="none",
-        ).view_as(y)  # (B, T), 0 at ignored positions
-        loss_sum = tok_loss.sum()
-        loss = loss_sum / group_tokens
-        if loss_hook is not None:
-            loss = loss_hook(i, loss)
-        loss.backward()
+        with context(i) if context is not None else contextlib.nullcontext():
+            logits = model(x)  # (B, T, V)
+            if logits.dtype in (torch.float16, torch.bfloat16):
+                logits = logits.float()  # a low-precision softmax is a spike source of its own
+            tok_loss = F.cross_entropy(
+                logits.reshape(-1, logits.size(-1)),
+                y.reshape(-1),
+                ignore_index=IGNORE,
+                reduction="none",
+            ).view_as(y)  # (B, T), 0 at ignored positions
+            loss_sum = tok_loss.sum()
+            loss = loss_sum / group_tokens
+            if loss_hook is not None:
+                loss = loss_hook(i, loss)
+            loss.backward()
         n_tok = (y != IGNORE).sum(dim=1)  # (B,)
         ex_loss.append(tok_loss.detach().sum(dim=1) / n_tok.clamp(min=1))
         ex_tok.append(n_tok)

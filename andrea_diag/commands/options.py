@@ -1,0 +1,146 @@
+"""The options that ``cascade``, ``train`` and ``sweep`` share, declared once.
+
+    @run_options(SHARED, ONE_CELL)
+    def cascade(clip: ..., opts: RunOptions) -> None:
+        base = base_config(opts)
+
+``run_options`` appends the listed options to a typer command's signature and hands them to the
+command as one dict (``opts``). Defaults come from :class:`~andrea_diag.config.RunConfig` and
+:class:`~andrea_diag.config.ProbeConfig`, so the CLI never restates a library default.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from andrea_diag.config import MODEL_PRESETS, ProbeConfig, RunConfig
+from andrea_diag.data.corpus import parse_source_overrides
+
+RunOptions = dict[str, Any]
+_RUN, _PROBES = RunConfig(), ProbeConfig()
+
+Size = Annotated[str, typer.Option(help=f"Model preset: {', '.join(MODEL_PRESETS)}.")]
+MaxNorm = Annotated[float, typer.Option(help="Global (or per-tensor) clipping threshold.")]
+Lr = Annotated[
+    float | None,
+    typer.Option(
+        help="Peak learning rate; overrides the recipe's 3e-4. Cascades appear "
+        "under lr stress (a pilot saw one at 1e-2 on 120m), so sweep it."
+    ),
+]
+Steps = Annotated[int | None, typer.Option(help="Optimizer updates per arm [default: per size].")]
+Recipe = Annotated[str, typer.Option(help="v1: Adam, no decay, no warmup. v2: AdamW 0.1 + warmup.")]
+Seed = Annotated[int, typer.Option(help="Seed for init, data, bandit schedule (shared by arms).")]
+Device = Annotated[str, typer.Option(help="auto (CUDA when present), cpu or cuda.")]
+Out = Annotated[
+    Path | None, typer.Option(help="Output directory [default: runs/<kind>-<size>-<time>].")
+]
+Source = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--source",
+        help="Replace a source: NAME=PATH (folder of .txt/.md, or .jsonl "
+        "with a 'text' field). Repeatable.",
+    ),
+]
+Inject = Annotated[
+    list[str] | None,
+    typer.Option("--inject", help="Cause a spike: outlier@UPDATE or nonfinite@UPDATE. Repeatable."),
+]
+Micro = Annotated[
+    int | None, typer.Option("--micro-batch", "-m", help="Examples per microbatch (m).")
+]
+Accum = Annotated[int | None, typer.Option("--accum", "-A", help="Microbatches per update (A).")]
+SeqLen = Annotated[int | None, typer.Option(help="Tokens per sequence.")]
+Mixer = Annotated[
+    str, typer.Option(help="seeded: a fixed phase schedule. exp3: a loss-rewarded bandit.")
+]
+ClipImpl = Annotated[str, typer.Option(help="Clipper: auto, cuda, reference or torch.")]
+BoundaryK = Annotated[
+    int,
+    typer.Option(
+        help="A spike up to this many updates after a phase boundary is "
+        "attributed to the phase transition."
+    ),
+]
+Shadow = Annotated[
+    bool | None,
+    typer.Option(
+        "--shadow/--no-shadow",
+        help="Shadow buffers for exact Adam-state pollution "
+        "(2 fp32 copies of the parameters) [default: on for tiny and 12m].",
+    ),
+]
+
+Option = tuple[str, Any, Any]  # (parameter name, Annotated type, default)
+# Every run command: how to train and probe, where to write.
+SHARED: list[Option] = [
+    ("steps", Steps, _RUN.steps),
+    ("recipe", Recipe, _RUN.recipe),
+    ("device", Device, _RUN.device),
+    ("out", Out, None),
+    ("source", Source, None),
+    ("micro_batch", Micro, _RUN.micro_batch),
+    ("accum", Accum, _RUN.accum),
+    ("seq_len", SeqLen, _RUN.seq_len),
+    ("mixer", Mixer, _RUN.mixer),
+    ("clip_impl", ClipImpl, _RUN.clip_impl),
+    ("boundary_k", BoundaryK, _PROBES.boundary_k),
+    ("shadow", Shadow, _PROBES.shadow),
+]
+# Commands that run one cell (cascade, train); sweep takes lists of these instead.
+ONE_CELL: list[Option] = [
+    ("size", Size, _RUN.size),
+    ("max_norm", MaxNorm, _RUN.max_norm),
+    ("lr", Lr, _RUN.lr),
+    ("seed", Seed, _RUN.seed),
+    ("inject", Inject, None),
+]
+PROBE_FIELDS = ("boundary_k", "shadow")  # options that are ProbeConfig fields
+NOT_CONFIG = ("out", "source", "inject")  # options that are not RunConfig fields as given
+
+
+def run_options(*groups: list[Option]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Append ``groups`` of options to a command; it receives them as ``opts``."""
+    options = [o for group in groups for o in group]
+
+    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
+        sig = inspect.signature(fn, eval_str=True)
+        own = [p for p in sig.parameters.values() if p.name != "opts"]
+        extra = [
+            inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=ann)
+            for name, ann, default in options
+        ]
+
+        @functools.wraps(fn)
+        def wrapper(**kwargs: Any) -> Any:
+            opts = {name: kwargs.pop(name) for name, _, _ in options}
+            return fn(**kwargs, opts=opts)
+
+        params = own + extra
+        wrapper.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
+        wrapper.__annotations__ = {p.name: p.annotation for p in params}
+        return wrapper
+
+    return decorate
+
+
+def base_config(opts: RunOptions, **overrides: Any) -> RunConfig:
+    """The shared RunConfig of a command's arms, validated before any work starts."""
+    values = {**opts, **overrides}
+    probes = ProbeConfig(**{k: values[k] for k in PROBE_FIELDS if k in values})
+    fields = {k: v for k, v in values.items() if k not in (*PROBE_FIELDS, *NOT_CONFIG)}
+    cfg = RunConfig(
+        sources=parse_source_overrides(values.get("source") or []),
+        inject=list(values.get("inject") or []),
+        probes=probes,
+        **fields,
+    )
+    cfg.resolve()
+    return cfg

@@ -1,0 +1,97 @@
+"""What a finished (or stopped) arm adds to its summary: loop-level numbers and the run sheet.
+
+summary = summarize(recorder, cfg, wall_s)
+summary["run_sheet"] = run_sheet(cfg, device, state, precision="...", replicas=1)
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pandas as pd
+import torch
+
+from andrea_diag.config import RunConfig
+from andrea_diag.record import Recorder, read_jsonl
+
+
+def unigram_entropy(counts: torch.Tensor) -> float:
+    """Context-free token entropy of the training streams (nats): the loss of a unigram model."""
+    p = counts.double() / counts.sum()
+    p = p[p > 0]
+    return float(-(p * p.log()).sum())
+
+
+def boundary_loss_delta(loss: list[float], boundary: list[bool], k: int = 3) -> dict[str, Any]:
+    """Mean (loss over the k updates after a boundary) - (over the k before), over boundaries."""
+    deltas = []
+    for i, b in enumerate(boundary):
+        if b and i >= k and i + k <= len(loss):
+            before, after = loss[i - k : i], loss[i : i + k]
+            if all(map(math.isfinite, before + after)):
+                deltas.append(sum(after) / k - sum(before) / k)
+    return {
+        "after_minus_before_mean": sum(deltas) / len(deltas) if deltas else None,
+        "n": len(deltas),
+        "k": k,
+    }
+
+
+def peak_memory_bytes(device: torch.device) -> dict[str, int | None]:
+    """Observed peaks: the CUDA allocator's, and the process's resident set (Linux: KiB)."""
+    import resource
+
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    cuda = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
+    return {"cuda_max_allocated": cuda, "process_max_rss": rss}
+
+
+def run_sheet(
+    cfg: RunConfig, device: torch.device, tokens: int, precision: str, replicas: int
+) -> dict[str, Any]:
+    """MISSION.md's run sheet: what anyone comparing two runs must know first."""
+    return {
+        "m": cfg.micro_batch,
+        "A": cfg.accum,
+        "D": replicas,
+        "examples_per_update": cfg.examples_per_update,
+        "supervised_tokens": tokens,
+        "precision": precision,
+        "normalisation": "token-weighted: sum of the group's token losses / its supervised "
+        "tokens (fixed before the first microbatch)",
+        "last_group": "none partial: the bandit sampler always fills a group",
+        "unit": "one metrics row per optimizer update",
+        "peaks": peak_memory_bytes(device),
+    }  # fmt: skip
+
+
+def summarize(recorder: Recorder, cfg: RunConfig, wall_s: float) -> dict[str, Any]:
+    """Loop-level summary fields (the probes add theirs)."""
+    df = read_jsonl(recorder.run_dir / "metrics.jsonl")
+    # all-NaN columns come back from JSON as None objects: coerce before testing finiteness
+    for col in ("loss", "grad_norm", "clip_coef"):
+        df[col] = pd.to_numeric(df[col], errors="coerce")
+    finite = df[df["loss"].map(math.isfinite)]
+    gn = df["grad_norm"][df["grad_norm"].map(math.isfinite)]
+    tail = finite["loss"].tail(max(1, min(10, len(finite) // 10 or 1)))
+    return {
+        "arm": cfg.arm,
+        "size": cfg.size,
+        "clip": cfg.clip,
+        "lr": cfg.lr,
+        "max_norm": cfg.max_norm,
+        "n_updates": len(df),
+        "final_loss": float(tail.mean()) if len(tail) else None,
+        "min_loss": float(finite["loss"].min()) if len(finite) else None,
+        "max_grad_norm": float(gn.max()) if len(gn) else None,
+        "median_grad_norm": float(gn.median()) if len(gn) else None,
+        "pct_clipped": float(100.0 * (df["clip_coef"] < 1.0).mean()),
+        "n_boundaries": int(df["boundary"].sum()),
+        "nonfinite_updates": int(df["nonfinite"].sum()),
+        "nonfinite_update_list": [int(u) for u in df.loc[df["nonfinite"], "update"]],
+        "wall_s": wall_s,
+        "boundary_loss_delta": boundary_loss_delta(
+            df["loss"].tolist(), df["boundary"].tolist(), k=cfg.probes.boundary_k
+        ),
+    }
