@@ -13,7 +13,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from andrea_diag import bench
+from andrea_diag.bench.clip import CHECK_TOL, clip_variants
+from andrea_diag.bench.harness import ACTIVE, DTYPES, INACTIVE, grad_shapes, make_grads
 from andrea_diag.clip import reference
 
 ON_GPU = torch.cuda.is_available()
@@ -24,17 +25,17 @@ VARIANTS = ["torch_foreach", "torch_loop", "reference"] + (
 )
 
 
-@pytest.mark.parametrize("max_norm", [bench.ACTIVE, bench.INACTIVE], ids=["active", "inactive"])
+@pytest.mark.parametrize("max_norm", [ACTIVE, INACTIVE], ids=["active", "inactive"])
 @pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("dt", ["fp32", "bf16"])
 @pytest.mark.parametrize("size", SIZES)
 def test_clip(benchmark, size: str, dt: str, variant: str, max_norm: float) -> None:
-    pristine = bench.make_grads(bench.grad_shapes(size), bench.DTYPES[dt], DEVICE)
+    pristine = make_grads(grad_shapes(size), DTYPES[dt], DEVICE)
     grads = [g.clone() for g in pristine]
-    fn = bench._clip_variants(DEVICE)[variant]
+    fn = clip_variants(DEVICE)[variant]
     total64, _, truth = reference.float64_truth(pristine, max_norm)
     total = fn(grads, max_norm)
-    tol_norm, tol_grad = bench.CHECK_TOL[bench.DTYPES[dt]]
+    tol_norm, tol_grad = CHECK_TOL[DTYPES[dt]]
     assert reference.rel_err(total, total64) <= tol_norm
     assert reference.rel_err(grads, truth) <= tol_grad
 

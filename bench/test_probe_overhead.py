@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from andrea_diag.clip.api import clip_grad_norm_with_stats
-from andrea_diag.config import MODEL_PRESETS
+from andrea_diag.config import MODEL_PRESETS, ProbeConfig
 from andrea_diag.model import GPT
 from andrea_diag.probes import UpdateContext, make_probes
 
@@ -95,7 +95,9 @@ def measure(n: int = N_UPDATES, shadow: bool = False) -> dict[str, float]:
     opt = torch.optim.Adam(model.parameters(), lr=3e-4)
     names, params = (list(t) for t in zip(*model.named_parameters(), strict=True))
     prompts = {s: torch.randint(0, 8449, (16,)) for s in ("a", "b", "c")}
-    probes = make_probes(model, shadow=shadow, lockin_every=LOCKIN_EVERY, prompts=prompts)
+    probes = make_probes(
+        model, ProbeConfig(shadow=shadow, lockin_every=LOCKIN_EVERY), prompts=prompts
+    )
     rec = _MemoryRecorder()
     gen = torch.Generator().manual_seed(1)
     for u in range(1, 4):  # warm-up: allocator, Adam state
@@ -135,7 +137,9 @@ def breakdown(n: int = 90) -> dict[str, float]:
     opt = torch.optim.Adam(model.parameters(), lr=3e-4)
     names, params = (list(t) for t in zip(*model.named_parameters(), strict=True))
     prompts = {s: torch.randint(0, 8449, (16,)) for s in ("a", "b", "c")}
-    probes = make_probes(model, shadow=False, lockin_every=LOCKIN_EVERY, prompts=prompts)
+    probes = make_probes(
+        model, ProbeConfig(shadow=False, lockin_every=LOCKIN_EVERY), prompts=prompts
+    )
     spent: dict[str, float] = {}
     for p in probes:
         for meth in ("after_clip", "after_step"):

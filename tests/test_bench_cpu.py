@@ -12,22 +12,26 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from andrea_diag import bench
+from andrea_diag.bench.harness import grad_shapes
 from andrea_diag.commands.bench_kernels import bench_kernels
 from andrea_diag.errors import UserError
 
 
 def test_grad_shapes_match_presets() -> None:
-    shapes = bench.grad_shapes("120m")
+    shapes = grad_shapes("120m")
     assert len(shapes) == 149 and sum(s.numel() for s in shapes) == 98_820_096
-    assert sum(s.numel() for s in bench.grad_shapes("12m")) == 17_529_600
+    assert sum(s.numel() for s in grad_shapes("12m")) == 17_529_600
+
+
+def _app() -> typer.Typer:
+    app = typer.Typer()
+    app.command()(bench_kernels)
+    return app
 
 
 def test_bench_kernels_cpu_tiny(tmp_path: Path) -> None:
-    app = typer.Typer()
-    app.command()(bench_kernels)
     res = CliRunner().invoke(
-        app,
+        _app(),
         [
             "--out",
             str(tmp_path),
@@ -50,6 +54,23 @@ def test_bench_kernels_cpu_tiny(tmp_path: Path) -> None:
     html = (tmp_path / "bench-kernels.html").read_text()
     # self-contained: plotly.js is inlined (MBs), not loaded from a CDN script tag
     assert len(html) > 1_000_000 and '<script src="http' not in html
+
+
+def test_bench_kernels_default_out_is_under_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # like cascade: without --out the results go to a fresh runs/bench-kernels-... folder,
+    # not into the current directory
+    monkeypatch.chdir(tmp_path)
+    args = ["--sizes", "tiny", "--dtypes", "fp32", "--reps", "1", "--device", "cpu"]
+    res = CliRunner().invoke(_app(), args)
+    assert res.exit_code == 0, res.output
+    (out,) = (tmp_path / "runs").iterdir()
+    assert out.name.startswith("bench-kernels-tiny-")
+    assert {p.name for p in out.iterdir()} == {"bench-kernels.json", "bench-kernels.html"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["runs"]
+    meta = json.loads((out / "bench-kernels.json").read_text())["meta"]
+    assert f"--out {Path('runs') / out.name} " in meta["command"]
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,8 @@
     andrea-diag bench-kernels --device cpu --sizes tiny --reps 3     # CPU paths only, no GPU needed
 
 Writes ``<out>/bench-kernels.json`` and ``<out>/bench-kernels.html`` (plotly.js embedded, no
-CDN). Harness and method: andrea_diag/bench.py.
+CDN); ``<out>`` defaults to ``runs/bench-kernels-<sizes>-<time>``. Harness and method:
+the andrea_diag.bench package; the page: andrea_diag/report/bench_page.py.
 """
 
 from __future__ import annotations
@@ -19,9 +20,17 @@ from rich.table import Table
 
 from andrea_diag import bench
 from andrea_diag.config import MODEL_PRESETS
+from andrea_diag.device import resolve_device
 from andrea_diag.errors import UserError
 
-OutOpt = Annotated[Path, typer.Option("--out", help="Folder for bench-kernels.json / .html")]
+OutOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--out",
+        # parentheses, not [default: ...]: rich would take the brackets for markup and drop them
+        help="Folder for bench-kernels.json / .html (default: runs/bench-kernels-<sizes>-<time>)",
+    ),
+]
 SizesOpt = Annotated[str, typer.Option("--sizes", help="Comma list of presets (tiny, 12m, 120m)")]
 DtypesOpt = Annotated[str, typer.Option("--dtypes", help="Comma list of fp32, bf16, fp16")]
 RepsOpt = Annotated[int, typer.Option("--reps", help="Timed repetitions per variant (median)")]
@@ -40,24 +49,16 @@ def _split(value: str, allowed: list[str], what: str) -> list[str]:
 
 
 def bench_kernels(
-    out: OutOpt = Path("bench-kernels"),
+    out: OutOpt = None,
     sizes: SizesOpt = "",
     dtypes: DtypesOpt = "fp32,bf16",
     reps: RepsOpt = 0,
     device: DeviceOpt = "auto",
 ) -> None:
     """Benchmark torch's clip_grad_norm_, the reference and the fused CUDA clipper."""
-    import torch
-
     console = Console()
-    dev = bench.resolve_device(device)
-    if dev.startswith("cuda") and not torch.cuda.is_available():
-        raise UserError(
-            "--device cuda but no CUDA device is visible", hint="use --device cpu or auto"
-        )
-    if dev != "cpu" and not dev.startswith("cuda"):
-        raise UserError(f"unknown device {device!r}", hint="auto, cuda, cuda:N or cpu")
-    on_gpu = dev.startswith("cuda")
+    dev = resolve_device(device)  # UserError for an unknown name or cuda without a GPU
+    on_gpu = dev.type == "cuda"
     size_list = _split(sizes or ("12m,120m" if on_gpu else "tiny"), list(MODEL_PRESETS), "size")
     dtype_list = _split(dtypes, list(bench.DTYPES), "dtype")
     reps = reps or (100 if on_gpu else 3)
@@ -71,11 +72,16 @@ def bench_kernels(
             raise UserError(f"CUDA clipper unavailable: {why}", hint="run `andrea-diag doctor`")
     else:
         console.print("[yellow]no GPU: benchmarking the CPU paths (reference vs torch) only[/]")
+    if out is None:
+        # imported here: the cascade module pulls in the trainer, which only this default needs
+        from andrea_diag.experiments.cascade import default_out
+
+        out = default_out("bench-kernels", "-".join(size_list))
     result = bench.run_bench(
         size_list,
         dtype_list,
         reps,
-        dev,
+        str(dev),
         warmup=5 if on_gpu else 1,
         progress=lambda s: console.print(f"[dim]timing {s} ...[/]"),
     )
@@ -85,7 +91,10 @@ def bench_kernels(
     )
     out.mkdir(parents=True, exist_ok=True)
     (out / "bench-kernels.json").write_text(json.dumps(result.to_dict(), indent=2))
-    (out / "bench-kernels.html").write_text(render_html(result))
+    # imported here: plotly is only needed for the page (the JSON above is already written)
+    from andrea_diag.report.bench_page import render_bench_page
+
+    (out / "bench-kernels.html").write_text(render_bench_page(result))
     console.print(table(result))
     if on_gpu:
         for line in bench.three_vs_one(result):
@@ -98,6 +107,7 @@ def bench_kernels(
 
 
 def table(result: bench.BenchResult) -> Table:
+    """The console summary: one line per row of the run."""
     t = Table(
         title=f"bench-kernels on {result.meta.get('gpu') or 'CPU'} (median of {result.meta['reps']})"
     )
@@ -116,84 +126,3 @@ def table(result: bench.BenchResult) -> Table:
             bench.fmt(r.rel_err_grads, ".1e"),
         )
     return t
-
-
-def render_html(result: bench.BenchResult) -> str:
-    """One self-contained page: speed-up bars, ms bars, the full table, the 3-vs-1 answer."""
-    import plotly.graph_objects as go
-    import plotly.io as pio
-
-    rows = [r for r in result.rows if r.mode in ("active", "inactive")]
-    cases = sorted({(r.size, r.dtype, r.mode) for r in rows}, key=str)
-    variants = list(dict.fromkeys(r.variant for r in rows))
-    labels = [f"{s} {d} {m}" for s, d, m in cases]
-    speed = go.Figure()
-    times = go.Figure()
-    for v in variants:
-        by = {(r.size, r.dtype, r.mode): r for r in rows if r.variant == v}
-        speed.add_bar(
-            name=v, x=labels, y=[by[c].speedup_vs_torch if c in by else None for c in cases]
-        )
-        times.add_bar(name=v, x=labels, y=[by[c].ms if c in by else None for c in cases])
-    speed.update_layout(
-        title="Speed-up over torch clip_grad_norm_(foreach=True), same run",
-        barmode="group",
-        yaxis_title="x",
-    )
-    times.update_layout(
-        title="Median time per clip step (L2 flushed)",
-        barmode="group",
-        yaxis_title="ms",
-        yaxis_type="log",
-    )
-    cols = [
-        "size",
-        "dtype",
-        "mode",
-        "variant",
-        "ms",
-        "GB/s",
-        "% copy",
-        "x torch",
-        "rel err norm",
-        "rel err grads",
-    ]
-    cells = [
-        [r.size for r in result.rows],
-        [r.dtype for r in result.rows],
-        [r.mode for r in result.rows],
-        [r.variant for r in result.rows],
-        [f"{r.ms:.4f}" for r in result.rows],
-        [f"{r.gbps:.0f}" for r in result.rows],
-        [bench.fmt(r.pct_copy, ".0f") for r in result.rows],
-        [bench.fmt(r.speedup_vs_torch, ".2f") for r in result.rows],
-        [bench.fmt(r.rel_err_norm, ".1e") for r in result.rows],
-        [bench.fmt(r.rel_err_grads, ".1e") for r in result.rows],
-    ]
-    tab = go.Figure(go.Table(header={"values": cols}, cells={"values": cells}))
-    tab.update_layout(height=60 + 22 * len(result.rows))
-    parts = [pio.to_html(speed, include_plotlyjs=True, full_html=False)]
-    parts += [pio.to_html(f, include_plotlyjs=False, full_html=False) for f in (times, tab)]
-    answer = (
-        "".join(f"<li>{line}</li>" for line in bench.three_vs_one(result))
-        or "<li>(no GPU in this run)</li>"
-    )
-    tgt = (
-        "".join(
-            f"<li>{w}: {bench.fmt(g, '.2f')} (want &ge; {want}) {'met' if m else 'missed'}</li>"
-            for w, g, want, m in bench.targets(result)
-        )
-        if result.meta.get("gpu")
-        else ""
-    )
-    meta = json.dumps(result.meta, indent=1, default=str)
-    return (
-        "<!doctype html><html><head><meta charset='utf-8'><title>andrea-diag bench-kernels</title></head>"
-        "<body style='font-family:sans-serif;max-width:1400px;margin:auto'>"
-        f"<h1>bench-kernels: {result.meta.get('gpu') or 'CPU only'}</h1>"
-        f"<p>Copy bandwidth measured in this run: {result.meta.get('copy_gbps', 0):.0f} GB/s. Bytes: clip active "
-        "= 3 x gradient bytes (read for the norm, read + write to scale); inactive = 1 x.</p>"
-        f"<h2>Why three kernels, not one?</h2><ul>{answer}</ul><h2>Targets</h2><ul>{tgt}</ul>"
-        + "".join(parts)
-        + f"<h2>Run metadata</h2><pre>{meta}</pre></body></html>"
-    )

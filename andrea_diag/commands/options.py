@@ -34,12 +34,12 @@ Lr = Annotated[
         "under lr stress (a pilot saw one at 1e-2 on 120m), so sweep it."
     ),
 ]
-Steps = Annotated[int | None, typer.Option(help="Optimizer updates per arm [default: per size].")]
+Steps = Annotated[int | None, typer.Option(help="Optimizer updates per arm (default: per size).")]
 Recipe = Annotated[str, typer.Option(help="v1: Adam, no decay, no warmup. v2: AdamW 0.1 + warmup.")]
 Seed = Annotated[int, typer.Option(help="Seed for init, data, bandit schedule (shared by arms).")]
 Device = Annotated[str, typer.Option(help="auto (CUDA when present), cpu or cuda.")]
 Out = Annotated[
-    Path | None, typer.Option(help="Output directory [default: runs/<kind>-<size>-<time>].")
+    Path | None, typer.Option(help="Output directory (default: runs/<kind>-<size>-<time>).")
 ]
 Source = Annotated[
     list[str] | None,
@@ -74,7 +74,7 @@ Shadow = Annotated[
     typer.Option(
         "--shadow/--no-shadow",
         help="Shadow buffers for exact Adam-state pollution "
-        "(2 fp32 copies of the parameters) [default: on for tiny and 12m].",
+        "(2 fp32 copies of the parameters) (default: on for tiny and 12m).",
     ),
 ]
 

@@ -1,0 +1,38 @@
+"""Kernel benchmarks behind ``andrea-diag bench-kernels`` (and the bench/ pytest suite).
+
+    from andrea_diag.bench import run_bench, three_vs_one, adamw_summary
+    result = run_bench(sizes=["12m", "120m"], dtypes=["fp32", "bf16"], reps=100, device="cuda")
+    print(*three_vs_one(result), *adamw_summary(result), sep="\\n")
+    json.dumps(result.to_dict())   # every row plus the run's metadata
+
+Modules, each importing only the ones above it (no cycle):
+
+- :mod:`andrea_diag.bench.harness`: gradient sets, the L2-flushing median timer, rows and
+  results, copy bandwidth, CUDA-graph capture, ``find`` / ``fmt``. The method lives there.
+- :mod:`andrea_diag.bench.adamw`: case "clip+adamw", a whole clipped AdamW step three ways.
+- :mod:`andrea_diag.bench.clip`: case "clip", the clipper variants vs torch's
+  ``clip_grad_norm_``, and ``run_bench``, which runs both cases.
+
+A training-loop benchmark (a whole update of the trainer's components, timed the same way) is
+meant to join as another module on the harness; it is not written yet. The HTML page of a run
+is :func:`andrea_diag.report.bench_page.render_bench_page`.
+"""
+
+from __future__ import annotations
+
+from andrea_diag.bench.adamw import adamw_summary
+from andrea_diag.bench.clip import CASES, run_bench, targets, three_vs_one
+from andrea_diag.bench.harness import DTYPES, BenchResult, Row, find, fmt
+
+__all__ = [
+    "CASES",
+    "DTYPES",
+    "BenchResult",
+    "Row",
+    "adamw_summary",
+    "find",
+    "fmt",
+    "run_bench",
+    "targets",
+    "three_vs_one",
+]

@@ -1,0 +1,306 @@
+"""The "clip" case of ``andrea-diag bench-kernels`` (clipper variants vs torch) and ``run_bench``.
+
+    from andrea_diag.bench.clip import run_bench, targets, three_vs_one
+    result = run_bench(sizes=["12m", "120m"], dtypes=["fp32", "bf16"], reps=100, device="cuda")
+
+Every variant is checked against a float64 truth (torch's own clip_grad_norm_ on float64
+copies) before it is timed; timing method: :mod:`andrea_diag.bench.harness`.
+
+Bytes: a clip with active clipping must read the gradients (norm) and read + write them (scale):
+3 x bytes; a step whose norm stays below max_norm needs only the read: 1 x bytes. torch's
+functions always do the 3 x, but are charged the same useful bytes so the columns compare.
+
+``run_bench`` runs this case on every (size, dtype) and the "clip+adamw" case
+(:mod:`andrea_diag.bench.adamw`) on its own sizes, after measuring the copy bandwidth once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from andrea_diag.bench.adamw import ADAMW_HYPER, ADAMW_STEP0, bench_adamw_case
+from andrea_diag.bench.harness import (
+    ACTIVE,
+    CPU_FLUSH_BYTES,
+    DTYPES,
+    INACTIVE,
+    L2_FLUSH_BYTES,
+    BenchResult,
+    Row,
+    Timer,
+    capture_graph,
+    copy_bandwidth,
+    find,
+    grad_shapes,
+    make_grads,
+    make_row,
+)
+from andrea_diag.clip import reference
+from andrea_diag.device import resolve_device
+
+CASES = ("clip", "clip+adamw")
+# Tolerances of the pre-timing check (relative to float64). torch in bf16 computes its norm in
+# bf16, hence the loose bf16 norm bound; our own rel errors are recorded and far smaller.
+CHECK_TOL = {torch.float32: (1e-4, 1e-4), torch.bfloat16: (2e-2, 1e-2), torch.float16: (2e-3, 2e-3)}
+
+ClipFn = Callable[[list[torch.Tensor], float], torch.Tensor]
+
+
+def clip_variants(device: str) -> dict[str, ClipFn]:
+    """Whole clip steps: fn(grads, max_norm) -> total norm (grads clipped in place)."""
+    import andrea_diag
+
+    v: dict[str, ClipFn] = {
+        "torch_foreach": lambda g, m: torch.nn.utils.clip_grad_norm_(
+            [reference.GradHolder(x) for x in g], m, foreach=True
+        ),
+        "torch_loop": lambda g, m: torch.nn.utils.clip_grad_norm_(
+            [reference.GradHolder(x) for x in g], m, foreach=False
+        ),
+        "reference": lambda g, m: reference.clip_reference(g, m)[0],
+    }
+    if device.startswith("cuda"):
+        from andrea_diag.clip import cuda
+
+        v["cuda_three"] = lambda g, m: cuda.clip(g, m, variant="three")[0]
+        v["cuda_single"] = lambda g, m: cuda.clip(g, m, variant="single")[0]
+        # the public drop-in, Python dispatch included (what a training loop pays)
+        v["cuda_dropin"] = lambda g, m: andrea_diag.clip_grad_norm_(
+            [reference.GradHolder(x) for x in g], m, impl="cuda"
+        )
+    return v
+
+
+def bench_case(size: str, dt: str, timer: Timer, device: str, copy_gbps: float) -> list[Row]:
+    """All variants on one (preset, dtype) gradient set; raises if any variant is wrong."""
+    dtype = DTYPES[dt]
+    pristine = make_grads(grad_shapes(size), dtype, device)
+    grads = [g.clone() for g in pristine]
+    nbytes = sum(g.numel() * g.element_size() for g in grads)
+
+    def restore() -> None:
+        torch._foreach_copy_(grads, pristine)
+
+    rows: list[Row] = []
+    tol_norm, tol_grad = CHECK_TOL[dtype]
+    for mode, max_norm in (("active", ACTIVE), ("inactive", INACTIVE)):
+        total64, _, truth = reference.float64_truth(pristine, max_norm)
+        useful = 3 * nbytes if mode == "active" else nbytes
+        mode_rows = []
+        variants = dict(clip_variants(device))
+        if device.startswith("cuda"):
+            variants.update(_graph_variants(grads, max_norm, restore))
+        for name, fn in variants.items():
+            restore()
+            total = fn(grads, max_norm)
+            e_norm, e_grad = reference.rel_err(total, total64), reference.rel_err(grads, truth)
+            if not (e_norm <= tol_norm and e_grad <= tol_grad):
+                raise AssertionError(
+                    f"{name} {size} {dt} {mode}: rel err norm {e_norm:.2e}, grads {e_grad:.2e}"
+                )
+            times = timer(lambda fn=fn, m=max_norm: fn(grads, m), restore)
+            mode_rows.append(
+                make_row(
+                    size, dt, mode, name, times, useful, rel_err_norm=e_norm, rel_err_grads=e_grad
+                )
+            )
+        base = next(r.ms for r in mode_rows if r.variant == "torch_foreach")
+        for r in mode_rows:
+            r.speedup_vs_torch = base / r.ms
+        rows += mode_rows
+        del truth
+    if device.startswith("cuda"):
+        rows += _stage_rows(size, dt, grads, pristine, restore, timer, nbytes)
+    for r in rows:
+        r.pct_copy = 100.0 * r.gbps / copy_gbps if copy_gbps else None
+    return rows
+
+
+def _graph_variants(
+    grads: list[torch.Tensor], max_norm: float, restore: Callable[[], None]
+) -> dict[str, ClipFn]:
+    """The same steps captured in a CUDA graph and replayed: device time without host latency
+    (what a graph-captured training step pays). Also proves the path survives capture."""
+    from andrea_diag.clip import cuda
+
+    steps = {
+        "torch_foreach_graph": lambda: torch.nn.utils.clip_grad_norm_(
+            [reference.GradHolder(x) for x in grads], max_norm, foreach=True
+        ),
+        "cuda_three_graph": lambda: cuda.clip(grads, max_norm, variant="three")[0],
+    }
+    out = {}
+    for name, step in steps.items():
+        captured = capture_graph(name, step, restore)
+        if captured is not None:
+            graph, total = captured
+            out[name] = lambda g, m, graph=graph, total=total: (graph.replay(), total)[1]
+    return out
+
+
+def _stage_rows(
+    size: str,
+    dt: str,
+    grads: list[torch.Tensor],
+    pristine: list[torch.Tensor],
+    restore: Callable[[], None],
+    timer: Timer,
+    nbytes: int,
+) -> list[Row]:
+    """Each kernel alone, checked first: partial (1x read), final (tiny), scale (r+w or skip)."""
+    from andrea_diag.clip import cuda
+
+    restore()
+    parts = cuda.norm_partial(grads)
+    ref_parts = reference.grad_norm_partial(pristine, acc_dtype=torch.float64)
+    e_parts = reference.rel_err(parts, ref_parts)
+    offs = cuda.chunk_offsets(grads)
+    total, _, scale, _ = cuda.norm_final(parts, offs, ACTIVE)
+    e_final = reference.rel_err(total, reference.float64_truth(pristine, ACTIVE)[0])
+    cuda.scale_(grads, scale)
+    expect = [(g.double() * scale.double()) for g in pristine]
+    e_scale = reference.rel_err(grads, expect)
+    tol_grad = CHECK_TOL[DTYPES[dt]][1]
+    if not (e_parts <= 1e-5 and e_final <= 1e-5 and e_scale <= tol_grad):
+        raise AssertionError(
+            f"stages {size} {dt}: partial {e_parts:.2e} final {e_final:.2e} scale {e_scale:.2e}"
+        )
+    one = torch.ones((), device=grads[0].device)
+    partial = timer(lambda: cuda.norm_partial(grads))
+    final = timer(lambda: cuda.norm_final(parts, offs, ACTIVE))
+    scaled = timer(lambda: cuda.scale_(grads, scale), restore)
+    skipped = timer(lambda: cuda.scale_(grads, one))
+    return [
+        make_row(size, dt, "stage", "k_grad_norm_partial", partial, nbytes, rel_err_norm=e_parts),
+        make_row(
+            size, dt, "stage", "k_grad_norm_final", final, parts.numel() * 4, rel_err_norm=e_final
+        ),
+        make_row(size, dt, "stage", "k_grad_scale", scaled, 2 * nbytes, rel_err_grads=e_scale),
+        make_row(size, dt, "stage", "k_grad_scale(skip)", skipped, 0),
+    ]
+
+
+def _meta(
+    device: str,
+    reps: int,
+    warmup: int,
+    sizes: list[str],
+    dtypes: list[str],
+    cases: tuple[str, ...],
+    adamw_sizes: list[str],
+) -> dict[str, Any]:
+    """The run's settings and versions (the GPU, copy bandwidth and telemetry are added later)."""
+    return {
+        "device": device,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "reps": reps,
+        "warmup": warmup,
+        "sizes": sizes,
+        "dtypes": dtypes,
+        "cases": list(cases),
+        "adamw_sizes": adamw_sizes,
+        "adamw_hyper": {**ADAMW_HYPER, "step0": ADAMW_STEP0},  # from bench.adamw
+        "active_max_norm": ACTIVE,
+        "inactive_max_norm": INACTIVE,
+        "l2_flush_bytes": L2_FLUSH_BYTES if device != "cpu" else CPU_FLUSH_BYTES,
+    }
+
+
+def run_bench(
+    sizes: list[str],
+    dtypes: list[str],
+    reps: int,
+    device: str | torch.device = "auto",
+    warmup: int = 5,
+    progress: Callable[[str], None] | None = None,
+    cases: tuple[str, ...] = CASES,
+    adamw_sizes: list[str] | None = None,
+) -> BenchResult:
+    """Time every variant on every (size, dtype) set; see the module docstrings for the method.
+
+    ``cases``: "clip" (every size x dtype) and/or "clip+adamw" (fp32, on ``adamw_sizes``,
+    default ``sizes``). ``device``: "auto", "cpu", "cuda" or "cuda:N" (see
+    :func:`andrea_diag.device.resolve_device`; UserError for a GPU that is not there).
+    """
+    bad = [c for c in cases if c not in CASES]
+    if bad:
+        raise ValueError(f"unknown cases {bad}; choose from {CASES}")
+    adamw_sizes = list(adamw_sizes if adamw_sizes is not None else sizes)
+    if "clip+adamw" not in cases:
+        adamw_sizes = []
+    if "clip" not in cases:
+        sizes = []
+    from andrea_diag import telemetry
+
+    device = str(resolve_device(str(device)))  # the harness takes device strings
+    meta = _meta(device, reps, warmup, sizes, dtypes, cases, adamw_sizes)
+    if device.startswith("cuda"):
+        from andrea_diag.clip import cuda
+
+        ok, why = cuda.available()
+        if not ok:
+            raise RuntimeError(f"CUDA clipper unavailable: {why}")
+        meta["gpu"] = torch.cuda.get_device_name(device)
+    else:
+        meta["gpu"] = None
+        meta["note"] = "no GPU: CPU paths only (reference vs torch)"
+    timer = Timer(device, reps, warmup)
+    result = BenchResult(meta)
+    with telemetry.Telemetry() as tel:
+        copy_row = copy_bandwidth(device, timer, 2**30 if device != "cpu" else 2**26)
+        result.rows.append(copy_row)
+        meta["copy_gbps"] = copy_row.gbps
+        for size in sizes:
+            for dt in dtypes:
+                if progress:
+                    progress(f"{size} {dt}")
+                result.rows += bench_case(size, dt, timer, device, copy_row.gbps)
+                if device.startswith("cuda"):
+                    torch.cuda.empty_cache()
+        for size in adamw_sizes:
+            if progress:
+                progress(f"{size} fp32 clip+adamw")
+            result.rows += bench_adamw_case(size, timer, device, copy_row.gbps)
+            if device.startswith("cuda"):
+                torch.cuda.empty_cache()
+    meta["telemetry"] = tel.summary()
+    return result
+
+
+def three_vs_one(result: BenchResult) -> list[str]:
+    """Sentences answering "why three kernels, not one?" from this run's numbers."""
+    lines = []
+    for size in result.meta["sizes"]:
+        for dt in result.meta["dtypes"]:
+            for mode in ("active", "inactive"):
+                a = find(result, size, dt, mode, "cuda_three")
+                b = find(result, size, dt, mode, "cuda_single")
+                if a and b:
+                    lines.append(
+                        f"{size} {dt} {mode}: three kernels {a.ms * 1e3:.1f} us "
+                        f"({a.pct_copy or 0:.0f}% of copy BW) vs one cooperative launch "
+                        f"{b.ms * 1e3:.1f} us ({b.pct_copy or 0:.0f}%): {b.ms / a.ms:.2f}x"
+                    )
+    return lines
+
+
+def targets(result: BenchResult) -> list[tuple[str, float | None, float, bool]]:
+    """The issue's H200 targets: (what, measured, wanted, met)."""
+
+    def sp(size: str, dt: str, mode: str) -> float | None:
+        r = find(result, size, dt, mode, "cuda_three")
+        return r.speedup_vs_torch if r else None
+
+    r = find(result, "120m", "fp32", "active", "cuda_three")
+    checks = [
+        ("120m fp32 active speed-up", sp("120m", "fp32", "active"), 2.5),
+        ("120m fp32 active % copy BW", r.pct_copy if r else None, 85.0),
+        ("120m fp32 inactive speed-up", sp("120m", "fp32", "inactive"), 6.0),
+        ("120m bf16 active speed-up", sp("120m", "bf16", "active"), 2.5),
+        ("12m fp32 active speed-up", sp("12m", "fp32", "active"), 5.0),
+    ]
+    return [(w, m, want, m is not None and m >= want) for w, m, want in checks]

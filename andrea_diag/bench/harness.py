@@ -1,0 +1,194 @@
+"""The shared timing harness of the kernel benchmarks: gradient sets, the timer, rows, helpers.
+
+    from andrea_diag.bench.harness import Timer, grad_shapes, make_grads, make_row
+    timer = Timer("cuda", reps=100, warmup=5)
+    grads = make_grads(grad_shapes("120m"), torch.bfloat16, "cuda")
+    row = make_row("120m", "bf16", "active", "mine", timer(lambda: step(grads)), nbytes)
+
+Method (llm.c dev/cuda style): every variant is checked against a float64 truth BEFORE it is
+timed (each case does its own check); each repetition restores the pristine state, flushes L2
+by writing a buffer larger than it, then times one call with CUDA events (perf_counter on CPU);
+the median of ``reps`` repetitions after warm-up is reported with the bytes it must move, GB/s,
+% of the copy bandwidth measured in the same run, and the speed-up over torch in the same mode.
+
+The cases built on this module: :mod:`andrea_diag.bench.clip` (the clipper alone) and
+:mod:`andrea_diag.bench.adamw` (a whole clipped AdamW step). Nothing here imports them.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+
+from andrea_diag.config import MODEL_PRESETS
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+ACTIVE, INACTIVE = 1.0, 1e30  # max_norm: far below the ~1e2-1e4 norms of the sets / never hit
+L2_FLUSH_BYTES = 256 * 2**20  # > 4x the H200's 60 MB L2
+CPU_FLUSH_BYTES = 32 * 2**20  # the CPU timer's flush buffer (recorded in the run metadata)
+
+
+@dataclass
+class Row:
+    """One timed variant on one gradient set."""
+
+    size: str
+    dtype: str
+    mode: str  # "active" | "inactive" | "stage" | "copy" | "adamw-active" | "adamw-inactive"
+    variant: str
+    ms: float  # median
+    ms_p10: float
+    ms_p90: float
+    bytes: int
+    gbps: float
+    pct_copy: float | None = None
+    speedup_vs_torch: float | None = None
+    rel_err_norm: float | None = None
+    rel_err_grads: float | None = None
+    rel_err_params: float | None = None  # clip+adamw: params after one step vs float64
+
+
+@dataclass
+class BenchResult:
+    """A whole benchmark run: metadata (device, versions, settings, telemetry) and its rows."""
+
+    meta: dict[str, Any]
+    rows: list[Row] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"meta": self.meta, "rows": [asdict(r) for r in self.rows]}
+
+
+def grad_shapes(size: str) -> list[torch.Size]:
+    """Parameter shapes of the real preset, built on the meta device (no memory)."""
+    from andrea_diag.model import GPT
+
+    with torch.device("meta"):
+        model = GPT(MODEL_PRESETS[size])
+    return [p.shape for p in model.parameters()]
+
+
+def make_grads(
+    shapes: list[torch.Size], dtype: torch.dtype, device: str, seed: int = 0
+) -> list[torch.Tensor]:
+    """Random gradients with per-tensor scales spread over 1e-3..1 (real layers differ too)."""
+    gen = torch.Generator(device=device).manual_seed(seed)
+    out = []
+    for i, s in enumerate(shapes):
+        g = torch.randn(s, generator=gen, device=device, dtype=torch.float32)
+        out.append(g.mul_(10.0 ** (-3 * ((i * 7) % 11) / 10)).to(dtype))
+    return out
+
+
+class Timer:
+    """Median-of-reps timer: CUDA events on a GPU, perf_counter on the CPU; flushes L2 each rep."""
+
+    def __init__(self, device: str, reps: int, warmup: int) -> None:
+        self.device, self.reps, self.warmup = device, reps, warmup
+        self.cuda = device.startswith("cuda")
+        flush = L2_FLUSH_BYTES if self.cuda else CPU_FLUSH_BYTES
+        self._flush = torch.empty(flush // 4, dtype=torch.float32, device=device)
+
+    def __call__(
+        self, fn: Callable[[], Any], setup: Callable[[], Any] | None = None
+    ) -> list[float]:
+        for _ in range(self.warmup):
+            if setup:
+                setup()
+            fn()
+        times = []
+        if self.cuda:
+            pairs = []
+            for _ in range(self.reps):
+                if setup:
+                    setup()
+                self._flush.zero_()
+                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                a.record()
+                fn()
+                b.record()
+                pairs.append((a, b))
+            torch.cuda.synchronize()  # host sync: reading the timings (outside the timed region)
+            times = [a.elapsed_time(b) for a, b in pairs]
+        else:
+            for _ in range(self.reps):
+                if setup:
+                    setup()
+                self._flush.zero_()
+                t0 = time.perf_counter()
+                fn()
+                times.append((time.perf_counter() - t0) * 1e3)
+        return times
+
+
+def make_row(
+    size: str, dt: str, mode: str, variant: str, times: list[float], nbytes: int, **kw: Any
+) -> Row:
+    """A :class:`Row` from one variant's timings: median, p10, p90 and GB/s over ``nbytes``."""
+    ms = statistics.median(times)
+    q = sorted(times)
+    return Row(
+        size,
+        dt,
+        mode,
+        variant,
+        ms,
+        q[len(q) // 10],
+        q[(len(q) * 9) // 10],
+        nbytes,
+        nbytes / (ms * 1e-3) / 1e9,
+        **kw,
+    )
+
+
+def copy_bandwidth(device: str, timer: Timer, nbytes: int = 2**30) -> Row:
+    """Device-to-device copy of ``nbytes``; GB/s counts bytes read + written (DEVICE.md's way)."""
+    src = torch.randn(nbytes // 4, device=device)
+    dst = torch.empty_like(src)
+    dst.copy_(src)
+    if not torch.equal(dst, src):
+        raise AssertionError("copy check failed")
+    return make_row(
+        "-", "fp32", "copy", "copy", timer(lambda: dst.copy_(src)), 2 * nbytes, pct_copy=100.0
+    )
+
+
+def capture_graph(
+    name: str, step: Callable[[], Any], restore: Callable[[], None]
+) -> tuple[torch.cuda.CUDAGraph, Any] | None:
+    """Warm ``step`` up off the capture stream, then capture it: (graph, step's output), or
+    None when capture fails (printed: a capture failure is a finding, not a crash of the run)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up off the capture stream, as torch recommends
+        for _ in range(2):
+            restore()
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.graph(graph):
+            result = step()
+    except RuntimeError as exc:
+        print(f"bench: {name} could not be captured: {str(exc).splitlines()[0]}")
+        return None
+    return graph, result
+
+
+def find(result: BenchResult, size: str, dt: str, mode: str, variant: str) -> Row | None:
+    """The row for one (size, dtype, mode, variant), if it was measured."""
+    for r in result.rows:
+        if (r.size, r.dtype, r.mode, r.variant) == (size, dt, mode, variant):
+            return r
+    return None
+
+
+def fmt(x: float | None, spec: str = ".3f") -> str:
+    """``x`` formatted with ``spec``; "-" for a missing or NaN value (tables and pages)."""
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
