@@ -2,8 +2,9 @@
 
     pytest tests/test_clip_cuda.py -q -m cuda
 
-Same cases and tolerance table as tests/test_clip_reference.py, plus what only a GPU can show:
-bit-identical results across runs, no host sync in the clip path, and CUDA-graph capture.
+Same cases and tolerance table as tests/test_clip_reference.py (both take them from the fixtures
+in tests/conftest.py), plus what only a GPU can show: bit-identical results across runs, no host
+sync in the clip path, and CUDA-graph capture.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ import math
 
 import pytest
 import torch
-from test_clip_reference import CASES, DTYPES, NORM_TYPES, _params, check_impl, make_grads
 
 from andrea_diag import clip_grad_norm_, clip_grad_norm_with_stats
 from andrea_diag.clip import reference
@@ -33,20 +33,20 @@ def cuda_ext():
 
 
 @pytest.mark.parametrize("variant", ["three", "single"])
-@pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("case", list(CASES))
 @pytest.mark.parametrize("max_norm", [0.5, 1e9], ids=["active", "inactive"])
-def test_cuda_matches_float64(cuda_ext, case, dtype, max_norm, variant) -> None:
-    check_impl(make_grads(case, dtype, "cuda"), "cuda", max_norm, 2.0, variant=variant)
+def test_cuda_matches_float64(
+    cuda_ext, clip_case, clip_dtype, max_norm, variant, make_grads, check_impl
+) -> None:
+    check_impl(make_grads(clip_case, clip_dtype, "cuda"), "cuda", max_norm, 2.0, variant=variant)
 
 
 @pytest.mark.parametrize("variant", ["three", "single"])
-@pytest.mark.parametrize("p", NORM_TYPES)
-def test_cuda_norm_types(cuda_ext, p, variant) -> None:
-    check_impl(make_grads("awkward", torch.float32, "cuda"), "cuda", 1.0, p, variant=variant)
+def test_cuda_norm_types(cuda_ext, clip_norm_type, variant, make_grads, check_impl) -> None:
+    grads = make_grads("awkward", torch.float32, "cuda")
+    check_impl(grads, "cuda", 1.0, clip_norm_type, variant=variant)
 
 
-def test_cuda_mixed_dtypes(cuda_ext) -> None:
+def test_cuda_mixed_dtypes(cuda_ext, make_grads) -> None:
     grads = make_grads("awkward", torch.float32, "cuda")
     grads[1] = grads[1].bfloat16()
     grads[2] = grads[2].half()
@@ -56,10 +56,10 @@ def test_cuda_mixed_dtypes(cuda_ext) -> None:
     assert reference.rel_err(per, per64) < 2e-6
 
 
-def test_cuda_drop_in_api(cuda_ext) -> None:
+def test_cuda_drop_in_api(cuda_ext, make_grads, grad_holders) -> None:
     grads = make_grads("awkward", torch.float32, "cuda")
-    theirs = torch.nn.utils.clip_grad_norm_(_params([g.clone() for g in grads]), 1.0)
-    res = clip_grad_norm_with_stats(_params(grads), 1.0)  # impl="auto" picks the extension
+    theirs = torch.nn.utils.clip_grad_norm_(grad_holders([g.clone() for g in grads]), 1.0)
+    res = clip_grad_norm_with_stats(grad_holders(grads), 1.0)  # impl="auto" picks the extension
     assert res.impl == "cuda"
     assert res.total_norm.device.type == "cuda" and res.total_norm.shape == ()
     assert torch.allclose(res.total_norm, theirs, rtol=1e-5)
@@ -67,12 +67,12 @@ def test_cuda_drop_in_api(cuda_ext) -> None:
 
 
 @pytest.mark.parametrize("bad", [math.nan, math.inf])
-def test_cuda_nonfinite(cuda_ext, bad) -> None:
+def test_cuda_nonfinite(cuda_ext, bad, make_grads, grad_holders) -> None:
     grads = make_grads("awkward", torch.float32, "cuda")
     grads[4].view(-1)[777] = bad
     expect = [g.clone() for g in grads]
-    t_total = torch.nn.utils.clip_grad_norm_(_params(expect), 1.0)
-    res = clip_grad_norm_with_stats(_params(grads), 1.0, impl="cuda")
+    t_total = torch.nn.utils.clip_grad_norm_(grad_holders(expect), 1.0)
+    res = clip_grad_norm_with_stats(grad_holders(grads), 1.0, impl="cuda")
     assert bool(res.nonfinite)
     assert math.isnan(float(res.total_norm)) == math.isnan(float(t_total))
     for g, e in zip(grads, expect, strict=True):
@@ -81,13 +81,13 @@ def test_cuda_nonfinite(cuda_ext, bad) -> None:
     grads[0].fill_(bad)
     before = [g.clone() for g in grads]
     with pytest.raises(RuntimeError, match="non-finite"):
-        clip_grad_norm_(_params(grads), 1.0, error_if_nonfinite=True, impl="cuda")
+        clip_grad_norm_(grad_holders(grads), 1.0, error_if_nonfinite=True, impl="cuda")
     assert all(torch.equal(g, b) for g, b in zip(grads[1:], before[1:], strict=True))
 
 
 @pytest.mark.parametrize("variant", ["three", "single"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
-def test_cuda_bit_identical_over_10_runs(cuda_ext, dtype, variant) -> None:
+def test_cuda_bit_identical_over_10_runs(cuda_ext, dtype, variant, make_grads) -> None:
     base = make_grads("many_tensors", dtype, "cuda", seed=3)[:150] + make_grads(
         "awkward", dtype, "cuda", seed=4
     )
@@ -102,7 +102,7 @@ def test_cuda_bit_identical_over_10_runs(cuda_ext, dtype, variant) -> None:
         assert all(torch.equal(a, b) for a, b in zip(grads, outs[0][3], strict=True))
 
 
-def test_three_and_single_agree_bitwise(cuda_ext) -> None:
+def test_three_and_single_agree_bitwise(cuda_ext, make_grads) -> None:
     base = make_grads("awkward", torch.float32, "cuda", seed=5)
     a, b = [g.clone() for g in base], [g.clone() for g in base]
     ra = cuda_ext.clip(a, 0.5, variant="three")
@@ -112,9 +112,9 @@ def test_three_and_single_agree_bitwise(cuda_ext) -> None:
 
 
 @pytest.mark.parametrize("variant", ["three", "single"])
-def test_cuda_no_host_sync(cuda_ext, variant) -> None:
+def test_cuda_no_host_sync(cuda_ext, variant, make_grads, grad_holders) -> None:
     grads = make_grads("many_tensors", torch.float32, "cuda")
-    params = _params(grads)
+    params = grad_holders(grads)
     clip_grad_norm_(params, 1.0, impl="cuda")  # warm-up: build + cache the chunk plan
     cuda_ext.clip(grads, 1.0, variant=variant)
     torch.cuda.synchronize()
@@ -128,7 +128,7 @@ def test_cuda_no_host_sync(cuda_ext, variant) -> None:
     torch.cuda.synchronize()
 
 
-def test_cuda_graph_capture(cuda_ext) -> None:
+def test_cuda_graph_capture(cuda_ext, make_grads) -> None:
     grads = make_grads("awkward", torch.float32, "cuda", seed=7)
     pristine = [g.clone() for g in grads]
     s = torch.cuda.Stream()
@@ -153,7 +153,7 @@ def test_cuda_graph_capture(cuda_ext) -> None:
     del pristine
 
 
-def test_stages_alone_match_reference(cuda_ext) -> None:
+def test_stages_alone_match_reference(cuda_ext, make_grads) -> None:
     grads = make_grads("awkward", torch.float32, "cuda", seed=9)
     parts = cuda_ext.norm_partial(grads)
     ref_parts = reference.grad_norm_partial(grads, acc_dtype=torch.float64)

@@ -8,26 +8,29 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
 import pytest
 from plotly.offline import get_plotlyjs
-from report_fixtures import boundary_updates, make_run
 
 from andrea_diag.config import SOURCE_NAMES
 from andrea_diag.errors import UserError
 from andrea_diag.record import load_run
 from andrea_diag.report import findings as F
 from andrea_diag.report import render_cascade, render_report
-from andrea_diag.report.figures import BOUNDARY_SHAPE, MAX_POINTS, loss_figure, thin
-from andrea_diag.report.style import PHASE_SHADE
+from andrea_diag.report.arms import Arm
+from andrea_diag.report.figures import loss_figure
+from andrea_diag.report.style import BOUNDARY_SHAPE, MAX_POINTS, PHASE_SHADE, thin
 
 N = 120
 
 
 @pytest.fixture(scope="module")
-def pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+def pair(
+    tmp_path_factory: pytest.TempPathFactory, make_run: Callable[..., Path]
+) -> tuple[Path, str]:
     d = tmp_path_factory.mktemp("pair")
     runs = [
         make_run(d / "none", clip="none", n_updates=N),
@@ -62,7 +65,9 @@ def test_plotly_inlined_once_and_no_network(pair: tuple[Path, str]) -> None:
     assert not re.search(r"<link[^>]+href=['\"]?http", rest)
 
 
-def test_every_boundary_marked(pair: tuple[Path, str]) -> None:
+def test_every_boundary_marked(
+    pair: tuple[Path, str], boundary_updates: Callable[[int], list[int]]
+) -> None:
     _, page = pair
     figs = {f["id"]: f for f in _figures(page)}
     loss = figs["fig-0"]
@@ -100,7 +105,9 @@ def test_summary_table_and_header(pair: tuple[Path, str]) -> None:
     assert "a &lt;note&gt;" in page  # notes escaped
 
 
-def test_findings_name_spike_updates_and_causes(pair: tuple[Path, str]) -> None:
+def test_findings_name_spike_updates_and_causes(
+    pair: tuple[Path, str], boundary_updates: Callable[[int], list[int]]
+) -> None:
     _, page = pair
     b = boundary_updates(N)
     for u, cause in zip(
@@ -118,7 +125,7 @@ def test_samples_escaped(pair: tuple[Path, str]) -> None:
     assert "<b>sample</b>" not in page
 
 
-def test_missing_probe_columns_still_renders(tmp_path: Path) -> None:
+def test_missing_probe_columns_still_renders(tmp_path: Path, make_run: Callable[..., Path]) -> None:
     run = make_run(tmp_path / "bare", probes=False)
     (run / "samples.jsonl").unlink()
     out = render_report([run], tmp_path / "r.html")
@@ -129,7 +136,7 @@ def test_missing_probe_columns_still_renders(tmp_path: Path) -> None:
     assert len(_figures(page)) == 4  # loss, grad norm, clip coef, weights
 
 
-def test_mixed_sizes_capacity_view(tmp_path: Path) -> None:
+def test_mixed_sizes_capacity_view(tmp_path: Path, make_run: Callable[..., Path]) -> None:
     runs = [
         make_run(tmp_path / s / c, size=s, clip=c, n_updates=60)
         for s in ("tiny", "12m")
@@ -151,7 +158,7 @@ def test_not_a_run_dir_is_user_error(tmp_path: Path) -> None:
         render_cascade(tmp_path)
 
 
-def test_render_cascade(tmp_path: Path) -> None:
+def test_render_cascade(tmp_path: Path, make_run: Callable[..., Path]) -> None:
     for arm in ("none", "global"):
         make_run(tmp_path / arm, clip=arm, n_updates=40)
     (tmp_path / "cascade.json").write_text(
@@ -170,9 +177,9 @@ def test_render_cascade(tmp_path: Path) -> None:
     assert "cascade: size tiny" in page and "andrea-diag cascade --size tiny" in page
 
 
-def test_long_series_downsampled(tmp_path: Path) -> None:
+def test_long_series_downsampled(tmp_path: Path, make_run: Callable[..., Path]) -> None:
     run = make_run(tmp_path / "long", n_updates=5000, probes=False)
-    arm = F.Arm.from_run(load_run(run))
+    arm = Arm.from_run(load_run(run))
     fig, _ = loss_figure([arm])
     n = max(len(t.x) for t in fig.data)
     assert n <= MAX_POINTS + 50
@@ -184,8 +191,8 @@ def test_long_series_downsampled(tmp_path: Path) -> None:
 # ---- findings unit tests (plain tables, no files) ----
 
 
-def _arm(label: str = "none", clip: str = "none", **kw) -> F.Arm:
-    return F.Arm(
+def _arm(label: str = "none", clip: str = "none", **kw) -> Arm:
+    return Arm(
         label=label,
         arm=clip,
         size=kw.pop("size", "12m"),
@@ -340,11 +347,13 @@ def test_crashed_run_with_nonfinite_values_renders(tmp_path: Path) -> None:
     assert "non-finite updates (skipped): none 10." in page
 
 
-def test_lockin_chart_falls_back_to_metric_columns(tmp_path: Path) -> None:
-    from andrea_diag.report.figures import lockin_figure
+def test_lockin_chart_falls_back_to_metric_columns(
+    tmp_path: Path, make_run: Callable[..., Path]
+) -> None:
+    from andrea_diag.report.probe_figures import lockin_figure
 
     run = make_run(tmp_path / "r", n_updates=40)
-    arm = F.Arm.from_run(load_run(run))
+    arm = Arm.from_run(load_run(run))
     arm.samples = pd.DataFrame()
     assert lockin_figure([arm])[0] is None
     arm.metrics["lockin/top_token_share"] = [

@@ -16,10 +16,10 @@ import os
 import re
 import shutil
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from report_fixtures import make_run
 
 from andrea_diag.report import render_report
 
@@ -117,7 +117,7 @@ def _probe(chromium: str, html_text: str, tmp_path: Path) -> tuple[list[str], di
     return json.loads(_pre(dom, "js-errors")), json.loads(_pre(dom, "plots-rendered"))
 
 
-def test_report_renders_in_chromium(tmp_path: Path) -> None:
+def test_report_renders_in_chromium(tmp_path: Path, make_run: Callable[..., Path]) -> None:
     chromium = _need_chromium()
     runs = [make_run(tmp_path / "none", clip="none"), make_run(tmp_path / "global", clip="global")]
     text = render_report(runs, tmp_path / "report.html").read_text()

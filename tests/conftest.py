@@ -1,0 +1,344 @@
+"""Shared pytest fixtures. pytest loads this file itself; no test module imports it.
+
+What more than one test module needs lives here, handed out as fixtures; a builder is a fixture
+that returns the function, so a test asks for it by name and calls it::
+
+    def test_report(make_run, tmp_path):
+        run_dir = make_run(tmp_path / "none", clip="none")
+
+Synthetic run directories (test_report.py, test_report_browser.py):
+    ``make_run``          writes one run dir through the real Recorder
+    ``boundary_updates``  the updates at which such a run starts a new bandit phase
+
+Gradient clipping, the same cases and tolerance table for the CPU reference
+(test_clip_reference.py) and the CUDA extension (test_clip_cuda.py):
+    ``clip_case``, ``clip_dtype``, ``clip_norm_type``  parametrised over CASES, DTYPES, NORM_TYPES
+    ``make_grads``, ``grad_holders``, ``check_impl``    gradients, their holders, the bound check
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from andrea_diag import clip_grad_norm_, clip_grad_norm_with_stats
+from andrea_diag.clip import reference
+from andrea_diag.config import SOURCE_NAMES, RunConfig
+from andrea_diag.record import Recorder
+
+# ---- synthetic run directories (the report tests) ----
+#
+# The numbers are made up but follow record.py's schema: boundaries on a fixed phase schedule,
+# grad-norm spikes (with events) right after some boundaries, probe columns optional.
+
+PHASES = [7, 14, 21, 28, 42, 7, 14]  # bandit phase lengths (updates)
+LAYERS = [
+    "embed.embedding",
+    "h00.attention",
+    "h00.mlp",
+    "h01.attention",
+    "h01.mlp",
+    "final.norm",
+    "head.head",
+]
+
+
+def _boundary_updates(n_updates: int) -> list[int]:
+    """Updates that start a phase after the first: 8, 22, 43, ... (1-based)."""
+    out, u = [], 1
+    for length in PHASES * 10:
+        u += length
+        if u > n_updates:
+            break
+        out.append(u)
+    return out
+
+
+def _make_run(
+    run_dir: Path,
+    *,
+    clip: str = "none",
+    size: str = "tiny",
+    n_updates: int = 120,
+    probes: bool = True,
+    spikes: tuple[int, ...] | None = None,
+    final_loss: float | None = None,
+    lockin: str = "healthy",
+    seed: int = 0,
+) -> Path:
+    """Write one run dir. Spikes default to one update after the first three boundaries."""
+    cfg = RunConfig(size=size, clip=clip, steps=n_updates, seed=seed).resolve()
+    rec = Recorder(run_dir, cfg.to_dict())
+    rec.write(
+        "data.json",
+        {
+            "sources": {
+                "repo-docs": {
+                    "origin": "README files",
+                    "generated": False,
+                    "n_bytes": 1000,
+                    "n_tokens": 300,
+                    "sha256": "ab" * 32,
+                },
+                "gutenberg": {
+                    "origin": "markov chain",
+                    "generated": True,
+                    "n_bytes": 2000,
+                    "n_tokens": 600,
+                    "sha256": "cd" * 32,
+                },
+                "hermes3-general": {
+                    "origin": "markov chain",
+                    "generated": True,
+                    "n_bytes": 1500,
+                    "n_tokens": 500,
+                    "sha256": "ef" * 32,
+                },
+            },
+            "tokenizer_sha256": "00" * 32,
+        },
+    )
+    bounds = set(_boundary_updates(n_updates))
+    spikes = spikes if spikes is not None else tuple(b + 1 for b in sorted(bounds)[:3])
+    rng = np.random.default_rng(seed)
+    phase, w = 0, [0.2, 0.3, 0.5]
+    max_norm = cfg.max_norm if clip != "none" else math.inf
+    for u in range(1, n_updates + 1):
+        if u in bounds:
+            phase += 1
+            w = list(rng.dirichlet([1, 1, 1]))
+        loss = 9.0 * math.exp(-u / 60) + 2.5 + 0.05 * rng.standard_normal()
+        gn = 0.8 + 0.1 * rng.random() + (20.0 if u in spikes else 0.0)
+        coef = min(1.0, max_norm / gn)
+        row = {
+            "update": u,
+            "microbatches": u * 2,
+            "examples": u * 16,
+            "tokens": u * 16 * 64,
+            "phase": phase,
+            "boundary": u in bounds or u == 1,
+            **{f"w_{s}": w[i] for i, s in enumerate(SOURCE_NAMES)},
+            "loss": loss,
+            **{
+                f"loss_{s}": (loss + 0.1 * i if w[i] > 0.05 else None)
+                for i, s in enumerate(SOURCE_NAMES)
+            },
+            "grad_norm": gn,
+            "loss_z": 0.1,  # the spike probe's z-score column: must not read as a source
+            "grad_norm_z": 0.2,
+            "grad_norm_post": gn * coef,
+            "clip_coef": coef,
+            "lr": 3e-4,
+            "nonfinite": False,
+            "applied": True,
+            "batch_hash": f"{u:08x}",
+            "time_s": 0.01 * u,
+            "injected": "outlier" if u == spikes[0] else None,
+        }
+        if probes:
+            row.update({f"layer_gn/{name}": gn / (1 + j) for j, name in enumerate(LAYERS)})
+            row.update(
+                m_norm=0.1 + 0.01 * u,
+                v_norm=1e-4 * (1 + (u in spikes)),
+                update_rms=3e-4,
+                cos_update_grad=0.3,
+                m_spike_share=0.5 if u in spikes else 0.01,
+                v_spike_share=0.8 if u in spikes else 0.02,
+            )
+        rec.log(row)
+    causes = ["phase-transition+outlier", "numerical", "phase-transition"]
+    for i, u in enumerate(spikes):
+        rec.event(
+            {
+                "update": u,
+                "metric": "grad_norm",
+                "value": 20.8,
+                "z": 40.0,
+                "causes": causes[i % 3].split("+"),
+                "cause": causes[i % 3],
+                "phase": 0,
+                "cascade": None,
+                "outlier_example": 3,
+                "outlier_source": "gutenberg",
+            }
+        )
+    for u in (n_updates // 2, n_updates):
+        for s in SOURCE_NAMES:
+            for mode in ("greedy", "t1"):
+                rec.sample(
+                    {
+                        "update": u,
+                        "source": s,
+                        "mode": mode,
+                        "text": f"<b>sample</b> & {s} {mode} at {u}",
+                        "distinct_1": 0.9,
+                        "distinct_2": 0.95,
+                        "distinct_3": 0.97,
+                        "longest_run": 2,
+                        "top_token_share": 0.1,
+                        "max_logit": 12.0,
+                        "mean_entropy": 3.0,
+                    }
+                )
+    fl = final_loss if final_loss is not None else 2.6 + (0.1 if clip != "none" else 0.0)
+    rec.close(
+        {
+            "final_loss": fl,
+            "min_loss": 2.4,
+            "max_grad_norm": 20.9,
+            "median_grad_norm": 0.85,
+            "pct_clipped": 2.5 if clip != "none" else 0.0,
+            "n_updates": n_updates,
+            "n_boundaries": len(bounds),
+            "nonfinite_updates": 0,
+            "wall_s": 1.0,
+            "spikes": {
+                "n_spikes": len(spikes),
+                "n_grad_spikes": len(spikes),
+                "n_loss_spikes": 0,
+                "spike_score_loss": 0.0,
+                "spike_score_grad": 1.5,
+                "by_cause": {},
+                "n_cascades": 0,
+                "spike_updates": list(spikes),
+            },
+            "pollution": {
+                "max_m_share": 0.5,
+                "max_v_share": 0.8,
+                "recovery_m": 12,
+                "recovery_v": None,
+                "shadow_bytes": 1024,
+            },
+            "lockin": {"verdict": lockin, "reasons": [], "thresholds": {}},
+        }
+    )
+    return run_dir
+
+
+@pytest.fixture(scope="session")
+def make_run() -> Callable[..., Path]:
+    """``make_run(run_dir, clip=..., size=..., n_updates=..., probes=..., spikes=..., ...)``.
+
+    Writes one synthetic run dir through the real Recorder and returns it. Session-scoped (it
+    is a plain function) so module-scoped fixtures can build their runs with it too.
+    """
+    return _make_run
+
+
+@pytest.fixture(scope="session")
+def boundary_updates() -> Callable[[int], list[int]]:
+    """``boundary_updates(n_updates)``: the updates at which a ``make_run`` run starts a phase."""
+    return _boundary_updates
+
+
+# ---- gradient clipping: cases and tolerance table (CPU reference and CUDA extension) ----
+
+# Per-dtype tolerances, relative errors ||out - truth|| / ||truth|| against torch in float64.
+# norm: our accumulation is fp32 (or better) for every input dtype, so the norm of the *same
+#   quantised values* is good to ~1e-6 whatever the gradient dtype.
+# grads: the clipped gradients are rounded once to their dtype; the bound is max(floor,
+#   2 x torch's own error in that dtype) -- flash-attention's "at most 2x plain PyTorch" rule.
+TOL: dict[torch.dtype, dict[str, float]] = {
+    torch.float32: {"norm": 2e-6, "grad_floor": 2e-7},
+    torch.bfloat16: {"norm": 2e-6, "grad_floor": 4e-3},  # bf16 half-ulp 2^-9, RMS well below
+    torch.float16: {"norm": 2e-6, "grad_floor": 5e-4},  # fp16 half-ulp 2^-12
+}
+DTYPES = list(TOL)
+
+# Sizes that straddle the 16384-element chunk edge (reference.CHUNK; 65536 = 4 chunks), the (97, 1025) awkward matrix, empty and
+# one-element tensors, and a list longer than one launch holds (160 tensors per launch).
+CASES: dict[str, list[tuple[int, ...]]] = {
+    "awkward": [(1,), (555,), (65535,), (65537,), (2048 * 32 + 1,), (97, 1025)],
+    "chunk_edges": [(16383,), (16384,), (16385,), (65536,), (131073,), (3, 16384 + 7)],
+    "empty_and_one": [(0,), (1,), (3, 0), (7,), (1, 1)],
+    "many_tensors": [((i * 37) % 300 + 1,) for i in range(400)],
+    "single": [(1000,)],
+}
+NORM_TYPES = [2.0, math.inf, 1.0, 3.0]
+
+
+def _make_grads(
+    case: str, dtype: torch.dtype, device: str | torch.device = "cpu", seed: int = 0
+) -> list[torch.Tensor]:
+    """Fresh random gradients for a named case; tensors differ in scale like real layers do."""
+    gen = torch.Generator().manual_seed(seed)
+    out = []
+    for i, shape in enumerate(CASES[case]):
+        g = torch.randn(shape, generator=gen) * (0.5 + (i % 5))
+        out.append(g.to(device=device, dtype=dtype))
+    return out
+
+
+def _torch_same_dtype_err(grads: list[torch.Tensor], max_norm: float, p: float) -> float:
+    """How far torch's own clip in the gradients' dtype lands from the float64 truth."""
+    _, _, truth = reference.float64_truth(grads, max_norm, p)
+    copies = [g.clone() for g in grads]
+    clip_grad_norm_(_grad_holders(copies), max_norm, p, impl="torch")
+    return reference.rel_err(copies, truth)
+
+
+def _grad_holders(grads: list[torch.Tensor]) -> list[reference.GradHolder]:
+    return [reference.GradHolder(g) for g in grads]
+
+
+def _check_impl(
+    grads: list[torch.Tensor], impl: str, max_norm: float, p: float, variant: str | None = None
+) -> None:
+    """Clip ``grads`` in place with ``impl`` and assert the table's bounds against float64."""
+    dtype = grads[0].dtype
+    total64, per64, truth = reference.float64_truth(grads, max_norm, p)
+    torch_err = _torch_same_dtype_err(grads, max_norm, p)
+    if variant is None:
+        res = clip_grad_norm_with_stats(_grad_holders(grads), max_norm, p, impl=impl)
+        total, per = res.total_norm, res.per_tensor_norm
+    else:
+        from andrea_diag.clip import cuda
+
+        total, per, _, _ = cuda.clip(grads, max_norm, p, apply=True, variant=variant)
+    tol = TOL[dtype]
+    assert total.shape == ()
+    assert reference.rel_err(total, total64) <= tol["norm"], (total, total64)
+    assert reference.rel_err(per, per64) <= tol["norm"]
+    grad_bound = max(tol["grad_floor"], 2 * torch_err)
+    assert reference.rel_err(grads, truth) <= grad_bound
+
+
+@pytest.fixture(params=list(CASES))
+def clip_case(request: pytest.FixtureRequest) -> str:
+    """Each named case of CASES in turn."""
+    return request.param
+
+
+@pytest.fixture(params=DTYPES, ids=str)
+def clip_dtype(request: pytest.FixtureRequest) -> torch.dtype:
+    """Each dtype of the tolerance table in turn."""
+    return request.param
+
+
+@pytest.fixture(params=NORM_TYPES)
+def clip_norm_type(request: pytest.FixtureRequest) -> float:
+    """Each norm type of NORM_TYPES in turn."""
+    return request.param
+
+
+@pytest.fixture(scope="session")
+def make_grads() -> Callable[..., list[torch.Tensor]]:
+    """``make_grads(case, dtype, device="cpu", seed=0)``: fresh gradients for a CASES name."""
+    return _make_grads
+
+
+@pytest.fixture(scope="session")
+def grad_holders() -> Callable[[list[torch.Tensor]], list[reference.GradHolder]]:
+    """``grad_holders(grads)``: parameter-like holders (``.grad``) that clip functions take."""
+    return _grad_holders
+
+
+@pytest.fixture(scope="session")
+def check_impl() -> Callable[..., None]:
+    """``check_impl(grads, impl, max_norm, p, variant=None)``: clip, assert the table's bounds."""
+    return _check_impl
