@@ -11,7 +11,8 @@ import torch
 from andrea_diag.config import MODEL_PRESETS, ModelConfig
 from andrea_diag.model import GPT
 from andrea_diag.probes.base import UpdateContext
-from andrea_diag.probes.lockin import LockInProbe, lockin_verdict, sample_batch, text_stats
+from andrea_diag.probes.lockin import LockInProbe, sample_batch
+from andrea_diag.probes.verdict import lockin_verdict, text_stats
 from andrea_diag.record import Recorder
 
 V = 32

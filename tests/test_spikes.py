@@ -10,7 +10,8 @@ import torch
 
 from andrea_diag.clip.api import ClipResult
 from andrea_diag.probes.base import UpdateContext
-from andrea_diag.probes.spikes import SpikeProbe, batch_outlier, spike_score, warmup_for
+from andrea_diag.probes.spike_stats import batch_outlier, spike_score
+from andrea_diag.probes.spikes import SpikeProbe, warmup_for
 from andrea_diag.record import Recorder
 
 

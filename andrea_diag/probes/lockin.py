@@ -53,15 +53,7 @@ import torch
 
 from andrea_diag.model import decode_batch
 from andrea_diag.probes.base import UpdateContext
-from andrea_diag.probes.verdict import (  # re-exported: tests and the report import them here
-    THRESHOLDS,
-    VERDICTS,
-    lockin_verdict,
-    smoothed,
-    text_stats,
-)
-
-__all__ = ["THRESHOLDS", "VERDICTS", "LockInProbe", "lockin_verdict", "smoothed", "text_stats"]
+from andrea_diag.probes.verdict import THRESHOLDS, lockin_verdict, text_stats
 
 
 def _last_logits(model: torch.nn.Module, idx: torch.Tensor) -> torch.Tensor:

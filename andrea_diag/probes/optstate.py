@@ -25,7 +25,7 @@ decay is a scalar multiply and ``‖B‖`` only changes at spikes: the shadow co
 (``shadow_bytes``: 2 fp32 copies of the parameters, allocated at the first spike) and a few
 passes per *spike*, not per update. ``c`` stays 1 until the first spike allocates ``B`` (there is
 nothing to decay before it), and ``B`` is renormalised (``B ← c·B``, ``c ← 1``) in the same update
-in which ``c`` drops below ``RENORM_BELOW``: so ``(1-β)/c`` and ``B`` stay inside fp32 range
+in which ``c`` drops below ``shadow.RENORM_BELOW``: so ``(1-β)/c`` and ``B`` stay inside fp32 range
 however late the first spike comes and however long the run is.
 
 **Per-spike recovery** needs no buffers: one spike's own contribution has norm
@@ -51,30 +51,9 @@ import torch
 
 from andrea_diag.probes.base import UpdateContext
 from andrea_diag.probes.layers import GroupIndex, group_index_for
+from andrea_diag.probes.shadow import GroupInfo, ShadowBuffers
 
 RECOVERY_SHARE = 0.1
-# Keep c·B inside fp32 range: B grows like 1/c between renormalisations, and ‖B‖² is summed in
-# fp32 by the norm kernels, so 1/c must stay far below 1e38 (1e6: B ≤ 1e6·(1-β)·|g|). Each
-# renormalisation is one pass over the buffers, about every 130 updates at β1 = 0.9.
-RENORM_BELOW = 1e-6
-
-
-class _GroupInfo:
-    """One optimizer param group, as seen by this probe."""
-
-    def __init__(self, group: dict[str, Any], optimizer: torch.optim.Optimizer) -> None:
-        betas = group.get("betas", (0.9, 0.999))
-        self.beta1, self.beta2 = float(betas[0]), float(betas[1])
-        self.wd = float(group.get("weight_decay", 0.0) or 0.0)
-        decoupled = bool(group.get("decoupled_weight_decay", False)) or isinstance(
-            optimizer, torch.optim.AdamW
-        )
-        self.l2 = self.wd != 0.0 and not decoupled  # Adam's coupled L2: g += wd·θ
-        self.maximize = bool(group.get("maximize", False))
-        self.cm = 1.0  # m_spike = cm · Bm for this group's params
-        self.cv = 1.0
-        self.bm_sq = 0.0  # ‖Bm restricted to this group‖²
-        self.bv_sq = 0.0
 
 
 class _Spike:
@@ -110,10 +89,9 @@ class OptStateProbe:
         self._snap: list[torch.Tensor] | None = None
         self._snap_valid = False
         self._g_eff: list[torch.Tensor] | None = None
-        self._ginfo: list[_GroupInfo] | None = None
+        self._ginfo: list[GroupInfo] | None = None
         self._gid_of: dict[int, int] = {}
-        self._bm: dict[int, torch.Tensor] = {}  # id(param) -> B buffers (lazy, at first spike)
-        self._bv: dict[int, torch.Tensor] = {}
+        self._shadow = ShadowBuffers()  # B of m_spike = c·B, allocated at the first spike
         self.spikes: list[_Spike] = []
         self.max_m_share = 0.0
         self.max_v_share = 0.0
@@ -131,9 +109,9 @@ class OptStateProbe:
         ]
         return [n for n, _ in pairs], [p for _, p in pairs]
 
-    def _group_info(self, optimizer: torch.optim.Optimizer) -> list[_GroupInfo]:
+    def _group_info(self, optimizer: torch.optim.Optimizer) -> list[GroupInfo]:
         if self._ginfo is None or len(self._ginfo) != len(optimizer.param_groups):
-            self._ginfo = [_GroupInfo(g, optimizer) for g in optimizer.param_groups]
+            self._ginfo = [GroupInfo(g, optimizer) for g in optimizer.param_groups]
             self._gid_of = {
                 id(p): gi for gi, g in enumerate(optimizer.param_groups) for p in g["params"]
             }
@@ -271,21 +249,16 @@ class OptStateProbe:
             self._shadow_columns(ctx.update, row, ginfo, m_norm, v_norm)
 
     # -- pollution -------------------------------------------------------------------------
-    def _advance(self, ginfo: list[_GroupInfo]) -> None:
+    def _advance(self, ginfo: list[GroupInfo]) -> None:
         """One applied update: every spike term decays by β (scalars only, until renormalised)."""
         for sp in self.spikes:
             sp.k += 1
-        if not self._bm:  # no buffers yet: c stays 1, so the first spike's 1/c is 1
-            return
-        for info in ginfo:
-            info.cm *= info.beta1
-            info.cv *= info.beta2
-        self._renormalise(ginfo)
+        self._shadow.decay(ginfo, self._gid_of)
 
     def _add_spike(
         self,
         update: int,
-        ginfo: list[_GroupInfo],
+        ginfo: list[GroupInfo],
         gids: list[int],
         params: list[torch.Tensor],
         g_eff: list[torch.Tensor],
@@ -305,47 +278,10 @@ class OptStateProbe:
         self.recovery_m_all = self.recovery_v_all = None
         if not self.shadow or not all(math.isfinite(x) for x in gs + gs4):
             return  # a non-finite gradient would poison the buffers for good
-        for p, g, gid in zip(params, g_eff, gids, strict=True):
-            info = ginfo[gid]
-            if id(p) not in self._bm:
-                self._bm[id(p)] = torch.zeros_like(p, dtype=torch.float32)
-                self._bv[id(p)] = torch.zeros_like(p, dtype=torch.float32)
-            g32 = g.float()
-            self._bm[id(p)].add_(g32, alpha=(1 - info.beta1) / info.cm)
-            self._bv[id(p)].addcmul_(g32, g32, value=(1 - info.beta2) / info.cv)
-        self._refresh_b_norms(ginfo)
-
-    def _refresh_b_norms(self, ginfo: list[_GroupInfo]) -> None:
-        for info in ginfo:
-            info.bm_sq = info.bv_sq = 0.0
-        keys = list(self._bm)
-        if not keys:
-            return
-        bm = torch.stack(torch._foreach_norm([self._bm[k] for k in keys])).double().tolist()
-        bv = torch.stack(torch._foreach_norm([self._bv[k] for k in keys])).double().tolist()
-        for k, a, b in zip(keys, bm, bv, strict=True):
-            info = ginfo[self._gid_of.get(k, 0)]
-            info.bm_sq += a * a
-            info.bv_sq += b * b
-
-    def _renormalise(self, ginfo: list[_GroupInfo]) -> None:
-        if not any(i.cm < RENORM_BELOW or i.cv < RENORM_BELOW for i in ginfo):
-            return
-        for k in self._bm:
-            info = ginfo[self._gid_of.get(k, 0)]
-            if info.cm < RENORM_BELOW:
-                self._bm[k].mul_(info.cm)
-            if info.cv < RENORM_BELOW:
-                self._bv[k].mul_(info.cv)
-        for info in ginfo:
-            if info.cm < RENORM_BELOW:
-                info.cm = 1.0
-            if info.cv < RENORM_BELOW:
-                info.cv = 1.0
-        self._refresh_b_norms(ginfo)
+        self._shadow.add(params, g_eff, gids, ginfo, self._gid_of)
 
     def _per_spike_shares(
-        self, update: int, ginfo: list[_GroupInfo], m_norm: float, v_norm: float
+        self, update: int, ginfo: list[GroupInfo], m_norm: float, v_norm: float
     ) -> None:
         for sp in self.spikes:
             if sp.recovery_m is not None and sp.recovery_v is not None:
@@ -372,15 +308,14 @@ class OptStateProbe:
         self,
         update: int,
         row: dict[str, Any],
-        ginfo: list[_GroupInfo],
+        ginfo: list[GroupInfo],
         m_norm: float,
         v_norm: float,
     ) -> None:
-        if not self._bm:
+        if not self._shadow:
             row["m_spike_share"] = row["v_spike_share"] = 0.0
             return
-        ms = math.sqrt(sum(i.cm * i.cm * i.bm_sq for i in ginfo))
-        vs = math.sqrt(sum(i.cv * i.cv * i.bv_sq for i in ginfo))
+        ms, vs = self._shadow.norms(ginfo)
         sm = ms / m_norm if m_norm > 0 else None
         sv = vs / v_norm if v_norm > 0 else None
         row["m_spike_share"], row["v_spike_share"] = sm, sv
@@ -409,7 +344,7 @@ class OptStateProbe:
         }
 
     def shadow_bytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in [*self._bm.values(), *self._bv.values()])
+        return self._shadow.nbytes()
 
     def close(self, run_dir: Path, results: Mapping[str, Any] | None = None) -> dict[str, Any]:
         per = self.per_spike()

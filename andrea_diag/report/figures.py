@@ -25,37 +25,17 @@ from andrea_diag.report.probe_figures import (
     lockin_figure,
     optimizer_state_figure,
 )
-from andrea_diag.report.style import (  # re-exported: the page and the tests use them from here
-    BOUNDARY_SHAPE,
+from andrea_diag.report.style import (
     LAYOUT,
-    MAX_POINTS,
     SOURCE_COLORS,
     Style,
     _has,
     _keep,
     _spike_markers,
-    all_boundaries,
     mark_boundaries,
     source_names,
     thin,
 )
-
-__all__ = [
-    "BOUNDARY_SHAPE",
-    "MAX_POINTS",
-    "Style",
-    "all_boundaries",
-    "all_figures",
-    "capacity_figure",
-    "clip_coef_figure",
-    "grad_norm_figure",
-    "layer_heatmap_figure",
-    "lockin_figure",
-    "loss_figure",
-    "optimizer_state_figure",
-    "thin",
-    "weights_figure",
-]
 
 
 def loss_figure(arms: list[Arm]) -> tuple[go.Figure | None, str]:

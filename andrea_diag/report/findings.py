@@ -3,7 +3,8 @@
 Each function takes already-loaded tables (see :func:`andrea_diag.record.load_run`) and returns
 sentences. The page (html.py) shows them above the charts; the tests call them directly::
 
-    from andrea_diag.report.findings import Arm, all_findings
+    from andrea_diag.report.arms import Arm
+    from andrea_diag.report.findings import all_findings
     arms = [Arm.from_run(load_run(d)) for d in run_dirs]
     for line in all_findings(arms):
         print(line)
@@ -19,18 +20,7 @@ import math
 import pandas as pd
 
 from andrea_diag.config import ProbeConfig
-from andrea_diag.report.arms import (  # re-exported: the page, the figures and the tests use them
-    LOCKED_VERDICTS,
-    Arm,
-    boundaries,
-    final_loss,
-    fmt,
-    is_locked,
-    summary_row,
-)
-
-__all__ = ["LOCKED_VERDICTS", "Arm", "all_findings", "boundaries", "final_loss", "fmt",
-           "is_locked", "summary_row"]  # fmt: skip
+from andrea_diag.report.arms import Arm, boundaries, final_loss, fmt, is_locked
 
 MAX_LISTED_SPIKES = 10
 SAME_NATS = 0.05  # final-loss gaps under this are not called a cost or a benefit

@@ -22,8 +22,9 @@ from plotly.offline import get_plotlyjs
 from andrea_diag.errors import UserError
 from andrea_diag.record import load_run
 from andrea_diag.report.arms import Arm, fmt, summary_row
-from andrea_diag.report.figures import Style, all_figures
+from andrea_diag.report.figures import all_figures
 from andrea_diag.report.findings import all_findings
+from andrea_diag.report.style import Style
 
 MAX_SAMPLE_CHARS = 400  # per cell; long generations make the table unreadable and the file big
 PLOT_CONFIG = {"displaylogo": False, "responsive": True}

@@ -1,0 +1,118 @@
+"""Shadow buffers: the spike terms of Adam's ``m`` and ``v``, stored lazily as ``c·B``.
+
+Used by the optimizer-state probe (``optstate.py``, whose docstring derives the sums). Per
+parameter group, ``m_spike = cm·Bm`` and ``v_spike = cv·Bv``: the per-update decay multiplies the
+scalars ``c`` by β, and ``B`` changes only at a spike (``B += (1-β)·g / c``) or a
+renormalisation (``B ← c·B``, ``c ← 1``). So the shadow costs two fp32 copies of the parameters
+and a few passes per *spike*, not per update.
+
+Range (issue 11): ``c`` stays 1 until the first spike allocates ``B`` (nothing to decay before
+it), and ``B`` is renormalised in the update in which ``c`` drops below ``RENORM_BELOW``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+# Keep c·B inside fp32 range: B grows like 1/c between renormalisations, and ‖B‖² is summed in
+# fp32 by the norm kernels, so 1/c must stay far below 1e38 (1e6: B ≤ 1e6·(1-β)·|g|). Each
+# renormalisation is one pass over the buffers, about every 130 updates at β1 = 0.9.
+RENORM_BELOW = 1e-6
+
+
+class GroupInfo:
+    """One optimizer param group, as the optimizer-state probe sees it: betas, decay, c, ‖B‖²."""
+
+    def __init__(self, group: dict[str, Any], optimizer: torch.optim.Optimizer) -> None:
+        betas = group.get("betas", (0.9, 0.999))
+        self.beta1, self.beta2 = float(betas[0]), float(betas[1])
+        self.wd = float(group.get("weight_decay", 0.0) or 0.0)
+        decoupled = bool(group.get("decoupled_weight_decay", False)) or isinstance(
+            optimizer, torch.optim.AdamW
+        )
+        self.l2 = self.wd != 0.0 and not decoupled  # Adam's coupled L2: g += wd·θ
+        self.maximize = bool(group.get("maximize", False))
+        self.cm = 1.0  # m_spike = cm · Bm for this group's params
+        self.cv = 1.0
+        self.bm_sq = 0.0  # ‖Bm restricted to this group‖²
+        self.bv_sq = 0.0
+
+
+class ShadowBuffers:
+    """``B`` buffers per parameter (keyed by ``id(param)``), allocated at the first spike."""
+
+    def __init__(self) -> None:
+        self.bm: dict[int, torch.Tensor] = {}
+        self.bv: dict[int, torch.Tensor] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self.bm)
+
+    def decay(self, ginfo: list[GroupInfo], gid_of: dict[int, int]) -> None:
+        """One applied update: ``c ← β·c``, renormalised as soon as it leaves range."""
+        if not self.bm:  # no buffers yet: c stays 1, so the first spike's 1/c is 1
+            return
+        for info in ginfo:
+            info.cm *= info.beta1
+            info.cv *= info.beta2
+        self._renormalise(ginfo, gid_of)
+
+    def add(
+        self,
+        params: list[torch.Tensor],
+        g_eff: list[torch.Tensor],
+        gids: list[int],
+        ginfo: list[GroupInfo],
+        gid_of: dict[int, int],
+    ) -> None:
+        """Add a spike's terms ``(1-β)·g`` and ``(1-β)·g²`` (in units of ``c``)."""
+        for p, g, gid in zip(params, g_eff, gids, strict=True):
+            info = ginfo[gid]
+            if id(p) not in self.bm:
+                self.bm[id(p)] = torch.zeros_like(p, dtype=torch.float32)
+                self.bv[id(p)] = torch.zeros_like(p, dtype=torch.float32)
+            g32 = g.float()
+            self.bm[id(p)].add_(g32, alpha=(1 - info.beta1) / info.cm)
+            self.bv[id(p)].addcmul_(g32, g32, value=(1 - info.beta2) / info.cv)
+        self._refresh_norms(ginfo, gid_of)
+
+    def norms(self, ginfo: list[GroupInfo]) -> tuple[float, float]:
+        """(‖m_spike‖, ‖v_spike‖) over all groups, from the cached ``‖B‖`` (no tensor pass)."""
+        ms = math.sqrt(sum(i.cm * i.cm * i.bm_sq for i in ginfo))
+        vs = math.sqrt(sum(i.cv * i.cv * i.bv_sq for i in ginfo))
+        return ms, vs
+
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in [*self.bm.values(), *self.bv.values()])
+
+    def _refresh_norms(self, ginfo: list[GroupInfo], gid_of: dict[int, int]) -> None:
+        for info in ginfo:
+            info.bm_sq = info.bv_sq = 0.0
+        keys = list(self.bm)
+        if not keys:
+            return
+        bm = torch.stack(torch._foreach_norm([self.bm[k] for k in keys])).double().tolist()
+        bv = torch.stack(torch._foreach_norm([self.bv[k] for k in keys])).double().tolist()
+        for k, a, b in zip(keys, bm, bv, strict=True):
+            info = ginfo[gid_of.get(k, 0)]
+            info.bm_sq += a * a
+            info.bv_sq += b * b
+
+    def _renormalise(self, ginfo: list[GroupInfo], gid_of: dict[int, int]) -> None:
+        if not any(i.cm < RENORM_BELOW or i.cv < RENORM_BELOW for i in ginfo):
+            return
+        for k in self.bm:
+            info = ginfo[gid_of.get(k, 0)]
+            if info.cm < RENORM_BELOW:
+                self.bm[k].mul_(info.cm)
+            if info.cv < RENORM_BELOW:
+                self.bv[k].mul_(info.cv)
+        for info in ginfo:
+            if info.cm < RENORM_BELOW:
+                info.cm = 1.0
+            if info.cv < RENORM_BELOW:
+                info.cv = 1.0
+        self._refresh_norms(ginfo, gid_of)

@@ -1,0 +1,41 @@
+"""The report judges a run by the run's own thresholds, never by a restated constant."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from andrea_diag.report.arms import Arm
+from andrea_diag.report.findings import boundary_loss_finding, spike_boundary_finding
+
+
+def _arm(config: dict, summary: dict) -> Arm:
+    updates = list(range(1, 41))
+    metrics = pd.DataFrame(
+        {"update": updates, "boundary": [u == 10 for u in updates], "loss": [3.0] * 40}
+    )
+    events = pd.DataFrame([{"update": 15, "metric": "grad_norm"}])  # 5 updates after it
+    return Arm(label="a", arm="none", size="tiny", config=config, summary=summary,
+               metrics=metrics, events=events, samples=pd.DataFrame())  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("config", "summary"),
+    [
+        ({"probes": {"boundary_k": 6}}, {}),  # a run stopped before its summary
+        ({}, {"spikes": {"thresholds": {"boundary_k": 6}}}),  # the spike probe's own record
+        ({"boundary_k": 6}, {}),  # a run directory from before ProbeConfig
+    ],
+    ids=["config", "summary", "old-flat-config"],
+)
+def test_a_run_with_boundary_k_6_counts_a_spike_5_updates_after_a_boundary(config, summary):
+    arm = _arm(config, summary)
+    assert arm.boundary_k == 6
+    text = spike_boundary_finding(arm)
+    assert "1 grad-norm spikes, 1 within 6 updates after a phase boundary" in text
+    assert "over the 6 updates after a boundary" in boundary_loss_finding(arm)
+
+
+def test_the_default_window_misses_it():
+    text = spike_boundary_finding(_arm({}, {}))
+    assert "1 grad-norm spikes, 0 within 3 updates after a phase boundary" in text
