@@ -1,0 +1,123 @@
+"""The trainer's components one at a time: precision, reducer, evaluator, run state, clippers,
+and one `Trainer.train_update` in the documented order."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from andrea_diag.clip.modes import CLIPPERS, Clipper, make_clipper, mode_color, register
+from andrea_diag.config import CLIP_MODES, RunConfig
+from andrea_diag.data import BatchPlan, Mixer, prepare_data
+from andrea_diag.report.style import PREFERRED
+from andrea_diag.train.components import Evaluator, Precision, Reducer, TrainState
+from andrea_diag.train.loop import Trainer
+
+
+def _params(*grads: list[float]) -> list[torch.nn.Parameter]:
+    out = []
+    for g in grads:
+        p = torch.nn.Parameter(torch.zeros(len(g)))
+        p.grad = torch.tensor(g)
+        out.append(p)
+    return out
+
+
+def test_fp32_precision_steps_only_applied_updates_and_says_when_tf32_is_allowed() -> None:
+    p = torch.nn.Parameter(torch.ones(2))
+    opt = torch.optim.SGD([p], lr=1.0)
+    p.grad = torch.ones(2)
+    prec = Precision()
+    with prec.autocast():
+        prec.unscale_(opt)  # fp32: gradients already in true units
+    prec.step(opt, applied=False)
+    assert torch.equal(p.detach(), torch.ones(2))  # a skipped update changes nothing
+    prec.step(opt, applied=True)
+    assert torch.equal(p.detach(), torch.zeros(2))
+    assert prec.describe("high", torch.device("cpu")) == "fp32 weights and grads"
+    assert "TF32 allowed" in prec.describe("high", torch.device("cuda"))
+    assert "TF32" not in prec.describe("highest", torch.device("cuda"))
+
+
+def test_one_process_reducer_is_d_1_and_leaves_gradients_alone() -> None:
+    params = _params([3.0, 4.0])
+    red = Reducer()
+    with red.microbatch(last=False):
+        pass
+    red.reduce(params)
+    assert red.world_size == 1 and torch.equal(params[0].grad, torch.tensor([3.0, 4.0]))
+    assert Evaluator().maybe_evaluate(5, torch.nn.Linear(1, 1)) == {}
+
+
+def test_train_state_round_trips_through_its_state_dict() -> None:
+    st = TrainState(update=7, microbatches=14, examples=112, tokens=7168)
+    st.batch_hashes.append("ab")
+    st.phases.append(2)
+    again = TrainState()
+    again.load_state_dict(st.state_dict())
+    assert again == st and again.counts() == {"microbatches": 14, "examples": 112, "tokens": 7168}
+    st.batch_hashes.append("cd")  # the loaded copy does not share lists with the original
+    assert again.batch_hashes == ["ab"]
+
+
+@pytest.mark.parametrize(
+    ("mode", "post"),
+    [("none", 5.0), ("global", 1.0), ("per-tensor", math.sqrt(2.0))],
+)
+def test_each_clip_mode_reports_the_norm_the_optimizer_receives(mode: str, post: float) -> None:
+    params = _params([3.0, 4.0], [0.0, 2.0])  # norms 5 and 2, total sqrt(29)
+    res = make_clipper(mode, max_norm=1.0, impl="reference")(params)
+    after = math.sqrt(sum(float(p.grad.square().sum()) for p in params))
+    assert float(res.total_norm) == pytest.approx(math.sqrt(29.0), rel=1e-6)
+    assert float(res.post_norm) == pytest.approx(after, rel=1e-5)
+    if mode == "none":
+        assert after == pytest.approx(math.sqrt(29.0))
+    elif mode == "global":
+        assert after == pytest.approx(1.0, rel=1e-5)
+    else:
+        assert after == pytest.approx(post, rel=1e-5)  # each tensor clipped to 1 on its own
+
+
+def test_a_registered_clip_mode_reaches_the_config_choices_and_the_report_colours() -> None:
+    assert CLIP_MODES == tuple(CLIPPERS) and PREFERRED["none"] == mode_color("none")
+
+    class HalfClip(Clipper):
+        name, label, color, kernel_mode = "test-half", "half", "#123456", "none"
+
+        def __call__(self, params):  # halves every gradient, keeps the measured norms
+            res = super().__call__(params)
+            for p in params:
+                p.grad.mul_(0.5)
+            res.scale = torch.full_like(res.scale, 0.5)
+            return res
+
+    register(HalfClip)
+    try:
+        params = _params([3.0, 4.0])
+        res = make_clipper("test-half")(params)
+        assert float(res.post_norm) == pytest.approx(2.5) and mode_color("test-half") == "#123456"
+    finally:
+        del CLIPPERS["test-half"]
+    with pytest.raises(ValueError, match="unknown clip mode"):
+        make_clipper("test-half")
+
+
+def test_one_train_update_fills_a_row_in_the_documented_order(tmp_path: Path) -> None:
+    cfg = RunConfig(size="tiny", steps=3, clip="global", device="cpu").resolve()
+    data = prepare_data(cfg.sources, seed=cfg.corpus_seed)
+    plan = BatchPlan(data, Mixer(seed=0), seed=0, micro_batch=cfg.micro_batch,
+                     accum=cfg.accum, seq_len=cfg.seq_len)  # fmt: skip
+    trainer = Trainer(cfg, tmp_path / "run", data, plan)
+    before = [p.detach().clone() for p in trainer.params]
+    row = trainer.train_update(1)
+    assert trainer.state.update == 1 and trainer.state.batch_hashes == [row["batch_hash"]]
+    assert row["tokens"] == cfg.micro_batch * cfg.accum * cfg.seq_len == trainer.state.tokens
+    assert row["grad_norm_post"] <= 1.0 + 1e-5 and row["applied"] is True
+    assert "m_norm" in row and "spike" in row  # probes ran after the step and after the clip
+    assert any(not torch.equal(b, p.detach()) for b, p in zip(before, trainer.params, strict=True))
+    state = trainer.state_dict()
+    assert state["train_state"]["update"] == 1 and state["probe_driver"]["prev_phase"] == 0
+    assert set(state) >= {"model", "optimizer", "scheduler", "clipper", "precision", "reducer"}
