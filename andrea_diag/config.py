@@ -28,6 +28,7 @@ MatmulPrecision = Literal["highest", "high", "medium"]
 DeviceName = Literal["auto", "cpu", "cuda"]
 RecipeName = Literal["v1", "v2"]
 SizeName = Literal["tiny", "12m", "120m"]
+PrecisionName = Literal["fp32", "bf16", "fp16"]
 
 
 @dataclass(frozen=True)
@@ -188,6 +189,8 @@ class RunConfig:
     # fp32 matmuls on CUDA: "high" allows TF32 tensor cores (about 5x faster on an H200);
     # "highest" keeps full fp32. No effect on CPU.
     matmul_precision: MatmulPrecision = "high"
+    # fp32, bf16 autocast, or fp16 autocast + GradScaler (train/components.py)
+    precision: PrecisionName = "fp32"
     inject: list[str] = field(default_factory=list)  # "outlier@UPDATE", "nonfinite@UPDATE"
     probes: ProbeConfig = field(default_factory=ProbeConfig)
     arm: str = ""  # label inside a cascade, e.g. "global"
@@ -201,6 +204,7 @@ class RunConfig:
         _check_choice(self.clip_impl, ClipImpl, "clip implementation")
         _check_choice(self.matmul_precision, MatmulPrecision, "matmul precision")
         _check_choice(self.device, DeviceName, "device")
+        _check_choice(self.precision, PrecisionName, "precision")
         steps, m, a, t = SIZE_DEFAULTS[self.size]
         out = dataclasses.replace(
             self,

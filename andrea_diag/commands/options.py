@@ -62,6 +62,13 @@ Mixer = Annotated[
     str, typer.Option(help="seeded: a fixed phase schedule. exp3: a loss-rewarded bandit.")
 ]
 ClipImpl = Annotated[str, typer.Option(help="Clipper: auto, cuda, reference or torch.")]
+Precision = Annotated[
+    str,
+    typer.Option(
+        help="fp32; bf16 (autocast); fp16 (autocast + GradScaler: an overflow skips the "
+        "update and halves the scale, both recorded)."
+    ),
+]
 BoundaryK = Annotated[
     int,
     typer.Option(
@@ -91,6 +98,7 @@ SHARED: list[Option] = [
     ("seq_len", SeqLen, _RUN.seq_len),
     ("mixer", Mixer, _RUN.mixer),
     ("clip_impl", ClipImpl, _RUN.clip_impl),
+    ("precision", Precision, _RUN.precision),
     ("boundary_k", BoundaryK, _PROBES.boundary_k),
     ("shadow", Shadow, _PROBES.shadow),
 ]

@@ -223,12 +223,39 @@ def capacity_figure(arms: list[Arm]) -> tuple[go.Figure | None, str]:
     return fig, ""
 
 
+def loss_scale_figure(arms: list[Arm]) -> tuple[go.Figure | None, str]:
+    """fp16's loss scale per update (log axis), with the skipped (not applied) updates marked."""
+    if not any(_has(a, "loss_scale") for a in arms):
+        return None, "no loss scaling (fp32 or bf16): every update's gradients were used as is."
+    fig = go.Figure()
+    style = Style(arms)
+    skipped_total = 0
+    for a in arms:
+        m = a.metrics
+        if "loss_scale" not in m:
+            continue
+        fig.add_trace(go.Scatter(x=m["update"], y=m["loss_scale"], name=a.label,
+                                 line=style.line(a, width=1.5, shape="hv")))  # fmt: skip
+        if "applied" in m:
+            skipped = m[~m["applied"].fillna(True).astype(bool)]
+            skipped_total += len(skipped)
+            fig.add_trace(go.Scatter(x=skipped["update"], y=skipped["loss_scale"], mode="markers",
+                                     name=f"{a.label}: skipped", marker=dict(symbol="x", size=10,
+                                     color=style.color[a.arm])))  # fmt: skip
+    mark_boundaries(fig, arms)
+    fig.update_yaxes(type="log", title_text="loss scale")
+    fig.update_xaxes(title_text="optimizer update")
+    fig.update_layout(title="fp16 loss scale (x: skipped updates)", height=360, **LAYOUT)
+    return fig, f"{skipped_total} skipped (attempted, not applied) updates across arms."
+
+
 def all_figures(arms: list[Arm]) -> list[tuple[str, go.Figure | None, str]]:
     """(section title, figure or None, note) in page order."""
     return [
         ("Loss", *loss_figure(arms)),
         ("Gradient norm", *grad_norm_figure(arms)),
         ("Clip coefficient", *clip_coef_figure(arms)),
+        ("Loss scale (fp16)", *loss_scale_figure(arms)),
         ("Per-layer gradient norm", *layer_heatmap_figure(arms)),
         ("Optimizer state and pollution", *optimizer_state_figure(arms)),
         ("Lock-in metrics", *lockin_figure(arms)),

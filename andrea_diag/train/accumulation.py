@@ -56,14 +56,16 @@ def accumulate_group(
     *,
     loss_hook: Callable[[int, torch.Tensor], torch.Tensor] | None = None,
     context: Callable[[int], AbstractContextManager[Any]] | None = None,
+    backward: Callable[[torch.Tensor], None] | None = None,
 ) -> GroupResult:
     """Forward + backward every microbatch of one group; gradients accumulate in ``.grad``.
 
     ``microbatches`` are ``(inputs (B, T), targets (B, T))`` pairs whose targets may hold
     ``IGNORE``. ``loss_hook(i, loss)`` may transform microbatch i's loss before backward (the
     non-finite injection uses it). ``context(i)`` is entered around microbatch i's forward and
-    backward (the trainer's precision and reducer: autocast, DDP ``no_sync``). The caller zeroes
-    grads before and steps after.
+    backward (the trainer's precision and reducer: autocast, DDP ``no_sync``); ``backward(loss)``
+    replaces ``loss.backward()`` (fp16: through the loss scaler; the recorded loss stays
+    unscaled). The caller zeroes grads before and steps after.
     """
     if not microbatches:
         raise ValueError("an accumulation group needs at least one microbatch")
@@ -88,7 +90,10 @@ def accumulate_group(
             loss = loss_sum / group_tokens
             if loss_hook is not None:
                 loss = loss_hook(i, loss)
-            loss.backward()
+            if backward is not None:
+                backward(loss)
+            else:
+                loss.backward()
         n_tok = (y != IGNORE).sum(dim=1)  # (B,)
         ex_loss.append(tok_loss.detach().sum(dim=1) / n_tok.clamp(min=1))
         ex_tok.append(n_tok)

@@ -2,9 +2,10 @@
 
 Where the next features plug in (see the README's "Where things plug in"):
 
-- :class:`Precision`: fp32 today. Mixed precision replaces it: ``autocast()`` around the forward
-  passes, ``backward`` through a GradScaler, ``unscale_`` before the clipper, ``step`` skipped on
-  a non-finite scale, ``update`` after the step.
+- :class:`Precision` (fp32), :class:`BF16Precision` (autocast), :class:`FP16Precision` (autocast
+  plus a GradScaler): ``autocast()`` around each microbatch, ``backward`` (scaled for fp16),
+  ``unscale_`` before the clipper (both our clipper and torch's see true units), ``step`` skipped
+  when the gradients are non-finite, ``update`` after it. :func:`make_precision` picks one.
 - :class:`Reducer`: one process today. Data-parallel replicas replace it: ``no_sync`` on every
   microbatch but the last, ``reduce`` for the global token denominator and sharded norms,
   ``world_size`` for D in the run sheet.
@@ -31,8 +32,14 @@ class Precision:
 
     name = "fp32"
 
-    def autocast(self) -> contextlib.AbstractContextManager[None]:
+    def __init__(self, device: torch.device | None = None) -> None:
+        self.device = device or torch.device("cpu")
+
+    def autocast(self) -> contextlib.AbstractContextManager[Any]:
         return contextlib.nullcontext()
+
+    def backward(self, loss: torch.Tensor) -> None:
+        loss.backward()
 
     def unscale_(self, optimizer: torch.optim.Optimizer) -> None:
         """Gradients are already in true units: nothing to undo before the clipper."""
@@ -40,6 +47,10 @@ class Precision:
     def step(self, optimizer: torch.optim.Optimizer, applied: bool) -> None:
         if applied:  # a non-finite gradient skips the update (recorded as not applied)
             optimizer.step()
+
+    def scale(self) -> float | None:
+        """The loss scale this update's backward used (None: no loss scaling)."""
+        return None
 
     def describe(self, matmul_precision: str, device: torch.device) -> str:
         tf32 = matmul_precision != "highest" and device.type == "cuda"
@@ -52,6 +63,72 @@ class Precision:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         del state
+
+
+class BF16Precision(Precision):
+    """bf16 autocast for the forward passes; fp32 weights, gradients and optimizer state.
+
+    bf16 has fp32's exponent range, so no loss scaling is needed (or done)."""
+
+    name = "bf16"
+
+    def autocast(self) -> contextlib.AbstractContextManager[Any]:
+        return torch.autocast(self.device.type, dtype=torch.bfloat16)
+
+    def describe(self, matmul_precision: str, device: torch.device) -> str:
+        return "bf16 autocast (forward), fp32 weights, grads and optimizer state"
+
+
+class FP16Precision(Precision):
+    """fp16 autocast plus ``torch.amp.GradScaler`` (the seeds' third spike source: overflow).
+
+    The scale is constant within an accumulation group: ``update`` runs once per optimizer
+    update, after the step. A non-finite gradient skips the step and halves the scale.
+    """
+
+    name = "fp16"
+
+    def __init__(self, device: torch.device | None = None) -> None:
+        super().__init__(device)
+        self.scaler = torch.amp.GradScaler(self.device.type)
+
+    def autocast(self) -> contextlib.AbstractContextManager[Any]:
+        return torch.autocast(self.device.type, dtype=torch.float16)
+
+    def backward(self, loss: torch.Tensor) -> None:
+        self.scaler.scale(loss).backward()
+
+    def unscale_(self, optimizer: torch.optim.Optimizer) -> None:
+        self.scaler.unscale_(optimizer)  # records found-inf on the device: no host sync here
+
+    def step(self, optimizer: torch.optim.Optimizer, applied: bool) -> None:
+        if applied:  # the scaler would skip a non-finite step too; ours decided it already
+            self.scaler.step(optimizer)
+        self.scaler.update()  # halves the scale after an overflow, grows it after a quiet run
+
+    def scale(self) -> float | None:
+        return float(self.scaler.get_scale())  # host sync: the recorded loss_scale column
+
+    def describe(self, matmul_precision: str, device: torch.device) -> str:
+        return "fp16 autocast (forward) + GradScaler; fp32 weights, grads and optimizer state"
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"scaler": self.scaler.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.scaler.load_state_dict(state["scaler"])
+
+
+PRECISIONS: dict[str, type[Precision]] = {
+    "fp32": Precision,
+    "bf16": BF16Precision,
+    "fp16": FP16Precision,
+}
+
+
+def make_precision(name: str, device: torch.device) -> Precision:
+    """The precision component for ``--precision name`` on ``device``."""
+    return PRECISIONS[name](device)
 
 
 class Reducer:

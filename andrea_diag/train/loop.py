@@ -41,7 +41,7 @@ from andrea_diag.model import GPT
 from andrea_diag.probes import ProbeDriver, UpdateContext, build_probes
 from andrea_diag.record import Recorder
 from andrea_diag.train.accumulation import GroupResult, accumulate_group
-from andrea_diag.train.components import Evaluator, Precision, Reducer, TrainState
+from andrea_diag.train.components import Evaluator, Reducer, TrainState, make_precision
 from andrea_diag.train.optim import build_optimizer, build_scheduler
 from andrea_diag.train.summary import run_sheet, summarize, unigram_entropy
 
@@ -84,7 +84,8 @@ class Trainer:
         self.model = GPT(cfg.model).to(self.device)
         self.optimizer = build_optimizer(self.model, cfg.recipe_cfg, cfg.lr, self.device)
         self.scheduler = build_scheduler(self.optimizer, cfg.recipe_cfg.warmup_updates)
-        self.precision, self.reducer, self.evaluator = Precision(), Reducer(), Evaluator()
+        self.precision = make_precision(cfg.precision, self.device)
+        self.reducer, self.evaluator = Reducer(), Evaluator()
         self.clipper = make_clipper(cfg.clip, cfg.max_norm, cfg.clip_impl)
         self.recorder = Recorder(run_dir, cfg.to_dict())
         self.recorder.write("data.json", data.describe())
@@ -167,7 +168,9 @@ class Trainer:
             stack.enter_context(self.precision.autocast())
             return stack
 
-        return accumulate_group(self.model, micro, loss_hook=hook, context=context)
+        return accumulate_group(
+            self.model, micro, loss_hook=hook, context=context, backward=self.precision.backward
+        )
 
     def _measure(
         self, update: int, batch: Any, injected: str | None, group: GroupResult, clip: ClipResult
@@ -212,6 +215,9 @@ class Trainer:
             "grad_norm_post": post,
             "clip_coef": post / grad_norm if grad_norm > 0 and math.isfinite(grad_norm) else 1.0,
         }
+        scale = self.precision.scale()
+        if scale is not None:  # the loss scale this group's backward used (fp16)
+            row["loss_scale"] = scale
         return row, ctx
 
     # -- the whole run -------------------------------------------------------------------------

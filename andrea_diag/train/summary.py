@@ -89,6 +89,7 @@ def summarize(recorder: Recorder, cfg: RunConfig, wall_s: float) -> dict[str, An
         "pct_clipped": float(100.0 * (df["clip_coef"] < 1.0).mean()),
         "n_boundaries": int(df["boundary"].sum()),
         "nonfinite_updates": int(df["nonfinite"].sum()),
+        "applied_updates": int(df["applied"].sum()),  # attempted = n_updates
         "nonfinite_update_list": [int(u) for u in df.loc[df["nonfinite"], "update"]],
         "wall_s": wall_s,
         "boundary_loss_delta": boundary_loss_delta(
