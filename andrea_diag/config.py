@@ -191,6 +191,7 @@ class RunConfig:
     matmul_precision: MatmulPrecision = "high"
     # fp32, bf16 autocast, or fp16 autocast + GradScaler (train/components.py)
     precision: PrecisionName = "fp32"
+    replicas: int = 1  # D: data-parallel worker processes (train/distributed.py)
     inject: list[str] = field(default_factory=list)  # "outlier@UPDATE", "nonfinite@UPDATE"
     probes: ProbeConfig = field(default_factory=ProbeConfig)
     arm: str = ""  # label inside a cascade, e.g. "global"
@@ -220,6 +221,7 @@ class RunConfig:
             ("micro-batch", out.micro_batch),
             ("accum", out.accum),
             ("seq-len", out.seq_len),
+            ("nproc", out.replicas),
         ):
             if value is None or value < 1:
                 raise UserError(f"--{name} must be at least 1, got {value}")
@@ -246,8 +248,8 @@ class RunConfig:
 
     @property
     def examples_per_update(self) -> int:
-        """Effective batch m x A x D (D = 1 data replica here)."""
-        return (self.micro_batch or 0) * (self.accum or 0)
+        """Effective batch m x A x D."""
+        return (self.micro_batch or 0) * (self.accum or 0) * self.replicas
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -257,7 +259,7 @@ class RunConfig:
         d["effective_batch"] = {
             "m": self.micro_batch,
             "A": self.accum,
-            "D": 1,
+            "D": self.replicas,
             "examples": self.examples_per_update,
         }
         return d

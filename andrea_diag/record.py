@@ -163,6 +163,27 @@ class Recorder:
             self.write("summary.json", summary)
 
 
+class NullRecorder:
+    """A replica that is not rank 0: the same calls as :class:`Recorder`, nothing written."""
+
+    run_dir = None
+
+    def log(self, row: dict[str, Any]) -> None:
+        del row
+
+    def event(self, row: dict[str, Any]) -> None:
+        del row
+
+    def sample(self, row: dict[str, Any]) -> None:
+        del row
+
+    def write(self, name: str, obj: Any) -> None:
+        del name, obj
+
+    def close(self, summary: dict[str, Any] | None = None) -> None:
+        del summary
+
+
 def read_jsonl(path: Path) -> pd.DataFrame:
     """Read a JSONL table, skipping undecodable lines (a torn row from a crash) with a warning:
     every intact row is kept, before and after it."""

@@ -85,6 +85,15 @@ Shadow = Annotated[
     ),
 ]
 
+Nproc = Annotated[
+    int,
+    typer.Option(
+        "--nproc",
+        help="Data-parallel replicas D: worker processes (gloo on CPU, NCCL on GPUs), each "
+        "training m of every microbatch's m*D sequences.",
+    ),
+]
+
 Option = tuple[str, Any, Any]  # (parameter name, Annotated type, default)
 # Every run command: how to train and probe, where to write.
 SHARED: list[Option] = [
@@ -109,6 +118,7 @@ ONE_CELL: list[Option] = [
     ("lr", Lr, _RUN.lr),
     ("seed", Seed, _RUN.seed),
     ("inject", Inject, None),
+    ("nproc", Nproc, _RUN.replicas),
 ]
 PROBE_FIELDS = ("boundary_k", "shadow")  # options that are ProbeConfig fields
 NOT_CONFIG = ("out", "source", "inject")  # options that are not RunConfig fields as given
@@ -143,6 +153,8 @@ def base_config(opts: RunOptions, **overrides: Any) -> RunConfig:
     """The shared RunConfig of a command's arms, validated before any work starts."""
     values = {**opts, **overrides}
     probes = ProbeConfig(**{k: values[k] for k in PROBE_FIELDS if k in values})
+    if "nproc" in values:
+        values["replicas"] = values.pop("nproc")
     fields = {k: v for k, v in values.items() if k not in (*PROBE_FIELDS, *NOT_CONFIG)}
     cfg = RunConfig(
         sources=parse_source_overrides(values.get("source") or []),

@@ -19,6 +19,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import torch
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -27,6 +28,7 @@ from andrea_diag.data import BatchPlan, Mixer, PreparedData, prepare_data
 from andrea_diag.device import resolve_device
 from andrea_diag.errors import UserError
 from andrea_diag.record import write_json
+from andrea_diag.train.distributed import env_rank, env_world_size, init_from_env, launch
 from andrea_diag.train.loop import train_arm
 
 
@@ -112,13 +114,15 @@ def run_arms(
     """Train each resolved config as an arm under ``out_dir/<arm>``, on one shared batch plan."""
     console = console or Console(stderr=True)
     first = configs[0]
+    info = init_from_env(resolve_device(first.device).type)  # D > 1: join the replicas
     # The first arm records the batch plan (an exp3 mixer needs its losses); every later arm
-    # replays the saved plan, verified batch by batch against the recorded hashes.
+    # replays the saved plan, verified batch by batch against the recorded hashes. The plan
+    # draws m x A x D sequences per update; each replica trains on its own m of them.
     plan = BatchPlan(
         data,
         Mixer(seed=first.seed, policy=first.mixer),
         seed=first.seed,
-        micro_batch=first.micro_batch,
+        micro_batch=first.micro_batch * first.replicas,
         accum=first.accum,
         seq_len=first.seq_len,
     )
@@ -126,8 +130,10 @@ def run_arms(
     summaries: dict[str, dict[str, Any]] = {}
     with _progress(console) as progress:
         for i, cfg in enumerate(configs):
-            if i == 1:
+            if i == 1 and info.is_main:
                 plan.save(plan_path)
+            if i == 1 and info.world_size > 1:
+                torch.distributed.barrier()  # the others replay what rank 0 just saved
             arm_plan = plan if i == 0 else BatchPlan.load(plan_path, data)
             task = progress.add_task(cfg.arm, total=cfg.steps, loss="-", gn="-")
 
@@ -148,9 +154,31 @@ def run_arms(
                     )
 
             summaries[cfg.arm] = train_arm(cfg, out_dir / cfg.arm, data, arm_plan, progress=tick)
-    if len(configs) == 1:
+    if len(configs) == 1 and info.is_main:
         plan.save(plan_path)
     return summaries
+
+
+def _arms_worker(configs: list[RunConfig], out_dir: Path, data: PreparedData) -> None:
+    """One replica of ``--nproc``: train every arm on the data the launcher prepared (passed
+    whole, so every replica sees exactly the launcher's tokens)."""
+    main = env_rank() == 0
+    run_arms(configs, out_dir, data, Console(stderr=True, quiet=not main))
+
+
+def _launch_replicas(
+    configs: list[RunConfig], out_dir: Path, data: PreparedData
+) -> dict[str, dict[str, Any]]:
+    """Start D worker processes for the arms; rank 0 writes, so the summaries are read back."""
+    try:
+        launch(configs[0].replicas, _arms_worker, configs, out_dir, data)
+    except torch.multiprocessing.ProcessRaisedException as exc:
+        last = str(exc).strip().splitlines()[-1]
+        raise UserError(
+            f"a replica process failed: {last}",
+            hint=f"{out_dir} keeps what rank 0 recorded before the failure",
+        ) from None
+    return {c.arm: json.loads((out_dir / c.arm / "summary.json").read_text()) for c in configs}
 
 
 def hashes_identical(out_dir: Path, arms: list[str]) -> bool:
@@ -178,14 +206,15 @@ def run_cascade(
     data = data or load_data(configs[0], console)
     check_streams(data, configs[0].seq_len)
     out_dir = spec.out or default_out("cascade", configs[0].size)
-    if out_dir.exists() and not out_dir.is_dir():
-        raise UserError(f"--out {out_dir} is a file, not a directory")
-    if out_dir.exists() and any(out_dir.iterdir()):
-        raise UserError(
-            f"output directory {out_dir} exists and is not empty",
-            hint="choose another --out; nothing was overwritten",
-        )
-    out_dir.mkdir(parents=True, exist_ok=True)
+    world = env_world_size()  # > 1 under torchrun: every rank runs this function
+    if world > 1:
+        if configs[0].replicas not in (1, world):
+            raise UserError(f"--nproc {configs[0].replicas} under a launcher of {world} processes")
+        configs = [dataclasses.replace(c, replicas=world) for c in configs]
+    main = env_rank() == 0
+    if main:
+        _check_out_dir(out_dir)
+        out_dir.mkdir(parents=True, exist_ok=True)
     meta = {
         "arms": spec.clips,
         "size": configs[0].size,
@@ -194,11 +223,18 @@ def run_cascade(
         "max_norm": configs[0].max_norm,
         "recipe": configs[0].recipe,
         "steps": configs[0].steps,
+        "replicas": configs[0].replicas,
         "command": " ".join(shlex.quote(a) for a in ["andrea-diag", *sys.argv[1:]]),
         "status": "running",
     }
-    write_json(out_dir / "cascade.json", meta)
-    summaries = run_arms(configs, out_dir, data, console)
+    if main:
+        write_json(out_dir / "cascade.json", meta)
+    if configs[0].replicas > 1 and world == 1:
+        summaries = _launch_replicas(configs, out_dir, data)  # this process only launches and waits
+    else:
+        summaries = run_arms(configs, out_dir, data, console)
+    if not main:
+        return CascadeResult(out_dir, None, {}, True)
     identical = hashes_identical(out_dir, spec.clips)
     meta.update(status="done", batch_hashes_identical=identical)
     write_json(out_dir / "cascade.json", meta)
@@ -208,6 +244,16 @@ def run_cascade(
 
         report = render_cascade(out_dir)
     return CascadeResult(out_dir, report, summaries, identical)
+
+
+def _check_out_dir(out_dir: Path) -> None:
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UserError(f"--out {out_dir} is a file, not a directory")
+    if out_dir.exists() and any(out_dir.iterdir()):
+        raise UserError(
+            f"output directory {out_dir} exists and is not empty",
+            hint="choose another --out; nothing was overwritten",
+        )
 
 
 def report_renderer_available(console: Console, out_dir: Path) -> bool:

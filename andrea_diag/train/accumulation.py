@@ -57,6 +57,7 @@ def accumulate_group(
     loss_hook: Callable[[int, torch.Tensor], torch.Tensor] | None = None,
     context: Callable[[int], AbstractContextManager[Any]] | None = None,
     backward: Callable[[torch.Tensor], None] | None = None,
+    denominator: Callable[[int], int] | None = None,
 ) -> GroupResult:
     """Forward + backward every microbatch of one group; gradients accumulate in ``.grad``.
 
@@ -65,13 +66,17 @@ def accumulate_group(
     non-finite injection uses it). ``context(i)`` is entered around microbatch i's forward and
     backward (the trainer's precision and reducer: autocast, DDP ``no_sync``); ``backward(loss)``
     replaces ``loss.backward()`` (fp16: through the loss scaler; the recorded loss stays
-    unscaled). The caller zeroes grads before and steps after.
+    unscaled). ``denominator(local_tokens)`` gives the tokens to divide by: data-parallel replicas
+    pass the all-reduced global count, so each replica's share sums to the full-batch loss. The
+    caller zeroes grads before and steps after.
     """
     if not microbatches:
         raise ValueError("an accumulation group needs at least one microbatch")
     # Fix the denominator first: the group's supervised tokens, padding excluded.
     # host sync: one per group, to know the denominator as a Python int (recorded in metrics).
     group_tokens = int(sum(int((y != IGNORE).sum()) for _, y in microbatches))
+    if denominator is not None:
+        group_tokens = denominator(group_tokens)
     if group_tokens == 0:
         raise ValueError("the accumulation group has no supervised tokens")
     ex_loss, ex_tok, sums = [], [], []

@@ -132,10 +132,22 @@ def make_precision(name: str, device: torch.device) -> Precision:
 
 
 class Reducer:
-    """One process: gradients are already global, D = 1."""
+    """One process: gradients are already global, D = 1 (``distributed.DDPReducer`` for D > 1)."""
 
     world_size = 1
     rank = 0
+
+    def global_tokens(self, local: int, device: torch.device) -> int:
+        """The group's supervised tokens over all replicas (the loss denominator)."""
+        del device
+        return local
+
+    def backward_factor(self) -> float:
+        """What the loss is multiplied by at backward (DDP: D, to undo its averaging)."""
+        return 1.0
+
+    def all_reduce_sum(self, value: torch.Tensor) -> torch.Tensor:
+        return value
 
     @contextlib.contextmanager
     def microbatch(self, last: bool) -> Iterator[None]:

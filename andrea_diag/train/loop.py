@@ -39,9 +39,15 @@ from andrea_diag.data.batches import make_outlier_batch, outlier_generator
 from andrea_diag.device import resolve_device
 from andrea_diag.model import GPT
 from andrea_diag.probes import ProbeDriver, UpdateContext, build_probes
-from andrea_diag.record import Recorder
+from andrea_diag.record import NullRecorder, Recorder
 from andrea_diag.train.accumulation import GroupResult, accumulate_group
 from andrea_diag.train.components import Evaluator, Reducer, TrainState, make_precision
+from andrea_diag.train.distributed import (
+    DDPReducer,
+    gather_examples,
+    init_from_env,
+    replica_slice,
+)
 from andrea_diag.train.optim import build_optimizer, build_scheduler
 from andrea_diag.train.summary import run_sheet, summarize, unigram_entropy
 
@@ -78,6 +84,9 @@ class Trainer:
     def __init__(self, cfg: RunConfig, run_dir: Path, data: Any, plan: Any) -> None:
         self.cfg, self.run_dir, self.data, self.plan = cfg, run_dir, data, plan
         self.device = resolve_device(cfg.device)
+        self.dist = init_from_env(self.device.type)  # D > 1 under --nproc or torchrun
+        if self.device.type == "cuda" and self.dist.world_size > 1:
+            self.device = torch.device("cuda", self.dist.local_rank)
         self.injections = parse_injections(cfg.inject, cfg.steps)
         torch.set_float32_matmul_precision(cfg.matmul_precision)
         torch.manual_seed(cfg.seed)  # same init in every arm: only the clip mode differs
@@ -85,25 +94,29 @@ class Trainer:
         self.optimizer = build_optimizer(self.model, cfg.recipe_cfg, cfg.lr, self.device)
         self.scheduler = build_scheduler(self.optimizer, cfg.recipe_cfg.warmup_updates)
         self.precision = make_precision(cfg.precision, self.device)
-        self.reducer, self.evaluator = Reducer(), Evaluator()
+        self.reducer: Reducer | DDPReducer = Reducer()
+        self.forward_model: torch.nn.Module = self.model
+        if self.dist.world_size > 1:
+            self.reducer = DDPReducer(self.model, self.dist, self.device)
+            self.forward_model = self.reducer.module
+        self.evaluator = Evaluator()
         self.clipper = make_clipper(cfg.clip, cfg.max_norm, cfg.clip_impl)
-        self.recorder = Recorder(run_dir, cfg.to_dict())
+        # rank 0 alone writes: the other replicas record nothing and run no probes
+        self.recorder = Recorder(run_dir, cfg.to_dict()) if self.dist.is_main else NullRecorder()
         self.recorder.write("data.json", data.describe())
         self.names, self.params = (
             list(t) for t in zip(*self.model.named_parameters(), strict=True)
         )
         # lock-in prompts: the first tokens of each source stream (a document start), fixed per data
         prompts = {name: data.streams[name][:PROMPT_TOKENS] for name in SOURCE_NAMES}
-        self.probes = ProbeDriver(
-            build_probes(
-                cfg,
-                self.model,
-                prompts=prompts,
-                tokenizer=data.tokenizer,
-                unigram_entropy=unigram_entropy(data.token_counts),
-            ),
-            self.recorder,
+        probes = build_probes(
+            cfg,
+            self.model,
+            prompts=prompts,
+            tokenizer=data.tokenizer,
+            unigram_entropy=unigram_entropy(data.token_counts),
         )
+        self.probes = ProbeDriver(probes if self.dist.is_main else [], self.recorder)
         self.rare_ids = data.rare_token_ids()
         self.state = TrainState()
 
@@ -157,7 +170,7 @@ class Trainer:
         return batch, injected
 
     def _accumulate(self, batch: Any, injected: str | None) -> GroupResult:
-        tokens = batch.tokens.to(self.device)  # (A, m, T+1)
+        tokens = replica_slice(batch.tokens, self.dist).to(self.device)  # (A, m, T+1)
         micro = [(tokens[a, :, :-1], tokens[a, :, 1:]) for a in range(tokens.size(0))]
         self.optimizer.zero_grad(set_to_none=True)  # between groups only
         hook = _overflow_last(len(micro)) if injected == "nonfinite" else None
@@ -168,22 +181,35 @@ class Trainer:
             stack.enter_context(self.precision.autocast())
             return stack
 
+        factor = self.reducer.backward_factor()
+
+        def backward(loss: torch.Tensor) -> None:
+            self.precision.backward(loss * factor if factor != 1.0 else loss)
+
         return accumulate_group(
-            self.model, micro, loss_hook=hook, context=context, backward=self.precision.backward
+            self.forward_model,
+            micro,
+            loss_hook=hook,
+            context=context,
+            backward=backward,
+            denominator=lambda n: self.reducer.global_tokens(n, self.device),
         )
 
     def _measure(
         self, update: int, batch: Any, injected: str | None, group: GroupResult, clip: ClipResult
     ) -> tuple[dict[str, Any], UpdateContext]:
         # host sync: once per update, to log scalars and to decide whether to step.
-        loss = float(group.loss)
+        loss = float(self.reducer.all_reduce_sum(group.loss))  # every replica: the global loss
+        accum = batch.tokens.size(0)
+        example_loss = gather_examples(group.example_loss, self.dist, accum)
+        example_tokens = gather_examples(group.example_tokens, self.dist, accum)
         grad_norm = float(clip.total_norm)
         post = float(clip.post_norm)
         nonfinite = bool(clip.nonfinite) or not math.isfinite(loss)
         example_source = batch.source_idx.reshape(-1).to(self.device)
         st = self.state
         st.microbatches += group.microbatches
-        st.examples += int(group.example_loss.numel())
+        st.examples += int(example_loss.numel())
         st.tokens += group.tokens
         row: dict[str, Any] = {}
         ctx = self.probes.context(
@@ -193,7 +219,7 @@ class Trainer:
             param_names=self.names,
             params=self.params,
             loss=loss,
-            example_loss=group.example_loss,
+            example_loss=example_loss,
             example_source=example_source,
             clip=clip,
             row=row,
@@ -209,7 +235,7 @@ class Trainer:
             "boundary": ctx.boundary,
             **{f"w_{k}": v for k, v in batch.weights.items()},
             "loss": loss,
-            **_per_source_loss(group.example_loss, group.example_tokens, example_source),
+            **_per_source_loss(example_loss, example_tokens, example_source),
             "grad_norm": grad_norm,
             "lr": self.optimizer.param_groups[0]["lr"],
             "grad_norm_post": post,
@@ -235,6 +261,8 @@ class Trainer:
         return self._close(time.perf_counter() - t_start)
 
     def _close_crashed(self) -> None:
+        if not self.dist.is_main:
+            return
         # Keep everything recorded so far: the probes' events (spikes are written at close)
         # and metrics.parquet. Neither may replace the error that stopped the run.
         partial: dict[str, Any] = {"status": "crashed"}
@@ -245,6 +273,8 @@ class Trainer:
             self.recorder.write("partial_summary.json", partial)
 
     def _close(self, wall_s: float) -> dict[str, Any]:
+        if not self.dist.is_main:
+            return {}
         summary = summarize(self.recorder, self.cfg, wall_s=wall_s)
         summary["run_sheet"] = run_sheet(
             self.cfg,
