@@ -121,3 +121,21 @@ def test_one_train_update_fills_a_row_in_the_documented_order(tmp_path: Path) ->
     state = trainer.state_dict()
     assert state["train_state"]["update"] == 1 and state["probe_driver"]["prev_phase"] == 0
     assert set(state) >= {"model", "optimizer", "scheduler", "clipper", "precision", "reducer"}
+
+
+def test_out_of_memory_is_one_line_with_the_same_effective_batch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from typer.testing import CliRunner
+
+    from andrea_diag.cli import app
+
+    def oom(*args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    monkeypatch.setattr("andrea_diag.train.loop.accumulate_group", oom)
+    res = CliRunner().invoke(app, ["train", "--steps", "3", "--out", str(tmp_path / "r")])
+    assert res.exit_code != 0 and "Traceback" not in res.output
+    assert "out of memory at update 1 of arm global with m=8, A=2, D=1" in res.output
+    assert "--micro-batch 4 --accum 4" in res.output  # 8*2 = 4*4: the same effective batch
+    assert (tmp_path / "r" / "global" / "partial_summary.json").exists()  # nothing recorded lost

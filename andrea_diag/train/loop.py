@@ -37,6 +37,7 @@ from andrea_diag.clip.modes import make_clipper
 from andrea_diag.config import SOURCE_NAMES, RunConfig, parse_injections
 from andrea_diag.data.batches import make_outlier_batch, outlier_generator
 from andrea_diag.device import resolve_device
+from andrea_diag.errors import UserError
 from andrea_diag.model import GPT
 from andrea_diag.probes import ProbeDriver, UpdateContext, build_probes
 from andrea_diag.record import NullRecorder, Recorder
@@ -255,10 +256,27 @@ class Trainer:
                 row = self.train_update(update)
                 if progress is not None:
                     progress(update, row)
+        except torch.OutOfMemoryError:
+            self._close_crashed()
+            raise UserError(*self._oom_advice()) from None
         except BaseException:
             self._close_crashed()
             raise
         return self._close(time.perf_counter() - t_start)
+
+    def _oom_advice(self) -> tuple[str, str]:
+        """One line for an out-of-memory error: the same effective batch with a smaller m."""
+        m, a, d = self.cfg.micro_batch, self.cfg.accum, self.cfg.replicas
+        where = f"update {self.state.update + 1} of arm {self.cfg.arm}"
+        message = f"out of memory at {where} with m={m}, A={a}, D={d} ({self.device})"
+        if m > 1:
+            m2 = max(1, m // 2)
+            a2 = a * m // m2 if (a * m) % m2 == 0 else None
+            if a2 is not None:
+                return message, (
+                    f"keep the effective batch m*A*D = {m * a * d}: --micro-batch {m2} --accum {a2}"
+                )
+        return message, "lower --seq-len or use a smaller --size; m is already 1"
 
     def _close_crashed(self) -> None:
         if not self.dist.is_main:
