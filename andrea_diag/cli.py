@@ -4,6 +4,7 @@ andrea-diag cascade --size tiny            # clipped vs unclipped arms + HTML re
 andrea-diag train --size 12m --clip none   # one arm
 andrea-diag report runs/cascade-tiny-*/    # re-render a report
 andrea-diag bench-kernels                  # clipper benchmarks (GPU, or CPU paths)
+andrea-diag accum-check                    # accumulation loop vs full batch, and the mistakes
 andrea-diag doctor                         # what this machine can run
 """
 
@@ -14,6 +15,7 @@ from typing import Annotated
 import typer
 
 from andrea_diag import __version__
+from andrea_diag.commands.accum_check import accum_check
 from andrea_diag.commands.bench_kernels import bench_kernels
 from andrea_diag.commands.doctor import doctor
 from andrea_diag.commands.errors import friendly_errors
@@ -52,6 +54,7 @@ app.command("sweep")(friendly_errors(sweep))
 app.command("report")(friendly_errors(report))
 
 app.command("bench-kernels")(friendly_errors(bench_kernels))
+app.command("accum-check")(friendly_errors(accum_check))
 app.command("doctor")(friendly_errors(doctor))
 
 if __name__ == "__main__":
