@@ -37,7 +37,9 @@ def test_exact_vocab_size(fresh):
 def test_cache_reused_without_retraining(fresh):
     cache, data = fresh
     files = sorted(p for p in cache.rglob("*") if p.is_file())
-    assert {p.name for p in files} == {"tokenizer.json", *(f"{n}.npy" for n in SOURCE_NAMES)}
+    streams = {f"{n}.npy" for n in SOURCE_NAMES}
+    sidecars = {f"{n}.json" for n in streams}  # length + checksum of each stream
+    assert {p.name for p in files} == {"tokenizer.json", *streams, *sidecars}
     before = {p: p.stat().st_mtime_ns for p in files}
     again = prepare_data(cache_dir=cache)
     assert not again.trained

@@ -27,9 +27,9 @@ from andrea_diag.data.tokenizer import (
     RECIPE_VERSION,
     SPECIAL_TOKENS,
     data_key,
-    file_sha256,
     load_or_encode_streams,
     load_or_train_tokenizer,
+    tokenizer_sha256,
 )
 
 
@@ -41,7 +41,7 @@ class PreparedData:
     tokenizer: Tokenizer
     streams: dict[str, torch.Tensor]  # name -> (n_tokens,) int64
     key: str  # data_key(): identifies the sources' bytes + vocab size
-    tokenizer_path: Path
+    tokenizer_path: Path  # its cache file; absent when the cache folder was unwritable
     seed: int
     trained: bool  # True when this call trained the tokenizer (False: loaded from the cache)
 
@@ -91,7 +91,9 @@ class PreparedData:
                 "vocab_size": self.vocab_size,
                 "special_tokens": list(SPECIAL_TOKENS),
                 "path": str(self.tokenizer_path),
-                "sha256": file_sha256(self.tokenizer_path),
+                # Hashed from the tokenizer itself (equal to the cache file's sha256): the file
+                # is absent when the cache folder could not be written.
+                "sha256": tokenizer_sha256(self.tokenizer),
             },
             "sources": {
                 name: {**src.describe(), "n_tokens": int(self.streams[name].numel())}
@@ -113,7 +115,9 @@ def prepare_data(
 
     ``overrides`` maps source names to user paths (see :func:`corpus.load_override`);
     ``seed`` is the corpus seed (see the module docstring); ``cache_dir`` defaults to
-    ``$ANDREA_DIAG_CACHE`` or ``~/.cache/andrea-diag``.
+    ``$ANDREA_DIAG_CACHE`` or ``~/.cache/andrea-diag``. Every cached file is verified before use
+    and rebuilt when truncated or corrupt; an unwritable cache folder means this call works from
+    memory (one warning line each; see :mod:`andrea_diag.data.tokenizer`).
     """
     cache = Path(cache_dir).expanduser() if cache_dir is not None else None
     sources = build_sources(overrides, seed=seed, target_bytes=target_bytes)

@@ -8,16 +8,28 @@
 8449 = 256 byte symbols + 1 special token (``<|endoftext|>``) + 8192 merges, the ANDREA vocab.
 The cache lives in ``$ANDREA_DIAG_CACHE`` or ``~/.cache/andrea-diag``, one folder per
 :func:`data_key` (a hash of every source's bytes and the vocab size), holding
-``tokenizer.json`` and one ``<source>.npy`` token stream per source. Files are written to a
-temporary name and renamed, so two processes preparing the same data cannot see half a file.
+``tokenizer.json`` and one ``<source>.npy`` token stream per source, each stream with a
+``<source>.npy.json`` sidecar (its element count, dtype, sha256 and the tokenizer's sha256)
+written after it. Files are written to a temporary name, fsynced and renamed, so two processes
+preparing the same data cannot see half a file.
 Training is deterministic: two fresh processes (different PYTHONHASHSEED) wrote byte-identical
 tokenizer.json files, so a cleared cache rebuilds the same ids.
+
+Nothing in the cache is trusted unread: a tokenizer.json that does not parse or has the wrong
+vocab size is retrained, and a stream whose bytes do not match its sidecar (truncated by an
+interrupted run, a full disk, a crash between the two writes, or a cache written before the
+sidecars existed: those streams are re-encoded once) is re-encoded, each with one warning line.
+A folder that cannot be written (read-only, permission denied, full) is not fatal: the data is
+built in memory for this run, with one warning line, and rebuilt next time.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import io
 import json
+import logging
 import os
 import tempfile
 from collections.abc import Mapping
@@ -33,6 +45,13 @@ from andrea_diag.errors import UserError
 SPECIAL_TOKENS = (EOT,)
 # Bump when the training recipe changes, so old caches are not silently reused.
 RECIPE_VERSION = "bytelevel-bpe-v1"
+# Names the stream sidecar's layout; a sidecar with another value is untrusted (re-encoded).
+STREAM_FORMAT = "andrea-diag-stream-v1"
+
+log = logging.getLogger("andrea_diag.data")
+# Folders already reported unwritable in this process: one warning per folder, not one per file
+# (a tokenizer and three streams would otherwise print four lines for the same cause).
+_unwritable_warned: set[Path] = set()
 
 
 def default_cache_dir() -> Path:
@@ -84,19 +103,93 @@ def train_tokenizer(sources: Mapping[str, Source], vocab_size: int = VOCAB_SIZE)
 
 
 def _atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to a temporary sibling, fsync it, then rename it over ``path``."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
+            fh.flush()
+            # Without fsync a crash soon after the rename can leave an empty or short file under
+            # the final name (delayed allocation); the readers would catch it, but need not.
+            os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # the folder may refuse this too; keep the 1st error
+            Path(tmp).unlink(missing_ok=True)
         raise
 
 
+def _cache_write(path: Path, data: bytes) -> bool:
+    """Write one cache file; when the folder refuses it, warn once and return False.
+
+    The caller keeps its in-memory result either way: an unwritable cache costs a rebuild next
+    run, never this run.
+    """
+    try:
+        _atomic_write_bytes(path, data)
+        return True
+    except OSError as exc:
+        folder = path.parent
+        if folder not in _unwritable_warned:
+            _unwritable_warned.add(folder)
+            log.warning(
+                "data cache %s cannot be written (%s): using the data from memory for this run "
+                "(point ANDREA_DIAG_CACHE at a writable folder to keep it)",
+                folder,
+                exc.strerror or exc,
+            )
+        return False
+
+
+class _Untrusted(Exception):
+    """A cache file exists but cannot be trusted; the message says why (for the warning)."""
+
+
+def _read_cached(path: Path) -> bytes | None:
+    """The file's bytes; None when it does not exist (a first build, nothing to warn about)."""
+    try:
+        return path.read_bytes()
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:  # permission denied, an I/O error, a folder in its place
+        raise _Untrusted(f"unreadable: {exc.strerror or exc}") from exc
+
+
+def _one_line(exc: BaseException, limit: int = 100) -> str:
+    """An exception's text on one short line, for a warning that must stay one line."""
+    text = " ".join(str(exc).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def _cache_folder(cache_dir: Path | None, key: str) -> Path:
+    """The folder holding one data key's tokenizer and streams."""
     return (cache_dir or default_cache_dir()) / f"data-{key[:16]}"
+
+
+def tokenizer_sha256(tokenizer: Tokenizer) -> str:
+    """Hex sha256 of the tokenizer's JSON, the bytes its cache file holds.
+
+    Hashing the object rather than the file also works when the cache could not be written; the
+    JSON is stable (a loaded tokenizer serialises to the bytes it was loaded from).
+    """
+    return hashlib.sha256(tokenizer.to_str().encode("utf-8")).hexdigest()
+
+
+def _load_tokenizer(path: Path, vocab_size: int) -> Tokenizer | None:
+    """The cached tokenizer if sound; None if absent; raises _Untrusted if corrupt."""
+    data = _read_cached(path)
+    if data is None:
+        return None
+    try:
+        tok = Tokenizer.from_str(data.decode("utf-8"))
+    except Exception as exc:  # tokenizers raises a bare Exception for every parse error
+        raise _Untrusted(f"{len(data)} bytes that do not parse: {_one_line(exc)}") from exc
+    got = tok.get_vocab_size()
+    if got != vocab_size or tok.token_to_id(EOT) is None:
+        # The folder is keyed by vocab size, so this is a foreign or damaged file.
+        raise _Untrusted(f"{got} tokens, expected {vocab_size} including {EOT}")
+    return tok
 
 
 def load_or_train_tokenizer(
@@ -104,16 +197,22 @@ def load_or_train_tokenizer(
     vocab_size: int = VOCAB_SIZE,
     cache_dir: Path | None = None,
 ) -> tuple[Tokenizer, Path, bool]:
-    """Return (tokenizer, its cached tokenizer.json path, whether it was trained just now)."""
+    """Return (tokenizer, its cached tokenizer.json path, whether it was trained just now).
+
+    A corrupt cache file is retrained over (one warning); an unwritable folder leaves the path
+    absent and the tokenizer in memory (one warning).
+    """
     folder = _cache_folder(cache_dir, data_key(sources, vocab_size))
     path = folder / "tokenizer.json"
-    if path.is_file():
-        tok = Tokenizer.from_file(str(path))
-        if tok.get_vocab_size() == vocab_size:
-            return tok, path, False
-        # A corrupt or foreign file: fall through and retrain over it.
+    try:
+        tok = _load_tokenizer(path, vocab_size)
+    except _Untrusted as why:
+        log.warning("data cache %s: retraining untrusted tokenizer.json (%s)", folder, why)
+        tok = None
+    if tok is not None:
+        return tok, path, False
     tok = train_tokenizer(sources, vocab_size)
-    _atomic_write_bytes(path, tok.to_str().encode("utf-8"))
+    _cache_write(path, tok.to_str().encode("utf-8"))
     return tok, path, True
 
 
@@ -127,41 +226,100 @@ def encode_documents(tokenizer: Tokenizer, documents: tuple[str, ...] | list[str
     return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int32)
 
 
+def _sidecar(path: Path) -> Path:
+    """``<name>.npy`` -> ``<name>.npy.json``, the stream's length and checksum."""
+    return path.with_name(path.name + ".json")
+
+
+def _load_stream(path: Path, tok_sha: str) -> np.ndarray | None:
+    """The cached stream if its sidecar vouches for it; None if absent; else _Untrusted."""
+    data = _read_cached(path)
+    if data is None:
+        return None
+    raw = _read_cached(_sidecar(path))
+    if raw is None:
+        raise _Untrusted("no checksum sidecar: an older cache or a write cut short")
+    try:
+        meta = json.loads(raw)
+    except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError are both ValueErrors
+        raise _Untrusted("its sidecar is not JSON") from exc
+    if not isinstance(meta, dict) or meta.get("format") != STREAM_FORMAT:
+        raise _Untrusted("its sidecar has an unknown format")
+    # The checksum first: it catches truncation and bit rot before numpy parses anything.
+    if hashlib.sha256(data).hexdigest() != meta.get("sha256"):
+        raise _Untrusted(f"{len(data)} bytes whose sha256 differs from its sidecar's")
+    if meta.get("tokenizer_sha256") != tok_sha:
+        raise _Untrusted("encoded with a different tokenizer")
+    try:
+        arr = np.load(io.BytesIO(data), allow_pickle=False)
+    except (ValueError, OSError, EOFError) as exc:
+        raise _Untrusted(f"not a .npy array: {_one_line(exc)}") from exc
+    if arr.dtype != np.int32 or arr.ndim != 1 or arr.size != meta.get("n_tokens"):
+        raise _Untrusted(
+            f"{arr.dtype} {arr.shape}, its sidecar says int32 ({meta.get('n_tokens')},)"
+        )
+    return arr
+
+
+def _write_stream(path: Path, arr: np.ndarray, tok_sha: str) -> None:
+    """Write the .npy, then its sidecar: a crash between the two leaves no sidecar or a stale
+    one, and either makes the next read rebuild."""
+    data = _npy_bytes(arr)
+    meta = {
+        "format": STREAM_FORMAT,
+        "dtype": "int32",
+        "n_tokens": int(arr.size),
+        "sha256": hashlib.sha256(data).hexdigest(),
+        "tokenizer_sha256": tok_sha,
+    }
+    if _cache_write(path, data):
+        _cache_write(_sidecar(path), json.dumps(meta, indent=1).encode("utf-8"))
+
+
 def load_or_encode_streams(
     tokenizer: Tokenizer,
     tokenizer_path: Path,
     sources: Mapping[str, Source],
 ) -> tuple[dict[str, np.ndarray], bool]:
-    """Token streams per source, cached as ``<name>.npy`` beside the tokenizer.
+    """Token streams per source, cached as ``<name>.npy`` (+ sidecar) beside the tokenizer.
 
     Returns (streams, whether any stream was encoded just now). The folder is keyed by the
-    sources' bytes, so a cached stream always belongs to the same text and tokenizer.
+    sources' bytes and each sidecar names the tokenizer, so a stream that passes its checks
+    belongs to the same text and tokenizer. Untrusted streams are re-encoded, with one warning
+    line for all of them.
     """
+    tok_sha = tokenizer_sha256(tokenizer)
     out: dict[str, np.ndarray] = {}
+    rebuilt: list[str] = []
     encoded = False
     for name, source in sources.items():
         path = tokenizer_path.parent / f"{name}.npy"
-        if path.is_file():
-            try:
-                out[name] = np.load(path)
-                continue
-            except (ValueError, OSError):  # truncated file: re-encode below
-                pass
-        arr = encode_documents(tokenizer, source.documents)
-        buf = _npy_bytes(arr)
-        _atomic_write_bytes(path, buf)
+        try:
+            arr = _load_stream(path, tok_sha)
+        except _Untrusted as why:
+            rebuilt.append(f"{path.name} ({why})")
+            arr = None
+        if arr is None:
+            arr = encode_documents(tokenizer, source.documents)
+            _write_stream(path, arr, tok_sha)
+            encoded = True
         out[name] = arr
-        encoded = True
+    if rebuilt:
+        log.warning(
+            "data cache %s: re-encoded untrusted token streams: %s",
+            tokenizer_path.parent,
+            "; ".join(rebuilt),
+        )
     return out, encoded
 
 
 def _npy_bytes(arr: np.ndarray) -> bytes:
-    import io
-
+    """The array as .npy file bytes (no pickles), to checksum and write in one go."""
     bio = io.BytesIO()
     np.save(bio, arr, allow_pickle=False)
     return bio.getvalue()
 
 
 def file_sha256(path: Path) -> str:
+    """Hex sha256 of a file's bytes."""
     return hashlib.sha256(path.read_bytes()).hexdigest()
