@@ -192,6 +192,8 @@ class RunConfig:
     # fp32, bf16 autocast, or fp16 autocast + GradScaler (train/components.py)
     precision: PrecisionName = "fp32"
     replicas: int = 1  # D: data-parallel worker processes (train/distributed.py)
+    # updates between checkpoints; None: about every 10% of the run; 0: none (train/checkpoint.py)
+    checkpoint_every: int | None = None
     inject: list[str] = field(default_factory=list)  # "outlier@UPDATE", "nonfinite@UPDATE"
     probes: ProbeConfig = field(default_factory=ProbeConfig)
     arm: str = ""  # label inside a cascade, e.g. "global"
@@ -235,6 +237,12 @@ class RunConfig:
                 f"{self.model.block_size}"
             )
         out.probes = self.probes.resolve(out.steps, self.size)
+        if out.checkpoint_every is None:
+            out.checkpoint_every = max(1, out.steps // 10)
+        if out.checkpoint_every < 0:
+            raise UserError(
+                f"--checkpoint-every must be 0 (off) or more, got {out.checkpoint_every}"
+            )
         parse_injections(out.inject, out.steps)  # validate now, before any output exists
         return out
 

@@ -110,9 +110,27 @@ class JsonlWriter:
         self._f = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
 
     def write(self, row: dict[str, Any]) -> None:
-        self._f.write(json.dumps(_jsonable(row)) + "\n")
-        self._f.flush()
-        os.fsync(self._f.fileno())
+        try:
+            self._f.write(json.dumps(_jsonable(row)) + "\n")
+            self._f.flush()
+            os.fsync(self._f.fileno())
+        except OSError as exc:  # a full disk: say what is kept, not a traceback
+            raise UserError(
+                f"cannot write {self.path} ({exc.strerror or exc})",
+                hint=f"every row written before this one is kept in {self.path.parent}; "
+                "free space and resume with --resume",
+            ) from None
+
+    def position(self) -> int:
+        """Bytes written so far (every row is flushed): where a resume cuts the file back to."""
+        return self._f.tell() if not self._f.closed else self.path.stat().st_size
+
+    def rewind(self, size: int) -> None:
+        """Cut the file back to ``size`` bytes: rows written after a checkpoint are dropped."""
+        self._f.close()
+        with open(self.path, "r+b") as f:
+            f.truncate(size)
+        self._f = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
 
     def close(self) -> None:
         if not self._f.closed:
@@ -152,6 +170,17 @@ class Recorder:
         """A JSON side file (data.json, schedule.json, summary.json ...)."""
         write_json(self.run_dir / name, obj)
 
+    def positions(self) -> dict[str, int]:
+        """Each JSONL table's size now: a checkpoint stores it, a resume rewinds to it."""
+        return {w.path.name: w.position() for w in (self._metrics, self._events, self._samples)}
+
+    def rewind(self, positions: dict[str, int]) -> None:
+        """Back to a checkpoint: rows after it are cut, files written only at the end removed."""
+        for w in (self._metrics, self._events, self._samples):
+            w.rewind(int(positions.get(w.path.name, 0)))
+        for stale in ("metrics.parquet", "summary.json", "partial_summary.json", "schedule.json"):
+            (self.run_dir / stale).unlink(missing_ok=True)
+
     def close(self, summary: dict[str, Any] | None = None) -> None:
         """Flush the JSONL files, write metrics.parquet and summary.json."""
         for w in (self._metrics, self._events, self._samples):
@@ -182,6 +211,12 @@ class NullRecorder:
 
     def close(self, summary: dict[str, Any] | None = None) -> None:
         del summary
+
+    def positions(self) -> dict[str, int]:
+        return {}
+
+    def rewind(self, positions: dict[str, int]) -> None:
+        del positions
 
 
 def read_jsonl(path: Path) -> pd.DataFrame:

@@ -11,16 +11,19 @@ command as one dict (``opts``). Defaults come from :class:`~andrea_diag.config.R
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
+import click
 import typer
 
 from andrea_diag.config import MODEL_PRESETS, ProbeConfig, RunConfig
 from andrea_diag.data.corpus import parse_source_overrides
+from andrea_diag.errors import UserError
 
 RunOptions = dict[str, Any]
 _RUN, _PROBES = RunConfig(), ProbeConfig()
@@ -94,6 +97,21 @@ Nproc = Annotated[
     ),
 ]
 
+CheckpointEvery = Annotated[
+    int | None,
+    typer.Option(
+        help="Updates between checkpoints (default: about every 10% of the run, and at least "
+        "every 10 minutes); 0: none."
+    ),
+]
+Resume = Annotated[
+    Path | None,
+    typer.Option(
+        help="Continue the run in this directory from its newest checkpoints (its own options; "
+        "an option given that differs from the run's is refused)."
+    ),
+]
+
 Option = tuple[str, Any, Any]  # (parameter name, Annotated type, default)
 # Every run command: how to train and probe, where to write.
 SHARED: list[Option] = [
@@ -110,6 +128,7 @@ SHARED: list[Option] = [
     ("precision", Precision, _RUN.precision),
     ("boundary_k", BoundaryK, _PROBES.boundary_k),
     ("shadow", Shadow, _PROBES.shadow),
+    ("checkpoint_every", CheckpointEvery, _RUN.checkpoint_every),
 ]
 # Commands that run one cell (cascade, train); sweep takes lists of these instead.
 ONE_CELL: list[Option] = [
@@ -119,9 +138,10 @@ ONE_CELL: list[Option] = [
     ("seed", Seed, _RUN.seed),
     ("inject", Inject, None),
     ("nproc", Nproc, _RUN.replicas),
+    ("resume", Resume, None),
 ]
 PROBE_FIELDS = ("boundary_k", "shadow")  # options that are ProbeConfig fields
-NOT_CONFIG = ("out", "source", "inject")  # options that are not RunConfig fields as given
+NOT_CONFIG = ("out", "source", "inject", "resume", "explicit")  # not RunConfig fields as given
 
 
 def run_options(*groups: list[Option]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -139,6 +159,14 @@ def run_options(*groups: list[Option]) -> Callable[[Callable[..., Any]], Callabl
         @functools.wraps(fn)
         def wrapper(**kwargs: Any) -> Any:
             opts = {name: kwargs.pop(name) for name, _, _ in options}
+            ctx = click.get_current_context(silent=True)
+            # what the user typed, as opposed to defaults: --resume compares only these
+            opts["explicit"] = {
+                name
+                for name in [*opts, *kwargs]
+                if ctx is not None
+                and ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE
+            }
             return fn(**kwargs, opts=opts)
 
         params = own + extra
@@ -147,6 +175,37 @@ def run_options(*groups: list[Option]) -> Callable[[Callable[..., Any]], Callabl
         return wrapper
 
     return decorate
+
+
+def resumed(opts: RunOptions, clip: str) -> tuple[RunConfig, str]:
+    """``--resume DIR``: the run's own base config and arms, checked against what was typed."""
+    from andrea_diag.experiments.resume import run_configs
+
+    out = Path(opts["resume"])
+    meta, saved = run_configs(out)
+    if not saved:
+        raise UserError(f"{out} has no started arm to continue", hint="start it again instead")
+    arms = ",".join(meta["arms"])
+    typed = base_config(opts) if opts["explicit"] - {"resume"} else None
+    base = dataclasses.replace(saved[0], clip="none", arm="")  # each arm sets its own
+    if typed is not None:
+        for name in sorted(opts["explicit"] - {"resume", "out", "clip"}):
+            field = {"nproc": "replicas", "source": "sources"}.get(name, name)
+            if field in PROBE_FIELDS:
+                old, new = getattr(base.probes, field), getattr(typed.probes, field)
+            else:
+                old, new = getattr(base, field, None), getattr(typed, field, None)
+            if old != new and field not in ("device", "clip_impl", "checkpoint_every"):
+                raise UserError(
+                    f"--{name.replace('_', '-')} {new!r} differs from the run's {old!r} in {out}",
+                    hint="resume with only --resume DIR (the run keeps its own options)",
+                )
+        for field in ("device", "clip_impl", "checkpoint_every"):  # how, not what: may change
+            if field in opts["explicit"]:
+                base = dataclasses.replace(base, **{field: getattr(typed, field)})
+    if "clip" in opts["explicit"] and clip != arms:
+        raise UserError(f"--clip {clip} differs from the run's arms {arms} in {out}")
+    return base, arms
 
 
 def base_config(opts: RunOptions, **overrides: Any) -> RunConfig:

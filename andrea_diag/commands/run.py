@@ -10,11 +10,29 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from andrea_diag.commands.options import ONE_CELL, SHARED, RunOptions, base_config, run_options
+from andrea_diag.commands.options import (
+    ONE_CELL,
+    SHARED,
+    RunOptions,
+    base_config,
+    resumed,
+    run_options,
+)
 from andrea_diag.config import CLIP_MODES
 from andrea_diag.errors import UserError
+from andrea_diag.experiments.cascade import CascadeSpec, default_out, run_cascade
 
 console = Console(stderr=True)
+
+
+def _spec(clip: str, opts: RunOptions) -> CascadeSpec:
+    """What to run: from the options, or with --resume from the run directory itself."""
+    if opts["resume"] is not None:
+        if opts["out"] is not None and opts["out"] != opts["resume"]:
+            raise UserError("--out and --resume name different directories", hint="give one")
+        base, arms = resumed(opts, clip)
+        return CascadeSpec(base=base, clips=_arms(arms), out=opts["resume"], resume=True)
+    return CascadeSpec(base=base_config(opts), clips=_arms(clip), out=opts["out"])
 
 
 def _arms(clip: str) -> list[str]:
@@ -40,10 +58,7 @@ def cascade(
     Only the clip mode differs between arms: same seed, same initial weights, same bandit
     schedule and token batches (checked by per-update hashes).
     """
-    from andrea_diag.experiments.cascade import CascadeSpec, run_cascade
-
-    arms = _arms(clip)
-    res = run_cascade(CascadeSpec(base=base_config(opts), clips=arms, out=opts["out"]), console)
+    res = run_cascade(_spec(clip, opts), console)
     for arm, s in res.summaries.items():
         console.print(
             f"  {arm:<11} final loss {s.get('final_loss') or float('nan'):.3f}  "
@@ -63,15 +78,13 @@ def train(
     opts: RunOptions,
 ) -> None:
     """Train one arm and write its run directory and report."""
-    from andrea_diag.experiments.cascade import CascadeSpec, default_out, run_cascade
 
-    arms = _arms(clip)
-    if len(arms) != 1:
+    spec = _spec(clip, opts)
+    if len(spec.clips) != 1:
         raise UserError("train runs one arm", hint="use `andrea-diag cascade` for several")
-    base = base_config(opts)
-    out = opts["out"] or default_out("train", base.size)
-    res = run_cascade(CascadeSpec(base=base, clips=arms, out=out), console)
-    console.print(f"run directory: {res.out_dir / arms[0]}")
+    spec.out = spec.out or default_out("train", spec.base.size)
+    res = run_cascade(spec, console)
+    console.print(f"run directory: {res.out_dir / spec.clips[0]}")
     if res.report:
         console.print(f"[bold green]report:[/] {res.report}")
 

@@ -210,6 +210,16 @@ class BatchPlan:
 
     # -- persistence --------------------------------------------------------------------------
 
+    def state_dict(self) -> dict[str, Any]:
+        """The plan's position for a checkpoint: recorded batches and the mixer (its RNGs and
+        an exp3 bandit's scores), so a resumed recording draws what it would have drawn."""
+        return {"records": dict(self.records), "mixer": self.mixer, "replaying": self.replaying}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.records = dict(state["records"])
+        self.mixer = state["mixer"]
+        self.replaying = bool(state["replaying"])
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "format": PLAN_FORMAT,

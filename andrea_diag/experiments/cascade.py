@@ -27,6 +27,7 @@ from andrea_diag.config import RunConfig
 from andrea_diag.data import BatchPlan, Mixer, PreparedData, prepare_data
 from andrea_diag.device import resolve_device
 from andrea_diag.errors import UserError
+from andrea_diag.experiments.resume import arm_state, check_same_run, move_aside
 from andrea_diag.record import write_json
 from andrea_diag.train.distributed import env_rank, env_world_size, init_from_env, launch
 from andrea_diag.train.loop import train_arm
@@ -39,6 +40,7 @@ class CascadeSpec:
     base: RunConfig = field(default_factory=RunConfig)
     clips: list[str] = field(default_factory=lambda: ["none", "global"])
     out: Path | None = None
+    resume: bool = False  # continue the run in ``out`` (finished arms kept, checkpoints used)
 
 
 @dataclass
@@ -110,8 +112,12 @@ def run_arms(
     out_dir: Path,
     data: PreparedData,
     console: Console | None = None,
+    resume: bool = False,
 ) -> dict[str, dict[str, Any]]:
-    """Train each resolved config as an arm under ``out_dir/<arm>``, on one shared batch plan."""
+    """Train each resolved config as an arm under ``out_dir/<arm>``, on one shared batch plan.
+
+    ``resume``: finished arms are kept, a stopped one continues from its newest checkpoint
+    (``resume.py``)."""
     console = console or Console(stderr=True)
     first = configs[0]
     info = init_from_env(resolve_device(first.device).type)  # D > 1: join the replicas
@@ -130,11 +136,24 @@ def run_arms(
     summaries: dict[str, dict[str, Any]] = {}
     with _progress(console) as progress:
         for i, cfg in enumerate(configs):
-            if i == 1 and info.is_main:
-                plan.save(plan_path)
+            status, found = arm_state(out_dir / cfg.arm) if resume else ("new", None)
+            if i == 1 and info.is_main and not plan_path.exists():
+                _complete_plan(plan, first.steps).save(plan_path)
             if i == 1 and info.world_size > 1:
                 torch.distributed.barrier()  # the others replay what rank 0 just saved
+            if status == "done":
+                summaries[cfg.arm] = found
+                console.print(f"[dim]{cfg.arm}: finished earlier, kept[/]")
+                continue
+            if status == "restart" and info.is_main:
+                aside = move_aside(out_dir / cfg.arm)
+                console.print(f"[yellow]{cfg.arm}: no checkpoint yet; kept as {aside}, restarting")
+            if info.world_size > 1:
+                torch.distributed.barrier()  # nobody starts an arm rank 0 is still moving
             arm_plan = plan if i == 0 else BatchPlan.load(plan_path, data)
+            ckpt = found if status == "checkpoint" else None
+            if ckpt is not None:
+                console.print(f"{cfg.arm}: continuing from {ckpt.name}")
             task = progress.add_task(cfg.arm, total=cfg.steps, loss="-", gn="-")
 
             def tick(
@@ -153,25 +172,42 @@ def run_arms(
                         highlight=False,
                     )
 
-            summaries[cfg.arm] = train_arm(cfg, out_dir / cfg.arm, data, arm_plan, progress=tick)
+            summaries[cfg.arm] = train_arm(
+                cfg, out_dir / cfg.arm, data, arm_plan, progress=tick, resume_from=ckpt
+            )
     if len(configs) == 1 and info.is_main:
-        plan.save(plan_path)
+        _complete_plan(plan, first.steps).save(plan_path)
     return summaries
 
 
-def _arms_worker(configs: list[RunConfig], out_dir: Path, data: PreparedData) -> None:
+def _complete_plan(plan: BatchPlan, steps: int) -> BatchPlan:
+    """The recording plan with every update drawn. After a resume that found the first arm
+    already finished, the plan was never drawn in this process: a seeded schedule draws the
+    same batches again (a pure function of seed and update); an exp3 schedule cannot."""
+    missing = [u for u in range(1, steps + 1) if u not in plan.records]
+    if missing and plan.mixer is not None and plan.mixer.policy != "seeded":
+        raise UserError(
+            "the exp3 batch plan of this run was lost before it was saved",
+            hint="start the run again; an exp3 schedule depends on the first arm's losses",
+        )
+    for u in missing:
+        plan.batch(u)
+    return plan
+
+
+def _arms_worker(configs: list[RunConfig], out_dir: Path, data: PreparedData, resume: bool) -> None:
     """One replica of ``--nproc``: train every arm on the data the launcher prepared (passed
     whole, so every replica sees exactly the launcher's tokens)."""
     main = env_rank() == 0
-    run_arms(configs, out_dir, data, Console(stderr=True, quiet=not main))
+    run_arms(configs, out_dir, data, Console(stderr=True, quiet=not main), resume=resume)
 
 
 def _launch_replicas(
-    configs: list[RunConfig], out_dir: Path, data: PreparedData
+    configs: list[RunConfig], out_dir: Path, data: PreparedData, resume: bool
 ) -> dict[str, dict[str, Any]]:
     """Start D worker processes for the arms; rank 0 writes, so the summaries are read back."""
     try:
-        launch(configs[0].replicas, _arms_worker, configs, out_dir, data)
+        launch(configs[0].replicas, _arms_worker, configs, out_dir, data, resume)
     except torch.multiprocessing.ProcessRaisedException as exc:
         last = str(exc).strip().splitlines()[-1]
         raise UserError(
@@ -212,9 +248,11 @@ def run_cascade(
             raise UserError(f"--nproc {configs[0].replicas} under a launcher of {world} processes")
         configs = [dataclasses.replace(c, replicas=world) for c in configs]
     main = env_rank() == 0
-    if main:
+    if spec.resume:
+        check_same_run(out_dir, spec.clips, configs)
+    elif main:
         _check_out_dir(out_dir)
-        out_dir.mkdir(parents=True, exist_ok=True)
+        _make_out_dir(out_dir)
     meta = {
         "arms": spec.clips,
         "size": configs[0].size,
@@ -227,12 +265,16 @@ def run_cascade(
         "command": " ".join(shlex.quote(a) for a in ["andrea-diag", *sys.argv[1:]]),
         "status": "running",
     }
+    if spec.resume:  # keep how the run was started; say how it was continued
+        old = json.loads((out_dir / "cascade.json").read_text())
+        meta = {**old, "status": "running",
+                "resumed_with": [*old.get("resumed_with", []), meta["command"]]}  # fmt: skip
     if main:
         write_json(out_dir / "cascade.json", meta)
     if configs[0].replicas > 1 and world == 1:
-        summaries = _launch_replicas(configs, out_dir, data)  # this process only launches and waits
+        summaries = _launch_replicas(configs, out_dir, data, spec.resume)  # launch and wait
     else:
-        summaries = run_arms(configs, out_dir, data, console)
+        summaries = run_arms(configs, out_dir, data, console, resume=spec.resume)
     if not main:
         return CascadeResult(out_dir, None, {}, True)
     identical = hashes_identical(out_dir, spec.clips)
@@ -244,6 +286,19 @@ def run_cascade(
 
         report = render_cascade(out_dir)
     return CascadeResult(out_dir, report, summaries, identical)
+
+
+def _make_out_dir(out_dir: Path) -> None:
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        probe = out_dir / ".write-test"
+        probe.write_bytes(b"")  # a read-only mount lets mkdir of an existing dir pass
+        probe.unlink()
+    except OSError as exc:
+        raise UserError(
+            f"cannot create or write the output directory {out_dir} ({exc.strerror or exc})",
+            hint="choose an --out on a writable disk",
+        ) from None
 
 
 def _check_out_dir(out_dir: Path) -> None:

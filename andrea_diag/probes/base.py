@@ -27,7 +27,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import torch
 
@@ -105,6 +105,20 @@ class UpdateContext:
         if self.clip is not None:
             return bool(self.clip.nonfinite)
         return not math.isfinite(self.grad_norm())
+
+
+class ProbeState:
+    """``state_dict`` / ``load_state_dict`` for a probe: its attributes, minus ``transient`` ones
+    (references to the model, the recorder or a tokenizer, and caches rebuilt on first use).
+    A checkpoint stores the result, so a resumed run's probes continue exactly."""
+
+    transient: ClassVar[tuple[str, ...]] = ()
+
+    def state_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in vars(self).items() if k not in self.transient}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        vars(self).update(state)
 
 
 class Probe(Protocol):

@@ -163,6 +163,15 @@ class ProbeDriver:
         """The driver's own state (the probes' windows and buffers are their own)."""
         return {"prev_phase": self.prev_phase, "failures": [dict(f) for f in self.failures]}
 
+    def probe_states(self) -> dict[str, Any]:
+        """Every probe's own state (windows, buffers, samples), by probe name."""
+        return {probe_name(p): p.state_dict() for p in self.probes if hasattr(p, "state_dict")}
+
+    def load_probe_states(self, states: Mapping[str, Any]) -> None:
+        for p in self.probes:
+            if probe_name(p) in states and hasattr(p, "load_state_dict"):
+                p.load_state_dict(states[probe_name(p)])
+
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.prev_phase = state["prev_phase"]
         self.failures = [dict(f) for f in state["failures"]]

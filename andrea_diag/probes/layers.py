@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from andrea_diag.model import param_group_of
-from andrea_diag.probes.base import UpdateContext
+from andrea_diag.probes.base import ProbeState, UpdateContext
 
 GroupFn = Callable[[str], tuple[str, str]]
 
@@ -65,10 +65,11 @@ def group_index_for(cache: dict[tuple[str, ...], GroupIndex], names: Sequence[st
     return cache[key]
 
 
-class LayerGradNormProbe:
+class LayerGradNormProbe(ProbeState):
     """Adds ``layer_gn/<layer>.<kind>`` columns every update (pre-clip norms)."""
 
     name = "layers"
+    transient = ("_groups",)  # rebuilt from the parameter names on first use
 
     def __init__(self) -> None:
         self._groups: dict[tuple[str, ...], GroupIndex] = {}

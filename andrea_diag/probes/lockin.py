@@ -52,7 +52,7 @@ import numpy as np
 import torch
 
 from andrea_diag.model import decode_batch
-from andrea_diag.probes.base import UpdateContext
+from andrea_diag.probes.base import ProbeState, UpdateContext
 from andrea_diag.probes.verdict import THRESHOLDS, lockin_verdict, text_stats
 
 
@@ -116,11 +116,12 @@ def _vocab_size(model: torch.nn.Module) -> int | None:
     return int(head.weight.shape[0]) if head is not None and hasattr(head, "weight") else None
 
 
-class LockInProbe:
+class LockInProbe(ProbeState):
     """Periodic batched samples + the loss trajectory -> lock-in verdict at close."""
 
     name = "lockin"
     summary_key = "lockin"
+    transient = ("model", "tokenizer", "recorder")  # the run's own, passed in again
 
     def __init__(
         self,

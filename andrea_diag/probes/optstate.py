@@ -20,13 +20,8 @@ applied update ``s`` (post-clip; plus ``wd·θ`` for Adam's coupled L2 decay; Ad
 decay does not touch ``m``/``v``). The shadow buffers hold the spike terms of those sums:
 ``m_spike``, ``v_spike`` decay like the moments every applied update and add the spike's term
 at a spike update (``ctx.spike``, decided online by the spike probe). They are stored lazily
-as ``c·B`` with a per-param-group scalar ``c`` (the accumulated ``β^k``), so the per-update
-decay is a scalar multiply and ``‖B‖`` only changes at spikes: the shadow costs memory
-(``shadow_bytes``: 2 fp32 copies of the parameters, allocated at the first spike) and a few
-passes per *spike*, not per update. ``c`` stays 1 until the first spike allocates ``B`` (there is
-nothing to decay before it), and ``B`` is renormalised (``B ← c·B``, ``c ← 1``) in the same update
-in which ``c`` drops below ``shadow.RENORM_BELOW``: so ``(1-β)/c`` and ``B`` stay inside fp32 range
-however late the first spike comes and however long the run is.
+as ``c·B`` (``shadow.py``: why, what they cost, ``shadow_bytes``, and how they stay in fp32
+range however late the first spike comes).
 
 **Per-spike recovery** needs no buffers: one spike's own contribution has norm
 ``(1-β1)·β1^k·‖g_s‖`` (``(1-β2)·β2^k·‖g_s²‖`` for ``v``) after ``k`` applied updates, so its
@@ -51,22 +46,9 @@ import torch
 
 from andrea_diag.probes.base import UpdateContext
 from andrea_diag.probes.layers import GroupIndex, group_index_for
-from andrea_diag.probes.shadow import GroupInfo, ShadowBuffers
+from andrea_diag.probes.shadow import GroupInfo, ShadowBuffers, SpikeTerm
 
 RECOVERY_SHARE = 0.1
-
-
-class _Spike:
-    """Per-spike bookkeeping for the buffer-free recovery measurement."""
-
-    def __init__(self, update: int, am: list[float], av: list[float]) -> None:
-        self.update = update
-        self.am, self.av = am, av  # per group: (1-β1)‖g_s‖, (1-β2)‖g_s²‖
-        self.k = 0  # applied updates since the spike
-        self.share_m0: float | None = None
-        self.share_v0: float | None = None
-        self.recovery_m: int | None = None
-        self.recovery_v: int | None = None
 
 
 class OptStateProbe:
@@ -92,7 +74,7 @@ class OptStateProbe:
         self._ginfo: list[GroupInfo] | None = None
         self._gid_of: dict[int, int] = {}
         self._shadow = ShadowBuffers()  # B of m_spike = c·B, allocated at the first spike
-        self.spikes: list[_Spike] = []
+        self.spikes: list[SpikeTerm] = []
         self.max_m_share = 0.0
         self.max_v_share = 0.0
         self._last_spike_update: int | None = None
@@ -155,6 +137,7 @@ class OptStateProbe:
     def after_clip(self, ctx: UpdateContext) -> None:
         self.optimizer_name = type(ctx.optimizer).__name__
         _, params = self._with_grad(ctx)
+        self._rebind(ctx, params)
         # the gradient Adam will receive, captured before the step (coupled L2 needs θ_prev)
         self._g_eff = self._effective_grads(ctx, params)
         self._snap_valid = False
@@ -176,6 +159,8 @@ class OptStateProbe:
         names, params = self._with_grad(ctx)
         if not params:
             return
+        self._rebind(ctx, params)
+        self._param_ids = [id(p) for p in params]  # the order a checkpoint names buffers by
         g_eff = self._g_eff if self._g_eff is not None else self._effective_grads(ctx, params)
         self._g_eff = None
         row = ctx.row
@@ -273,7 +258,7 @@ class OptStateProbe:
         am = [(1 - info.beta1) * math.sqrt(s) for info, s in zip(ginfo, sq_g, strict=True)]
         av = [(1 - info.beta2) * math.sqrt(s) for info, s in zip(ginfo, sq_g2, strict=True)]
         # the spike's term is in m_t already (k = 0 after this update's decay)
-        self.spikes.append(_Spike(update, am, av))
+        self.spikes.append(SpikeTerm(update, am, av))
         self._last_spike_update = update
         self.recovery_m_all = self.recovery_v_all = None
         if not self.shadow or not all(math.isfinite(x) for x in gs + gs4):
@@ -327,6 +312,30 @@ class OptStateProbe:
             self.max_v_share = max(self.max_v_share, sv)
             if self.recovery_v_all is None and sv < self.recovery_share:
                 self.recovery_v_all = update - (self._last_spike_update or update)
+
+    # -- checkpoint --------------------------------------------------------------------------
+    # Buffers and group ids are keyed by id(param), which a new process does not share: the
+    # state names parameters by their position in the context's parameter list instead.
+    TRANSIENT = ("_groups_idx", "_snap", "_snap_valid", "_g_eff", "_gid_of", "_shadow")
+
+    def state_dict(self) -> dict[str, Any]:
+        state = {k: v for k, v in vars(self).items() if k not in self.TRANSIENT}
+        state["_shadow_by_position"] = self._shadow.by_position(getattr(self, "_param_ids", []))
+        return state
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        vars(self).update({k: v for k, v in state.items() if k != "_shadow_by_position"})
+        self._pending_shadow = state.get("_shadow_by_position")
+        self._gid_of = {}  # rebuilt from the optimizer on first use
+
+    def _rebind(self, ctx: UpdateContext, params: list[torch.Tensor]) -> None:
+        """After a resume: attach the saved state to this process's parameter objects."""
+        if not self._gid_of and self._ginfo is not None:
+            groups = ctx.optimizer.param_groups
+            self._gid_of = {id(p): gi for gi, g in enumerate(groups) for p in g["params"]}
+        if getattr(self, "_pending_shadow", None) is not None:
+            self._shadow.bind(params, self._pending_shadow)
+            self._pending_shadow = None
 
     # -- results ---------------------------------------------------------------------------
     def per_spike(self) -> dict[int, dict[str, Any]]:

@@ -85,6 +85,16 @@ class ShadowBuffers:
         vs = math.sqrt(sum(i.cv * i.cv * i.bv_sq for i in ginfo))
         return ms, vs
 
+    def by_position(self, param_ids: list[int]) -> tuple[list, list]:
+        """The buffers in parameter order (ids do not survive a restart; positions do)."""
+        return [self.bm.get(i) for i in param_ids], [self.bv.get(i) for i in param_ids]
+
+    def bind(self, params: list[torch.Tensor], by_position: tuple[list, list]) -> None:
+        """Attach buffers saved :meth:`by_position` to this process's parameters."""
+        bm, bv = by_position
+        self.bm = {id(p): t for p, t in zip(params, bm, strict=True) if t is not None}
+        self.bv = {id(p): t for p, t in zip(params, bv, strict=True) if t is not None}
+
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in [*self.bm.values(), *self.bv.values()])
 
@@ -116,3 +126,17 @@ class ShadowBuffers:
             if info.cv < RENORM_BELOW:
                 info.cv = 1.0
         self._refresh_norms(ginfo, gid_of)
+
+
+class SpikeTerm:
+    """One spike's own term in m and v: bookkeeping for the buffer-free recovery measurement
+    (its norm after k updates is (1-β)·β^k·‖g_s‖, no buffer needed)."""
+
+    def __init__(self, update: int, am: list[float], av: list[float]) -> None:
+        self.update = update
+        self.am, self.av = am, av  # per group: (1-β1)‖g_s‖, (1-β2)‖g_s²‖
+        self.k = 0  # applied updates since the spike
+        self.share_m0: float | None = None
+        self.share_v0: float | None = None
+        self.recovery_m: int | None = None
+        self.recovery_v: int | None = None

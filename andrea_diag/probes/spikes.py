@@ -67,7 +67,7 @@ from typing import Any
 import torch
 
 from andrea_diag.config import SOURCE_NAMES
-from andrea_diag.probes.base import UpdateContext, robust_z
+from andrea_diag.probes.base import ProbeState, UpdateContext, robust_z
 from andrea_diag.probes.spike_stats import (
     OLMO_MIN_HISTORY,
     OLMO_N_STD,
@@ -88,9 +88,10 @@ def warmup_for(window: int) -> int:
     return max(5, window // 5)
 
 
-class SpikeProbe:
+class SpikeProbe(ProbeState):
     """Online spike flags (``loss_z``, ``grad_norm_z``, ``spike`` columns) + events at close."""
 
+    transient = ("recorder",)  # set again from the context at every update
     name = "spikes"
     writes = ("spike",)  # ctx.spike, decided in after_clip
     summary_key = "spikes"

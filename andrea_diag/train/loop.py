@@ -32,6 +32,7 @@ from typing import Any
 
 import torch
 
+from andrea_diag import __version__
 from andrea_diag.clip.api import ClipResult
 from andrea_diag.clip.modes import make_clipper
 from andrea_diag.config import SOURCE_NAMES, RunConfig, parse_injections
@@ -42,6 +43,7 @@ from andrea_diag.model import GPT
 from andrea_diag.probes import ProbeDriver, UpdateContext, build_probes
 from andrea_diag.record import NullRecorder, Recorder
 from andrea_diag.train.accumulation import GroupResult, accumulate_group
+from andrea_diag.train.checkpoint import Checkpointer, load_checkpoint, rng_state, set_rng_state
 from andrea_diag.train.components import Evaluator, Reducer, TrainState, make_precision
 from andrea_diag.train.distributed import (
     DDPReducer,
@@ -50,7 +52,7 @@ from andrea_diag.train.distributed import (
     replica_slice,
 )
 from andrea_diag.train.optim import build_optimizer, build_scheduler
-from andrea_diag.train.summary import run_sheet, summarize, unigram_entropy
+from andrea_diag.train.summary import oom_advice, run_sheet, summarize, unigram_entropy
 
 ProgressFn = Callable[[int, dict[str, Any]], None]
 PROMPT_TOKENS = 16  # lock-in prompt length, taken from the start of each source stream
@@ -82,7 +84,9 @@ def _per_source_loss(
 class Trainer:
     """One arm: model, optimizer, scheduler, precision, reducer, clipper, probes, evaluator."""
 
-    def __init__(self, cfg: RunConfig, run_dir: Path, data: Any, plan: Any) -> None:
+    def __init__(
+        self, cfg: RunConfig, run_dir: Path, data: Any, plan: Any, *, resume: bool = False
+    ) -> None:
         self.cfg, self.run_dir, self.data, self.plan = cfg, run_dir, data, plan
         self.device = resolve_device(cfg.device)
         self.dist = init_from_env(self.device.type)  # D > 1 under --nproc or torchrun
@@ -103,7 +107,9 @@ class Trainer:
         self.evaluator = Evaluator()
         self.clipper = make_clipper(cfg.clip, cfg.max_norm, cfg.clip_impl)
         # rank 0 alone writes: the other replicas record nothing and run no probes
-        self.recorder = Recorder(run_dir, cfg.to_dict()) if self.dist.is_main else NullRecorder()
+        self.recorder = (
+            Recorder(run_dir, cfg.to_dict(), resume=resume) if self.dist.is_main else NullRecorder()
+        )
         self.recorder.write("data.json", data.describe())
         self.names, self.params = (
             list(t) for t in zip(*self.model.named_parameters(), strict=True)
@@ -120,6 +126,7 @@ class Trainer:
         self.probes = ProbeDriver(probes if self.dist.is_main else [], self.recorder)
         self.rare_ids = data.rare_token_ids()
         self.state = TrainState()
+        self.checkpointer = Checkpointer(run_dir, cfg.checkpoint_every if self.dist.is_main else 0)
 
     # -- one update ----------------------------------------------------------------------------
     def train_update(self, update: int) -> dict[str, Any]:
@@ -256,27 +263,15 @@ class Trainer:
                 row = self.train_update(update)
                 if progress is not None:
                     progress(update, row)
+                if self.checkpointer.due(update, self.cfg.steps):
+                    self.checkpointer.save(self.checkpoint_state(), update)
         except torch.OutOfMemoryError:
             self._close_crashed()
-            raise UserError(*self._oom_advice()) from None
+            raise UserError(*oom_advice(self.cfg, self.state.update + 1, self.device)) from None
         except BaseException:
             self._close_crashed()
             raise
         return self._close(time.perf_counter() - t_start)
-
-    def _oom_advice(self) -> tuple[str, str]:
-        """One line for an out-of-memory error: the same effective batch with a smaller m."""
-        m, a, d = self.cfg.micro_batch, self.cfg.accum, self.cfg.replicas
-        where = f"update {self.state.update + 1} of arm {self.cfg.arm}"
-        message = f"out of memory at {where} with m={m}, A={a}, D={d} ({self.device})"
-        if m > 1:
-            m2 = max(1, m // 2)
-            a2 = a * m // m2 if (a * m) % m2 == 0 else None
-            if a2 is not None:
-                return message, (
-                    f"keep the effective batch m*A*D = {m * a * d}: --micro-batch {m2} --accum {a2}"
-                )
-        return message, "lower --seq-len or use a smaller --size; m is already 1"
 
     def _close_crashed(self) -> None:
         if not self.dist.is_main:
@@ -301,6 +296,7 @@ class Trainer:
             precision=self.precision.describe(self.cfg.matmul_precision, self.device),
             replicas=self.reducer.world_size,
         )
+        summary["run_sheet"]["checkpoint_bytes"] = self.checkpointer.last_bytes
         summary.update(self.probes.close(self.run_dir))
         mixer = self.plan.mixer
         self.recorder.write(
@@ -328,6 +324,47 @@ class Trainer:
             "train_state": self.state.state_dict(),
         }
 
+    # -- checkpoints ---------------------------------------------------------------------------
+    def identity(self) -> dict[str, Any]:
+        """What a checkpoint must match to be resumed into this trainer."""
+        return {
+            "version": __version__,
+            "size": self.cfg.size,
+            "vocab_size": self.cfg.model.vocab_size,
+            "n_params": self.cfg.model.n_params(),
+            "replicas": self.reducer.world_size,
+            "precision": self.cfg.precision,
+        }
+
+    def checkpoint_state(self) -> dict[str, Any]:
+        """Everything :meth:`restore` needs to continue bit for bit (train/checkpoint.py)."""
+        return {
+            "identity": self.identity(),
+            "update": self.state.update,
+            "trainer": self.state_dict(),
+            "probes": self.probes.probe_states(),
+            "plan": self.plan.state_dict(),
+            "rng": rng_state(),
+            "recorder": self.recorder.positions(),
+        }
+
+    def restore(self, path: Path) -> None:
+        """Continue from the checkpoint at ``path``: rows written after it are cut."""
+        state = load_checkpoint(path, expect=self.identity())
+        t = state["trainer"]
+        self.model.load_state_dict(t["model"])
+        self.optimizer.load_state_dict(t["optimizer"])
+        self.scheduler.load_state_dict(t["scheduler"])
+        for part in ("precision", "reducer", "clipper", "evaluator"):
+            getattr(self, part).load_state_dict(t[part])
+        self.probes.load_state_dict(t["probe_driver"])
+        self.probes.load_probe_states(state["probes"])
+        self.state.load_state_dict(t["train_state"])
+        self.plan.load_state_dict(state["plan"])
+        self.recorder.rewind(state["recorder"])
+        set_rng_state(state["rng"])
+        self.checkpointer.last_bytes = path.stat().st_size
+
 
 def train_arm(
     cfg: RunConfig,
@@ -336,10 +373,15 @@ def train_arm(
     plan: Any,
     *,
     progress: ProgressFn | None = None,
+    resume_from: Path | None = None,
 ) -> dict[str, Any]:
     """Train one arm for ``cfg.steps`` updates, recording into ``run_dir``; returns the summary.
 
     ``data`` is a ``PreparedData`` (tokenizer, streams, source metadata) and ``plan`` a
     ``BatchPlan`` whose ``batch(update)`` gives the same tokens to every arm of a cascade.
+    ``resume_from``: a checkpoint of this arm to continue from (``--resume``).
     """
-    return Trainer(cfg, run_dir, data, plan).run(progress)
+    trainer = Trainer(cfg, run_dir, data, plan, resume=resume_from is not None)
+    if resume_from is not None:
+        trainer.restore(resume_from)
+    return trainer.run(progress)

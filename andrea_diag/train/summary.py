@@ -96,3 +96,18 @@ def summarize(recorder: Recorder, cfg: RunConfig, wall_s: float) -> dict[str, An
             df["loss"].tolist(), df["boundary"].tolist(), k=cfg.probes.boundary_k
         ),
     }
+
+
+def oom_advice(cfg: RunConfig, update: int, device: torch.device) -> tuple[str, str]:
+    """One line for an out-of-memory error, and a hint: the same effective batch, smaller m."""
+    m, a, d = cfg.micro_batch or 1, cfg.accum or 1, cfg.replicas
+    message = (
+        f"out of memory at update {update} of arm {cfg.arm} with m={m}, A={a}, D={d} ({device})"
+    )
+    if m > 1 and (m * a) % max(1, m // 2) == 0:
+        m2 = max(1, m // 2)
+        return (
+            message,
+            f"keep the effective batch m*A*D = {m * a * d}: --micro-batch {m2} --accum {a * m // m2}",
+        )
+    return message, "lower --seq-len or use a smaller --size; m is already 1"
