@@ -219,6 +219,7 @@ class SpikeMonitor:
             summary.update(status="crashed", error=type(crashed).__name__)
             self.recorder.close()
             self.recorder.write("partial_summary.json", summary)
+            self.recorder.release()
         self.summary = summary
         return summary
 

@@ -34,6 +34,7 @@ import pandas as pd
 import torch
 
 from andrea_diag.errors import UserError
+from andrea_diag.runlock import RunLock
 
 log = logging.getLogger("andrea_diag.record")
 
@@ -150,6 +151,8 @@ class Recorder:
                 hint="choose another --out, or delete it first; nothing was overwritten",
             )
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        # one writer per run directory: a second process is refused, a dead one's lock taken over
+        self._lock = RunLock(self.run_dir).acquire()
         write_json(self.run_dir / "config.json", config)
         write_json(self.run_dir / "env.json", environment())
         self._metrics = JsonlWriter(self.run_dir / "metrics.jsonl")
@@ -190,6 +193,12 @@ class Recorder:
             df.to_parquet(self.run_dir / "metrics.parquet", index=False)
         if summary is not None:
             self.write("summary.json", summary)
+        if summary is not None or (self.run_dir / "partial_summary.json").exists():
+            self._lock.release()
+
+    def release(self) -> None:
+        """Give the directory up (after ``partial_summary.json``, or when a run stops early)."""
+        self._lock.release()
 
 
 class NullRecorder:
@@ -214,6 +223,9 @@ class NullRecorder:
 
     def positions(self) -> dict[str, int]:
         return {}
+
+    def release(self) -> None:
+        pass
 
     def rewind(self, positions: dict[str, int]) -> None:
         del positions

@@ -15,13 +15,15 @@ import json
 import os
 import re
 import shutil
+import socket
 import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from andrea_diag.report import render_report
+from andrea_diag.report import render_cascade, render_report
 
 pytestmark = pytest.mark.browser
 
@@ -49,6 +51,14 @@ PROBE = """<script>
       var drawn = 0;
       plots.forEach(function (p) { if (p.querySelector('.main-svg')) drawn++; });
       put('plots-rendered', JSON.stringify({divs: plots.length, drawn: drawn}));
+      var banner = document.getElementById('run-status');  // unfinished runs only
+      if (banner) {
+        var r = banner.getBoundingClientRect(), s = getComputedStyle(banner);
+        put('banner', JSON.stringify({
+          text: banner.innerText, top: r.top, height: r.height, viewport: window.innerHeight,
+          shown: s.display !== 'none' && s.visibility !== 'hidden' && parseFloat(s.opacity) > 0
+        }));
+      }
       put('js-errors', JSON.stringify(errors));
     }, 500);
   });
@@ -109,11 +119,16 @@ def _need_chromium() -> str:
     return chromium
 
 
+def _probed_dom(chromium: str, html_text: str, tmp_path: Path) -> str:
+    """Load a probed copy of the page; returns the DOM after the probe ran."""
+    probed = tmp_path / "probed.html"  # only the test's copy carries the probe
+    probed.write_text(html_text.replace("<head>", "<head>\n" + PROBE, 1), encoding="utf-8")
+    return _dump_dom(chromium, probed, tmp_path / "profile")
+
+
 def _probe(chromium: str, html_text: str, tmp_path: Path) -> tuple[list[str], dict[str, int]]:
     """Load a probed copy of the page; returns (JS errors, plot div counts)."""
-    probed = tmp_path / "probed.html"  # only the test's copy carries the probe
-    probed.write_text(html_text.replace("<head>", "<head>\n" + PROBE, 1))
-    dom = _dump_dom(chromium, probed, tmp_path / "profile")
+    dom = _probed_dom(chromium, html_text, tmp_path)
     return json.loads(_pre(dom, "js-errors")), json.loads(_pre(dom, "plots-rendered"))
 
 
@@ -140,3 +155,45 @@ def test_probe_catches_errors(tmp_path: Path) -> None:
     errors, plots = _probe(chromium, page, tmp_path)
     assert len(errors) == 2 and "undefinedFn" in errors[0] and "boom" in errors[1]
     assert plots == {"divs": 1, "drawn": 0}
+
+
+def _killed_cascade(out: Path, make_run: Callable[..., Path]) -> int:
+    """A cascade whose second arm was SIGKILLed at update 25 of 60: no summary, schedule or
+    parquet, metrics.jsonl cut there, and the lock its dead process left. Returns that pid."""
+    make_run(out / "none", clip="none", n_updates=60)
+    arm = make_run(out / "global", clip="global", n_updates=60)
+    for name in ("summary.json", "metrics.parquet"):
+        (arm / name).unlink()
+    rows = (arm / "metrics.jsonl").read_text().splitlines(keepends=True)[:25]
+    (arm / "metrics.jsonl").write_text("".join(rows))
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    lock = {"pid": dead.pid, "host": socket.gethostname(), "started": "2025-01-02T03:04:05"}
+    (arm / "run.lock").write_text(json.dumps(lock))
+    meta = {"arms": ["none", "global"], "size": "tiny", "seed": 0, "status": "running"}
+    (out / "cascade.json").write_text(json.dumps(meta))
+    return dead.pid
+
+
+def test_killed_cascade_report_shows_banner_and_plots_in_chromium(
+    tmp_path: Path, make_run: Callable[..., Path]
+) -> None:
+    chromium = _need_chromium()
+    dead = _killed_cascade(tmp_path / "c", make_run)
+    text = render_cascade(tmp_path / "c").read_text(encoding="utf-8")
+    n_figs = json.loads(re.search(r"id='report-meta'>(.*?)</script>", text).group(1))["figures"]
+    assert n_figs >= 7
+
+    dom = _probed_dom(chromium, text, tmp_path)
+    errors, plots = json.loads(_pre(dom, "js-errors")), json.loads(_pre(dom, "plots-rendered"))
+    assert errors == [], f"JavaScript errors in the report: {errors}"
+    assert plots == {"divs": n_figs, "drawn": n_figs}
+    banner = json.loads(_pre(dom, "banner"))
+    assert banner["shown"] and banner["height"] > 0
+    assert 0 <= banner["top"] < banner["viewport"], "the banner is not on the first screen"
+    assert "This run did not finish" in banner["text"]
+    assert "none: finished at update 60 of 60" in banner["text"]
+    assert (
+        f"global: stopped at update 25 of 60 — killed (no summary, lock left by dead process {dead})"
+        in banner["text"]
+    )

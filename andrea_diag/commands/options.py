@@ -18,7 +18,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
-import click
 import typer
 
 from andrea_diag.config import MODEL_PRESETS, ProbeConfig, RunConfig
@@ -158,18 +157,21 @@ def run_options(*groups: list[Option]) -> Callable[[Callable[..., Any]], Callabl
 
         @functools.wraps(fn)
         def wrapper(**kwargs: Any) -> Any:
+            ctx: typer.Context = kwargs.pop("typer_ctx")
             opts = {name: kwargs.pop(name) for name, _, _ in options}
-            ctx = click.get_current_context(silent=True)
             # what the user typed, as opposed to defaults: --resume compares only these
             opts["explicit"] = {
                 name
                 for name in [*opts, *kwargs]
-                if ctx is not None
-                and ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE
+                # by name: typer may carry its own copy of click's ParameterSource enum
+                if getattr(ctx.get_parameter_source(name), "name", None) == "COMMANDLINE"
             }
             return fn(**kwargs, opts=opts)
 
-        params = own + extra
+        ctx_param = inspect.Parameter(
+            "typer_ctx", inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context
+        )
+        params = [*own, *extra, ctx_param]
         wrapper.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
         wrapper.__annotations__ = {p.name: p.annotation for p in params}
         return wrapper

@@ -25,7 +25,9 @@ def report(
     ] = None,
     title: Annotated[str | None, typer.Option(help="Report title.")] = None,
 ) -> None:
-    """Render one self-contained HTML report (works offline) comparing the given runs."""
+    """Render one self-contained HTML report (works offline) comparing the given runs.
+
+    Unfinished runs render too, under a box saying where and why each arm stopped."""
     from andrea_diag.report import render_cascade, render_report
 
     for d in run_dirs:
@@ -46,6 +48,11 @@ def report(
             expanded += sorted(p.parent for p in d.glob("*/config.json"))
         else:
             expanded.append(d)
+    if not expanded:  # cascade dirs none of whose arms started: say so, not IndexError
+        raise UserError(
+            f"no run directory (with a config.json) in {', '.join(map(str, run_dirs))}",
+            hint="no arm of these cascades started; nothing was recorded to report",
+        )
     target = out or (expanded[0].parent / "report.html")
     if target.is_dir():
         raise UserError(f"--out {target} is a directory", hint="give a file name, e.g. report.html")

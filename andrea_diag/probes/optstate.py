@@ -316,7 +316,15 @@ class OptStateProbe:
     # -- checkpoint --------------------------------------------------------------------------
     # Buffers and group ids are keyed by id(param), which a new process does not share: the
     # state names parameters by their position in the context's parameter list instead.
-    TRANSIENT = ("_groups_idx", "_snap", "_snap_valid", "_g_eff", "_gid_of", "_shadow")
+    TRANSIENT = (
+        "_groups_idx",
+        "_snap",
+        "_snap_valid",
+        "_g_eff",
+        "_gid_of",
+        "_shadow",
+        "_param_ids",
+    )
 
     def state_dict(self) -> dict[str, Any]:
         state = {k: v for k, v in vars(self).items() if k not in self.TRANSIENT}

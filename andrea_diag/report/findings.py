@@ -296,7 +296,8 @@ def expectation_findings(arms: list[Arm]) -> list[str]:
     if unfinished:
         out.append(
             f"no summary.json for {', '.join(unfinished)}: the run did not finish "
-            "(crashed or still running); values come from the metrics rows written so far."
+            "(crashed, killed or still running: the box at the top says which); values come "
+            "from the metrics rows written so far."
         )
     nonfin = [(a.label, nonfinite_updates(a)) for a in arms if nonfinite_updates(a) > 0]
     out.append(

@@ -22,6 +22,8 @@ from plotly.offline import get_plotlyjs
 from andrea_diag.errors import UserError
 from andrea_diag.record import load_run
 from andrea_diag.report.arms import Arm, fmt, summary_row
+from andrea_diag.report.banner import CSS as BANNER_CSS
+from andrea_diag.report.banner import NEVER_STARTED, ArmStatus, arm_status, banner_html
 from andrea_diag.report.figures import all_figures
 from andrea_diag.report.findings import all_findings
 from andrea_diag.report.style import Style
@@ -56,7 +58,7 @@ def _label_arms(runs: list[dict[str, Any]]) -> list[Arm]:
     return arms
 
 
-def _header(arms: list[Arm], title: str) -> str:
+def _header(arms: list[Arm]) -> str:
     rows = []
     for a in arms:
         c, e = a.config, a.env
@@ -96,7 +98,7 @@ def _header(arms: list[Arm], title: str) -> str:
         "versions",
         "git commit",
     ]
-    return f"<h1>{html.escape(title)}</h1>\n" + _table(head, rows)
+    return _table(head, rows)
 
 
 def _data_section(arms: list[Arm]) -> str:
@@ -192,32 +194,77 @@ def _samples_table(arms: list[Arm]) -> str:
     return f"<table>\n{head}\n{body}\n</table>"
 
 
+def _load_runs(run_dirs: list[Path]) -> tuple[list[dict[str, Any]], list[ArmStatus]]:
+    """Load every run directory and say how each ended; runs without a metric row are left
+    out of the plots (there is nothing to draw) but keep their line in the banner."""
+    runs, statuses = [], []
+    for d in map(Path, run_dirs):
+        if not d.is_dir():
+            raise UserError(
+                f"{d} is not a directory",
+                hint="pass a run directory written by `train` or `cascade`",
+            )
+        run = load_run(d)  # raises UserError when config.json is missing
+        name = str((run["config"] or {}).get("arm") or d.name)
+        run["status"] = arm_status(d, name, run["metrics"])
+        statuses.append(run["status"])
+        if not run["metrics"].empty:
+            runs.append(run)
+    return runs, statuses
+
+
+def _no_rows_error(where: str, statuses: list[ArmStatus]) -> UserError:
+    """Nothing to plot: one line, with each arm's state as the hint."""
+    return UserError(
+        f"no metric rows in {where}: nothing to report",
+        hint="; ".join(s.line() for s in statuses)
+        + " (a run writes its first row after its first update)",
+    )
+
+
 def render_report(
-    run_dirs: list[Path], out_html: Path, title: str | None = None, notes: list[str] | None = None
+    run_dirs: list[Path],
+    out_html: Path,
+    title: str | None = None,
+    notes: list[str] | None = None,
+    run_status: str | None = None,
 ) -> Path:
     """Render one comparison report of the given run directories; returns the written path.
 
-    Raises :class:`UserError` for an empty list or a directory that is not a run directory.
+    Unfinished runs render too: every run with at least one metrics row is plotted, and a
+    banner at the top says where and why each one stopped. ``run_status``: the cascade's own
+    status (cascade.json), shown in the banner when it is not "done".
+
+    Raises :class:`UserError` for an empty list, a directory that is not a run directory, or
+    runs that recorded no metric row at all.
     """
     if not run_dirs:
         raise UserError(
             "no run directories given",
             hint="pass one or more directories written by `train`/`cascade`",
         )
-    runs = []
-    for d in run_dirs:
-        d = Path(d)
-        if not d.is_dir():
-            raise UserError(
-                f"{d} is not a directory",
-                hint="pass a run directory written by `train` or `cascade`",
-            )
-        runs.append(load_run(d))  # raises UserError when config.json is missing
+    runs, statuses = _load_runs(run_dirs)
+    if not runs:
+        raise _no_rows_error(", ".join(str(d) for d in run_dirs), statuses)
+    return _render(runs, statuses, Path(out_html), title, notes, run_status)
+
+
+def _render(
+    runs: list[dict[str, Any]],
+    statuses: list[ArmStatus],
+    out_html: Path,
+    title: str | None,
+    notes: list[str] | None,
+    run_status: str | None,
+) -> Path:
+    """Write the page of ``runs`` (each with metric rows); ``statuses`` covers every arm."""
     arms = _label_arms(runs)
+    for r, a in zip(runs, arms, strict=True):  # the banner names arms as the page does
+        r["status"].name = a.label
     style = Style(arms)
     title = title or "andrea-diag report: " + ", ".join(a.label for a in arms)
 
-    parts = [_header(arms, title)]
+    parts = [f"<h1>{html.escape(title)}</h1>", banner_html(statuses, run_status), _header(arms)]
     for n in notes or []:
         parts.append(f"<p class='note'>{html.escape(n)}</p>")
     parts.append("<h2>Data sources</h2>\n" + _data_section(arms))
@@ -227,6 +274,35 @@ def render_report(
         + "\n".join(f"<li>{html.escape(f)}</li>" for f in all_findings(arms))
         + "\n</ul>"
     )
+    n_figs = _figures_html(arms, parts)
+    parts.append("<h2>Samples (last sampled update)</h2>\n" + _samples_table(arms))
+    generated = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    parts.append(
+        f"<p class='note'>rendered {generated} from: "
+        + html.escape(", ".join(a.dir for a in arms))
+        + "</p>"
+    )
+    meta = json.dumps(
+        {
+            "figures": n_figs,
+            "arms": [a.label for a in arms],
+            "status": [{"arm": st.name, "state": st.state} for st in statuses],
+        }
+    ).replace("</", "<\\/")  # an arm name must not end the <script> element
+    page = (
+        "<!DOCTYPE html>\n<html lang='en'>\n<head>\n<meta charset='utf-8'>\n"
+        f"<title>{html.escape(title)}</title>\n<style>{CSS}{BANNER_CSS}</style>\n"
+        f"<script type='application/json' id='report-meta'>{meta}</script>\n"
+        f"<script type='text/javascript'>{get_plotlyjs()}</script>\n"
+        "</head>\n<body>\n" + "\n".join(p for p in parts if p) + "\n</body>\n</html>\n"
+    )
+    out_html.parent.mkdir(parents=True, exist_ok=True)
+    out_html.write_text(page, encoding="utf-8")
+    return out_html
+
+
+def _figures_html(arms: list[Arm], parts: list[str]) -> int:
+    """Append every figure section to ``parts``; returns the number of figures drawn."""
     n_figs = 0
     for i, (section, fig, note) in enumerate(all_figures(arms)):
         parts.append(f"<h2>{html.escape(section)}</h2>")
@@ -244,45 +320,48 @@ def render_report(
                 config=PLOT_CONFIG,
             )
         )
-    parts.append("<h2>Samples (last sampled update)</h2>\n" + _samples_table(arms))
-    generated = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    parts.append(
-        f"<p class='note'>rendered {generated} from: "
-        + html.escape(", ".join(a.dir for a in arms))
-        + "</p>"
-    )
-
-    meta = json.dumps({"figures": n_figs, "arms": [a.label for a in arms]})
-    page = (
-        "<!DOCTYPE html>\n<html lang='en'>\n<head>\n<meta charset='utf-8'>\n"
-        f"<title>{html.escape(title)}</title>\n<style>{CSS}</style>\n"
-        f"<script type='application/json' id='report-meta'>{meta}</script>\n"
-        f"<script type='text/javascript'>{get_plotlyjs()}</script>\n"
-        "</head>\n<body>\n" + "\n".join(parts) + "\n</body>\n</html>\n"
-    )
-    out_html = Path(out_html)
-    out_html.parent.mkdir(parents=True, exist_ok=True)
-    out_html.write_text(page, encoding="utf-8")
-    return out_html
+    return n_figs
 
 
-def render_cascade(cascade_dir: Path) -> Path:
-    """Render ``cascade_dir/report.html`` from ``cascade.json`` and one run directory per arm."""
-    cascade_dir = Path(cascade_dir)
+def _cascade_meta(cascade_dir: Path) -> dict[str, Any]:
+    """cascade.json, or a one-line UserError when it is absent, corrupt or lists no arms."""
     meta_path = cascade_dir / "cascade.json"
     if not meta_path.exists():
         raise UserError(
             f"{cascade_dir} is not a cascade directory (no cascade.json)",
             hint="pass the --out of `andrea-diag cascade`",
         )
-    meta = json.loads(meta_path.read_text())
-    arms = meta.get("arms") or []
-    if not arms:
+    try:
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise UserError(f"{meta_path} is not valid JSON ({e})") from None
+    if not isinstance(meta, dict) or not meta.get("arms"):
         raise UserError(f"{meta_path} lists no arms")
-    dirs = [cascade_dir / a for a in arms]
-    missing = [str(d) for d in dirs if not (d / "config.json").exists()]
-    if missing:
-        raise UserError(f"cascade arm directories missing or incomplete: {', '.join(missing)}")
+    return meta
+
+
+def render_cascade(cascade_dir: Path) -> Path:
+    """Render ``cascade_dir/report.html`` from ``cascade.json`` and one run directory per arm.
+
+    Arms that never started (no directory, no config.json, no metric row) are left out of the
+    plots and named in the banner, like arms that were killed, crashed or still run.
+    """
+    cascade_dir = Path(cascade_dir)
+    meta = _cascade_meta(cascade_dir)
+    arms = [str(a) for a in meta["arms"]]
+    runs: list[dict[str, Any]] = []
+    statuses: list[ArmStatus] = []
+    for name in arms:
+        d = cascade_dir / name
+        if not (d / "config.json").exists():
+            why = "no config.json" if d.is_dir() else "no run directory"
+            statuses.append(ArmStatus(name, NEVER_STARTED, detail=why))
+            continue
+        loaded, (st,) = _load_runs([d])
+        statuses.append(st)
+        runs += loaded
+    if not runs:
+        raise _no_rows_error(f"any arm of {cascade_dir}", statuses)
     title = f"cascade: size {meta.get('size', '?')}, seed {meta.get('seed', '?')}, arms {', '.join(arms)}"
     notes = [f"command: {meta['command']}"] if meta.get("command") else None
-    return render_report(dirs, cascade_dir / "report.html", title=title, notes=notes)
+    return _render(runs, statuses, cascade_dir / "report.html", title, notes, meta.get("status"))

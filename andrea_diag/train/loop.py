@@ -284,6 +284,7 @@ class Trainer:
         with contextlib.suppress(Exception):
             self.recorder.close()
             self.recorder.write("partial_summary.json", partial)
+            self.recorder.release()
 
     def _close(self, wall_s: float) -> dict[str, Any]:
         if not self.dist.is_main:
@@ -334,6 +335,7 @@ class Trainer:
             "n_params": self.cfg.model.n_params(),
             "replicas": self.reducer.world_size,
             "precision": self.cfg.precision,
+            "data_key": getattr(self.data, "key", None),  # the same tokens, or no resume
         }
 
     def checkpoint_state(self) -> dict[str, Any]:
