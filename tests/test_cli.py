@@ -154,3 +154,52 @@ def test_report_out_that_is_a_directory_is_a_clear_error(tmp_path: Path) -> None
     Recorder(tmp_path / "run", {"size": "tiny"}).close()
     res = _run("report", str(tmp_path / "run"), "--out", str(tmp_path))
     assert res.exit_code != 0 and "is a directory" in res.output
+
+
+def test_an_output_location_that_cannot_be_created_is_one_clear_line(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    # a path under a regular file cannot be created (as /proc or a read-only mount cannot)
+    res = _run("cascade", "--steps", "2", "--out", str(blocker / "sub" / "run"))
+    assert res.exit_code != 0 and "Traceback" not in res.output
+    assert "cannot create or write the output directory" in res.output
+
+
+def test_a_full_disk_during_a_run_says_what_was_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+
+    from andrea_diag import record
+
+    real_fsync, calls = record.os.fsync, {"n": 0}
+
+    def fsync_until_full(fd: int) -> None:
+        calls["n"] += 1
+        if calls["n"] > 4:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real_fsync(fd)
+
+    monkeypatch.setattr(record.os, "fsync", fsync_until_full)
+    out = tmp_path / "run"
+    res = _run("train", "--clip", "none", "--steps", "6", "--checkpoint-every", "0",
+               "--out", str(out))  # fmt: skip
+    assert res.exit_code != 0 and "Traceback" not in res.output
+    assert "No space left on device" in res.output and "is kept in" in res.output
+    rows = (out / "none" / "metrics.jsonl").read_text().splitlines()
+    assert len(rows) >= 1  # what was written before the disk filled is still there
+
+
+def test_resume_of_a_run_with_a_corrupt_config_is_one_clear_line(tmp_path: Path) -> None:
+    out = tmp_path / "c"
+    assert _run("cascade", "--steps", "2", "--out", str(out)).exit_code == 0
+    (out / "none" / "config.json").write_text('{"size": "tiny", "steps": ')  # torn
+    res = _run("cascade", "--resume", str(out))
+    assert res.exit_code != 0 and "Traceback" not in res.output
+    assert "a run file is corrupt" in res.output
+
+
+def test_resume_of_a_directory_that_is_not_a_run_is_one_clear_line(tmp_path: Path) -> None:
+    res = _run("train", "--resume", str(tmp_path))
+    assert res.exit_code != 0 and "Traceback" not in res.output
+    assert "is not a cascade or train run directory" in res.output

@@ -34,16 +34,22 @@ def test_sweep_writes_one_row_per_arm_and_a_page(sweep_dir: Path) -> None:
         assert json.loads((sweep_dir / cell / "cascade.json").read_text())["status"] == "done"
 
 
-def test_rerun_keeps_finished_cells_and_reruns_unfinished_ones(sweep_dir: Path) -> None:
+def test_rerun_keeps_finished_cells_and_continues_unfinished_ones(sweep_dir: Path) -> None:
     done = sweep_dir / "tiny-lr0.001-mn1-s0" / "none" / "metrics.jsonl"
     before = done.stat().st_mtime_ns
     unfinished = sweep_dir / "tiny-lr0.01-mn1-s0"
     meta = json.loads((unfinished / "cascade.json").read_text())
     (unfinished / "cascade.json").write_text(json.dumps({**meta, "status": "running"}))
+    kept_arm = unfinished / "none" / "metrics.jsonl"
+    kept_before = kept_arm.stat().st_mtime_ns
+    (unfinished / "global" / "summary.json").unlink()  # the second arm stopped before its end
     res = CliRunner().invoke(app, [*ARGS, "--out", str(sweep_dir)])
     assert res.exit_code == 0, res.output
     assert done.stat().st_mtime_ns == before  # finished cell untouched
-    assert (sweep_dir / "tiny-lr0.01-mn1-s0.incomplete-1" / "cascade.json").exists()  # kept
+    assert kept_arm.stat().st_mtime_ns == kept_before  # the finished arm of the cell is kept
+    assert (unfinished / "global" / "summary.json").exists()  # the stopped arm finished
+    assert "global: continuing from ckpt-0000005.pt" in res.output  # from its checkpoint
+    assert len(pd.read_parquet(unfinished / "global" / "metrics.parquet")) == 6  # no duplicate
     assert json.loads((unfinished / "cascade.json").read_text())["status"] == "done"
 
 

@@ -6,7 +6,7 @@ The seeds' cascade is not automatic (MISSION.md, pilots 1 and 2): it showed up o
 stress, on the larger model. A sweep runs one paired cascade per cell (every cell's arms share
 seed, data and batches) and tabulates each arm's outcome, so the regime where clipping starts
 to matter is read off the data. Cells already finished are kept and skipped on a re-run
-(resume after a crash); an unfinished cell is moved aside and run again.
+(resume after a crash); an unfinished cell continues from its arms' checkpoints.
 
 A cell that crashes does not end the sweep: it is recorded as ``crashed`` in ``sweep.csv`` (with
 the error, and whatever its arms wrote), the other cells run, and only at the end does the sweep
@@ -35,6 +35,7 @@ from andrea_diag.experiments.cascade import (
     report_renderer_available,
     run_cascade,
 )
+from andrea_diag.experiments.resume import move_aside
 from andrea_diag.record import write_json
 
 
@@ -114,15 +115,6 @@ def _check_same(cell_dir: Path, cfg: RunConfig, clips: list[str]) -> None:
         )
 
 
-def _move_aside(cell_dir: Path) -> Path:
-    """An unfinished cell is kept (renamed), never deleted: nothing recorded is lost."""
-    n = 1
-    while (aside := cell_dir.with_name(f"{cell_dir.name}.incomplete-{n}")).exists():
-        n += 1
-    cell_dir.rename(aside)
-    return aside
-
-
 def run_sweep(spec: SweepSpec, console: Console | None = None) -> tuple[Path, pd.DataFrame]:
     """Run (or resume) every cell; write sweep.json, sweep.csv and sweep.html under ``out``."""
     console = console or Console(stderr=True)
@@ -148,15 +140,16 @@ def run_sweep(spec: SweepSpec, console: Console | None = None) -> tuple[Path, pd
             _check_same(cell_dir, cfg, spec.clips)
             console.print(f"[dim]cell {i}/{len(configs)} {name}: already done, kept[/]")
         else:
-            if cell_dir.exists():
-                console.print(
-                    f"[yellow]cell {name} was unfinished; kept as {_move_aside(cell_dir)}"
-                )
-            console.print(f"[bold]cell {i}/{len(configs)}[/] {name}")
+            # an unfinished cell continues from its checkpoints (finished arms kept); one that
+            # never wrote its cascade.json is kept aside and started again
+            resume = (cell_dir / "cascade.json").is_file()
+            if cell_dir.exists() and not resume:
+                console.print(f"[yellow]cell {name}: unfinished, kept as {move_aside(cell_dir)}")
+            word = "continuing" if resume else ""
+            console.print(f"[bold]cell {i}/{len(configs)}[/] {name} {word}")
             try:
-                run_cascade(
-                    CascadeSpec(base=cfg, clips=spec.clips, out=cell_dir), console, data=data
-                )
+                cell = CascadeSpec(base=cfg, clips=spec.clips, out=cell_dir, resume=resume)
+                run_cascade(cell, console, data=data)
             except UserError:
                 raise  # the same for every cell: stop now
             except Exception as exc:  # one cell's crash must not cost the others their run
