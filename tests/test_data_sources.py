@@ -16,11 +16,19 @@ from andrea_diag.data.corpus import build_sources, load_override, parse_source_o
 from andrea_diag.errors import UserError
 
 SMALL = 60_000  # bytes per built-in source: enough structure, fast to build
+# gutenberg and hermes3-general are real text where their packages are installed (see
+# tests/test_real_sources.py); tests of the generators pin them with `NAME=generated`.
+FORCE = {"gutenberg": "generated", "hermes3-general": "generated"}
 
 
 @pytest.fixture(scope="module")
 def sources():
     return build_sources(seed=0, target_bytes=SMALL)
+
+
+@pytest.fixture(scope="module")
+def generated():
+    return build_sources(FORCE, seed=0, target_bytes=SMALL)
 
 
 def test_same_seed_same_bytes(sources):
@@ -30,24 +38,28 @@ def test_same_seed_same_bytes(sources):
         assert again[name].sha256 == sources[name].sha256
 
 
-def test_order_names_and_metadata(sources):
+def test_order_names_and_metadata(sources, generated):
     assert tuple(sources) == SOURCE_NAMES
     assert sources["repo-docs"].generated is False
-    assert sources["gutenberg"].generated and sources["hermes3-general"].generated
-    for s in sources.values():
+    assert generated["gutenberg"].generated and generated["hermes3-general"].generated
+    for s in [*sources.values(), *generated.values()]:
+        # The flag the report reads agrees with the origin: generated text is never called real.
+        assert s.generated == s.origin.startswith("generated: ")
         d = s.describe()
         assert d["n_bytes"] >= SMALL * 0.8 and len(d["sha256"]) == 64 and d["origin"]
         json.dumps(d)
 
 
-def test_seed_changes_generated_sources_only(sources):
-    other = build_sources(seed=1, target_bytes=SMALL)
-    assert other["gutenberg"].sha256 != sources["gutenberg"].sha256
-    assert other["hermes3-general"].sha256 != sources["hermes3-general"].sha256
-    assert other["repo-docs"].sha256 == sources["repo-docs"].sha256  # real text: seed-free
+def test_seed_changes_generated_sources_only(generated):
+    other = build_sources(FORCE, seed=1, target_bytes=SMALL)
+    assert other["gutenberg"].sha256 != generated["gutenberg"].sha256
+    assert other["hermes3-general"].sha256 != generated["hermes3-general"].sha256
+    assert other["repo-docs"].sha256 == generated["repo-docs"].sha256  # real text: seed-free
 
 
-def test_sources_differ_in_shape(sources):
+@pytest.mark.parametrize("which", ["sources", "generated"])  # the defaults and the generators
+def test_sources_differ_in_shape(which, request):
+    sources = request.getfixturevalue(which)
     texts = {n: s.text for n, s in sources.items()}
     assert len({s.sha256 for s in sources.values()}) == 3
     # Structure: docs are bullet lists, dialogue has turns, prose has long sentences.
@@ -91,7 +103,7 @@ def test_override_jsonl(tmp_path):
     s = build_sources({"hermes3-general": str(p)}, target_bytes=SMALL)
     assert s["hermes3-general"].documents == ("User: hi\nAssistant: hello", "second")
     assert s["hermes3-general"].generated is False
-    assert s["gutenberg"].generated  # the others stay built-in
+    assert not s["gutenberg"].origin.startswith("override: ")  # the others stay built-in
 
 
 @pytest.mark.parametrize(

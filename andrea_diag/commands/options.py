@@ -47,8 +47,9 @@ Source = Annotated[
     list[str] | None,
     typer.Option(
         "--source",
-        help="Replace a source: NAME=PATH (folder of .txt/.md, or .jsonl "
-        "with a 'text' field). Repeatable.",
+        help="Replace a source: NAME=PATH (folder of .txt/.md, or .jsonl with a 'text' "
+        "field), or NAME=generated for the seeded generator (gutenberg, hermes3-general). "
+        "Repeatable.",
     ),
 ]
 Inject = Annotated[

@@ -21,12 +21,14 @@ from andrea_diag.commands.options import (
 from andrea_diag.config import CLIP_MODES
 from andrea_diag.errors import UserError
 from andrea_diag.experiments.cascade import CascadeSpec, default_out, run_cascade
+from andrea_diag.train.distributed import env_rank
 
 console = Console(stderr=True)
 
 
 def _spec(clip: str, opts: RunOptions) -> CascadeSpec:
     """What to run: from the options, or with --resume from the run directory itself."""
+    console.quiet = env_rank() != 0  # torchrun: one voice, rank 0's
     if opts["resume"] is not None:
         if opts["out"] is not None and opts["out"] != opts["resume"]:
             raise UserError("--out and --resume name different directories", hint="give one")

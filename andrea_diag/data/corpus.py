@@ -9,12 +9,17 @@
   (``importlib.metadata``) followed by list-structured API listings of a fixed set of stdlib
   modules (``inspect`` docstrings). Installed versions differ between machines, so the bytes may
   too; each Source records a sha256 so two runs can be checked for comparability.
-- ``gutenberg`` (narrative prose) and ``hermes3-general`` (Q&A dialogue) have no real offline
-  text, so seeded grammars in :mod:`andrea_diag.data.generators` make them (``generated=True``).
+- ``gutenberg`` (narrative prose) and ``hermes3-general`` (Q&A dialogue) are **real** text from
+  pip-installed data packages (:mod:`andrea_diag.data.real_sources`: the King James Bible;
+  chatterbot-corpus and the BYU Chit-Chat conversations). Where a package is absent, seeded
+  grammars in :mod:`andrea_diag.data.generators` make the source (``generated=True``) and its
+  origin says which package was missing.
 
 Overrides replace any source with the user's text: ``NAME=PATH`` where PATH is a folder of
 .txt/.md files (recursive, sorted), a single .txt/.md file, or a .jsonl file with a ``text``
-field. Every user-caused problem raises :class:`~andrea_diag.errors.UserError`.
+field. ``NAME=generated`` forces the seeded generator for gutenberg or hermes3-general (tests and
+golden recordings pin their text that way; a folder named ``generated`` is ``./generated``).
+Every user-caused problem raises :class:`~andrea_diag.errors.UserError`.
 """
 
 from __future__ import annotations
@@ -31,10 +36,17 @@ from pathlib import Path
 
 from andrea_diag.config import SOURCE_NAMES
 from andrea_diag.data.generators import dialogue_documents, narrative_documents
+from andrea_diag.data.real_sources import RealText, real_text
 from andrea_diag.errors import UserError
 
 EOT = "<|endoftext|>"  # document separator in the streams; keep in sync with tokenizer.py
 DEFAULT_TARGET_BYTES = 1_000_000  # ~1 MB a source: tokenizer training takes seconds on 2 cores
+GENERATED = "generated"  # the override value that forces a source's seeded generator
+# The sources a generator can make, and what its origin line calls it.
+GENERATORS = {
+    "gutenberg": (narrative_documents, "narrative-prose grammar"),
+    "hermes3-general": (dialogue_documents, "User/Assistant Q&A templates"),
+}
 
 # The toolkit's own dependencies first (always installed with it), then their usual companions.
 # Missing ones are skipped; `origin` lists what was used.
@@ -226,6 +238,7 @@ def parse_source_overrides(specs: list[str]) -> dict[str, str]:
                 f"bad source override {spec!r}", hint="write NAME=PATH, e.g. gutenberg=./books"
             )
         _check_name(name)
+        _check_generated(name, path)
         if name in out:
             raise UserError(f"source {name!r} is overridden twice")
         out[name] = path
@@ -235,6 +248,26 @@ def parse_source_overrides(specs: list[str]) -> dict[str, str]:
 def _check_name(name: str) -> None:
     if name not in SOURCE_NAMES:
         raise UserError(f"unknown source {name!r}", hint=f"choose from {', '.join(SOURCE_NAMES)}")
+
+
+def _check_generated(name: str, path: str) -> None:
+    if path == GENERATED and name not in GENERATORS:
+        raise UserError(
+            f"source {name!r} has no generator: its text is real on every machine",
+            hint=f"'{GENERATED}' works for {' and '.join(GENERATORS)}; for a folder named "
+            f"'{GENERATED}' write ./{GENERATED}",
+        )
+
+
+def generated_source(name: str, seed: int, target_bytes: int, why: str = "") -> Source:
+    """The seeded generator's text for ``name`` (gutenberg or hermes3-general).
+
+    ``why`` (e.g. "forced: gutenberg=generated") is appended to the origin in parentheses; the
+    documents depend only on (name, seed, target_bytes).
+    """
+    make, label = GENERATORS[name]
+    origin = f"generated: {label}, seed {seed}" + (f" ({why})" if why else "")
+    return Source(name, tuple(make(seed, target_bytes)), origin, generated=True)
 
 
 def _read_jsonl(path: Path, name: str) -> list[str]:
@@ -298,25 +331,28 @@ def build_sources(
     """All three sources in ``SOURCE_NAMES`` order; same seed and machine → same bytes.
 
     ``seed`` only affects the generated sources. ``target_bytes`` sizes the built-in sources
-    (tests use a small value); overrides are used whole.
+    (tests use a small value); overrides are used whole. An override ``NAME=generated`` forces
+    the generator; without one, gutenberg and hermes3-general are real text from installed
+    packages, or generated (origin saying which package is missing) where none is installed.
     """
     overrides = dict(overrides or {})
-    for name in overrides:
+    for name, path in overrides.items():
         _check_name(name)
+        _check_generated(name, path)
     out: dict[str, Source] = {}
     for name in SOURCE_NAMES:
-        if name in overrides:
-            out[name] = load_override(name, overrides[name])
+        given = overrides.get(name)
+        if given == GENERATED:
+            out[name] = generated_source(name, seed, target_bytes, f"forced: {name}={GENERATED}")
+        elif given is not None:
+            out[name] = load_override(name, given)
         elif name == "repo-docs":
             out[name] = repo_docs_source(target_bytes)
-        elif name == "gutenberg":
-            docs = narrative_documents(seed, target_bytes)
-            out[name] = Source(
-                name, tuple(docs), f"generated: narrative-prose grammar, seed {seed}", True
-            )
         else:
-            docs = dialogue_documents(seed, target_bytes)
-            out[name] = Source(
-                name, tuple(docs), f"generated: User/Assistant Q&A templates, seed {seed}", True
+            got = real_text(name, target_bytes)
+            out[name] = (
+                Source(name, got.documents, got.origin, generated=False)
+                if isinstance(got, RealText)
+                else generated_source(name, seed, target_bytes, f"no real text: {got}")
             )
     return out

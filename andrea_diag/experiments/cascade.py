@@ -248,6 +248,8 @@ def run_cascade(
             raise UserError(f"--nproc {configs[0].replicas} under a launcher of {world} processes")
         configs = [dataclasses.replace(c, replicas=world) for c in configs]
     main = env_rank() == 0
+    if not main:  # under torchrun every rank runs this: rank 0 alone speaks, as it alone writes
+        console = Console(stderr=True, quiet=True)
     if spec.resume:
         check_same_run(out_dir, spec.clips, configs)
     elif main:

@@ -39,7 +39,8 @@ def run_golden_cascade(out: Path) -> dict[str, dict[str, list]]:
 
     base = RunConfig(
         size="tiny", steps=ARGS["steps"], lr=ARGS["lr"], seed=ARGS["seed"], inject=ARGS["inject"],
-        device="cpu", sources={"repo-docs": str(REPO_DOCS)},
+        device="cpu",
+        sources={"gutenberg": "generated", "hermes3-general": "generated", "repo-docs": str(REPO_DOCS)},
     )  # fmt: skip
     spec = CascadeSpec(base=base, clips=list(ARGS["clips"]), out=out)
     run_cascade(spec, Console(stderr=True, quiet=True), render=False)
