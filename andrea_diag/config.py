@@ -123,6 +123,7 @@ def parse_injections(specs: list[str], steps: int) -> dict[int, str]:
     return out
 
 
+EVALS_PER_RUN = 50  # held-out evaluations when --eval-every is not given
 LOCKIN_SAMPLES_PER_RUN = 8  # lock-in cadence when not given: about this many samples a run
 LOCKIN_EVERY_OPEN_ENDED = 100  # ... and for a loop of unknown length (SpikeMonitor)
 
@@ -194,6 +195,8 @@ class RunConfig:
     replicas: int = 1  # D: data-parallel worker processes (train/distributed.py)
     # updates between checkpoints; None: about every 10% of the run; 0: none (train/checkpoint.py)
     checkpoint_every: int | None = None
+    # updates between held-out evaluations; None: about 50 per run; 0: none (train/evaluation.py)
+    eval_every: int | None = None
     inject: list[str] = field(default_factory=list)  # "outlier@UPDATE", "nonfinite@UPDATE"
     probes: ProbeConfig = field(default_factory=ProbeConfig)
     arm: str = ""  # label inside a cascade, e.g. "global"
@@ -237,6 +240,10 @@ class RunConfig:
                 f"{self.model.block_size}"
             )
         out.probes = self.probes.resolve(out.steps, self.size)
+        if out.eval_every is None:
+            out.eval_every = max(1, out.steps // EVALS_PER_RUN)
+        if out.eval_every < 0:
+            raise UserError(f"--eval-every must be 0 (off) or more, got {out.eval_every}")
         if out.checkpoint_every is None:
             out.checkpoint_every = max(1, out.steps // 10)
         if out.checkpoint_every < 0:

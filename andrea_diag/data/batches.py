@@ -28,6 +28,7 @@ import torch
 
 from andrea_diag.config import SOURCE_NAMES
 from andrea_diag.data.bandit import Mixer
+from andrea_diag.data.heldout import training_part
 from andrea_diag.data.prepare import PreparedData
 from andrea_diag.errors import UserError
 
@@ -82,7 +83,8 @@ def _streams_of(data: PreparedData | Mapping[str, torch.Tensor]) -> list[torch.T
     missing = [n for n in SOURCE_NAMES if n not in streams]
     if missing:
         raise ValueError(f"streams missing for {missing}")
-    return [streams[n] for n in SOURCE_NAMES]
+    # the held-out tail of every source is never drawn for training (heldout.py)
+    return [training_part(streams[n]) for n in SOURCE_NAMES]
 
 
 def gather_tokens(

@@ -38,6 +38,32 @@ from andrea_diag.report.style import (
 )
 
 
+def eval_figure(arms: list[Arm]) -> tuple[go.Figure | None, str]:
+    """Held-out eval loss (uniform mixture, thick) and per source (thin), per arm."""
+    if not any(_has(a, "eval_loss") for a in arms):
+        return None, "no held-out evaluation in these runs (--eval-every 0, or an older run)."
+    fig = go.Figure()
+    style = Style(arms)
+    for a in arms:
+        if "eval_loss" not in a.metrics:
+            continue
+        ev = a.metrics[a.metrics["eval_loss"].notna()]
+        fig.add_trace(go.Scatter(x=ev["update"], y=ev["eval_loss"], mode="lines+markers",
+                                 name=f"{a.label}: mixture", line=style.line(a, width=2.5)))  # fmt: skip
+        for c in [c for c in ev.columns if c.startswith("eval_loss_")]:
+            fig.add_trace(go.Scatter(x=ev["update"], y=ev[c], name=f"{a.label}: {c[10:]}",
+                                     line=style.line(a, width=0.8), opacity=0.6))  # fmt: skip
+    mark_boundaries(fig, arms)
+    fig.update_yaxes(title_text="held-out loss (nats/token)")
+    fig.update_xaxes(title_text="optimizer update")
+    fig.update_layout(title="Held-out evaluation: the same fixed sequences for every arm",
+                      height=420, **LAYOUT)  # fmt: skip
+    return fig, (
+        "The mixture weighs the three sources equally, so it does not move with the bandit; "
+        "arms are compared on it, not on the last training batches."
+    )
+
+
 def loss_figure(arms: list[Arm]) -> tuple[go.Figure | None, str]:
     """Total loss (row 1) and per-source loss (one row per source), spikes marked."""
     if not any(_has(a, "loss") for a in arms):
@@ -252,7 +278,8 @@ def loss_scale_figure(arms: list[Arm]) -> tuple[go.Figure | None, str]:
 def all_figures(arms: list[Arm]) -> list[tuple[str, go.Figure | None, str]]:
     """(section title, figure or None, note) in page order."""
     return [
-        ("Loss", *loss_figure(arms)),
+        ("Held-out evaluation", *eval_figure(arms)),
+        ("Training loss", *loss_figure(arms)),
         ("Gradient norm", *grad_norm_figure(arms)),
         ("Clip coefficient", *clip_coef_figure(arms)),
         ("Loss scale (fp16)", *loss_scale_figure(arms)),

@@ -173,6 +173,10 @@ class Evaluator:
         del update, model
         return {}
 
+    def summary(self, wall_s: float) -> dict[str, Any]:
+        del wall_s
+        return {}
+
     def state_dict(self) -> dict[str, Any]:
         return {}
 

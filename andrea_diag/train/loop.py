@@ -51,6 +51,7 @@ from andrea_diag.train.distributed import (
     init_from_env,
     replica_slice,
 )
+from andrea_diag.train.evaluation import build_evaluator
 from andrea_diag.train.optim import build_optimizer, build_scheduler
 from andrea_diag.train.summary import oom_advice, run_sheet, summarize, unigram_entropy
 
@@ -104,13 +105,18 @@ class Trainer:
         if self.dist.world_size > 1:
             self.reducer = DDPReducer(self.model, self.dist, self.device)
             self.forward_model = self.reducer.module
-        self.evaluator = Evaluator()
         self.clipper = make_clipper(cfg.clip, cfg.max_norm, cfg.clip_impl)
         # rank 0 alone writes: the other replicas record nothing and run no probes
         self.recorder = (
             Recorder(run_dir, cfg.to_dict(), resume=resume) if self.dist.is_main else NullRecorder()
         )
         self.recorder.write("data.json", data.describe())
+        # rank 0 evaluates (the weights are the same on every replica)
+        self.evaluator: Evaluator = (
+            build_evaluator(cfg, data, self.device, self.precision, self.recorder)
+            if self.dist.is_main
+            else Evaluator()
+        )
         self.names, self.params = (
             list(t) for t in zip(*self.model.named_parameters(), strict=True)
         )
@@ -298,6 +304,7 @@ class Trainer:
             replicas=self.reducer.world_size,
         )
         summary["run_sheet"]["checkpoint_bytes"] = self.checkpointer.last_bytes
+        summary.update(self.evaluator.summary(wall_s))
         summary.update(self.probes.close(self.run_dir))
         mixer = self.plan.mixer
         self.recorder.write(

@@ -76,6 +76,7 @@ def summarize(recorder: Recorder, cfg: RunConfig, wall_s: float) -> dict[str, An
     gn = df["grad_norm"][df["grad_norm"].map(math.isfinite)]
     tail = finite["loss"].tail(max(1, min(10, len(finite) // 10 or 1)))
     return {
+        **eval_fields(df),
         "arm": cfg.arm,
         "size": cfg.size,
         "clip": cfg.clip,
@@ -96,6 +97,22 @@ def summarize(recorder: Recorder, cfg: RunConfig, wall_s: float) -> dict[str, An
             df["loss"].tolist(), df["boundary"].tolist(), k=cfg.probes.boundary_k
         ),
     }
+
+
+def eval_fields(df: pd.DataFrame) -> dict[str, Any]:
+    """The held-out numbers every comparison reads: the last evaluation, and the best one."""
+    if "eval_loss" not in df:
+        return {"final_eval_loss": None, "min_eval_loss": None}
+    ev = df[df["eval_loss"].notna()]
+    last = ev.iloc[-1] if len(ev) else None
+    out: dict[str, Any] = {
+        "final_eval_loss": float(last["eval_loss"]) if last is not None else None,
+        "min_eval_loss": float(ev["eval_loss"].min()) if len(ev) else None,
+        "final_eval_update": int(last["update"]) if last is not None else None,
+    }
+    for col in [c for c in df.columns if c.startswith("eval_loss_")]:
+        out[f"final_{col}"] = float(last[col]) if last is not None else None
+    return out
 
 
 def oom_advice(cfg: RunConfig, update: int, device: torch.device) -> tuple[str, str]:

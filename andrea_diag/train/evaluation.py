@@ -1,0 +1,109 @@
+"""Held-out evaluation every N updates: the basis of every comparison between arms.
+
+    ev = HeldOutEvaluator(eval_set(data.streams, seq_len, seed), every=24, steps=1200,
+                          device=device, autocast=precision.autocast)
+    row |= ev.maybe_evaluate(update, model)   # {} between evaluations
+
+Columns on evaluation updates (absent otherwise): ``eval_loss_<source>`` (token-weighted mean
+cross-entropy of that source's fixed held-out sequences) and ``eval_loss`` (their uniform mean:
+a fixed mixture, so it does not move with the bandit). One forward pass of
+``S × EVAL_SEQUENCES`` sequences, no gradient, one host sync per evaluation.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from andrea_diag.data.heldout import EvalSet, eval_set, split_point
+from andrea_diag.train.components import Evaluator
+
+
+def build_evaluator(
+    cfg: Any, data: Any, device: torch.device, precision: Any, recorder: Any
+) -> Evaluator:
+    """The run's evaluator (none when ``eval_every`` is 0); its eval set goes on record."""
+    if not cfg.eval_every:
+        return Evaluator()
+    es = eval_set(data.streams, cfg.seq_len, cfg.seed)
+    recorder.write(
+        "eval_set.json",
+        {
+            "sources": list(es.sources),
+            "offsets": {n: o.tolist() for n, o in zip(es.sources, es.offsets, strict=True)},
+            "seq_len": cfg.seq_len,
+            "heldout_from": {n: split_point(data.streams[n].numel()) for n in es.sources},
+        },
+    )
+    return HeldOutEvaluator(es, cfg.eval_every, cfg.steps, device, precision.autocast)
+
+
+class HeldOutEvaluator(Evaluator):
+    """Evaluate on the fixed held-out set every ``every`` updates and at the last one."""
+
+    def __init__(
+        self,
+        evalset: EvalSet,
+        every: int,
+        steps: int,
+        device: torch.device,
+        autocast: Callable[[], AbstractContextManager[Any]],
+    ) -> None:
+        self.tokens = evalset.tokens.to(device)  # (S, K, T+1)
+        self.sources = evalset.sources
+        self.every, self.steps, self.autocast = every, steps, autocast
+        self.seconds = 0.0  # wall clock spent evaluating (the summary's cost check)
+        self.n_evals = 0
+
+    def due(self, update: int) -> bool:
+        return self.every > 0 and (update % self.every == 0 or update == self.steps)
+
+    @torch.no_grad()
+    def evaluate(self, model: torch.nn.Module) -> dict[str, float]:
+        t0 = time.perf_counter()
+        s, k, t1 = self.tokens.shape
+        flat = self.tokens.reshape(s * k, t1)  # (S·K, T+1)
+        was_training = model.training
+        model.eval()
+        try:
+            with self.autocast():
+                logits = model(flat[:, :-1])  # (S·K, T, V)
+            tok = F.cross_entropy(
+                logits.float().reshape(-1, logits.size(-1)), flat[:, 1:].reshape(-1),
+                reduction="none",
+            ).view(s, k * (t1 - 1))  # fmt: skip
+        finally:
+            model.train(was_training)
+        per_source = tok.mean(dim=1)  # (S,) every sequence has T supervised tokens
+        values = per_source.tolist()  # host sync: once per evaluation
+        out = {f"eval_loss_{n}": v for n, v in zip(self.sources, values, strict=True)}
+        out["eval_loss"] = sum(values) / len(values)
+        self.seconds += time.perf_counter() - t0
+        self.n_evals += 1
+        return out
+
+    def maybe_evaluate(self, update: int, model: torch.nn.Module) -> dict[str, Any]:
+        return self.evaluate(model) if self.due(update) else {}
+
+    def summary(self, wall_s: float) -> dict[str, Any]:
+        """How often and at what cost: the issue's budget is 5% of a run's time."""
+        return {
+            "eval": {
+                "every": self.every,
+                "n_evals": self.n_evals,
+                "sequences_per_source": int(self.tokens.shape[1]),
+                "wall_s": self.seconds,
+                "share_of_run": self.seconds / wall_s if wall_s > 0 else None,
+            }
+        }
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"n_evals": self.n_evals}  # seconds are wall clock: not part of a resume
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.n_evals = int(state.get("n_evals", 0))
