@@ -103,6 +103,14 @@ def test_lockin_does_not_fire_on_a_healthy_model(tmp_path):
     assert all(s["distinct_1"] == 1.0 for s in greedy)  # successor text never repeats
 
 
+def test_a_model_repetitive_from_its_first_sample_is_named_not_called_healthy(tmp_path):
+    """The loss learned, but the text never was diverse: no rise, so not a lock-in; the verdict
+    used to call this healthy (issue 12), it is repetitive-throughout (not a collapse)."""
+    out, _ = _run(tmp_path, _learned(), force_at=1)
+    assert out["verdict"] == "repetitive-throughout" and out["collapse"] is False
+    assert out["final_score"] > 0.9 and out["baseline_score"] > 0.9
+
+
 def test_repetitive_model_whose_loss_stayed_near_uniform_never_learned(tmp_path):
     stuck = [math.log(8449) - 0.01 * (u % 3) for u in range(1, 41)]
     out, _ = _run(tmp_path, stuck, force_at=1)

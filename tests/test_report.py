@@ -70,10 +70,10 @@ def test_every_boundary_marked(
 ) -> None:
     _, page = pair
     figs = {f["id"]: f for f in _figures(page)}
-    loss = figs["fig-0"]
+    loss = figs["fig-training-loss"]
     xs = sorted(s["x0"] + 0.5 for s in loss["layout"]["shapes"] if s.get("name") == BOUNDARY_SHAPE)
     assert xs == boundary_updates(N)
-    grad = figs["fig-1"]
+    grad = figs["fig-gradient-norm"]
     assert sum(s.get("name") == BOUNDARY_SHAPE for s in grad["layout"]["shapes"]) == len(
         boundary_updates(N)
     )
@@ -276,7 +276,7 @@ def test_pollution_and_expectations() -> None:
     )
     fine.summary["lockin"]["reason"] = "loss stayed near ln V"
     out = F.expectation_findings([locked, fine])
-    assert "global: lock-in verdict never-learned (loss stayed near ln V)." in out
+    assert "global: verdict: never-learned (loss stayed near ln V)." in out
     assert (
         "locked in: none." in out and "the unclipped arm none collapsed (lock-in verdict)." in out
     )

@@ -36,6 +36,7 @@ from andrea_diag.experiments.cascade import (
     run_cascade,
 )
 from andrea_diag.experiments.resume import move_aside
+from andrea_diag.probes.verdict import COLLAPSE_VERDICTS
 from andrea_diag.record import write_json
 
 
@@ -70,20 +71,27 @@ def cells(spec: SweepSpec) -> list[RunConfig]:
 
 
 def _arm_row(cfg: RunConfig, arm: str, summary: dict[str, Any], cell: str) -> dict[str, Any]:
+    """One arm's row of ``sweep.csv``: ``lockin`` is the run's verdict, ``collapse`` whether it
+    is diverged, locked-in or non-finite (None when the arm has no verdict: it never ran)."""
     spikes = summary.get("spikes") or {}
     poll = summary.get("pollution") or {}
     lock = summary.get("lockin") or {}
+    verdict = lock.get("verdict")
+    # summaries from before the verdict carried "collapse": the same sets decide it
+    collapse = lock.get("collapse", verdict in COLLAPSE_VERDICTS if verdict else None)
     return {
         "cell": cell, "size": cfg.size, "lr": cfg.lr, "max_norm": cfg.max_norm,
         "seed": cfg.seed, "clip": arm,
         "final_loss": summary.get("final_loss"), "min_loss": summary.get("min_loss"),
+        "final_eval_loss": summary.get("final_eval_loss"),
+        "min_eval_loss": summary.get("min_eval_loss"),
         "max_grad_norm": summary.get("max_grad_norm"),
         "pct_clipped": summary.get("pct_clipped"),
         "n_spikes": spikes.get("n_spikes"), "n_grad_spikes": spikes.get("n_grad_spikes"),
         "spike_score_grad": spikes.get("spike_score_grad"),
         "n_cascades": spikes.get("n_cascades"),
         "max_m_share": poll.get("max_m_share"), "recovery_m": poll.get("recovery_m"),
-        "lockin": lock.get("verdict"),
+        "lockin": verdict, "collapse": collapse,
         "nonfinite_updates": summary.get("nonfinite_updates"),
         "status": summary.get("status", "done"), "error": summary.get("error"),
     }  # fmt: skip

@@ -20,25 +20,12 @@ longest_run, top_token_share, max_logit, mean_entropy`` over the generated token
 Metric columns at sampling updates: ``lockin/top_token_share`` (max over sources, greedy),
 ``lockin/distinct_1`` (min over sources, greedy), ``lockin/mean_entropy`` (mean, greedy).
 
-**Verdict** (:func:`lockin_verdict`, thresholds in :data:`THRESHOLDS` and in the summary):
-
-1. ``insufficient-data``: fewer than ``min_losses`` (10) finite losses;
-2. ``never-learned``: the smoothed loss (trailing median of 5) never reached
-   ``learned_frac · ln V`` (0.8 · ln 8449 ≈ 7.23): a model that stayed near the uniform loss
-   did not learn, however repetitive its text (the pilot's lr ≥ 3e-3 arms). When the data's
-   unigram entropy H1 is known (the training loop passes it), the level is also capped at
-   ``H1 - unigram_margin`` (0.5 nats): a unigram-level model greedily repeats the most frequent
-   token by construction, so reaching H1 is not "learned" either;
-3. otherwise the *good phase* starts at the first update the smoothed loss reached that level.
-   ``insufficient-data`` when fewer than two sample events exist, or none at/after the good
-   phase start;
-4. ``locked-in``: the last sample event is at/after the good phase start, its repetition score
-   (max over sources of the greedy ``top_token_share``) is ≥ ``top_share`` (0.5), and it rose
-   by ≥ ``rise`` (0.2) over the lowest score of the earlier events (those in the good phase when
-   there are any, else all earlier ones): "learned, then locked in";
-5. ``healthy`` otherwise; ``repetitive`` (True when the last score is above ``top_share``
-   without the rise, e.g. an early model that says "the the the" from the start) flags text
-   that is repetitive but was never diverse in the good phase.
+**Verdict** at ``close()``: :func:`andrea_diag.probes.verdict.run_verdict`, where every verdict
+(``healthy``, ``never-learned``, ``diverged``, ``locked-in``, ``repetitive-throughout``,
+``non-finite``), its threshold and their precedence are defined. It judges the held-out
+``eval_loss`` of the run's ``metrics.jsonl`` when the run evaluated, else the training losses this
+probe kept, plus these samples; ``summary["lockin"]`` holds ``verdict``, ``collapse``, ``reasons``
+and the numbers.
 """
 
 from __future__ import annotations
@@ -53,7 +40,8 @@ import torch
 
 from andrea_diag.model import decode_batch
 from andrea_diag.probes.base import ProbeState, UpdateContext
-from andrea_diag.probes.verdict import THRESHOLDS, lockin_verdict, text_stats
+from andrea_diag.probes.verdict import THRESHOLDS, run_verdict, text_stats
+from andrea_diag.record import read_jsonl
 
 
 def _last_logits(model: torch.nn.Module, idx: torch.Tensor) -> torch.Tensor:
@@ -219,23 +207,29 @@ class LockInProbe(ProbeState):
                 ctx.row["lockin/mean_entropy"] = float(np.mean([r["mean_entropy"] for r in greedy]))
 
     def close(self, run_dir: Path, results: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """Sample the final state, then ``{"lockin": run_verdict(...) + sampling facts}``."""
         if self._closed is not None:
             return self._closed
         if self.updates and self.updates[-1] not in self._sampled_at:
             self.sample_now(self.updates[-1])  # the final state is what a reader samples
         if self.vocab_size is None:
-            verdict = {"verdict": "insufficient-data", "reason": "unknown vocabulary size"}
+            verdict = {"verdict": "insufficient-data", "collapse": False,
+                       "reasons": ["unknown vocabulary size"]}  # fmt: skip
         else:
-            verdict = lockin_verdict(
+            eval_updates, eval_losses, nonfinite = _run_record(run_dir)
+            verdict = run_verdict(
                 self.updates,
                 self.losses,
                 self.samples,
                 self.vocab_size,
-                self.thresholds,
+                eval_updates=eval_updates,
+                eval_losses=eval_losses,
+                nonfinite_updates=nonfinite,
+                thresholds=self.thresholds,
                 unigram_entropy=self.unigram_entropy,
             )
         if not self.prompts:
-            verdict["reason"] = "no prompts: verdict from the loss trajectory only"
+            verdict["reasons"].append("no prompts: verdict from the loss trajectory only")
         self._closed = {
             "lockin": {
                 **verdict,
@@ -247,3 +241,24 @@ class LockInProbe(ProbeState):
             }
         }
         return self._closed
+
+
+def _run_record(run_dir: Path) -> tuple[list[int], list[float], int]:
+    """(eval updates, eval losses, non-finite updates) from the run's ``metrics.jsonl``.
+
+    The held-out evaluation runs after the probes within an update, so its ``eval_loss`` column
+    reaches the verdict through the metrics file (complete at close: every row is flushed),
+    as does the loop's ``nonfinite`` flag (a gradient can be non-finite under a finite loss).
+    A loop without these columns (a user's own, a test) gives no evaluations and zero.
+    """
+    df = read_jsonl(Path(run_dir) / "metrics.jsonl")
+    if df.empty or "update" not in df:
+        return [], [], 0
+    if "nonfinite" in df:
+        nonfinite = int(df["nonfinite"].fillna(False).astype(bool).sum())
+    else:  # the monitor records only whether the update was applied
+        nonfinite = int(df["applied"].eq(False).sum()) if "applied" in df else 0
+    if "eval_loss" not in df:
+        return [], [], nonfinite
+    ev = df[["update", "eval_loss"]].dropna()
+    return [int(u) for u in ev["update"]], [float(v) for v in ev["eval_loss"]], nonfinite

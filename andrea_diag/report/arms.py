@@ -13,10 +13,7 @@ from typing import Any
 import pandas as pd
 
 from andrea_diag.config import ProbeConfig
-
-# Verdict strings the lock-in probe writes for a run that locked in; anything else
-# ("healthy", "never-learned", ...) is not a lock-in. Keep in sync with probes/lockin.py.
-LOCKED_VERDICTS = ("locked-in",)
+from andrea_diag.probes.verdict import LOCKED_VERDICTS  # the verdicts are defined there only
 
 
 @dataclass
@@ -105,6 +102,18 @@ def final_loss(arm: Arm) -> float:
     return math.nan
 
 
+def compared_loss(arm: Arm) -> tuple[float, str]:
+    """The loss arms are compared on, and its name: the held-out loss at the run's last
+    evaluation when the run has one, else (older runs) the final training loss."""
+    v = arm.summary.get("final_eval_loss")
+    if v is None and "eval_loss" in arm.metrics:
+        ev = arm.metrics["eval_loss"].dropna()
+        v = float(ev.iloc[-1]) if len(ev) else None
+    if v is not None:
+        return float(v), "held-out loss"
+    return final_loss(arm), "final training loss"
+
+
 def summary_row(arm: Arm) -> dict[str, Any]:
     """The summary-table values of one arm; falls back to the metrics when summary.json lacks them."""
     s, m = arm.summary, arm.metrics
@@ -144,5 +153,6 @@ def _recovery(v: Any) -> str:
 
 
 def is_locked(arm: Arm) -> bool:
+    """The run's verdict is a lock-in (``locked-in``; not ``repetitive-throughout``)."""
     verdict = str((arm.summary.get("lockin") or {}).get("verdict", "")).lower()
     return verdict in LOCKED_VERDICTS

@@ -20,7 +20,7 @@ import math
 import pandas as pd
 
 from andrea_diag.config import ProbeConfig
-from andrea_diag.report.arms import Arm, boundaries, final_loss, fmt, is_locked
+from andrea_diag.report.arms import Arm, boundaries, compared_loss, final_loss, fmt, is_locked
 
 MAX_LISTED_SPIKES = 10
 SAME_NATS = 0.05  # final-loss gaps under this are not called a cost or a benefit
@@ -173,7 +173,8 @@ def clip_cost_findings(arms: list[Arm]) -> list[str]:
 
     for u in (a for a in arms if not a.clipped):
         for c in (a for a in arms if a.clipped and key(a) == key(u)):
-            d = final_loss(c) - final_loss(u)
+            (lc, what), (lu, _) = compared_loss(c), compared_loss(u)
+            d = lc - lu
             if not math.isfinite(d):
                 out.append(f"{c.label} vs {u.label}: final losses not both finite; no comparison.")
                 continue
@@ -185,8 +186,8 @@ def clip_cost_findings(arms: list[Arm]) -> list[str]:
                 else "clipping helped by"
             )
             out.append(
-                f"{c.size} lr {fmt(c.config.get('lr'))}: final loss {fmt(final_loss(c))} "
-                f"({c.label}) vs {fmt(final_loss(u))} ({u.label}), a difference of {d:+.3f} "
+                f"{c.size} lr {fmt(c.config.get('lr'))}: {what} {fmt(lc)} "
+                f"({c.label}) vs {fmt(lu)} ({u.label}), a difference of {d:+.3f} "
                 f"({verdict} {abs(d) if abs(d) >= SAME_NATS else SAME_NATS:.3f} nats)."
             )
     if not out:
@@ -212,8 +213,14 @@ def _smoothed_loss(arm: Arm, column: str = "loss") -> pd.Series:
 def collapse_reason(arm: Arm) -> str | None:
     """Why the run counts as collapsed (None if it did not): a lock-in verdict, a non-finite
     final loss, or a smoothed final loss DIVERGE_NATS above the smoothed minimum (learned, then
-    lost it); smoothing is a rolling median over SMOOTH_UPDATES updates."""
+    lost it); smoothing is a rolling median over SMOOTH_UPDATES updates.
+
+    A run whose summary carries the verdict's ``collapse`` (probes/verdict.py, where collapse is
+    defined) is judged by that alone; the tests below are for runs recorded before it."""
     fl = final_loss(arm)
+    lock = arm.summary.get("lockin") or {}
+    if "collapse" in lock and lock.get("verdict") != "insufficient-data":
+        return f"verdict {lock.get('verdict')}" if lock["collapse"] else None
     if is_locked(arm):
         return "lock-in verdict"
     if arm.metrics.empty and not arm.summary:
@@ -281,17 +288,24 @@ def expectation_findings(arms: list[Arm]) -> list[str]:
         elif verdict == "never-learned":
             out.append(f"the {kind} arm {a.label} never learned, so it could not collapse.")
         elif not a.clipped:
-            out.append(
-                f"the unclipped arm {a.label} did not collapse (no lock-in, smoothed loss "
-                f"finite and within {DIVERGE_NATS:g} nat of its smoothed minimum)."
+            judged = (
+                "collapse" in (a.summary.get("lockin") or {}) and verdict != "insufficient-data"
             )
+            basis = (
+                f"verdict {verdict}"
+                if judged
+                else f"no lock-in, smoothed loss finite and within {DIVERGE_NATS:g} nat of its "
+                "smoothed minimum"
+            )
+            out.append(f"the unclipped arm {a.label} did not collapse ({basis}).")
     for a in arms:
         lock = a.summary.get("lockin") or {}
         verdict = lock.get("verdict")
         if verdict and verdict != "healthy":
-            # "never-learned" must not read as lock-in: the pilots stalled near the uniform loss
+            # the verdict's own name and numbers: "never-learned" must not read as a lock-in,
+            # nor "repetitive-throughout" as healthy (probes/verdict.py defines each)
             why = lock.get("reason") or "; ".join(map(str, lock.get("reasons") or []))
-            out.append(f"{a.label}: lock-in verdict {verdict}" + (f" ({why})." if why else "."))
+            out.append(f"{a.label}: verdict: {verdict}" + (f" ({why})." if why else "."))
     unfinished = [a.label for a in arms if not a.summary]
     if unfinished:
         out.append(

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import html
 import json
+import re
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -304,7 +305,7 @@ def _render(
 def _figures_html(arms: list[Arm], parts: list[str]) -> int:
     """Append every figure section to ``parts``; returns the number of figures drawn."""
     n_figs = 0
-    for i, (section, fig, note) in enumerate(all_figures(arms)):
+    for section, fig, note in all_figures(arms):
         parts.append(f"<h2>{html.escape(section)}</h2>")
         if fig is None:
             parts.append(f"<p class='note'>{html.escape(note)}</p>")
@@ -316,7 +317,8 @@ def _figures_html(arms: list[Arm], parts: list[str]) -> int:
                 include_plotlyjs=False,  # the bundle is inlined once in <head>
                 include_mathjax=False,
                 full_html=False,
-                div_id=f"fig-{i}",
+                # named by section, so a section that has no figure moves no other id
+                div_id="fig-" + re.sub(r"[^a-z0-9]+", "-", section.lower()).strip("-"),
                 config=PLOT_CONFIG,
             )
         )

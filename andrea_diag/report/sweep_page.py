@@ -19,19 +19,34 @@ from plotly.subplots import make_subplots
 
 from andrea_diag.clip.modes import mode_color
 from andrea_diag.config import VOCAB_SIZE
+from andrea_diag.probes.verdict import COLLAPSE_VERDICTS, LOCKED_VERDICTS
 from andrea_diag.report.html import CSS, PLOT_CONFIG
 
 MATTERS = 0.25  # nats: a final-loss gap this large between arms is called a difference
 
 
+def compared_column(table: pd.DataFrame) -> pd.Series:
+    """Per arm, the loss the sweep compares: held-out (``final_eval_loss``) where the run has
+    it, else the final training loss of older runs."""
+    if "final_eval_loss" not in table:
+        return table["final_loss"]
+    return table["final_eval_loss"].where(table["final_eval_loss"].notna(), table["final_loss"])
+
+
+def compared_name(table: pd.DataFrame) -> str:
+    has_eval = "final_eval_loss" in table and table["final_eval_loss"].notna().all()
+    return "held-out loss" if has_eval else "final training loss"
+
+
 def _agg(table: pd.DataFrame) -> pd.DataFrame:
     """Mean / min / max over seeds for each (size, lr, max_norm, clip)."""
     keys = ["size", "lr", "max_norm", "clip"]
+    table = table.assign(compared=compared_column(table))
     g = table.groupby(keys, sort=True)
     out = g.agg(
-        final_loss=("final_loss", "mean"),
-        final_lo=("final_loss", "min"),
-        final_hi=("final_loss", "max"),
+        final_loss=("compared", "mean"),
+        final_lo=("compared", "min"),
+        final_hi=("compared", "max"),
         min_loss=("min_loss", "max"),  # the worst seed's best loss: "never learned" needs all
         n_spikes=("n_spikes", "mean"),
         max_grad_norm=("max_grad_norm", "max"),
@@ -46,7 +61,7 @@ def regime_figure(table: pd.DataFrame) -> go.Figure:
     sizes = list(dict.fromkeys(table["size"]))
     fig = make_subplots(
         rows=2, cols=len(sizes), shared_xaxes=True,
-        subplot_titles=[f"{s}: final loss" for s in sizes] + [f"{s}: spikes" for s in sizes],
+        subplot_titles=[f"{s}: {compared_name(table)}" for s in sizes] + [f"{s}: spikes" for s in sizes],
     )  # fmt: skip
     for j, size in enumerate(sizes, 1):
         for (clip, mn), d in agg[agg["size"] == size].groupby(["clip", "max_norm"]):
@@ -75,6 +90,7 @@ def findings(table: pd.DataFrame) -> list[str]:
             out.append(f"{r['cell']} / {r['clip']}: {r['status'].upper()} ({r.get('error')}); "
                        "it is left out of every comparison below.")  # fmt: skip
         table = table[table["status"].fillna("done") == "done"]
+    what = compared_name(table)
     agg = _agg(table)
     for (size, lr, mn), d in agg.groupby(["size", "lr", "max_norm"]):
         by = d.set_index("clip")
@@ -96,10 +112,10 @@ def findings(table: pd.DataFrame) -> list[str]:
                            f"(mean {u['final_loss']:.2f} unclipped vs {c['final_loss']:.2f} "
                            f"{clip}); {spikes}.")  # fmt: skip
             elif gap > MATTERS:
-                out.append(f"{where}: clipping helped, final loss {u['final_loss']:.2f} "
+                out.append(f"{where}: clipping helped, {what} {u['final_loss']:.2f} "
                            f"unclipped vs {c['final_loss']:.2f} {clip}; {spikes}.")  # fmt: skip
             elif gap < -MATTERS:
-                out.append(f"{where}: clipping cost {-gap:.2f} nats (final loss "
+                out.append(f"{where}: clipping cost {-gap:.2f} nats ({what} "
                            f"{c['final_loss']:.2f} {clip} vs {u['final_loss']:.2f} unclipped); "
                            f"{spikes}.")  # fmt: skip
             else:
@@ -114,12 +130,43 @@ def findings(table: pd.DataFrame) -> list[str]:
             f"never got below 0.8 ln {VOCAB_SIZE} = {0.8 * math.log(VOCAB_SIZE):.2f} "
             f"(never learned): {cells}."
         )
-    locked = table[table["lockin"] == "locked-in"]
+    locked = table[table["lockin"].isin(LOCKED_VERDICTS)]
     out.append(
         "locked in: " + ", ".join(f"{r.cell} {r.clip}" for r in locked.itertuples()) + "."
         if len(locked) else "no arm locked into repetition."
     )  # fmt: skip
+    out.append(collapse_finding(table))
     return out
+
+
+def collapsed(table: pd.DataFrame) -> pd.Series:
+    """Per row: the arm collapsed (diverged, locked-in or non-finite). ``sweep.csv`` files
+    written before the ``collapse`` column get it from the verdict, by the same definition."""
+    derived = table.get("lockin", pd.Series(None, index=table.index)).isin(COLLAPSE_VERDICTS)
+    if "collapse" not in table:
+        return derived
+    col = table["collapse"].map(lambda v: str(v).lower() == "true" if isinstance(v, str) else v)
+    return col.where(col.notna(), derived).astype(bool)
+
+
+def collapse_finding(table: pd.DataFrame) -> str:
+    """'collapse: 12m lr 0.01 none (diverged), ...': each (size, lr, max_norm, clip) arm with a
+    collapsed seed, its verdicts, and how many of its seeds collapsed when there are several."""
+    hit = collapsed(table)
+    several_mn = table["max_norm"].nunique() > 1 if "max_norm" in table else False
+    parts = []
+    keys = ["size", "lr", "max_norm", "clip"]
+    for (size, lr, mn, clip), d in table.groupby(keys, sort=False):
+        down = d[hit.loc[d.index]]
+        if down.empty:
+            continue
+        name = f"{size} lr {lr:g} {clip}" + (f" max_norm {mn:g}" if several_mn else "")
+        verdicts = ", ".join(dict.fromkeys(str(v) for v in down.get("lockin", [])))
+        seeds = f"; {len(down)} of {len(d)} seeds" if len(d) > 1 else ""
+        parts.append(f"{name} ({verdicts}{seeds})")
+    if not parts:
+        return "no arm collapsed (none diverged, locked in or went non-finite)."
+    return "collapse: " + ", ".join(parts) + "."
 
 
 def render_sweep(out: Path, table: pd.DataFrame, meta: dict[str, Any]) -> Path:
@@ -129,7 +176,7 @@ def render_sweep(out: Path, table: pd.DataFrame, meta: dict[str, Any]) -> Path:
                            div_id="fig-regime", config=PLOT_CONFIG)  # fmt: skip
     cols = ["cell", "clip", "final_loss", "min_loss", "max_grad_norm", "pct_clipped",
             "n_spikes", "spike_score_grad", "max_m_share", "recovery_m", "lockin",
-            "status"]  # fmt: skip
+            "collapse", "status"]  # fmt: skip
     head = "".join(f"<th>{html.escape(c)}</th>" for c in cols)
     body = []
     for r in table.to_dict("records"):
