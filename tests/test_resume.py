@@ -55,6 +55,8 @@ def _artifacts(out: Path) -> dict:
         metrics = pd.read_parquet(out / arm / "metrics.parquet").drop(columns=["time_s"])
         summary = json.loads((out / arm / "summary.json").read_text())
         summary.pop("wall_s")
+        for key in ("wall_s", "share_of_run"):  # the held-out evaluation's wall clock
+            summary.get("eval", {}).pop(key, None)
         # process facts, not results: memory high-water marks, and the checkpoint's size (pickle
         # shares repeated strings by object identity, which differs from process to process)
         summary["run_sheet"].pop("peaks")
