@@ -299,3 +299,20 @@ def load_run(run_dir: str | Path) -> dict[str, Any]:
         "probe_failures": failures,
         "samples": read_jsonl(run_dir / "samples.jsonl"),
     }
+
+
+def read_cascade_meta(cascade_dir: Path) -> dict[str, Any]:
+    """cascade.json, or a one-line UserError when it is absent, corrupt or lists no arms."""
+    meta_path = cascade_dir / "cascade.json"
+    if not meta_path.exists():
+        raise UserError(
+            f"{cascade_dir} is not a cascade or train run directory (no cascade.json)",
+            hint="pass the --out directory of `andrea-diag cascade` or `train`",
+        )
+    try:
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise UserError(f"{meta_path} is not valid JSON ({e})") from None
+    if not isinstance(meta, dict) or not meta.get("arms"):
+        raise UserError(f"{meta_path} lists no arms")
+    return meta

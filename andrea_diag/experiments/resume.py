@@ -17,6 +17,7 @@ from typing import Any
 
 from andrea_diag.config import RunConfig
 from andrea_diag.errors import UserError
+from andrea_diag.record import read_cascade_meta
 from andrea_diag.train.checkpoint import latest_checkpoint
 
 # config.json keys that describe where or how fast a run goes, not what it computes
@@ -44,14 +45,8 @@ def arm_state(arm_dir: Path) -> tuple[str, Any]:
 
 def run_configs(out_dir: Path) -> tuple[dict[str, Any], list[RunConfig]]:
     """The cascade's meta and each started arm's saved config (a bad file: one clear line)."""
-    meta_path = out_dir / "cascade.json"
-    if not meta_path.is_file():
-        raise UserError(
-            f"{out_dir} is not a cascade or train run directory (no cascade.json)",
-            hint="pass the --out directory of the run to continue",
-        )
+    meta = read_cascade_meta(out_dir)
     try:
-        meta = json.loads(meta_path.read_text())
         configs = [
             RunConfig.from_dict(json.loads((out_dir / arm / "config.json").read_text()))
             for arm in meta["arms"]

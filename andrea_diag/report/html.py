@@ -21,7 +21,7 @@ import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
 from andrea_diag.errors import UserError
-from andrea_diag.record import load_run
+from andrea_diag.record import load_run, read_cascade_meta
 from andrea_diag.report.arms import Arm, fmt, summary_row
 from andrea_diag.report.banner import CSS as BANNER_CSS
 from andrea_diag.report.banner import NEVER_STARTED, ArmStatus, arm_status, banner_html
@@ -325,23 +325,6 @@ def _figures_html(arms: list[Arm], parts: list[str]) -> int:
     return n_figs
 
 
-def _cascade_meta(cascade_dir: Path) -> dict[str, Any]:
-    """cascade.json, or a one-line UserError when it is absent, corrupt or lists no arms."""
-    meta_path = cascade_dir / "cascade.json"
-    if not meta_path.exists():
-        raise UserError(
-            f"{cascade_dir} is not a cascade directory (no cascade.json)",
-            hint="pass the --out of `andrea-diag cascade`",
-        )
-    try:
-        meta = json.loads(meta_path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise UserError(f"{meta_path} is not valid JSON ({e})") from None
-    if not isinstance(meta, dict) or not meta.get("arms"):
-        raise UserError(f"{meta_path} lists no arms")
-    return meta
-
-
 def render_cascade(cascade_dir: Path) -> Path:
     """Render ``cascade_dir/report.html`` from ``cascade.json`` and one run directory per arm.
 
@@ -349,7 +332,7 @@ def render_cascade(cascade_dir: Path) -> Path:
     plots and named in the banner, like arms that were killed, crashed or still run.
     """
     cascade_dir = Path(cascade_dir)
-    meta = _cascade_meta(cascade_dir)
+    meta = read_cascade_meta(cascade_dir)
     arms = [str(a) for a in meta["arms"]]
     runs: list[dict[str, Any]] = []
     statuses: list[ArmStatus] = []
