@@ -144,7 +144,7 @@ def summary_row(arm: Arm) -> dict[str, Any]:
             if poll
             else "-"
         ),
-        "lock-in": lock.get("verdict", "-"),
+        "verdict": lock.get("verdict", "-"),  # the run verdict (probes/verdict.py)
     }
 
 
