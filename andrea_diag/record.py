@@ -193,7 +193,7 @@ class Recorder:
             df.to_parquet(self.run_dir / "metrics.parquet", index=False)
         if summary is not None:
             self.write("summary.json", summary)
-        if summary is not None or (self.run_dir / "partial_summary.json").exists():
+        if summary is not None:  # a crashed run releases after its partial summary (release())
             self._lock.release()
 
     def release(self) -> None:

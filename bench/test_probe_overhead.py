@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from andrea_diag.clip.api import clip_grad_norm_with_stats
 from andrea_diag.config import MODEL_PRESETS, ProbeConfig
 from andrea_diag.model import GPT
-from andrea_diag.probes import UpdateContext, make_probes
+from andrea_diag.probes import ProbeDriver, make_probes
 
 M, T, A = 8, 64, 2
 N_UPDATES = 240  # per arm: the tiny preset's default run length
@@ -47,7 +47,7 @@ class _MemoryRecorder:
     event = sample = log
 
 
-def _update(model, opt, names, params, probes, rec, update, gen) -> None:
+def _update(model, opt, names, params, probes: ProbeDriver | None, rec, update, gen) -> None:
     x = torch.randint(0, model.cfg.vocab_size, (A, M, T + 1), generator=gen)
     total, ex = 0.0, []
     for a in range(A):
@@ -59,8 +59,8 @@ def _update(model, opt, names, params, probes, rec, update, gen) -> None:
         total += float(per_ex.detach().mean()) / A  # host sync, as in the loop
     clip = clip_grad_norm_with_stats(params, 1.0, impl="reference")
     row: dict[str, Any] = {"update": update, "loss": total, "grad_norm": float(clip.total_norm)}
-    if probes:
-        ctx = UpdateContext(
+    if probes is not None:  # the driver the trainer and SpikeMonitor use, not a third copy
+        ctx = probes.context(
             update=update,
             model=model,
             optimizer=opt,
@@ -70,14 +70,11 @@ def _update(model, opt, names, params, probes, rec, update, gen) -> None:
             example_loss=torch.cat(ex),
             example_source=torch.arange(A * M) % 3,
             clip=clip,
-            recorder=rec,  # type: ignore[arg-type]
             row=row,
         )
-        for p in probes:
-            p.after_clip(ctx)
+        probes.after_clip(ctx)
         opt.step()
-        for p in probes:
-            p.after_step(ctx)
+        probes.after_step(ctx)
     else:
         opt.step()
     rec.log(row)
@@ -95,13 +92,14 @@ def measure(n: int = N_UPDATES, shadow: bool = False) -> dict[str, float]:
     opt = torch.optim.Adam(model.parameters(), lr=3e-4)
     names, params = (list(t) for t in zip(*model.named_parameters(), strict=True))
     prompts = {s: torch.randint(0, 8449, (16,)) for s in ("a", "b", "c")}
-    probes = make_probes(
-        model, ProbeConfig(shadow=shadow, lockin_every=LOCKIN_EVERY), prompts=prompts
-    )
     rec = _MemoryRecorder()
+    probes = ProbeDriver(
+        make_probes(model, ProbeConfig(shadow=shadow, lockin_every=LOCKIN_EVERY), prompts=prompts),
+        rec,  # type: ignore[arg-type]
+    )
     gen = torch.Generator().manual_seed(1)
     for u in range(1, 4):  # warm-up: allocator, Adam state
-        _update(model, opt, names, params, [], rec, u, gen)
+        _update(model, opt, names, params, None, rec, u, gen)
     times: dict[str, list[float]] = {"base": [], "probes": []}
     probed = 0
     for i in range(2 * n):
@@ -109,7 +107,7 @@ def measure(n: int = N_UPDATES, shadow: bool = False) -> dict[str, float]:
         if arm == "probes":
             probed += 1
         t0 = time.perf_counter()
-        _update(model, opt, names, params, probes if arm == "probes" else [], rec, probed, gen)
+        _update(model, opt, names, params, probes if arm == "probes" else None, rec, probed, gen)
         times[arm].append(time.perf_counter() - t0)
     base, with_probes = statistics.fmean(times["base"]), statistics.fmean(times["probes"])
     return {
@@ -154,9 +152,10 @@ def breakdown(n: int = 90) -> dict[str, float]:
             setattr(p, meth, timed)
     gen = torch.Generator().manual_seed(1)
     rec = _MemoryRecorder()
+    driver = ProbeDriver(probes, rec)  # type: ignore[arg-type]
     t0 = time.perf_counter()
     for u in range(1, n + 1):
-        _update(model, opt, names, params, probes, rec, u, gen)
+        _update(model, opt, names, params, driver, rec, u, gen)
     out = {k: 1e3 * v / n for k, v in spent.items()}
     out["update_total"] = 1e3 * (time.perf_counter() - t0) / n
     return out

@@ -166,9 +166,8 @@ def run_sweep(spec: SweepSpec, console: Console | None = None) -> tuple[Path, pd
                 console.print(f"[red]cell {name} crashed[/] ({error}); continuing", highlight=False)
         for arm in spec.clips:
             summary = _arm_summary(cell_dir / arm)
-            if name in crashed and summary.get("status", "done") == "done":
-                pass  # this arm finished before another arm of the cell crashed
-            elif name in crashed:
+            # an arm that finished before another arm of its cell crashed keeps its summary
+            if name in crashed and summary.get("status", "done") != "done":
                 summary = {**summary, "status": "crashed", "error": crashed[name]}
             rows.append(_arm_row(cfg, arm, summary, name))
         # the table grows cell by cell: a crash keeps every finished cell's rows
