@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
 from andrea_diag.clip.modes import clip_modes
+from andrea_diag.clip.params import ClipParams
 from andrea_diag.errors import UserError
 
 VOCAB_SIZE = 8449  # the ANDREA tokenizer's vocabulary (seeds); odd on purpose, so no padding tricks
@@ -199,6 +200,7 @@ class RunConfig:
     eval_every: int | None = None
     inject: list[str] = field(default_factory=list)  # "outlier@UPDATE", "nonfinite@UPDATE"
     probes: ProbeConfig = field(default_factory=ProbeConfig)
+    clip_params: ClipParams = field(default_factory=ClipParams)  # zclip / agc / spam / skip
     arm: str = ""  # label inside a cascade, e.g. "global"
 
     def resolve(self) -> RunConfig:
@@ -240,6 +242,10 @@ class RunConfig:
                 f"{self.model.block_size}"
             )
         out.probes = self.probes.resolve(out.steps, self.size)
+        try:
+            out.clip_params.validate()
+        except ValueError as e:
+            raise UserError(str(e)) from None
         if out.eval_every is None:
             out.eval_every = max(1, out.steps // EVALS_PER_RUN)
         if out.eval_every < 0:
@@ -283,6 +289,7 @@ class RunConfig:
     def from_dict(cls, d: dict[str, Any]) -> RunConfig:
         """From ``config.json``; runs written before ``probes`` was nested keep their flat keys."""
         names = {f.name for f in dataclasses.fields(cls)}
-        kw = {k: v for k, v in d.items() if k in names and k != "probes"}
+        kw = {k: v for k, v in d.items() if k in names and k not in ("probes", "clip_params")}
         kw["probes"] = ProbeConfig.from_dict({**d, **(d.get("probes") or {})})
+        kw["clip_params"] = ClipParams.from_dict(d.get("clip_params"))
         return cls(**kw)

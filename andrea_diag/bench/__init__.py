@@ -10,6 +10,7 @@ Modules, each importing only the ones above it (no cycle):
 - :mod:`andrea_diag.bench.harness`: gradient sets, the L2-flushing median timer, rows and
   results, copy bandwidth, CUDA-graph capture, ``find`` / ``fmt``. The method lives there.
 - :mod:`andrea_diag.bench.adamw`: case "clip+adamw", a whole clipped AdamW step three ways.
+- :mod:`andrea_diag.bench.adaptive`: case "adaptive", every ``--clip`` mode against ``global``.
 - :mod:`andrea_diag.bench.clip`: case "clip", the clipper variants vs torch's
   ``clip_grad_norm_``, and ``run_bench``, which runs both cases.
 
@@ -21,6 +22,7 @@ is :func:`andrea_diag.report.bench_page.render_bench_page`.
 from __future__ import annotations
 
 from andrea_diag.bench.adamw import adamw_summary
+from andrea_diag.bench.adaptive import adaptive_summary
 from andrea_diag.bench.clip import CASES, run_bench, targets, three_vs_one
 from andrea_diag.bench.harness import DTYPES, BenchResult, Row, find, fmt
 
@@ -30,6 +32,7 @@ __all__ = [
     "BenchResult",
     "Row",
     "adamw_summary",
+    "adaptive_summary",
     "find",
     "fmt",
     "run_bench",

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from andrea_diag.bench.adamw import ADAMW_HYPER, ADAMW_STEP0, bench_adamw_case
+from andrea_diag.bench.adaptive import adaptive_meta, bench_adaptive_case
 from andrea_diag.bench.harness import (
     ACTIVE,
     CPU_FLUSH_BYTES,
@@ -41,7 +42,7 @@ from andrea_diag.bench.harness import (
 from andrea_diag.clip import reference
 from andrea_diag.device import resolve_device
 
-CASES = ("clip", "clip+adamw")
+CASES = ("clip", "clip+adamw", "adaptive")
 # Tolerances of the pre-timing check (relative to float64). torch in bf16 computes its norm in
 # bf16, hence the loose bf16 norm bound; our own rel errors are recorded and far smaller.
 CHECK_TOL = {torch.float32: (1e-4, 1e-4), torch.bfloat16: (2e-2, 1e-2), torch.float16: (2e-3, 2e-3)}
@@ -222,8 +223,8 @@ def run_bench(
 ) -> BenchResult:
     """Time every variant on every (size, dtype) set; see the module docstrings for the method.
 
-    ``cases``: "clip" (every size x dtype) and/or "clip+adamw" (fp32, on ``adamw_sizes``,
-    default ``sizes``). ``device``: "auto", "cpu", "cuda" or "cuda:N" (see
+    ``cases``: "clip" (every size x dtype), "clip+adamw" (fp32, on ``adamw_sizes``, default
+    ``sizes``) and "adaptive" (every clip mode against global, every size x dtype). ``device``: "auto", "cpu", "cuda" or "cuda:N" (see
     :func:`andrea_diag.device.resolve_device`; UserError for a GPU that is not there).
     """
     bad = [c for c in cases if c not in CASES]
@@ -232,12 +233,14 @@ def run_bench(
     adamw_sizes = list(adamw_sizes if adamw_sizes is not None else sizes)
     if "clip+adamw" not in cases:
         adamw_sizes = []
+    adaptive_sizes = list(sizes) if "adaptive" in cases else []
     if "clip" not in cases:
         sizes = []
     from andrea_diag import telemetry
 
     device = str(resolve_device(str(device)))  # the harness takes device strings
     meta = _meta(device, reps, warmup, sizes, dtypes, cases, adamw_sizes)
+    meta.update(adaptive_meta(adaptive_sizes))
     if device.startswith("cuda"):
         from andrea_diag.clip import cuda
 
@@ -259,6 +262,13 @@ def run_bench(
                 if progress:
                     progress(f"{size} {dt}")
                 result.rows += bench_case(size, dt, timer, device, copy_row.gbps)
+                if device.startswith("cuda"):
+                    torch.cuda.empty_cache()
+        for size in adaptive_sizes:
+            for dt in dtypes:
+                if progress:
+                    progress(f"{size} {dt} adaptive clip modes")
+                result.rows += bench_adaptive_case(size, dt, timer, device)
                 if device.startswith("cuda"):
                     torch.cuda.empty_cache()
         for size in adamw_sizes:

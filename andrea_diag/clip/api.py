@@ -43,6 +43,12 @@ class ClipResult:
     scale: torch.Tensor  # 0-dim global scale, or (n_tensors,) in per-tensor mode
     nonfinite: torch.Tensor  # 0-dim bool: the total norm is NaN or Inf
     impl: str  # the implementation that ran
+    # 0-dim bool on the device: the mode asks that the optimizer step be skipped (``skip``);
+    # None for modes that never skip. See ``clip.adaptive.step_unless``.
+    skip: torch.Tensor | None = None
+    # host bool: the mode reset the optimizer's moments this update (SPAM); the probes that
+    # track spike terms in m and v drop them, since the reset erased them.
+    moments_reset: bool = False
 
     @property
     def post_norm(self) -> torch.Tensor:
@@ -171,7 +177,9 @@ def clip_grad_norm_with_stats(
 
 
 def _scale_stage(which: str, grads: list[torch.Tensor], scale: torch.Tensor, p: float) -> None:
-    """Stage 3 alone, after an error_if_nonfinite check passed."""
+    """Stage 3 alone: every gradient times the 0-dim device ``scale`` (no host sync); the
+    fused kernel on CUDA, a multi-tensor multiply elsewhere. Used after an error_if_nonfinite
+    check passed, and by the adaptive modes (``adaptive.py``) once they chose their scale."""
     if which == "cuda":
         from andrea_diag.clip import cuda as cuda_ext
 

@@ -4,52 +4,20 @@
     clipper = make_clipper("global", max_norm=1.0, impl="auto")
     res = clipper(params)          # a ClipResult: pre- and post-clip norms, scale, non-finite flag
 
-A mode is one class and one ``@register``: its ``name`` (the ``--clip`` value), a ``label`` and
-a ``color`` (the report reads both from here), and ``__call__``. A mode that needs memory across
-updates (an adaptive threshold, say) keeps it on the object and saves it through
-``state_dict`` / ``load_state_dict``, which the trainer's checkpoints call.
+The fixed modes are here (``none``, ``global``, ``per-tensor``); the adaptive ones (``zclip``,
+``agc``, ``spam``, ``skip``) in ``adaptive.py``; the base class and ``@register`` in
+``registry.py``. Importing this module registers all of them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, ClassVar
-
 import torch
 
-from andrea_diag.clip.api import ClipResult, clip_grad_norm_with_stats
+from andrea_diag.clip import adaptive  # registers the adaptive modes
+from andrea_diag.clip.params import ClipParams
+from andrea_diag.clip.registry import CLIPPERS, Clipper, register
 
-
-class Clipper:
-    """Base: a stateless kernel-mode clipper. Subclasses set the class attributes."""
-
-    name: ClassVar[str]
-    label: ClassVar[str]
-    color: ClassVar[str]
-    kernel_mode: ClassVar[str]  # the mode of clip_grad_norm_with_stats that does the work
-
-    def __init__(self, max_norm: float = 1.0, impl: str = "auto") -> None:
-        self.max_norm, self.impl = float(max_norm), impl
-
-    def __call__(self, params: Sequence[torch.Tensor]) -> ClipResult:
-        return clip_grad_norm_with_stats(
-            params, self.max_norm, mode=self.kernel_mode, impl=self.impl
-        )
-
-    def state_dict(self) -> dict[str, Any]:
-        return {}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        del state  # stateless
-
-
-CLIPPERS: dict[str, type[Clipper]] = {}
-
-
-def register(cls: type[Clipper]) -> type[Clipper]:
-    """Class decorator: make ``cls`` available as ``--clip cls.name``."""
-    CLIPPERS[cls.name] = cls
-    return cls
+__all__ = ["CLIPPERS", "Clipper", "clip_modes", "make_clipper", "mode_color", "register"]
 
 
 @register
@@ -73,15 +41,30 @@ class PerTensorClip(Clipper):
     name, label, color, kernel_mode = "per-tensor", "per-tensor clip", "#2ca02c", "per-tensor"
 
 
+# registration order is the --clip help's order: the fixed modes first
+for _name in adaptive.ADAPTIVE_MODES:
+    CLIPPERS[_name] = CLIPPERS.pop(_name)
+
+
 def clip_modes() -> tuple[str, ...]:
     """Every registered ``--clip`` value, in registration order."""
     return tuple(CLIPPERS)
 
 
-def make_clipper(mode: str, max_norm: float = 1.0, impl: str = "auto") -> Clipper:
+def make_clipper(
+    mode: str,
+    max_norm: float = 1.0,
+    impl: str = "auto",
+    params: ClipParams | None = None,
+    optimizer: torch.optim.Optimizer | None = None,
+) -> Clipper:
+    """The clipper for ``--clip mode``; ``optimizer`` is bound for the modes that read it."""
     if mode not in CLIPPERS:
         raise ValueError(f"unknown clip mode {mode!r}; choose from {', '.join(CLIPPERS)}")
-    return CLIPPERS[mode](max_norm, impl)
+    clipper = CLIPPERS[mode](max_norm, impl, params)
+    if optimizer is not None:
+        clipper.bind(optimizer)
+    return clipper
 
 
 def mode_color(mode: str, default: str = "#555") -> str:

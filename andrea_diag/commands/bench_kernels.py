@@ -35,6 +35,14 @@ SizesOpt = Annotated[str, typer.Option("--sizes", help="Comma list of presets (t
 DtypesOpt = Annotated[str, typer.Option("--dtypes", help="Comma list of fp32, bf16, fp16")]
 RepsOpt = Annotated[int, typer.Option("--reps", help="Timed repetitions per variant (median)")]
 DeviceOpt = Annotated[str, typer.Option("--device", help="auto, cuda, cuda:N or cpu")]
+CasesOpt = Annotated[
+    str,
+    typer.Option(
+        "--cases",
+        help="Comma list of clip (clipper variants vs torch), clip+adamw (fused step) and "
+        "adaptive (each --clip mode's cost against global)",
+    ),
+]
 
 
 def _split(value: str, allowed: list[str], what: str) -> list[str]:
@@ -54,6 +62,7 @@ def bench_kernels(
     dtypes: DtypesOpt = "fp32,bf16",
     reps: RepsOpt = 0,
     device: DeviceOpt = "auto",
+    cases: CasesOpt = ",".join(bench.CASES),
 ) -> None:
     """Benchmark torch's clip_grad_norm_, the reference and the fused CUDA clipper."""
     console = Console()
@@ -61,6 +70,7 @@ def bench_kernels(
     on_gpu = dev.type == "cuda"
     size_list = _split(sizes or ("12m,120m" if on_gpu else "tiny"), list(MODEL_PRESETS), "size")
     dtype_list = _split(dtypes, list(bench.DTYPES), "dtype")
+    case_list = _split(cases, list(bench.CASES), "case")
     reps = reps or (100 if on_gpu else 3)
     if reps < 1:
         raise UserError("--reps must be at least 1")
@@ -84,10 +94,12 @@ def bench_kernels(
         str(dev),
         warmup=5 if on_gpu else 1,
         progress=lambda s: console.print(f"[dim]timing {s} ...[/]"),
+        cases=tuple(case_list),
     )
     result.meta["command"] = (
         f"andrea-diag bench-kernels --out {out} --sizes {','.join(size_list)} "
-        f"--dtypes {','.join(dtype_list)} --reps {reps} --device {device}"
+        f"--dtypes {','.join(dtype_list)} --reps {reps} --device {device} "
+        f"--cases {','.join(case_list)}"
     )
     out.mkdir(parents=True, exist_ok=True)
     (out / "bench-kernels.json").write_text(json.dumps(result.to_dict(), indent=2))
@@ -96,6 +108,8 @@ def bench_kernels(
 
     (out / "bench-kernels.html").write_text(render_bench_page(result))
     console.print(table(result))
+    for line in bench.adaptive_summary(result):
+        console.print(line)
     if on_gpu:
         for line in bench.three_vs_one(result):
             console.print(line)

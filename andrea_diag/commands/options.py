@@ -20,12 +20,13 @@ from typing import Annotated, Any
 
 import typer
 
+from andrea_diag.clip.params import ClipParams
 from andrea_diag.config import MODEL_PRESETS, ProbeConfig, RunConfig
 from andrea_diag.data.corpus import parse_source_overrides
 from andrea_diag.errors import UserError
 
 RunOptions = dict[str, Any]
-_RUN, _PROBES = RunConfig(), ProbeConfig()
+_RUN, _PROBES, _CLIP = RunConfig(), ProbeConfig(), ClipParams()
 
 Size = Annotated[str, typer.Option(help=f"Model preset: {', '.join(MODEL_PRESETS)}.")]
 MaxNorm = Annotated[float, typer.Option(help="Global (or per-tensor) clipping threshold.")]
@@ -112,6 +113,39 @@ Resume = Annotated[
     ),
 ]
 
+
+def _adaptive(help: str) -> Any:
+    return typer.Option(
+        help=help, rich_help_panel="Adaptive clip modes (--clip zclip,agc,spam,skip)"
+    )
+
+
+# The papers' defaults come from ClipParams (clip/params.py); only the help is written here.
+ADAPTIVE: list[tuple[str, Any, Any]] = [
+    ("zclip_alpha", Annotated[float, _adaptive("ZClip: EMA factor of the norm's mean/variance.")],
+     _CLIP.zclip_alpha),
+    ("zclip_z", Annotated[float, _adaptive("ZClip: z-score above which an update is clipped.")],
+     _CLIP.zclip_z),
+    ("zclip_warmup", Annotated[int, _adaptive("ZClip: updates that initialise the EMA.")],
+     _CLIP.zclip_warmup),
+    ("agc_lambda", Annotated[float, _adaptive("AGC: max unit gradient/weight norm ratio.")],
+     _CLIP.agc_lambda),
+    ("agc_eps", Annotated[float, _adaptive("AGC: floor of the unit weight norm.")],
+     _CLIP.agc_eps),
+    ("spam_theta", Annotated[float, _adaptive("SPAM: clip elements with g^2 > theta * v.")],
+     _CLIP.spam_theta),
+    ("spam_reset", Annotated[int, _adaptive("SPAM: updates between resets of Adam's m and v.")],
+     _CLIP.spam_reset),
+    ("spam_warmup", Annotated[int, _adaptive("SPAM: updates after a reset with no clipping.")],
+     _CLIP.spam_warmup),
+    ("skip_z", Annotated[float, _adaptive("skip: skip a step whose norm is this many rolling "
+                                          "standard deviations above the rolling mean.")],
+     _CLIP.skip_z),
+    ("skip_window", Annotated[int, _adaptive("skip: updates in the rolling window.")],
+     _CLIP.skip_window),
+]  # fmt: skip
+CLIP_PARAM_FIELDS = tuple(name for name, _, _ in ADAPTIVE)
+
 Option = tuple[str, Any, Any]  # (parameter name, Annotated type, default)
 # Every run command: how to train and probe, where to write.
 SHARED: list[Option] = [
@@ -129,6 +163,7 @@ SHARED: list[Option] = [
     ("boundary_k", BoundaryK, _PROBES.boundary_k),
     ("shadow", Shadow, _PROBES.shadow),
     ("checkpoint_every", CheckpointEvery, _RUN.checkpoint_every),
+    *ADAPTIVE,
 ]
 # Commands that run one cell (cascade, train); sweep takes lists of these instead.
 ONE_CELL: list[Option] = [
@@ -196,6 +231,8 @@ def resumed(opts: RunOptions, clip: str) -> tuple[RunConfig, str]:
             field = {"nproc": "replicas", "source": "sources"}.get(name, name)
             if field in PROBE_FIELDS:
                 old, new = getattr(base.probes, field), getattr(typed.probes, field)
+            elif field in CLIP_PARAM_FIELDS:
+                old, new = getattr(base.clip_params, field), getattr(typed.clip_params, field)
             else:
                 old, new = getattr(base, field, None), getattr(typed, field, None)
             if old != new and field not in ("device", "clip_impl", "checkpoint_every"):
@@ -215,13 +252,16 @@ def base_config(opts: RunOptions, **overrides: Any) -> RunConfig:
     """The shared RunConfig of a command's arms, validated before any work starts."""
     values = {**opts, **overrides}
     probes = ProbeConfig(**{k: values[k] for k in PROBE_FIELDS if k in values})
+    clip_params = ClipParams(**{k: values[k] for k in CLIP_PARAM_FIELDS if k in values})
     if "nproc" in values:
         values["replicas"] = values.pop("nproc")
-    fields = {k: v for k, v in values.items() if k not in (*PROBE_FIELDS, *NOT_CONFIG)}
+    skip = (*PROBE_FIELDS, *CLIP_PARAM_FIELDS, *NOT_CONFIG)
+    fields = {k: v for k, v in values.items() if k not in skip}
     cfg = RunConfig(
         sources=parse_source_overrides(values.get("source") or []),
         inject=list(values.get("inject") or []),
         probes=probes,
+        clip_params=clip_params,
         **fields,
     )
     cfg.resolve()

@@ -55,7 +55,8 @@ class UpdateContext:
     boundary: bool = False  # first update of a new bandit phase
     weights: dict[str, float] = field(default_factory=dict)
     injected: str | None = None  # "outlier" / "nonfinite" when this update was injected
-    applied: bool = True  # False when the update was skipped (non-finite)
+    applied: bool = True  # False when the update was skipped (non-finite, or by the clip mode)
+    skipped: bool = False  # True when the clip mode (skip-update) chose to skip a finite update
     # Set by the spike probe in after_clip (online decision); read by the optimizer-state
     # probe in after_step, whose shadow buffers must know *now* whether this is a spike.
     spike: bool = False

@@ -101,6 +101,7 @@ class ProbeDriver:
         weights: Mapping[str, float] | None = None,
         injected: str | None = None,
         applied: bool = True,
+        skipped: bool = False,
     ) -> UpdateContext:
         """This update's context; ``phase`` None means the loop has no phases (no boundary)."""
         boundary = phase is not None and self.prev_phase is not None and phase != self.prev_phase
@@ -123,6 +124,7 @@ class ProbeDriver:
             weights=dict(weights or {}),
             injected=injected,
             applied=applied,
+            skipped=skipped,
         )
 
     def after_clip(self, ctx: UpdateContext) -> None:

@@ -95,6 +95,13 @@ class ShadowBuffers:
         self.bm = {id(p): t for p, t in zip(params, bm, strict=True) if t is not None}
         self.bv = {id(p): t for p, t in zip(params, bv, strict=True) if t is not None}
 
+    def clear(self, ginfo: list[GroupInfo]) -> None:
+        """Drop every buffer (the moments they shadow were reset); ``c`` back to 1."""
+        self.bm, self.bv = {}, {}
+        for info in ginfo:
+            info.cm = info.cv = 1.0
+            info.bm_sq = info.bv_sq = 0.0
+
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in [*self.bm.values(), *self.bv.values()])
 

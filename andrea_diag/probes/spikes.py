@@ -16,8 +16,9 @@ whether ``s`` is a spike). For the loss and for the pre-clip global gradient nor
 - a spike is ``z > z_thresh`` (``cfg.spike_z``; upward only: a sudden *drop* is not a spike);
 - **warm-up**: no z (``None`` in the ``loss_z``/``grad_norm_z`` columns, no spike by z) until
   ``warmup = max(5, window // 5)`` finite values precede the update (10 for the default 50);
-- a non-finite loss or gradient norm, or a skipped update (``ctx.applied`` False), is always a
-  spike event (cause ``numerical``), with ``z = None``.
+- a non-finite loss or gradient norm, or an update skipped for one (``ctx.applied`` False), is
+  always a spike event (cause ``numerical``), with ``z = None``. An update the clip mode chose
+  to skip (``ctx.skipped``: skip-update) is an event only if its z says so.
 
 **Attribution** (each event gets one or more causes; ``cause`` joins them with "+"):
 
@@ -28,8 +29,8 @@ whether ``s`` is a spike). For the loss and for the pre-clip global gradient nor
   (z below ``REST_Z``, 2). A phase shift raises every sequence's loss, so its rest stays high.
   Without source labels, the fallback: robust z of the worst example's loss against the rest
   of the batch above ``outlier_z`` (5.0);
-- ``numerical``: non-finite loss, non-finite gradient (``ctx.clip.nonfinite``) or a skipped
-  update;
+- ``numerical``: non-finite loss, non-finite gradient (``ctx.clip.nonfinite``) or an update
+  skipped for a non-finite value;
 - ``unexplained``: none of the above.
 
 ``ctx.injected`` is never read here: it is the ground truth the tests compare against.
@@ -155,7 +156,7 @@ class SpikeProbe(ProbeState):
             flagged.append("loss")
         if grad_bad and "grad_norm" not in flagged:
             flagged.append("grad_norm")
-        if not ctx.applied and not flagged:
+        if not ctx.applied and not ctx.skipped and not flagged:
             flagged.append("grad_norm")  # a skipped update is always an event
         # every update, not only at spikes: an outlier sequence that moves neither the loss nor
         # the grad norm enough to spike is still visible in the metrics (16 values: ~50 us)
@@ -254,7 +255,7 @@ class SpikeProbe(ProbeState):
             else (oz is not None and math.isfinite(oz) and oz > self.outlier_z)
         ):
             causes.append("outlier")
-        if nonfinite or not ctx.applied:
+        if nonfinite or not (ctx.applied or ctx.skipped):
             causes.append("numerical")
         if not causes:
             causes.append("unexplained")

@@ -20,6 +20,7 @@ import math
 import pandas as pd
 
 from andrea_diag.config import ProbeConfig
+from andrea_diag.report.arm_comparison import best_arm_finding
 from andrea_diag.report.arms import Arm, boundaries, compared_loss, final_loss, fmt, is_locked
 
 MAX_LISTED_SPIKES = 10
@@ -365,5 +366,8 @@ def all_findings(arms: list[Arm]) -> list[str]:
         out.append(boundary_loss_finding(a))
         out.append(pollution_finding(a))
     out += clip_cost_findings(arms)
+    best = best_arm_finding(arms)
+    if best:
+        out.append(best)
     out += expectation_findings(arms)
     return out

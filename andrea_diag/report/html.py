@@ -22,6 +22,7 @@ from plotly.offline import get_plotlyjs
 
 from andrea_diag.errors import UserError
 from andrea_diag.record import load_run, read_cascade_meta
+from andrea_diag.report.arm_comparison import comparison_rows
 from andrea_diag.report.arms import Arm, fmt, summary_row
 from andrea_diag.report.banner import CSS as BANNER_CSS
 from andrea_diag.report.banner import NEVER_STARTED, ArmStatus, arm_status, banner_html
@@ -270,6 +271,8 @@ def _render(
         parts.append(f"<p class='note'>{html.escape(n)}</p>")
     parts.append("<h2>Data sources</h2>\n" + _data_section(arms))
     parts.append("<h2>Summary</h2>\n" + _summary_table(arms, style))
+    if sum(a.clipped for a in arms) >= 2:  # several clip rules: what each cost and kept out
+        parts.append("<h2>Clip arms compared</h2>\n" + _table(*comparison_rows(arms)))
     parts.append(
         "<h2>Findings</h2>\n<ul class='findings'>\n"
         + "\n".join(f"<li>{html.escape(f)}</li>" for f in all_findings(arms))

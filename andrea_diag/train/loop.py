@@ -44,7 +44,13 @@ from andrea_diag.probes import ProbeDriver, UpdateContext, build_probes
 from andrea_diag.record import NullRecorder, Recorder
 from andrea_diag.train.accumulation import GroupResult, accumulate_group
 from andrea_diag.train.checkpoint import Checkpointer, load_checkpoint, rng_state, set_rng_state
-from andrea_diag.train.components import Evaluator, Reducer, TrainState, make_precision
+from andrea_diag.train.components import (
+    ClipTimer,
+    Evaluator,
+    Reducer,
+    TrainState,
+    make_precision,
+)
 from andrea_diag.train.distributed import (
     DDPReducer,
     gather_examples,
@@ -105,7 +111,10 @@ class Trainer:
         if self.dist.world_size > 1:
             self.reducer = DDPReducer(self.model, self.dist, self.device)
             self.forward_model = self.reducer.module
-        self.clipper = make_clipper(cfg.clip, cfg.max_norm, cfg.clip_impl)
+        self.clipper = make_clipper(
+            cfg.clip, cfg.max_norm, cfg.clip_impl, cfg.clip_params, optimizer=self.optimizer
+        )
+        self.clip_timer = ClipTimer(self.device)
         # rank 0 alone writes: the other replicas record nothing and run no probes
         self.recorder = (
             Recorder(run_dir, cfg.to_dict(), resume=resume) if self.dist.is_main else NullRecorder()
@@ -142,7 +151,8 @@ class Trainer:
         group = self._accumulate(batch, injected)
         self.reducer.reduce(self.params)
         self.precision.unscale_(self.optimizer)
-        clip = self.clipper(self.params)
+        with self.clip_timer:
+            clip = self.clipper(self.params)
         row, ctx = self._measure(update, batch, injected, group, clip)  # host sync
         self.probes.after_clip(ctx)
         self.precision.step(self.optimizer, ctx.applied)
@@ -154,7 +164,6 @@ class Trainer:
         )
         row |= self.evaluator.maybe_evaluate(update, self.model)
         row.update(
-            nonfinite=not ctx.applied,
             applied=ctx.applied,
             batch_hash=batch.hash,
             injected=injected,
@@ -220,6 +229,7 @@ class Trainer:
         grad_norm = float(clip.total_norm)
         post = float(clip.post_norm)
         nonfinite = bool(clip.nonfinite) or not math.isfinite(loss)
+        skipped = clip.skip is not None and bool(clip.skip) and not nonfinite  # the mode's choice
         example_source = batch.source_idx.reshape(-1).to(self.device)
         st = self.state
         st.microbatches += group.microbatches
@@ -240,7 +250,8 @@ class Trainer:
             phase=batch.phase,
             weights=batch.weights,
             injected=injected,
-            applied=not nonfinite,
+            applied=not (nonfinite or skipped),
+            skipped=skipped,
         )
         row |= {
             "update": update,
@@ -254,6 +265,9 @@ class Trainer:
             "lr": self.optimizer.param_groups[0]["lr"],
             "grad_norm_post": post,
             "clip_coef": post / grad_norm if grad_norm > 0 and math.isfinite(grad_norm) else 1.0,
+            "clip_ms": self.clip_timer.ms(),
+            "nonfinite": nonfinite,
+            "skipped": skipped,
         }
         scale = self.precision.scale()
         if scale is not None:  # the loss scale this group's backward used (fp16)

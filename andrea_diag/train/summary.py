@@ -88,6 +88,12 @@ def summarize(recorder: Recorder, cfg: RunConfig, wall_s: float) -> dict[str, An
         "max_grad_norm": float(gn.max()) if len(gn) else None,
         "median_grad_norm": float(gn.median()) if len(gn) else None,
         "pct_clipped": float(100.0 * (df["clip_coef"] < 1.0).mean()),
+        # updates the clip mode chose to skip (skip-update); non-finite skips are counted apart
+        "pct_skipped": float(100.0 * df["skipped"].fillna(False).astype(bool).mean())
+        if "skipped" in df
+        else 0.0,
+        # the clip stage's own time per update (CUDA events on a GPU; includes the norm pass)
+        "clip_ms_median": float(df["clip_ms"].median()) if "clip_ms" in df else None,
         "n_boundaries": int(df["boundary"].sum()),
         "nonfinite_updates": int(df["nonfinite"].sum()),
         "applied_updates": int(df["applied"].sum()),  # attempted = n_updates
