@@ -200,6 +200,9 @@ class RunConfig:
     inject: list[str] = field(default_factory=list)  # "outlier@UPDATE", "nonfinite@UPDATE"
     probes: ProbeConfig = field(default_factory=ProbeConfig)
     arm: str = ""  # label inside a cascade, e.g. "global"
+    # metric rows per write to metrics.jsonl; a kill -9 loses at most flush_every - 1 finished
+    # rows (record.py); 1: every row written and fsync'd as it comes
+    flush_every: int = 50
 
     def resolve(self) -> RunConfig:
         """Fill size/recipe defaults and validate; returns a new, fully concrete config."""
@@ -227,6 +230,7 @@ class RunConfig:
             ("accum", out.accum),
             ("seq-len", out.seq_len),
             ("nproc", out.replicas),
+            ("flush-every", out.flush_every),
         ):
             if value is None or value < 1:
                 raise UserError(f"--{name} must be at least 1, got {value}")
