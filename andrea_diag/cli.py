@@ -4,6 +4,7 @@ andrea-diag cascade --size tiny            # clipped vs unclipped arms + HTML re
 andrea-diag train --size 12m --clip none   # one arm
 andrea-diag report runs/cascade-tiny-*/    # re-render a report
 andrea-diag bench-kernels                  # clipper benchmarks (GPU, or CPU paths)
+andrea-diag bench-train                    # the training engine against a plain loop
 andrea-diag accum-check                    # accumulation loop vs full batch, and the mistakes
 andrea-diag doctor                         # what this machine can run
 """
@@ -17,6 +18,7 @@ import typer
 from andrea_diag import __version__
 from andrea_diag.commands.accum_check import accum_check
 from andrea_diag.commands.bench_kernels import bench_kernels
+from andrea_diag.commands.bench_train import bench_train
 from andrea_diag.commands.doctor import doctor
 from andrea_diag.commands.errors import friendly_errors
 from andrea_diag.commands.report import report
@@ -54,6 +56,7 @@ app.command("sweep")(friendly_errors(sweep))
 app.command("report")(friendly_errors(report))
 
 app.command("bench-kernels")(friendly_errors(bench_kernels))
+app.command("bench-train")(friendly_errors(bench_train))
 app.command("accum-check")(friendly_errors(accum_check))
 app.command("doctor")(friendly_errors(doctor))
 

@@ -202,6 +202,9 @@ class RunConfig:
     probes: ProbeConfig = field(default_factory=ProbeConfig)
     clip_params: ClipParams = field(default_factory=ClipParams)  # zclip / agc / spam / skip
     arm: str = ""  # label inside a cascade, e.g. "global"
+    # metric rows per write to metrics.jsonl; a kill -9 loses at most flush_every - 1 finished
+    # rows (record.py); 1: every row written and fsync'd as it comes
+    flush_every: int = 50
 
     def resolve(self) -> RunConfig:
         """Fill size/recipe defaults and validate; returns a new, fully concrete config."""
@@ -229,6 +232,7 @@ class RunConfig:
             ("accum", out.accum),
             ("seq-len", out.seq_len),
             ("nproc", out.replicas),
+            ("flush-every", out.flush_every),
         ):
             if value is None or value < 1:
                 raise UserError(f"--{name} must be at least 1, got {value}")

@@ -6,15 +6,23 @@ Layout (every file is plain JSON/JSONL or parquet, readable without this package
       config.json      resolved RunConfig (+ model/recipe/effective batch)
       env.json         torch, CUDA, GPU, python, platform, git commit, andrea-diag version
       data.json        sources: origin, generated?, bytes, tokens, sha256; tokenizer hash
-      metrics.jsonl    one row per optimizer update, appended and flushed every update
+      metrics.jsonl    one row per optimizer update, appended in batches (``flush_every``)
       metrics.parquet  the same table, written by close()
       events.jsonl     spike events (one row per spike), written by the probes
       samples.jsonl    lock-in samples and their metrics
       summary.json     per-run summary and verdicts, written by close()
       schedule.json    the bandit schedule and per-update batch hashes (replayed by other arms)
 
-A crash loses at most the update in flight: ``metrics.jsonl`` is flushed and fsync'd per row,
-and :func:`load_metrics` falls back to it when the parquet file is missing.
+Crash contract. Metric rows are buffered and written to ``metrics.jsonl`` in one write + fsync
+every ``flush_every`` rows (N, ``RunConfig.flush_every``, default 50; 1 = a row at a time), and
+also at every checkpoint (:meth:`Recorder.positions`), at the end and on the crash path (an
+exception: :meth:`Recorder.close`). Between flushes at most N-1 finished rows wait in memory,
+so a kill -9 loses at most N-1 finished updates' rows (plus the update in flight); only a kill
+landing inside the flush's own write can tear that batch, losing at most N. A torn last line
+is skipped by :func:`read_jsonl` and cut by a resume. Rows may hold 0-dim tensors until then:
+they are brought to the host together at the flush (:func:`_jsonable`), not one by one. Events
+and samples are rare and still written (and fsync'd) per row. :func:`load_run` reads
+``metrics.jsonl`` when the parquet file is missing.
 """
 
 from __future__ import annotations
@@ -52,6 +60,28 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_jsonable(v) for v in value]
     return value
+
+
+def rows_to_host(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows with every 0-dim floating tensor replaced by its Python float, brought over
+    in one copy per device (one host sync per flush, not one per value). float64 holds every
+    float32/bf16/fp16 value exactly, so the floats equal ``tensor.item()``'s."""
+    where = [
+        (i, k, v)
+        for i, row in enumerate(rows)
+        for k, v in row.items()
+        if isinstance(v, torch.Tensor) and v.dim() == 0 and v.is_floating_point()
+    ]
+    if not where:
+        return rows
+    out = [dict(row) for row in rows]
+    for device in {v.device for _, _, v in where}:
+        mine = [(i, k, v) for i, k, v in where if v.device == device]
+        # host sync: the flush's one copy of this device's scalars
+        values = torch.stack([v.detach().double() for _, _, v in mine]).tolist()
+        for (i, k, _), value in zip(mine, values, strict=True):
+            out[i][k] = value
+    return out
 
 
 def _git_commit() -> str | None:
@@ -103,7 +133,7 @@ def _drop_torn_tail(path: Path) -> None:
 
 
 class JsonlWriter:
-    """Append-only JSONL with a flush + fsync per row: a crash loses at most one row."""
+    """Append-only JSONL; each :meth:`write` / :meth:`write_many` ends with flush + fsync."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -111,8 +141,15 @@ class JsonlWriter:
         self._f = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
 
     def write(self, row: dict[str, Any]) -> None:
+        self.write_many([row])
+
+    def write_many(self, rows: list[dict[str, Any]]) -> None:
+        """Append ``rows`` with one write and one fsync (the batch is one string)."""
+        if not rows:
+            return
+        text = "".join(json.dumps(_jsonable(row)) + "\n" for row in rows_to_host(rows))
         try:
-            self._f.write(json.dumps(_jsonable(row)) + "\n")
+            self._f.write(text)
             self._f.flush()
             os.fsync(self._f.fileno())
         except OSError as exc:  # a full disk: say what is kept, not a traceback
@@ -139,11 +176,22 @@ class JsonlWriter:
 
 
 class Recorder:
-    """Writes one run directory. Used by the training loop and by ``andrea_diag.monitor``."""
+    """Writes one run directory. Used by the training loop and by ``andrea_diag.monitor``.
+
+    ``flush_every``: metric rows per write to ``metrics.jsonl`` (the crash contract above)."""
 
     def __init__(
-        self, run_dir: str | Path, config: dict[str, Any], *, resume: bool = False
+        self,
+        run_dir: str | Path,
+        config: dict[str, Any],
+        *,
+        resume: bool = False,
+        flush_every: int = 1,
     ) -> None:
+        if flush_every < 1:
+            raise UserError(f"--flush-every must be at least 1, got {flush_every}")
+        self.flush_every = flush_every
+        self._pending: list[dict[str, Any]] = []  # metric rows not yet in metrics.jsonl
         self.run_dir = Path(run_dir)
         if self.run_dir.exists() and any(self.run_dir.iterdir()) and not resume:
             raise UserError(
@@ -160,8 +208,15 @@ class Recorder:
         self._samples = JsonlWriter(self.run_dir / "samples.jsonl")
 
     def log(self, row: dict[str, Any]) -> None:
-        """One metrics row per optimizer update."""
-        self._metrics.write(row)
+        """One metrics row per optimizer update; written once ``flush_every`` rows wait."""
+        self._pending.append(row)
+        if len(self._pending) >= self.flush_every:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write the waiting metric rows (their tensors reach the host here, all at once)."""
+        rows, self._pending = self._pending, []
+        self._metrics.write_many(rows)
 
     def event(self, row: dict[str, Any]) -> None:
         self._events.write(row)
@@ -174,11 +229,14 @@ class Recorder:
         write_json(self.run_dir / name, obj)
 
     def positions(self) -> dict[str, int]:
-        """Each JSONL table's size now: a checkpoint stores it, a resume rewinds to it."""
+        """Each JSONL table's size now: a checkpoint stores it, a resume rewinds to it. The
+        waiting rows are written first, so a checkpoint never points before its own rows."""
+        self.flush()
         return {w.path.name: w.position() for w in (self._metrics, self._events, self._samples)}
 
     def rewind(self, positions: dict[str, int]) -> None:
         """Back to a checkpoint: rows after it are cut, files written only at the end removed."""
+        self._pending = []
         for w in (self._metrics, self._events, self._samples):
             w.rewind(int(positions.get(w.path.name, 0)))
         for stale in ("metrics.parquet", "summary.json", "partial_summary.json", "schedule.json"):
@@ -186,6 +244,7 @@ class Recorder:
 
     def close(self, summary: dict[str, Any] | None = None) -> None:
         """Flush the JSONL files, write metrics.parquet and summary.json."""
+        self.flush()  # nothing waiting (a second close): no write
         for w in (self._metrics, self._events, self._samples):
             w.close()
         df = read_jsonl(self.run_dir / "metrics.jsonl")
@@ -208,6 +267,9 @@ class NullRecorder:
 
     def log(self, row: dict[str, Any]) -> None:
         del row
+
+    def flush(self) -> None:
+        pass
 
     def event(self, row: dict[str, Any]) -> None:
         del row

@@ -146,6 +146,14 @@ ADAPTIVE: list[tuple[str, Any, Any]] = [
 ]  # fmt: skip
 CLIP_PARAM_FIELDS = tuple(name for name, _, _ in ADAPTIVE)
 
+FlushEvery = Annotated[
+    int,
+    typer.Option(
+        help="Metric rows per write to metrics.jsonl (also at checkpoints, the end and a crash): "
+        "a kill -9 loses at most this many minus one finished updates' rows; 1: every row."
+    ),
+]
+
 Option = tuple[str, Any, Any]  # (parameter name, Annotated type, default)
 # Every run command: how to train and probe, where to write.
 SHARED: list[Option] = [
@@ -163,6 +171,7 @@ SHARED: list[Option] = [
     ("boundary_k", BoundaryK, _PROBES.boundary_k),
     ("shadow", Shadow, _PROBES.shadow),
     ("checkpoint_every", CheckpointEvery, _RUN.checkpoint_every),
+    ("flush_every", FlushEvery, _RUN.flush_every),
     *ADAPTIVE,
 ]
 # Commands that run one cell (cascade, train); sweep takes lists of these instead.
@@ -217,7 +226,7 @@ def run_options(*groups: list[Option]) -> Callable[[Callable[..., Any]], Callabl
 
 def resumed(opts: RunOptions, clip: str) -> tuple[RunConfig, str]:
     """``--resume DIR``: the run's own base config and arms, checked against what was typed."""
-    from andrea_diag.experiments.resume import run_configs
+    from andrea_diag.experiments.resume import RUNTIME_KEYS, run_configs
 
     out = Path(opts["resume"])
     meta, saved = run_configs(out)
@@ -235,12 +244,12 @@ def resumed(opts: RunOptions, clip: str) -> tuple[RunConfig, str]:
                 old, new = getattr(base.clip_params, field), getattr(typed.clip_params, field)
             else:
                 old, new = getattr(base, field, None), getattr(typed, field, None)
-            if old != new and field not in ("device", "clip_impl", "checkpoint_every"):
+            if old != new and field not in RUNTIME_KEYS:
                 raise UserError(
                     f"--{name.replace('_', '-')} {new!r} differs from the run's {old!r} in {out}",
                     hint="resume with only --resume DIR (the run keeps its own options)",
                 )
-        for field in ("device", "clip_impl", "checkpoint_every"):  # how, not what: may change
+        for field in sorted(RUNTIME_KEYS):  # how, not what: may change
             if field in opts["explicit"]:
                 base = dataclasses.replace(base, **{field: getattr(typed, field)})
     if "clip" in opts["explicit"] and clip != arms:

@@ -109,20 +109,37 @@ def sweep(
     max_norm: Annotated[str, typer.Option(help="Comma list of clip thresholds.")] = "1.0",
     seed: Annotated[str, typer.Option(help="Comma list of seeds.")] = "0",
     clip: Annotated[str, typer.Option(help="Comma-separated arms per cell.")] = "none,global",
+    jobs: Annotated[
+        int, typer.Option(help="Cells at once per visible GPU (or on the CPU); slurm: in flight.")
+    ] = 1,
+    executor: Annotated[
+        str, typer.Option(help="local (processes here), slurm or submitit-local (via submitit).")
+    ] = "local",
+    slurm_partition: Annotated[str | None, typer.Option(help="Slurm partition.")] = None,
+    slurm_gpus: Annotated[int, typer.Option(help="GPUs per Slurm job (one cell).")] = 1,
+    slurm_time: Annotated[int, typer.Option(help="Minutes per cell job (submitit).")] = 240,
     *,
     opts: RunOptions,
 ) -> None:
     """Find the regime: one cascade per (size, lr, max_norm, seed) cell, one summary page.
 
-    Re-running with the same --out resumes: finished cells are kept and skipped.
+    Re-running with the same --out resumes: finished cells are kept and skipped. With --jobs N
+    (or --executor slurm) each cell runs in its own process; sweep.json reports the aggregate
+    updates per second.
     """
+    from andrea_diag.experiments.executor import ExecutorConfig
     from andrea_diag.experiments.sweep import SweepSpec, run_sweep
+
+    ex = ExecutorConfig(kind=executor, jobs=jobs, partition=slurm_partition, gpus=slurm_gpus,
+                        time_min=slurm_time)  # fmt: skip
+    ex.check()
 
     arms = _arms(clip)
     sizes = _csv(size, str, "--size")
     spec = SweepSpec(base=base_config(opts, size=sizes[0]), sizes=sizes,
                      lrs=_csv(lr, float, "--lr"), max_norms=_csv(max_norm, float, "--max-norm"),
-                     seeds=_csv(seed, int, "--seed"), clips=arms, out=opts["out"])  # fmt: skip
+                     seeds=_csv(seed, int, "--seed"), clips=arms, out=opts["out"],
+                     executor=ex)  # fmt: skip
     path, table = run_sweep(spec, console)
     page = path / "sweep.html"
     console.print(f"[bold green]sweep:[/] {page if page.exists() else path} ({len(table)} arms)")

@@ -21,7 +21,7 @@ from andrea_diag.record import read_cascade_meta
 from andrea_diag.train.checkpoint import latest_checkpoint
 
 # config.json keys that describe where or how fast a run goes, not what it computes
-RUNTIME_KEYS = {"device", "clip_impl", "checkpoint_every"}
+RUNTIME_KEYS = {"device", "clip_impl", "checkpoint_every", "flush_every"}
 
 
 def move_aside(path: Path) -> Path:

@@ -1,6 +1,7 @@
 """Find the regime: a grid of cascades over size x lr x max_norm x seed, one table, one page.
 
     andrea-diag sweep --size tiny,12m --lr 3e-4,1e-3,1e-2 --seed 0,1
+    andrea-diag sweep ... --jobs 4     # 4 cells at once per visible GPU (executor.py)
 
 The seeds' cascade is not automatic (MISSION.md, pilots 1 and 2): it showed up only under lr
 stress, on the larger model. A sweep runs one paired cascade per cell (every cell's arms share
@@ -19,6 +20,7 @@ import dataclasses
 import json
 import shlex
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,6 +37,13 @@ from andrea_diag.experiments.cascade import (
     report_renderer_available,
     run_cascade,
 )
+from andrea_diag.experiments.executor import (
+    CellJob,
+    ExecutorConfig,
+    recorded_updates,
+    run_cells,
+    throughput,
+)
 from andrea_diag.experiments.resume import move_aside
 from andrea_diag.probes.verdict import COLLAPSE_VERDICTS
 from andrea_diag.record import write_json
@@ -49,6 +58,7 @@ class SweepSpec:
     seeds: list[int] = field(default_factory=lambda: [0])
     clips: list[str] = field(default_factory=lambda: ["none", "global"])
     out: Path | None = None
+    executor: ExecutorConfig = field(default_factory=ExecutorConfig)  # --jobs, --executor
 
 
 def cell_name(size: str, lr: float, max_norm: float, seed: int) -> str:
@@ -123,6 +133,15 @@ def _check_same(cell_dir: Path, cfg: RunConfig, clips: list[str]) -> None:
         )
 
 
+def _prepare_cell(cell_dir: Path, console: Console) -> bool:
+    """An unfinished cell continues from its checkpoints (finished arms kept): True. One that
+    never wrote its cascade.json is kept aside and started again: False."""
+    resume = (cell_dir / "cascade.json").is_file()
+    if cell_dir.exists() and not resume:
+        console.print(f"[yellow]cell {cell_dir.name}: unfinished, kept as {move_aside(cell_dir)}")
+    return resume
+
+
 def run_sweep(spec: SweepSpec, console: Console | None = None) -> tuple[Path, pd.DataFrame]:
     """Run (or resume) every cell; write sweep.json, sweep.csv and sweep.html under ``out``."""
     console = console or Console(stderr=True)
@@ -141,18 +160,28 @@ def run_sweep(spec: SweepSpec, console: Console | None = None) -> tuple[Path, pd
     write_json(out / "sweep.json", {**meta, "status": "running"})
     rows: list[dict[str, Any]] = []
     crashed: dict[str, str] = {}  # cell -> error
+    spec.executor.check()
+    dirs = [out / name for name in meta["cells"]]
+    t0, before = time.perf_counter(), recorded_updates(dirs, spec.clips)
+    if not spec.executor.in_process:  # every unfinished cell in its own process, N at once
+        jobs = []
+        for cell_dir, cfg in zip(dirs, configs, strict=True):
+            if _finished(cell_dir):
+                _check_same(cell_dir, cfg, spec.clips)  # before any work, as below
+            else:
+                resume = _prepare_cell(cell_dir, console)
+                jobs.append(CellJob(cell_dir.name, cell_dir, cfg, spec.clips, resume))
+        crashed = run_cells(jobs, spec.executor, out, console)
     for i, cfg in enumerate(configs, 1):
         name = cell_name(cfg.size, cfg.lr, cfg.max_norm, cfg.seed)
         cell_dir = out / name
-        if _finished(cell_dir):
-            _check_same(cell_dir, cfg, spec.clips)
-            console.print(f"[dim]cell {i}/{len(configs)} {name}: already done, kept[/]")
+        if _finished(cell_dir) or name in crashed:
+            if name not in crashed:
+                _check_same(cell_dir, cfg, spec.clips)
+            if spec.executor.in_process:
+                console.print(f"[dim]cell {i}/{len(configs)} {name}: already done, kept[/]")
         else:
-            # an unfinished cell continues from its checkpoints (finished arms kept); one that
-            # never wrote its cascade.json is kept aside and started again
-            resume = (cell_dir / "cascade.json").is_file()
-            if cell_dir.exists() and not resume:
-                console.print(f"[yellow]cell {name}: unfinished, kept as {move_aside(cell_dir)}")
+            resume = _prepare_cell(cell_dir, console)
             word = "continuing" if resume else ""
             console.print(f"[bold]cell {i}/{len(configs)}[/] {name} {word}")
             try:
@@ -174,6 +203,10 @@ def run_sweep(spec: SweepSpec, console: Console | None = None) -> tuple[Path, pd
         pd.DataFrame(rows).to_csv(out / "sweep.csv", index=False)
     table = pd.DataFrame(rows)
     status = {"status": "crashed", "crashed_cells": crashed} if crashed else {"status": "done"}
+    wall = time.perf_counter() - t0
+    meta["throughput"] = throughput(
+        recorded_updates(dirs, spec.clips) - before, wall, spec.executor
+    )
     write_json(out / "sweep.json", {**meta, **status})
     if report_renderer_available(console, out):
         from andrea_diag.report.sweep_page import render_sweep

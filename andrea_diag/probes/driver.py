@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -82,6 +83,9 @@ class ProbeDriver:
         self._warn = warn or (lambda line: print(line, file=sys.stderr))
         self.prev_phase: int | None = None
         self.summary: dict[str, Any] | None = None
+        # bench-train: per-probe (start, end) marks of every hook call, when asked (time_hooks)
+        self._marks: dict[str, list[tuple[Any, Any]]] | None = None
+        self._cuda_marks = False
 
     # -- per update ------------------------------------------------------------------------
     def context(
@@ -137,10 +141,34 @@ class ProbeDriver:
         for probe in self.probes:
             if id(probe) in self._failed:
                 continue
+            start = self._mark() if self._marks is not None else None
             try:
                 getattr(probe, hook)(ctx)
             except Exception as exc:  # any probe error is isolated, by design
                 self._fail(probe, hook, ctx.update, exc)
+            if self._marks is not None:
+                self._marks.setdefault(probe_name(probe), []).append((start, self._mark()))
+
+    # -- hook timing (bench-train) ------------------------------------------------------------
+    def time_hooks(self, device: torch.device) -> None:
+        """From now on, time every probe's hooks: CUDA events on a GPU (no sync per hook; the
+        stream's time between them), ``perf_counter`` on the CPU. Restarts the tally."""
+        self._cuda_marks = device.type == "cuda"
+        self._marks = {}
+
+    def _mark(self) -> Any:
+        if self._cuda_marks:
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            return event
+        return time.perf_counter()
+
+    def hook_ms(self) -> dict[str, float]:
+        """Milliseconds each probe's hooks took since :meth:`time_hooks`, summed (syncs)."""
+        if self._cuda_marks:
+            torch.cuda.synchronize()  # host sync: the events must have completed
+            return {n: sum(a.elapsed_time(b) for a, b in m) for n, m in (self._marks or {}).items()}
+        return {n: 1e3 * sum(b - a for a, b in m) for n, m in (self._marks or {}).items()}
 
     def _fail(self, probe: Probe, hook: str, update: int | None, exc: Exception) -> None:
         self._failed.add(id(probe))

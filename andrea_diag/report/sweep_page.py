@@ -169,6 +169,17 @@ def collapse_finding(table: pd.DataFrame) -> str:
     return "collapse: " + ", ".join(parts) + "."
 
 
+def _throughput_note(tp: dict[str, Any] | None) -> str:
+    """The sweep's aggregate speed (sweep.json's ``throughput``), one line."""
+    if not tp or not tp.get("updates_per_s"):
+        return ""
+    return (
+        f"<p class='note'>throughput: {tp['updates_per_s']:.3g} updates/s aggregate "
+        f"({tp['updates']} updates in {tp['wall_s']:.1f} s; executor {html.escape(tp['executor'])}, "
+        f"--jobs {tp['jobs']})</p>\n"
+    )
+
+
 def render_sweep(out: Path, table: pd.DataFrame, meta: dict[str, Any]) -> Path:
     """Write ``out/sweep.html``: findings, the regime chart, the table with report links."""
     fig = regime_figure(table)
@@ -203,6 +214,7 @@ def render_sweep(out: Path, table: pd.DataFrame, meta: dict[str, Any]) -> Path:
         f"<p class='note'>command: {html.escape(meta.get('command', ''))}; "
         f"{meta['steps']} updates per arm, recipe {html.escape(str(meta['recipe']))}, "
         f"seeds {', '.join(map(str, meta['seeds']))}</p>\n"
+        + _throughput_note(meta.get("throughput")) +
         "<h2>Findings</h2>\n<ul class='findings'>\n"
         + "\n".join(f"<li>{html.escape(f)}</li>" for f in findings(table))
         + "\n</ul>\n<h2>Regime</h2>\n" + fig_html

@@ -12,9 +12,10 @@ depends on, top to bottom:
 3. reduce: gradients made global across replicas (one process: nothing to do);
 4. unscale: gradients back in true units (fp32: nothing to do);
 5. clip: after the last microbatch, before the optimizer touches ``m``/``v``;
-6. measure: one host sync for the row's scalars; a non-finite gradient skips the update;
+6. measure: one host sync for the loss, gradient norm and non-finite flag (probes and the
+   skip decision need them now); the row's other scalars stay on the device;
 7. probes ``after_clip``, optimizer step (if applied), scheduler step (per update), probes
-   ``after_step``; then evaluation and one metrics row, flushed to disk.
+   ``after_step``; then evaluation and one metrics row, written every ``flush_every`` rows.
 
 Each part is a component with ``state_dict``/``load_state_dict`` (``components.py``, the clipper
 registry in ``clip/modes.py``, the probe driver in ``probes/driver.py``); run state lives in
@@ -75,16 +76,16 @@ def _overflow_last(n_micro: int) -> Callable[[int, torch.Tensor], torch.Tensor]:
 
 
 def _per_source_loss(
-    example_loss: torch.Tensor, example_tokens: torch.Tensor, example_source: torch.Tensor
-) -> dict[str, float]:
-    """Token-weighted loss of each source's sequences in this group (NaN when absent)."""
-    out = {}
+    example_loss: torch.Tensor, example_tokens: torch.Tensor, source_idx: torch.Tensor
+) -> dict[str, torch.Tensor | float]:
+    """Token-weighted loss of each source's sequences in this group (NaN when absent). 0-dim
+    device tensors, no host sync: rows picked on the CPU from ``source_idx`` (boolean indexing
+    on the device syncs), summed in the order that indexing used, so the values are unchanged."""
+    out: dict[str, torch.Tensor | float] = {}
     for i, name in enumerate(SOURCE_NAMES):
-        sel = example_source == i
-        tok = example_tokens[sel].sum()
-        out[f"loss_{name}"] = (
-            float((example_loss[sel] * example_tokens[sel]).sum() / tok) if tok > 0 else math.nan
-        )
+        idx = (source_idx == i).nonzero().flatten().to(example_loss.device)
+        loss, tok = example_loss.index_select(0, idx), example_tokens.index_select(0, idx)
+        out[f"loss_{name}"] = (loss * tok).sum() / tok.sum() if idx.numel() else math.nan
     return out
 
 
@@ -117,7 +118,9 @@ class Trainer:
         self.clip_timer = ClipTimer(self.device)
         # rank 0 alone writes: the other replicas record nothing and run no probes
         self.recorder = (
-            Recorder(run_dir, cfg.to_dict(), resume=resume) if self.dist.is_main else NullRecorder()
+            Recorder(run_dir, cfg.to_dict(), resume=resume, flush_every=cfg.flush_every)
+            if self.dist.is_main
+            else NullRecorder()
         )
         self.recorder.write("data.json", data.describe())
         # rank 0 evaluates (the weights are the same on every replica)
@@ -158,10 +161,9 @@ class Trainer:
         self.precision.step(self.optimizer, ctx.applied)
         self.scheduler.step()  # per update, attempted or applied: the schedule counts updates
         self.probes.after_step(ctx)
-        self.plan.observe(
-            update,
-            {n: row[f"loss_{n}"] for n in SOURCE_NAMES if math.isfinite(row[f"loss_{n}"])},
-        )
+        # 0-dim tensors: a seeded mixer ignores them (no sync); exp3 reads them (syncs) and
+        # skips non-finite ones itself
+        self.plan.observe(update, {n: row[f"loss_{n}"] for n in SOURCE_NAMES})
         row |= self.evaluator.maybe_evaluate(update, self.model)
         row.update(
             applied=ctx.applied,
@@ -221,13 +223,14 @@ class Trainer:
     def _measure(
         self, update: int, batch: Any, injected: str | None, group: GroupResult, clip: ClipResult
     ) -> tuple[dict[str, Any], UpdateContext]:
-        # host sync: once per update, to log scalars and to decide whether to step.
+        # host sync: once per update, for the loss and grad norm (the spike probe's online z) and
+        # non-finiteness (step or not); other scalars stay 0-dim tensors until the flush.
         loss = float(self.reducer.all_reduce_sum(group.loss))  # every replica: the global loss
         accum = batch.tokens.size(0)
         example_loss = gather_examples(group.example_loss, self.dist, accum)
         example_tokens = gather_examples(group.example_tokens, self.dist, accum)
         grad_norm = float(clip.total_norm)
-        post = float(clip.post_norm)
+        post = clip.post_norm.double()  # float64: clip_coef as exact as Python floats made it
         nonfinite = bool(clip.nonfinite) or not math.isfinite(loss)
         skipped = clip.skip is not None and bool(clip.skip) and not nonfinite  # the mode's choice
         example_source = batch.source_idx.reshape(-1).to(self.device)
@@ -260,7 +263,7 @@ class Trainer:
             "boundary": ctx.boundary,
             **{f"w_{k}": v for k, v in batch.weights.items()},
             "loss": loss,
-            **_per_source_loss(example_loss, example_tokens, example_source),
+            **_per_source_loss(example_loss, example_tokens, batch.source_idx.reshape(-1)),
             "grad_norm": grad_norm,
             "lr": self.optimizer.param_groups[0]["lr"],
             "grad_norm_post": post,
@@ -309,6 +312,7 @@ class Trainer:
     def _close(self, wall_s: float) -> dict[str, Any]:
         if not self.dist.is_main:
             return {}
+        self.recorder.flush()  # summarize reads metrics.jsonl
         summary = summarize(self.recorder, self.cfg, wall_s=wall_s)
         summary["run_sheet"] = run_sheet(
             self.cfg,

@@ -1,0 +1,223 @@
+"""The training loop against a plain one: what the engine (every default probe on) costs.
+
+    from andrea_diag.bench.train import bench_train
+    result = bench_train(RunConfig(size="12m", precision="bf16").resolve(), updates=200)
+
+Both loops train the same model (same seed, preset, ``m``/``A``/``seq_len``, precision,
+matmul precision, clip mode and clip implementation) on the same token batches, in one process:
+
+- **engine**: :class:`~andrea_diag.train.loop.Trainer` ``train_update``, every default probe on
+  (evaluation and checkpoints off: they are not per-update work);
+- **plain**: forward, token-weighted backward per microbatch, the same clipper (``make_clipper``
+  of the same mode and implementation: no clipping for ``none``), the optimizer
+  step, and one ``.item()`` every 50 updates (nanoGPT's logging habit).
+
+Method: ``warmup`` updates of each first, then blocks of ``block`` updates, alternating
+engine/plain, each block timed from a synchronised start to a synchronised end, so drifts in
+clock or temperature hit both alike. ms/update is the blocks' total over their updates. Each
+probe's hooks are timed too (``ProbeDriver.time_hooks``: CUDA events / perf_counter), so the
+result shows where the engine's extra time goes. MFU is 6·N·tokens/s over the device's dense
+peak (:data:`PEAK_TFLOPS`); on the CPU it is not given.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from andrea_diag.config import RunConfig
+from andrea_diag.errors import UserError
+
+PLAIN_ITEM_EVERY = 50  # the plain loop's one host sync: a logged loss every 50 updates
+# Dense peak TFLOPs by GPU name and matmul kind. Source: NVIDIA H100/H200 Tensor Core GPU
+# datasheets (SXM, without sparsity): BF16/FP16 989, TF32 494, FP32 (no tensor cores) 67.
+PEAK_TFLOPS: dict[str, dict[str, float]] = {
+    "H200": {"bf16": 989.0, "tf32": 494.0, "fp32": 67.0},
+    "H100 80GB HBM3": {"bf16": 989.0, "tf32": 494.0, "fp32": 67.0},
+}
+PEAK_SOURCE = "NVIDIA H100/H200 datasheets, SXM, dense (no sparsity)"
+
+
+def peak_tflops(gpu: str | None, precision: str, matmul_precision: str) -> float | None:
+    """The dense peak for this GPU and precision, or None (CPU, or a GPU not in the table)."""
+    if gpu is None:
+        return None
+    kind = "bf16" if precision in ("bf16", "fp16") else "fp32"
+    if kind == "fp32" and matmul_precision != "highest":
+        kind = "tf32"
+    for name, peaks in PEAK_TFLOPS.items():
+        if name in gpu:
+            return peaks[kind]
+    return None
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)  # host sync: a block's clock starts and stops here
+
+
+class PlainLoop:
+    """The reference: the same model and parts, none of the engine's bookkeeping."""
+
+    def __init__(self, cfg: RunConfig, device: torch.device) -> None:
+        from andrea_diag.clip.modes import make_clipper
+        from andrea_diag.model import GPT
+        from andrea_diag.train.components import make_precision
+        from andrea_diag.train.optim import build_optimizer
+
+        torch.manual_seed(cfg.seed)  # the engine's initial weights
+        self.model = GPT(cfg.model).to(device)
+        self.params = list(self.model.parameters())
+        self.optimizer = build_optimizer(self.model, cfg.recipe_cfg, cfg.lr, device)
+        self.precision = make_precision(cfg.precision, device)
+        self.device = device
+        self.clipper = make_clipper(cfg.clip, cfg.max_norm, cfg.clip_impl)  # the engine's own
+        self.n = 0
+
+    def update(self, tokens: torch.Tensor) -> None:
+        """One optimizer update on ``tokens`` (A, m, T+1)."""
+        tokens = tokens.to(self.device)
+        n_tokens = tokens[:, :, 1:].numel()
+        self.optimizer.zero_grad(set_to_none=True)
+        loss = None
+        for a in range(tokens.size(0)):
+            x, y = tokens[a, :, :-1], tokens[a, :, 1:]  # (m, T) each
+            with self.precision.autocast():
+                logits = self.model(x)  # (m, T, vocab)
+                loss = F.cross_entropy(logits.flatten(0, 1).float(), y.flatten(), reduction="sum")
+            self.precision.backward(loss / n_tokens)  # token-weighted over the group
+        self.precision.unscale_(self.optimizer)
+        self.clipper(self.params)
+        self.precision.step(self.optimizer, True)
+        self.n += 1
+        if self.n % PLAIN_ITEM_EVERY == 0 and loss is not None:
+            loss.item()  # host sync: the plain loop's logged loss
+
+
+def _engine(cfg: RunConfig, run_dir: Path) -> tuple[Any, Callable[[int], torch.Tensor]]:
+    """The Trainer on the default data, and the plan's batches (the plain loop's tokens)."""
+    from andrea_diag.data import BatchPlan, Mixer, prepare_data
+    from andrea_diag.train.loop import Trainer
+
+    data = prepare_data(cfg.sources, seed=cfg.corpus_seed)
+    plan = BatchPlan(data, Mixer(seed=cfg.seed, policy=cfg.mixer), seed=cfg.seed,
+                     micro_batch=cfg.micro_batch, accum=cfg.accum, seq_len=cfg.seq_len)  # fmt: skip
+    trainer = Trainer(cfg, run_dir, data, plan)
+    return trainer, lambda u: plan.batch(u).tokens
+
+
+def _arm_numbers(ms: float, tokens: int, n_params: int, peak: float | None) -> dict[str, Any]:
+    tokens_per_s = tokens / (ms / 1e3)
+    mfu = 6 * n_params * tokens_per_s / (peak * 1e12) if peak else None
+    return {"ms_per_update": ms, "tokens_per_s": tokens_per_s, "mfu": mfu}
+
+
+def bench_train(
+    cfg: RunConfig,
+    updates: int,
+    warmup: int,
+    block: int,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Time the engine and the plain loop on ``cfg`` (resolved): ``updates`` timed updates
+    each, in alternating blocks of ``block`` after ``warmup`` each. Returns the result dict."""
+    if updates < 1 or warmup < 0 or block < 1:
+        raise UserError("--updates and --block must be at least 1, --warmup 0 or more")
+    total = warmup + updates
+    cfg = dataclasses.replace(cfg, steps=total, eval_every=0, checkpoint_every=0,
+                              flush_every=max(cfg.flush_every, 1))  # fmt: skip
+    say = progress or (lambda _line: None)
+    from andrea_diag.device import resolve_device
+
+    device = resolve_device(cfg.device)
+    with tempfile.TemporaryDirectory(prefix="bench-train-") as tmp:
+        engine, batch_tokens = _engine(cfg, Path(tmp) / "engine")
+        plain = PlainLoop(cfg, device)
+        tokens = [batch_tokens(u) for u in range(1, total + 1)]  # drawn once, shared
+        say(f"warm-up: {warmup} updates each")
+        for u in range(1, warmup + 1):
+            engine.train_update(u)
+            plain.update(tokens[u - 1])
+        engine.probes.time_hooks(device)
+        times: dict[str, list[float]] = {"engine": [], "plain": []}
+        done = 0
+        while done < updates:
+            k = min(block, updates - done)
+            for arm in ("engine", "plain"):
+                _sync(device)
+                t0 = time.perf_counter()
+                for u in range(warmup + done + 1, warmup + done + k + 1):
+                    engine.train_update(u) if arm == "engine" else plain.update(tokens[u - 1])
+                _sync(device)
+                times[arm].append((time.perf_counter() - t0) * 1e3)
+            done += k
+            say(f"timed {done}/{updates} updates each")
+        probe_ms = engine.probes.hook_ms()
+        engine.recorder.close()
+        engine.recorder.release()
+    return _result(cfg, device, times, probe_ms, updates, warmup, block)
+
+
+def _result(
+    cfg: RunConfig,
+    device: torch.device,
+    times: dict[str, list[float]],
+    probe_ms: dict[str, float],
+    updates: int,
+    warmup: int,
+    block: int,
+) -> dict[str, Any]:
+    gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else None
+    peak = peak_tflops(gpu, cfg.precision, cfg.matmul_precision)
+    tokens = cfg.micro_batch * cfg.accum * cfg.seq_len  # per update
+    n_params = cfg.model.n_params()
+    ms = {arm: sum(t) / updates for arm, t in times.items()}
+    engine_ms = ms["engine"]
+    return {
+        "meta": {
+            "device": str(device),
+            "gpu": gpu,
+            "torch": torch.__version__,
+            "size": cfg.size,
+            "precision": cfg.precision,
+            "matmul_precision": cfg.matmul_precision,
+            "clip": cfg.clip,
+            "clip_impl": cfg.clip_impl,
+            "max_norm": cfg.max_norm,
+            "recipe": cfg.recipe,
+            "m": cfg.micro_batch,
+            "A": cfg.accum,
+            "seq_len": cfg.seq_len,
+            "tokens_per_update": tokens,
+            "n_params": n_params,
+            "updates": updates,
+            "warmup": warmup,
+            "block": block,
+            "cpu_threads": torch.get_num_threads(),
+            "peak_tflops": peak,
+            "peak_source": PEAK_SOURCE if peak else None,
+            "mfu_formula": "6 * n_params * tokens_per_s / peak (attention FLOPs not counted)",
+            "plain_loop": "forward, token-weighted backward, same clipper, optimizer step, "
+            f"one .item() every {PLAIN_ITEM_EVERY} updates",
+        },
+        "engine": _arm_numbers(engine_ms, tokens, n_params, peak),
+        "plain": _arm_numbers(ms["plain"], tokens, n_params, peak),
+        "engine_over_plain": engine_ms / ms["plain"],  # ms ratio: 1.0 = as fast as plain
+        "speed_vs_plain": ms["plain"] / engine_ms,  # the issue's "0.6x": plain ms / engine ms
+        "probes": [
+            {
+                "probe": name,
+                "ms_per_update": t / updates,
+                "share_of_engine": t / updates / engine_ms,
+            }
+            for name, t in sorted(probe_ms.items(), key=lambda kv: -kv[1])
+        ],
+        "blocks_ms": times,
+    }

@@ -1,0 +1,77 @@
+"""``andrea-diag bench-train``: the engine (every default probe on) against a plain loop.
+
+    andrea-diag bench-train --size tiny --updates 6 --warmup 2 --block 2     # CPU, seconds
+    andrea-diag bench-train --size 120m --precision bf16 --out reports/bench-train/120m-bf16
+
+Writes ``<out>/bench-train.json`` and ``<out>/bench-train.html``; ``<out>`` defaults to
+``runs/bench-train-<size>-<time>``. Method: andrea_diag/bench/train.py.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from andrea_diag.config import RunConfig
+from andrea_diag.device import resolve_device
+
+
+def bench_train(
+    size: Annotated[
+        str | None, typer.Option(help="Preset (default: 12m on CUDA, tiny on CPU).")
+    ] = None,
+    precision: Annotated[str, typer.Option(help="fp32, bf16 or fp16.")] = "fp32",
+    clip: Annotated[str, typer.Option(help="Clip mode of both loops.")] = "global",
+    clip_impl: Annotated[str, typer.Option(help="auto, cuda, reference or torch.")] = "auto",
+    updates: Annotated[
+        int | None, typer.Option(help="Timed updates per loop (default 200 CUDA, 6 CPU).")
+    ] = None,
+    warmup: Annotated[
+        int | None, typer.Option(help="Untimed updates per loop first (default 20 CUDA, 2 CPU).")
+    ] = None,
+    block: Annotated[
+        int | None, typer.Option(help="Updates per timed block; blocks alternate.")
+    ] = None,
+    device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
+    out: Annotated[Path | None, typer.Option(help="Folder for bench-train.json / .html.")] = None,
+) -> None:
+    """Time the training engine against a plain loop of the same model: ms/update, tokens/s,
+    MFU, their ratio, and each probe's own cost."""  # fmt: skip
+    from andrea_diag.bench.train import bench_train as run
+
+    console = Console(stderr=True)
+    on_gpu = resolve_device(device).type == "cuda"  # UserError for cuda without a GPU
+    size = size or ("12m" if on_gpu else "tiny")
+    cfg = RunConfig(size=size, precision=precision, clip=clip, clip_impl=clip_impl,
+                    device=device).resolve()  # fmt: skip
+    updates = updates if updates is not None else (200 if on_gpu else 6)
+    warmup = warmup if warmup is not None else (20 if on_gpu else 2)
+    block = block if block is not None else (20 if on_gpu else 2)
+    if out is None:
+        from andrea_diag.experiments.cascade import default_out
+
+        out = default_out("bench-train", size)
+    result = run(cfg, updates, warmup, block, progress=lambda s: console.print(f"[dim]{s}[/]"))
+    result["meta"]["command"] = (
+        f"andrea-diag bench-train --size {size} --precision {precision} --clip {clip} "
+        f"--clip-impl {clip_impl} --updates {updates} --warmup {warmup} --block {block} "
+        f"--device {device} --out {out}"
+    )
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "bench-train.json").write_text(json.dumps(result, indent=2))
+    from andrea_diag.report.bench_train_page import render_bench_train_page
+
+    (out / "bench-train.html").write_text(render_bench_train_page(result))
+    e, p = result["engine"], result["plain"]
+    console.print(
+        f"engine {e['ms_per_update']:.2f} ms/update, plain {p['ms_per_update']:.2f} ms/update: "
+        f"engine/plain {result['engine_over_plain']:.3f}x the time"
+    )
+    for row in result["probes"]:
+        console.print(f"  probe {row['probe']:<12} {row['ms_per_update']:.3f} ms/update "
+                      f"({100 * row['share_of_engine']:.1f}%)")  # fmt: skip
+    console.print(f"wrote {out / 'bench-train.json'} and {out / 'bench-train.html'}")

@@ -1,0 +1,260 @@
+"""Running sweep cells side by side: one cell is one process, the run directory its only answer.
+
+    andrea-diag sweep --lr 1e-3,3e-3,1e-2 --jobs 4                     # 4 cells per visible GPU
+    andrea-diag sweep ... --executor slurm --slurm-partition gpu --jobs 16   # 16 jobs in flight
+
+``--jobs N`` runs N cells at once on each visible GPU (``CUDA_VISIBLE_DEVICES`` respected; each
+cell's process sees only its own GPU), or N at once on the CPU. Each cell is
+``python -m andrea_diag.experiments.executor CELL.json``: it runs the cell's cascade into its
+directory and exits; the sweep reads the results back from that directory, as it does for a
+cell it ran itself. A cell whose process fails is marked crashed (its ``error.json``, written
+by the child, says why) and the other cells go on.
+
+Past one machine the cells go to Slurm through ``submitit`` (the optional extra ``slurm``): one
+cell is one job, N jobs in flight. ``--executor submitit-local`` is submitit's own local
+executor: the same code path, runnable on a laptop or in CI without a cluster.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import queue
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from andrea_diag.config import RunConfig
+from andrea_diag.errors import UserError
+
+EXECUTORS = ("local", "slurm", "submitit-local")
+ERROR_FILE = "error.json"  # written by a failing cell's process into its cell directory
+
+
+@dataclass
+class ExecutorConfig:
+    """How cells are run: ``local`` processes, or submitit (``slurm``, ``submitit-local``)."""
+
+    kind: str = "local"
+    jobs: int = 1  # local: cells at once per GPU (or on the CPU); submitit: jobs in flight
+    partition: str | None = None  # slurm partition
+    gpus: int = 1  # GPUs per Slurm job (one cell)
+    time_min: int = 240  # wall-clock limit per cell job, minutes
+
+    def check(self) -> None:
+        if self.kind not in EXECUTORS:
+            raise UserError(
+                f"unknown --executor {self.kind!r}", hint=f"choose {', '.join(EXECUTORS)}"
+            )
+        if self.jobs < 1:
+            raise UserError(f"--jobs must be at least 1, got {self.jobs}")
+        if self.time_min < 1 or self.gpus < 0:
+            raise UserError("--slurm-time must be at least 1 minute and --slurm-gpus 0 or more")
+
+    @property
+    def in_process(self) -> bool:
+        """One local cell at a time runs inside the sweep's own process (data prepared once)."""
+        return self.kind == "local" and self.jobs == 1
+
+
+@dataclass
+class CellJob:
+    name: str
+    cell_dir: Path
+    config: RunConfig
+    clips: list[str]
+    resume: bool
+
+
+def device_slots(jobs: int, cuda: bool, visible: str | None, count: int) -> list[str | None]:
+    """One entry per cell that may run at once: a GPU id (what the cell's process gets as
+    ``CUDA_VISIBLE_DEVICES``) repeated ``jobs`` times per GPU, or ``None`` (CPU) ``jobs`` times.
+    ``visible``: the sweep's own ``CUDA_VISIBLE_DEVICES`` (ids or UUIDs), ``count``: GPUs seen."""
+    if not cuda:
+        return [None] * jobs
+    ids = [v.strip() for v in visible.split(",") if v.strip()] if visible is not None else []
+    if visible is None:
+        ids = [str(i) for i in range(count)]
+    if not ids:
+        return [None] * jobs
+    return [gpu for gpu in ids for _ in range(jobs)]
+
+
+def _slots(cfg: ExecutorConfig, device: str) -> list[str | None]:
+    if cfg.kind != "local":
+        return [None] * cfg.jobs  # the scheduler gives each job its own GPUs
+    import torch
+
+    cuda = device != "cpu" and torch.cuda.is_available()
+    count = torch.cuda.device_count() if cuda else 0
+    return device_slots(cfg.jobs, cuda, os.environ.get("CUDA_VISIBLE_DEVICES"), count)
+
+
+def write_job(job: CellJob, folder: Path) -> Path:
+    """The cell's instructions, as a file its process reads (``folder/<cell>.json``)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{job.name}.json"
+    spec = {"config": dataclasses.asdict(job.config), "clips": job.clips,
+            "out": str(job.cell_dir), "resume": job.resume}  # fmt: skip
+    path.write_text(json.dumps(spec, indent=1))
+    return path
+
+
+def run_cell(job_path: str) -> None:
+    """A cell's process: run its cascade into its directory. A failure leaves ``error.json``
+    there (the sweep's only way to learn why) and is raised again, so the process fails."""
+    from andrea_diag.experiments.cascade import CascadeSpec, run_cascade
+
+    spec = json.loads(Path(job_path).read_text())
+    out = Path(spec["out"])
+    try:
+        cfg = RunConfig.from_dict(spec["config"])
+        cell = CascadeSpec(base=cfg, clips=spec["clips"], out=out, resume=spec["resume"])
+        run_cascade(cell, Console(stderr=True))
+    except BaseException as exc:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / ERROR_FILE).write_text(json.dumps({"error": f"{type(exc).__name__}: {exc}"}))
+        raise
+
+
+def _error(job: CellJob, fallback: str) -> str:
+    path = job.cell_dir / ERROR_FILE
+    if path.is_file():
+        try:
+            return str(json.loads(path.read_text())["error"])
+        except (json.JSONDecodeError, KeyError, TypeError):
+            pass
+    return fallback
+
+
+def _local_launcher(logs: Path, threads: int) -> Callable[[CellJob, Path, str | None], str | None]:
+    def launch(job: CellJob, job_path: Path, gpu: str | None) -> str | None:
+        env = dict(os.environ)
+        if gpu is not None:
+            env["CUDA_VISIBLE_DEVICES"] = gpu  # the cell sees its GPU as cuda:0
+        else:  # N cells on the CPU share its cores instead of each taking all of them
+            env.setdefault("OMP_NUM_THREADS", str(threads))
+        log = logs / f"{job.name}.log"
+        with open(log, "wb") as f:
+            cmd = [sys.executable, "-m", "andrea_diag.experiments.executor", str(job_path)]
+            rc = subprocess.run(cmd, env=env, stdout=f, stderr=subprocess.STDOUT).returncode
+        return None if rc == 0 else _error(job, f"exit code {rc}; see {log}")
+
+    return launch
+
+
+def _submitit_launcher(
+    cfg: ExecutorConfig, folder: Path
+) -> Callable[[CellJob, Path, str | None], str | None]:
+    try:
+        import submitit
+    except ImportError:
+        raise UserError(
+            f"--executor {cfg.kind} needs submitit, which is not installed",
+            hint='pip install "andrea-diag[slurm]"',
+        ) from None
+    if cfg.kind == "slurm" and shutil.which("sbatch") is None:
+        raise UserError(
+            "--executor slurm: no sbatch on PATH", hint="run the sweep on a Slurm login node"
+        )
+    ex = submitit.AutoExecutor(folder=folder, cluster="slurm" if cfg.kind == "slurm" else "local")
+    params: dict[str, Any] = {"timeout_min": cfg.time_min, "name": "andrea-diag-cell"}
+    if cfg.kind == "slurm":
+        params.update(gpus_per_node=cfg.gpus, tasks_per_node=1, nodes=1)
+        if cfg.partition:
+            params["slurm_partition"] = cfg.partition
+    ex.update_parameters(**params)
+
+    def launch(job: CellJob, job_path: Path, gpu: str | None) -> str | None:
+        del gpu
+        sub = ex.submit(run_cell, str(job_path))
+        try:
+            sub.result()
+        except Exception as exc:  # submitit's FailedJobError / UncompletedJobError, ...
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            return _error(job, f"{type(exc).__name__}: {first}; see {sub.paths.stderr}")
+        return None
+
+    return launch
+
+
+def run_cells(
+    jobs: list[CellJob], cfg: ExecutorConfig, out: Path, console: Console
+) -> dict[str, str]:
+    """Run ``jobs``, ``len(slots)`` at a time; returns {cell: error} for the cells that failed."""
+    if not jobs:
+        return {}
+    slots = _slots(cfg, jobs[0].config.device)
+    folder = out / "cells"
+    folder.mkdir(parents=True, exist_ok=True)
+    threads = max(1, (os.cpu_count() or 1) // len(slots))
+    launch = (
+        _local_launcher(folder, threads)
+        if cfg.kind == "local"
+        else _submitit_launcher(cfg, folder / "submitit")
+    )
+    free: queue.Queue[str | None] = queue.Queue()
+    for slot in slots:
+        free.put(slot)
+    where = sorted({s for s in slots if s is not None}) or ["cpu"]
+    console.print(
+        f"[bold]{len(jobs)} cells[/], {len(slots)} at once ({cfg.kind}; "
+        f"{cfg.jobs} per {'device' if cfg.kind == 'local' else 'sweep'}: {', '.join(where)})"
+    )
+
+    def one(job: CellJob) -> tuple[str, str | None]:
+        (job.cell_dir / ERROR_FILE).unlink(missing_ok=True)
+        gpu = free.get()
+        try:
+            console.print(f"cell {job.name} started" + (f" on GPU {gpu}" if gpu else ""))
+            t0 = time.perf_counter()
+            error = launch(job, write_job(job, folder), gpu)
+        finally:
+            free.put(gpu)
+        word = "[green]done[/]" if error is None else f"[red]crashed[/] ({error})"
+        console.print(
+            f"cell {job.name} {word} in {time.perf_counter() - t0:.0f} s", highlight=False
+        )
+        return job.name, error
+
+    with ThreadPoolExecutor(max_workers=len(slots)) as pool:
+        results = list(pool.map(one, jobs))
+    return {name: error for name, error in results if error is not None}
+
+
+def recorded_updates(cell_dirs: list[Path], clips: list[str]) -> int:
+    """Metric rows on disk over every arm of ``cell_dirs``: the sweep's updates so far."""
+    total = 0
+    for cell_dir in cell_dirs:
+        for arm in clips:
+            path = cell_dir / arm / "metrics.jsonl"
+            if path.is_file():
+                with open(path, "rb") as f:
+                    total += sum(1 for line in f if line.endswith(b"\n"))
+    return total
+
+
+def throughput(updates: int, wall_s: float, cfg: ExecutorConfig) -> dict[str, Any]:
+    """What the sweep's summary reports: aggregate updates per second over this invocation."""
+    return {
+        "updates": updates,
+        "wall_s": round(wall_s, 3),
+        "updates_per_s": updates / wall_s if wall_s > 0 else None,
+        "executor": cfg.kind,
+        "jobs": cfg.jobs,
+        "note": "metric rows added by this invocation (every arm of every cell) over its wall "
+        "time from the first cell to the last; resumed cells count only their new rows",
+    }
+
+
+if __name__ == "__main__":  # one cell's process (run_cells starts it)
+    run_cell(sys.argv[1])

@@ -1,0 +1,71 @@
+"""The bench-train page: engine vs plain loop, and where the engine's time goes.
+
+    from andrea_diag.report.bench_train_page import render_bench_train_page
+    Path("bench-train.html").write_text(render_bench_train_page(bench_train(cfg, 6, 2, 2)))
+
+Written by ``andrea-diag bench-train`` next to its JSON; one self-contained page (plotly.js
+embedded, no CDN), in the style of the bench-kernels page.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from typing import Any
+
+import plotly.graph_objects as go
+import plotly.io as pio
+
+
+def _fmt(x: float | None, spec: str) -> str:
+    return "n/a" if x is None else format(x, spec)
+
+
+def _figures(result: dict[str, Any]) -> tuple[go.Figure, go.Figure]:
+    arms = ("engine", "plain")
+    ms = go.Figure(go.Bar(x=list(arms), y=[result[a]["ms_per_update"] for a in arms],
+                          text=[f"{result[a]['ms_per_update']:.2f} ms" for a in arms]))  # fmt: skip
+    ms.update_layout(
+        title="ms per optimizer update (lower is faster)", yaxis_title="ms", height=380
+    )
+    probes = result["probes"]
+    cost = go.Figure(go.Bar(y=[p["probe"] for p in probes], x=[p["ms_per_update"] for p in probes],
+                            orientation="h",
+                            text=[f"{100 * p['share_of_engine']:.1f}%" for p in probes]))  # fmt: skip
+    cost.update_layout(title="each probe's hooks, ms per update (share of the engine's time)",
+                       xaxis_title="ms", height=120 + 40 * max(1, len(probes)))  # fmt: skip
+    return ms, cost
+
+
+def render_bench_train_page(result: dict[str, Any]) -> str:
+    """One self-contained page: the headline numbers, two bar charts, the run metadata."""
+    meta = result["meta"]
+    ms, cost = _figures(result)
+    parts = [pio.to_html(ms, include_plotlyjs=True, full_html=False),
+             pio.to_html(cost, include_plotlyjs=False, full_html=False)]  # fmt: skip
+    rows = "".join(
+        f"<tr><td>{arm}</td><td>{result[arm]['ms_per_update']:.3f}</td>"
+        f"<td>{result[arm]['tokens_per_s']:.0f}</td>"
+        f"<td>{_fmt(result[arm]['mfu'] and 100 * result[arm]['mfu'], '.1f')}</td></tr>"
+        for arm in ("engine", "plain")
+    )
+    where = meta.get("gpu") or "CPU"
+    mfu_note = (
+        f"MFU: {html.escape(meta['mfu_formula'])}; peak {meta['peak_tflops']} TFLOPs "
+        f"({html.escape(meta['peak_source'])})."
+        if meta.get("peak_tflops")
+        else "MFU n/a: no peak FLOPs for this device (CPU, or a GPU not in the table)."
+    )
+    return (
+        "<!doctype html><html><head><meta charset='utf-8'><title>andrea-diag bench-train</title>"
+        "</head><body style='font-family:sans-serif;max-width:1200px;margin:auto'>"
+        f"<h1>bench-train: {html.escape(where)}, {meta['size']} {meta['precision']}</h1>"
+        f"<p>engine / plain: <b>{result['engine_over_plain']:.3f}x</b> the time per update "
+        f"(speed {result['speed_vs_plain']:.3f}x the plain loop's). Plain loop: "
+        f"{html.escape(meta['plain_loop'])}. {mfu_note}</p>"
+        "<table border='1' cellpadding='4'><tr><th>loop</th><th>ms/update</th><th>tokens/s</th>"
+        f"<th>MFU %</th></tr>{rows}</table>"
+        + "".join(parts)
+        + f"<h2>Run metadata</h2><pre>{html.escape(json.dumps(meta, indent=1))}</pre>"
+        "</body></html>"
+    )

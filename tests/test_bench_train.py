@@ -1,0 +1,56 @@
+"""``andrea-diag bench-train`` on the CPU: the JSON's fields and the page, no timing claims.
+
+python -m pytest -q tests/test_bench_train.py
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from andrea_diag.bench.train import peak_tflops
+from andrea_diag.cli import app
+
+
+def test_bench_train_writes_both_loops_the_ratio_probe_costs_and_a_page(tmp_path: Path) -> None:
+    out = tmp_path / "bt"
+    args = ["bench-train", "--size", "tiny", "--device", "cpu", "--updates", "2", "--warmup",
+            "1", "--block", "1", "--out", str(out)]  # fmt: skip
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    result = json.loads((out / "bench-train.json").read_text())
+    for arm in ("engine", "plain"):
+        assert result[arm]["ms_per_update"] > 0 and result[arm]["tokens_per_s"] > 0
+        assert result[arm]["mfu"] is None  # the CPU has no peak in the table: MFU n/a
+        assert len(result["blocks_ms"][arm]) == 2  # two alternating blocks of one update
+    engine, plain = result["engine"]["ms_per_update"], result["plain"]["ms_per_update"]
+    assert result["engine_over_plain"] == pytest.approx(engine / plain, rel=1e-12)
+    assert result["speed_vs_plain"] == pytest.approx(plain / engine, rel=1e-12)
+    tokens = result["meta"]["tokens_per_update"]
+    assert result["engine"]["tokens_per_s"] == pytest.approx(tokens / (engine / 1e3))
+    probes = {p["probe"] for p in result["probes"]}
+    assert {"spikes", "optstate"} <= probes  # the default probes were on, and timed
+    assert all(p["ms_per_update"] >= 0 for p in result["probes"])
+    assert result["meta"]["size"] == "tiny" and result["meta"]["updates"] == 2
+    assert "--size tiny" in result["meta"]["command"]
+    page = (out / "bench-train.html").read_text()
+    assert "bench-train: CPU, tiny fp32" in page and "MFU n/a" in page
+
+
+def test_peak_flops_table_picks_the_precision_and_knows_only_listed_gpus() -> None:
+    assert peak_tflops("NVIDIA H200", "bf16", "high") == 989.0
+    assert peak_tflops("NVIDIA H200", "fp32", "high") == 494.0  # TF32 tensor cores allowed
+    assert peak_tflops("NVIDIA H200", "fp32", "highest") == 67.0
+    assert peak_tflops(None, "bf16", "high") is None  # CPU
+    assert peak_tflops("NVIDIA A10", "bf16", "high") is None  # not in the table: MFU n/a
+
+
+def test_bench_train_rejects_zero_updates(tmp_path: Path) -> None:
+    args = ["bench-train", "--size", "tiny", "--device", "cpu", "--updates", "0",
+            "--out", str(tmp_path / "bt")]  # fmt: skip
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code != 0 and "Traceback" not in res.output
+    assert "--updates and --block must be at least 1" in res.output

@@ -1,0 +1,139 @@
+"""Batched metric flushing and its crash contract (record.py): a kill -9 loses at most
+``flush_every - 1`` finished rows, and the rows kept are those of an unkilled run.
+
+python -m pytest -q tests/test_flush.py
+
+The kill test parks a real ``andrea-diag train`` (a subprocess) at a known update: a wrapper
+around ``train_arm``'s progress callback prints ``reached U`` after update U's row was handed to
+the recorder, then blocks on stdin until the test answers. So when the test sends SIGKILL, the
+last finished update is exactly U: no polling race, no sleep.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from andrea_diag.cli import app
+from andrea_diag.record import Recorder, read_jsonl
+
+STEPS, FLUSH, CKPT = 16, 4, 6
+# Flushes: rows 1-4 (the 4th row), 5-6 (checkpoint at 6), 7-10, 11-12 (checkpoint), 13-16.
+# Parked at update 9, rows 7, 8, 9 wait in memory: the worst case, FLUSH - 1 rows behind.
+KILL_AT = 9
+ARGS = ["train", "--size", "tiny", "--device", "cpu", "--steps", str(STEPS),
+        "--checkpoint-every", str(CKPT), "--lr", "3e-3", "--inject", "outlier@8"]  # fmt: skip
+
+# The child: the real CLI, with train_arm's progress callback wrapped to park after each update.
+CHILD = """
+import sys
+from andrea_diag.experiments import cascade
+real = cascade.train_arm
+def parked(*args, progress=None, **kwargs):
+    def tick(update, row):
+        progress(update, row)
+        print(f"reached {update}", flush=True)
+        sys.stdin.readline()  # parked until the test answers (or kills this process)
+    return real(*args, progress=tick, **kwargs)
+cascade.train_arm = parked
+from andrea_diag.cli import app
+app(sys.argv[1:], prog_name="andrea-diag")
+"""
+
+
+def _rows(path: Path) -> list[dict]:
+    """metrics.jsonl's rows without ``time_s`` (wall clock, the one column runs may differ in)."""
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    return [{k: v for k, v in r.items() if k != "time_s"} for r in rows]
+
+
+def _kill_parked(out: Path, at: int, log: Path) -> int:
+    """Run ``train`` with --flush-every FLUSH; SIGKILL it parked after update ``at``.
+    Returns the last update the child reported, read from its stdout."""
+    cmd = [sys.executable, "-c", CHILD, *ARGS, "--flush-every", str(FLUSH), "--out", str(out)]
+    with open(log, "wb") as err:  # a file, not a pipe: an unread pipe could block the child
+        proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err)
+        assert proc.stdin is not None and proc.stdout is not None
+        reached = 0
+        try:
+            while reached < at:
+                line = proc.stdout.readline().decode()
+                assert line, f"the run ended before update {at}: {log.read_text()[-2000:]}"
+                if line.startswith("reached "):
+                    reached = int(line.split()[1])
+                    if reached < at:
+                        proc.stdin.write(b"go\n")
+                        proc.stdin.flush()
+        finally:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
+    return reached
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
+    """The unkilled run, same seed, one row per write (--flush-every 1: the old behaviour)."""
+    out = tmp_path_factory.mktemp("ref") / "t"
+    cmd = [sys.executable, "-m", "andrea_diag.cli", *ARGS, "--flush-every", "1", "--out", str(out)]
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-2000:]
+    return _rows(out / "global" / "metrics.jsonl")
+
+
+def test_a_killed_run_loses_at_most_flush_every_minus_one_rows_and_resumes_exactly(
+    reference: list[dict], tmp_path: Path
+) -> None:
+    out = tmp_path / "t"
+    last = _kill_parked(out, KILL_AT, tmp_path / "stderr.txt")
+    assert last == KILL_AT  # the child finished exactly this many updates before the kill
+    metrics = out / "global" / "metrics.jsonl"
+    kept = _rows(metrics)
+    assert len(kept) >= FLUSH  # at least one batch reached the disk before the kill
+    assert last - len(kept) <= FLUSH - 1  # the documented bound
+    assert len(kept) == CKPT  # exactly: the checkpoint at 6 was the last write
+    assert [r["update"] for r in kept] == list(range(1, len(kept) + 1))
+    assert kept == reference[: len(kept)]  # value-identical to the unkilled run's rows
+
+    # the killed directory still renders, and resumes to the unkilled run's table
+    res = CliRunner().invoke(app, ["report", str(out)])
+    assert res.exit_code == 0, res.output
+    assert (out / "report.html").exists()
+    resume = [sys.executable, "-m", "andrea_diag.cli", "train", "--resume", str(out)]
+    res = subprocess.run(resume, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert _rows(metrics) == reference
+    assert json.loads((out / "global" / "config.json").read_text())["flush_every"] == FLUSH
+
+
+def test_rows_wait_in_memory_until_flush_every_or_a_checkpoint(tmp_path: Path) -> None:
+    rec = Recorder(tmp_path / "r", {}, flush_every=3)
+    path = tmp_path / "r" / "metrics.jsonl"
+    value = torch.tensor(1.1, dtype=torch.float32)  # a 0-dim device scalar, as the trainer logs
+    rec.log({"update": 1, "loss": value, "loss_src": math.nan})
+    rec.log({"update": 2, "loss": value * 2})
+    assert path.read_text() == ""  # two rows wait
+    rec.log({"update": 3, "loss": 3.0})
+    assert [r["update"] for r in _rows(path)] == [1, 2, 3]
+    assert _rows(path)[0]["loss"] == value.item()  # the same float as a per-row .item()
+    rec.log({"update": 4, "loss": 4.0})
+    positions = rec.positions()  # a checkpoint: the waiting row is written first
+    assert positions["metrics.jsonl"] == path.stat().st_size
+    assert [r["update"] for r in _rows(path)] == [1, 2, 3, 4]
+    rec.log({"update": 5, "loss": 5.0})
+    rec.close({"status": "done"})  # the end (and the crash path) writes what waits
+    assert read_jsonl(path)["update"].tolist() == [1, 2, 3, 4, 5]
+
+
+def test_flush_every_below_one_is_one_clear_error(tmp_path: Path) -> None:
+    res = CliRunner().invoke(app, [*ARGS, "--flush-every", "0", "--out", str(tmp_path / "t")])
+    assert res.exit_code != 0 and "Traceback" not in res.output
+    assert "--flush-every must be at least 1, got 0" in res.output

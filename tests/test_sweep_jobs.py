@@ -1,0 +1,113 @@
+"""Sweeps that run cells side by side (experiments/executor.py): one process per cell, the run
+directory the only channel back, a failed cell leaving the others alone, resume unchanged, and
+the aggregate updates per second in sweep.json.
+
+python -m pytest -q tests/test_sweep_jobs.py
+
+On CPU, ``--jobs 2`` runs two cells at once on the CPU; submitit's local executor (the test
+extra installs submitit) exercises the Slurm path's contract without a cluster.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from andrea_diag.cli import app
+from andrea_diag.experiments.executor import device_slots
+
+ARGS = ["sweep", "--size", "tiny", "--lr", "1e-3,1e-2", "--steps", "4", "--clip", "none",
+        "--device", "cpu"]  # fmt: skip
+CELLS = ("tiny-lr0.001-mn1-s0", "tiny-lr0.01-mn1-s0")
+
+
+def test_cells_spread_over_every_visible_gpu_jobs_per_gpu() -> None:
+    assert device_slots(2, True, "3,5", 8) == ["3", "3", "5", "5"]  # CUDA_VISIBLE_DEVICES kept
+    assert device_slots(1, True, None, 2) == ["0", "1"]  # no variable: every GPU counted
+    assert device_slots(3, False, None, 0) == [None, None, None]  # the CPU: N cells at once
+    assert device_slots(2, True, "", 0) == [None, None]  # an empty list hides every GPU
+
+
+def _break_cell(cell: Path) -> None:
+    """A started cell whose arm's checkpoint is torn: its process fails when it resumes."""
+    (cell / "none" / "checkpoints").mkdir(parents=True)
+    (cell / "none" / "checkpoints" / "ckpt-0000002.pt").write_bytes(b"torn")
+    meta = {"arms": ["none"], "steps": 4, "recipe": "v1", "status": "running"}
+    (cell / "cascade.json").write_text(json.dumps(meta))
+
+
+def test_parallel_cells_a_failed_one_leaves_the_others_and_a_rerun_finishes_it(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "s"
+    _break_cell(out / CELLS[1])
+    res = CliRunner().invoke(app, [*ARGS, "--jobs", "2", "--out", str(out)])
+    assert res.exit_code != 0 and "Traceback" not in res.output
+    assert f"1 of 2 sweep cells crashed: {CELLS[1]}" in res.output
+    assert "cannot be read" in res.output  # the child's error, read back from its directory
+    table = pd.read_csv(out / "sweep.csv")
+    assert table.set_index("cell")["status"].to_dict() == {CELLS[0]: "done", CELLS[1]: "crashed"}
+    meta = json.loads((out / "sweep.json").read_text())
+    assert meta["status"] == "crashed" and list(meta["crashed_cells"]) == [CELLS[1]]
+    tp = meta["throughput"]
+    assert tp["updates"] == 4 and tp["jobs"] == 2 and tp["executor"] == "local"
+    assert tp["updates_per_s"] == pytest.approx(tp["updates"] / tp["wall_s"], rel=1e-2)
+    assert "updates/s aggregate" in (out / "sweep.html").read_text()
+
+    # the torn checkpoint removed: the re-run keeps the finished cell and finishes the other
+    done = out / CELLS[0] / "none" / "metrics.jsonl"
+    before = done.stat().st_mtime_ns
+    (out / CELLS[1] / "none" / "checkpoints" / "ckpt-0000002.pt").unlink()
+    res = CliRunner().invoke(app, [*ARGS, "--jobs", "2", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert done.stat().st_mtime_ns == before
+    table = pd.read_csv(out / "sweep.csv")
+    assert (table["status"] == "done").all() and len(table) == 2
+    assert json.loads((out / "sweep.json").read_text())["throughput"]["updates"] == 4
+
+
+def test_submitit_local_executor_runs_cells_collects_results_and_resumes(tmp_path: Path) -> None:
+    pytest.importorskip("submitit")
+    out = tmp_path / "s"
+    cmd = [*ARGS, "--executor", "submitit-local", "--jobs", "2", "--out", str(out)]
+    res = CliRunner().invoke(app, cmd)
+    assert res.exit_code == 0, res.output
+    table = pd.read_csv(out / "sweep.csv")
+    assert sorted(table["cell"]) == list(CELLS) and (table["status"] == "done").all()
+    assert json.loads((out / "sweep.json").read_text())["throughput"]["updates"] == 8
+
+    # one cell's arm stopped before its end: the re-run continues it from its checkpoint
+    kept = out / CELLS[0] / "none" / "metrics.jsonl"
+    before = kept.stat().st_mtime_ns
+    cell = out / CELLS[1]
+    meta = json.loads((cell / "cascade.json").read_text())
+    (cell / "cascade.json").write_text(json.dumps({**meta, "status": "running"}))
+    (cell / "none" / "summary.json").unlink()
+    res = CliRunner().invoke(app, cmd)
+    assert res.exit_code == 0, res.output
+    assert kept.stat().st_mtime_ns == before
+    assert len(pd.read_parquet(cell / "none" / "metrics.parquet")) == 4  # no duplicate rows
+    assert (
+        "continuing from ckpt-0000003.pt"
+        in (out / "cells" / "submitit")
+        .joinpath(*_stderr_of(out / "cells" / "submitit"))
+        .read_text()
+    )
+
+
+def _stderr_of(folder: Path) -> tuple[str, ...]:
+    """The newest submitit job's stderr file, relative to ``folder``."""
+    newest = max(folder.rglob("*_log.err"), key=lambda p: p.stat().st_mtime_ns)
+    return newest.relative_to(folder).parts
+
+
+def test_unknown_executor_and_zero_jobs_are_one_clear_line(tmp_path: Path) -> None:
+    for extra, msg in ((["--executor", "pbs"], "unknown --executor 'pbs'"),
+                       (["--jobs", "0"], "--jobs must be at least 1, got 0")):  # fmt: skip
+        res = CliRunner().invoke(app, [*ARGS, *extra, "--out", str(tmp_path / "s")])
+        assert res.exit_code != 0 and "Traceback" not in res.output
+        assert msg in res.output
