@@ -75,7 +75,7 @@ def test_sweep_rejects_a_bad_list() -> None:
     assert res.exit_code != 0 and "--lr" in res.output and "Traceback" not in res.output
 
 
-def test_sweep_findings_make_no_call_when_the_seeds_overlap() -> None:
+def test_sweep_findings_make_no_call_when_the_paired_interval_straddles_zero() -> None:
     rows = []
     for seed, (u, c) in enumerate([(3.0, 1.5), (2.0, 2.5)]):
         for clip, loss in (("none", u), ("global", c)):
@@ -83,7 +83,8 @@ def test_sweep_findings_make_no_call_when_the_seeds_overlap() -> None:
                          "clip": clip, "final_loss": loss, "min_loss": 1.0, "n_spikes": 0,
                          "max_grad_norm": 1.0, "lockin": "healthy"})  # fmt: skip
     text = "\n".join(findings(pd.DataFrame(rows)))
-    assert "the seeds' ranges overlap, so no call" in text
+    # paired gaps +1.5 and -0.5: the bootstrap interval [-0.5, 1.5] straddles 0
+    assert "not distinguishable with 2 seeds, paired gap 0.50 [-0.50, 1.50] straddles 0" in text
     assert "helped" not in text and "cost" not in text
 
 
