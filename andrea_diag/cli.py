@@ -6,6 +6,7 @@ andrea-diag report runs/cascade-tiny-*/    # re-render a report
 andrea-diag bench-kernels                  # clipper benchmarks (GPU, or CPU paths)
 andrea-diag accum-check                    # accumulation loop vs full batch, and the mistakes
 andrea-diag doctor                         # what this machine can run
+andrea-diag ladder --seed 0,1,2            # where clipping becomes mandatory, 12m..120m
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from andrea_diag.commands.accum_check import accum_check
 from andrea_diag.commands.bench_kernels import bench_kernels
 from andrea_diag.commands.doctor import doctor
 from andrea_diag.commands.errors import friendly_errors
+from andrea_diag.commands.ladder import ladder
 from andrea_diag.commands.report import report
 from andrea_diag.commands.run import cascade, sweep, train
 
@@ -56,6 +58,7 @@ app.command("report")(friendly_errors(report))
 app.command("bench-kernels")(friendly_errors(bench_kernels))
 app.command("accum-check")(friendly_errors(accum_check))
 app.command("doctor")(friendly_errors(doctor))
+app.command("ladder")(friendly_errors(ladder))
 
 if __name__ == "__main__":
     app()

@@ -18,6 +18,7 @@ from andrea_diag.commands.options import (
     resumed,
     run_options,
 )
+from andrea_diag.commands.publish import PlotlyMode, plotly_mode
 from andrea_diag.config import CLIP_MODES
 from andrea_diag.errors import UserError
 from andrea_diag.experiments.cascade import CascadeSpec, default_out, run_cascade
@@ -109,20 +110,25 @@ def sweep(
     max_norm: Annotated[str, typer.Option(help="Comma list of clip thresholds.")] = "1.0",
     seed: Annotated[str, typer.Option(help="Comma list of seeds.")] = "0",
     clip: Annotated[str, typer.Option(help="Comma-separated arms per cell.")] = "none,global",
+    plotly: PlotlyMode = "inline",
     *,
     opts: RunOptions,
 ) -> None:
-    """Find the regime: one cascade per (size, lr, max_norm, seed) cell, one summary page.
+    """Find the regime: one cascade per (size, lr, max_norm, precision, seed) cell, one page.
 
-    Re-running with the same --out resumes: finished cells are kept and skipped.
+    --precision takes a comma list here (e.g. fp32,bf16,fp16): one more axis of the grid.
+    Seeds are pooled per cell into rates and paired gaps with 95% intervals (arms.csv,
+    gaps.csv). Re-running with the same --out resumes: finished cells are kept and skipped.
     """
     from andrea_diag.experiments.sweep import SweepSpec, run_sweep
 
     arms = _arms(clip)
     sizes = _csv(size, str, "--size")
-    spec = SweepSpec(base=base_config(opts, size=sizes[0]), sizes=sizes,
+    precisions = _csv(opts["precision"], str, "--precision")
+    spec = SweepSpec(base=base_config(opts, size=sizes[0], precision=precisions[0]), sizes=sizes,
                      lrs=_csv(lr, float, "--lr"), max_norms=_csv(max_norm, float, "--max-norm"),
-                     seeds=_csv(seed, int, "--seed"), clips=arms, out=opts["out"])  # fmt: skip
+                     seeds=_csv(seed, int, "--seed"), clips=arms, out=opts["out"],
+                     precisions=precisions, plotly=plotly_mode(plotly))  # fmt: skip
     path, table = run_sweep(spec, console)
     page = path / "sweep.html"
     console.print(f"[bold green]sweep:[/] {page if page.exists() else path} ({len(table)} arms)")

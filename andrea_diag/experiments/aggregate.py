@@ -93,7 +93,8 @@ N_COLUMN = {"collapse": "seeds", "event": "event_seeds", "gap": "pairs",
 def interval_of(row: pd.Series | dict[str, Any], name: str) -> Interval:
     """Back from a table row's ``<name>[_rate]``, ``<name>_lo``, ``<name>_hi`` columns."""
     est = row.get(f"{name}_rate", row.get(name, math.nan))
-    n = int(row.get(N_COLUMN[name], 0))
+    n = row.get(N_COLUMN[name], 0)
+    n = 0 if n is None or (isinstance(n, float) and math.isnan(n)) else int(n)  # a merge's gap
     return Interval(float(est), float(row[f"{name}_lo"]), float(row[f"{name}_hi"]), n)
 
 

@@ -14,14 +14,14 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from plotly.offline import get_plotlyjs
-
 PLOTLY_MODES = ("inline", "shared")
 BUNDLE = "plotly.min.js"
 
 
 def script_tag(page: Path, shared_dir: Path | None = None) -> str:
     """The ``<script>`` element for ``page``: inline, or a relative link to the shared bundle."""
+    from plotly.offline import get_plotlyjs  # here: the CLI reads PLOTLY_MODES without plotly
+
     js = get_plotlyjs()
     if shared_dir is None:
         return f"<script type='text/javascript'>{js}</script>"
