@@ -86,7 +86,9 @@ def _table(rows: pd.DataFrame) -> str:
             "gap vs none", "harm per event (events)"]  # fmt: skip
     body = []
     for r in rows.to_dict("records"):
-        events = f"{_fmt(r, 'harm_per_event', 3)} ({int(r.get('event_pairs') or 0)})"
+        n_events = r.get("event_pairs")
+        n_events = 0 if n_events is None or math.isnan(n_events) else int(n_events)
+        events = f"{_fmt(r, 'harm_per_event', 3)} ({n_events})"
         cells = [r["size"], f"{r['n_params'] / 1e6:.1f}M", f"{r['lr']:g}", r["precision"],
                  r["clip"], str(r["seeds"]), _fmt(r, "collapse"), _fmt(r, "event"),
                  _fmt(r, "gap", 3), events if r["clip"] != "none" else ""]  # fmt: skip
