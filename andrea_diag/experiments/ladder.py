@@ -161,7 +161,8 @@ def run_ladder(spec: LadderSpec, console: Console | None = None) -> tuple[Path, 
     console = console or Console(stderr=True)
     sizes = rungs(spec.sizes)
     out = spec.out or default_out("ladder", f"{sizes[0]}-{sizes[-1]}")
-    sweep = SweepSpec(base=dataclasses.replace(spec.base, size=sizes[0]), sizes=sizes,
+    # largest rung first: a run cut short by a time limit loses the cheap cells, not 120m
+    sweep = SweepSpec(base=dataclasses.replace(spec.base, size=sizes[0]), sizes=sizes[::-1],
                       lrs=spec.lrs, max_norms=spec.max_norms, seeds=spec.seeds,
                       clips=spec.clips, out=out, precisions=spec.precisions,
                       plotly=spec.plotly)  # fmt: skip
