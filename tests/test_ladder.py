@@ -147,3 +147,17 @@ def test_ladder_page_renders_from_records_with_intervals(tmp_path: Path) -> None
     assert "<script type='text/javascript'>" in page  # inline: the page opens alone
     # 120m none: 3 of 5 seeds kept v polluted -> Wilson [0.23, 0.88]; harm over those 3 seeds
     assert "0.60 [0.23, 0.88]" in page and "(3)" in page
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--size", "12m"], "at least two sizes"),
+        (["--size", "12m,13m"], "unknown size '13m'"),
+        (["--clip", "global"], "compares arm none with at least one clipped arm"),
+        (["--precision", "fp8"], "unknown precision 'fp8'"),
+    ],
+)
+def test_ladder_refuses_bad_options_with_one_line(args: list[str], message: str) -> None:
+    res = CliRunner().invoke(app, ["ladder", *args])
+    assert res.exit_code != 0 and message in res.output and "Traceback" not in res.output

@@ -118,7 +118,8 @@ def findings(table: pd.DataFrame) -> list[str]:
             # several seeds: a call needs the paired gap's 95% interval to exclude 0
             cell = table[(table["size"] == size) & (table["lr"] == lr) & (table["max_norm"] == mn)]
             paired = cell.assign(v=compared_column(cell)).pivot_table("v", "seed", "clip")
-            iv = bootstrap_mean((paired["none"] - paired[clip]).tolist())
+            both = "none" in paired and clip in paired  # an arm with no finite loss has none
+            iv = bootstrap_mean((paired["none"] - paired[clip]).tolist() if both else [])
             if seeds > 1 and not iv.excludes_zero() and abs(gap) > MATTERS:
                 out.append(f"{where}: not distinguishable with {iv.n} seeds, paired gap "
                            f"{iv.text()} straddles 0 "
