@@ -7,6 +7,7 @@ andrea-diag bench-kernels                  # clipper benchmarks (GPU, or CPU pat
 andrea-diag bench-train                    # the training engine against a plain loop
 andrea-diag accum-check                    # accumulation loop vs full batch, and the mistakes
 andrea-diag doctor                         # what this machine can run
+andrea-diag ladder --seed 0,1,2            # where clipping becomes mandatory, 12m..120m
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from andrea_diag.commands.bench_kernels import bench_kernels
 from andrea_diag.commands.bench_train import bench_train
 from andrea_diag.commands.doctor import doctor
 from andrea_diag.commands.errors import friendly_errors
+from andrea_diag.commands.ladder import ladder
 from andrea_diag.commands.report import report
 from andrea_diag.commands.run import cascade, sweep, train
 
@@ -59,6 +61,7 @@ app.command("bench-kernels")(friendly_errors(bench_kernels))
 app.command("bench-train")(friendly_errors(bench_train))
 app.command("accum-check")(friendly_errors(accum_check))
 app.command("doctor")(friendly_errors(doctor))
+app.command("ladder")(friendly_errors(ladder))
 
 if __name__ == "__main__":
     app()

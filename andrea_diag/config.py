@@ -28,7 +28,7 @@ ClipImpl = Literal["auto", "cuda", "reference", "torch"]
 MatmulPrecision = Literal["highest", "high", "medium"]
 DeviceName = Literal["auto", "cpu", "cuda"]
 RecipeName = Literal["v1", "v2"]
-SizeName = Literal["tiny", "12m", "120m"]
+SizeName = Literal["tiny", "12m", "120m", "tiny2", "30m", "60m"]
 PrecisionName = Literal["fp32", "bf16", "fp16"]
 
 
@@ -77,6 +77,12 @@ MODEL_PRESETS: dict[str, ModelConfig] = {
     "tiny": ModelConfig("tiny", d_model=64, n_layer=2, n_head=2, block_size=128),
     "12m": ModelConfig("12m", d_model=384, n_layer=6, n_head=6, block_size=1024),
     "120m": ModelConfig("120m", d_model=768, n_layer=12, n_head=12, block_size=1024),
+    # The capacity ladder's middle rungs (issue 13), same vocab and block; head size 64 like
+    # 120m. Exact counts: 12m 17,529,600; 30m 34,396,160; 60m 60,706,560; 120m 98,820,096.
+    "30m": ModelConfig("30m", d_model=512, n_layer=8, n_head=8, block_size=1024),
+    "60m": ModelConfig("60m", d_model=640, n_layer=10, n_head=10, block_size=1024),
+    # the tiny ladder's second rung (1,970,208 parameters): tests run a ladder of tiny, tiny2
+    "tiny2": ModelConfig("tiny2", d_model=96, n_layer=3, n_head=3, block_size=128),
 }
 
 
@@ -104,6 +110,9 @@ SIZE_DEFAULTS: dict[str, tuple[int, int, int, int]] = {
     "tiny": (240, 8, 2, 64),
     "12m": (1200, 16, 1, 256),
     "120m": (1200, 16, 1, 256),
+    "30m": (1200, 16, 1, 256),
+    "60m": (1200, 16, 1, 256),
+    "tiny2": (240, 8, 2, 64),
 }
 
 

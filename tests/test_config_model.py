@@ -100,3 +100,12 @@ def test_v2_recipe_is_adamw_with_decay_and_warmup() -> None:
     assert (cfg.optimizer, cfg.weight_decay) == ("adamw", 0.1) and cfg.warmup_updates > 0
     v1 = RunConfig(recipe="v1").resolve().recipe_cfg
     assert (v1.optimizer, v1.weight_decay, v1.warmup_updates) == ("adam", 0.0, 0)
+
+
+def test_ladder_rungs_have_the_stated_shapes_and_counts_in_increasing_order() -> None:
+    # the counts config.py states for the capacity ladder (the model itself is checked above)
+    want = {"12m": 17529600, "30m": 34396160, "60m": 60706560, "120m": 98820096}
+    assert {n: MODEL_PRESETS[n].n_params() for n in want} == want
+    shapes = {n: (MODEL_PRESETS[n].d_model, MODEL_PRESETS[n].n_layer) for n in ("30m", "60m")}
+    assert shapes == {"30m": (512, 8), "60m": (640, 10)}
+    assert MODEL_PRESETS["tiny"].n_params() < MODEL_PRESETS["tiny2"].n_params() == 1970208

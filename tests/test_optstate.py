@@ -224,3 +224,29 @@ def test_a_spike_after_2000_quiet_updates_keeps_exact_shares_and_recovery(spikes
             break
     assert want_rec is not None and per["recovery_m"] == want_rec
     assert all(math.isfinite(r["m_spike_share"]) for r in rows[2000:])
+
+
+def test_final_v_share_is_the_spikes_share_of_v_at_the_last_update():
+    """The pollution-event measure: exact with the shadow; without it, one spike's own share
+    (equal to the shadow's with one spike, a lower bound with several)."""
+    one = (10,)
+    rows, probe, received, _ = _train(torch.optim.Adam, steps=30, spikes=one)
+    exact = probe.close(None)["pollution"]  # type: ignore[arg-type]
+    want = _direct_share(30, received, rows, "v", spikes=one)
+    assert exact["final_v_share_exact"] is True
+    assert exact["final_v_share"] == pytest.approx(want, rel=1e-4)
+    assert exact["final_v_share"] > 0.5  # a 50x spike under β2 = 0.999 still holds v at 30
+    _, bare, _, _ = _train(torch.optim.Adam, steps=30, spikes=one, shadow=False)
+    single = bare.close(None)["pollution"]  # type: ignore[arg-type]
+    assert single["final_v_share_exact"] is False
+    assert single["final_v_share"] == pytest.approx(want, rel=1e-4)
+    _, both, _, _ = _train(torch.optim.Adam, steps=30, shadow=True)
+    _, lower, _, _ = _train(torch.optim.Adam, steps=30, shadow=False)
+    full = both.close(None)["pollution"]["final_v_share"]  # type: ignore[arg-type]
+    bound = lower.close(None)["pollution"]["final_v_share"]  # type: ignore[arg-type]
+    assert 0 < bound < full
+
+
+def test_final_v_share_is_zero_without_a_spike():
+    _, probe, _, _ = _train(torch.optim.Adam, steps=12, spikes=())
+    assert probe.close(None)["pollution"]["final_v_share"] == 0.0  # type: ignore[arg-type]

@@ -75,7 +75,7 @@ def test_sweep_rejects_a_bad_list() -> None:
     assert res.exit_code != 0 and "--lr" in res.output and "Traceback" not in res.output
 
 
-def test_sweep_findings_make_no_call_when_the_seeds_overlap() -> None:
+def test_sweep_findings_make_no_call_when_the_paired_interval_straddles_zero() -> None:
     rows = []
     for seed, (u, c) in enumerate([(3.0, 1.5), (2.0, 2.5)]):
         for clip, loss in (("none", u), ("global", c)):
@@ -83,10 +83,28 @@ def test_sweep_findings_make_no_call_when_the_seeds_overlap() -> None:
                          "clip": clip, "final_loss": loss, "min_loss": 1.0, "n_spikes": 0,
                          "max_grad_norm": 1.0, "lockin": "healthy"})  # fmt: skip
     text = "\n".join(findings(pd.DataFrame(rows)))
-    assert "the seeds' ranges overlap, so no call" in text
+    # paired gaps +1.5 and -0.5: the bootstrap interval [-0.5, 1.5] straddles 0
+    assert "not distinguishable with 2 seeds, paired gap 0.50 [-0.50, 1.50] straddles 0" in text
     assert "helped" not in text and "cost" not in text
 
 
 def test_resuming_with_other_settings_is_refused(sweep_dir: Path) -> None:
     res = CliRunner().invoke(app, [*ARGS[:-1], "7", "--out", str(sweep_dir)])  # --steps 7
     assert res.exit_code != 0 and "other settings" in res.output and "steps 6 -> 7" in res.output
+
+
+def test_precision_is_an_axis_of_the_grid_and_fp32_cells_keep_their_old_names() -> None:
+    from andrea_diag.experiments.sweep import SweepSpec, cells, name_of
+
+    spec = SweepSpec(sizes=["tiny"], lrs=[1e-3], seeds=[0, 1], precisions=["fp32", "fp16"])
+    names = [name_of(c) for c in cells(spec)]
+    assert names == ["tiny-lr0.001-mn1-s0", "tiny-lr0.001-mn1-s1",
+                     "tiny-lr0.001-mn1-s0-fp16", "tiny-lr0.001-mn1-s1-fp16"]  # fmt: skip
+    assert [c.precision for c in cells(spec)] == ["fp32", "fp32", "fp16", "fp16"]
+
+
+def test_sweep_rejects_an_unknown_precision_or_plotly_mode_before_any_work() -> None:
+    res = CliRunner().invoke(app, ["sweep", "--precision", "fp32,fp64", "--steps", "1"])
+    assert res.exit_code != 0 and "precision 'fp64'" in res.output and "Traceback" not in res.output
+    res = CliRunner().invoke(app, ["sweep", "--plotly", "cdn", "--steps", "1"])
+    assert res.exit_code != 0 and "--plotly" in res.output and "Traceback" not in res.output

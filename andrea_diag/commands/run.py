@@ -18,6 +18,7 @@ from andrea_diag.commands.options import (
     resumed,
     run_options,
 )
+from andrea_diag.commands.publish import PlotlyMode, plotly_mode
 from andrea_diag.config import CLIP_MODES
 from andrea_diag.errors import UserError
 from andrea_diag.experiments.cascade import CascadeSpec, default_out, run_cascade
@@ -118,14 +119,17 @@ def sweep(
     slurm_partition: Annotated[str | None, typer.Option(help="Slurm partition.")] = None,
     slurm_gpus: Annotated[int, typer.Option(help="GPUs per Slurm job (one cell).")] = 1,
     slurm_time: Annotated[int, typer.Option(help="Minutes per cell job (submitit).")] = 240,
+    plotly: PlotlyMode = "inline",
     *,
     opts: RunOptions,
 ) -> None:
-    """Find the regime: one cascade per (size, lr, max_norm, seed) cell, one summary page.
+    """Find the regime: one cascade per (size, lr, max_norm, precision, seed) cell, one page.
 
-    Re-running with the same --out resumes: finished cells are kept and skipped. With --jobs N
-    (or --executor slurm) each cell runs in its own process; sweep.json reports the aggregate
-    updates per second.
+    --precision takes a comma list here (e.g. fp32,bf16,fp16): one more axis of the grid.
+    Seeds are pooled per cell into rates and paired gaps with 95% intervals (arms.csv,
+    gaps.csv). Re-running with the same --out resumes: finished cells are kept and
+    skipped. With --jobs N (or --executor slurm) each cell runs in its own process;
+    sweep.json reports the aggregate updates per second.
     """
     from andrea_diag.experiments.executor import ExecutorConfig
     from andrea_diag.experiments.sweep import SweepSpec, run_sweep
@@ -136,10 +140,12 @@ def sweep(
 
     arms = _arms(clip)
     sizes = _csv(size, str, "--size")
-    spec = SweepSpec(base=base_config(opts, size=sizes[0]), sizes=sizes,
+    precisions = _csv(opts["precision"], str, "--precision")
+    spec = SweepSpec(base=base_config(opts, size=sizes[0], precision=precisions[0]), sizes=sizes,
                      lrs=_csv(lr, float, "--lr"), max_norms=_csv(max_norm, float, "--max-norm"),
                      seeds=_csv(seed, int, "--seed"), clips=arms, out=opts["out"],
-                     executor=ex)  # fmt: skip
+                     executor=ex, precisions=precisions,
+                     plotly=plotly_mode(plotly))  # fmt: skip
     path, table = run_sweep(spec, console)
     page = path / "sweep.html"
     console.print(f"[bold green]sweep:[/] {page if page.exists() else path} ({len(table)} arms)")

@@ -41,6 +41,7 @@ class CascadeSpec:
     clips: list[str] = field(default_factory=lambda: ["none", "global"])
     out: Path | None = None
     resume: bool = False  # continue the run in ``out`` (finished arms kept, checkpoints used)
+    plotly_dir: Path | None = None  # link one shared plotly.js there (a sweep's pages)
 
 
 @dataclass
@@ -286,7 +287,7 @@ def run_cascade(
     if render and report_renderer_available(console, out_dir):
         from andrea_diag.report import render_cascade
 
-        report = render_cascade(out_dir)
+        report = render_cascade(out_dir, spec.plotly_dir)
     return CascadeResult(out_dir, report, summaries, identical)
 
 

@@ -73,6 +73,7 @@ class CellJob:
     config: RunConfig
     clips: list[str]
     resume: bool
+    plotly_dir: Path | None = None  # the sweep's one shared plotly.js (--plotly shared)
 
 
 def device_slots(jobs: int, cuda: bool, visible: str | None, count: int) -> list[str | None]:
@@ -104,7 +105,8 @@ def write_job(job: CellJob, folder: Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{job.name}.json"
     spec = {"config": dataclasses.asdict(job.config), "clips": job.clips,
-            "out": str(job.cell_dir), "resume": job.resume}  # fmt: skip
+            "out": str(job.cell_dir), "resume": job.resume,
+            "plotly_dir": str(job.plotly_dir) if job.plotly_dir else None}  # fmt: skip
     path.write_text(json.dumps(spec, indent=1))
     return path
 
@@ -118,7 +120,9 @@ def run_cell(job_path: str) -> None:
     out = Path(spec["out"])
     try:
         cfg = RunConfig.from_dict(spec["config"])
-        cell = CascadeSpec(base=cfg, clips=spec["clips"], out=out, resume=spec["resume"])
+        shared = spec.get("plotly_dir")
+        cell = CascadeSpec(base=cfg, clips=spec["clips"], out=out, resume=spec["resume"],
+                           plotly_dir=Path(shared) if shared else None)  # fmt: skip
         run_cascade(cell, Console(stderr=True))
     except BaseException as exc:
         out.mkdir(parents=True, exist_ok=True)

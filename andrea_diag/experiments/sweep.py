@@ -1,6 +1,6 @@
-"""Find the regime: a grid of cascades over size x lr x max_norm x seed, one table, one page.
+"""Find the regime: a grid of cascades over size x lr x max_norm x precision x seed, one page.
 
-    andrea-diag sweep --size tiny,12m --lr 3e-4,1e-3,1e-2 --seed 0,1
+    andrea-diag sweep --size tiny,12m --lr 3e-4,1e-3,1e-2 --seed 0,1 --precision fp32,bf16
     andrea-diag sweep ... --jobs 4     # 4 cells at once per visible GPU (executor.py)
 
 The seeds' cascade is not automatic (MISSION.md, pilots 1 and 2): it showed up only under lr
@@ -12,6 +12,9 @@ to matter is read off the data. Cells already finished are kept and skipped on a
 A cell that crashes does not end the sweep: it is recorded as ``crashed`` in ``sweep.csv`` (with
 the error, and whatever its arms wrote), the other cells run, and only at the end does the sweep
 fail, with one line naming the crashed cells.
+
+Seeds are pooled per (size, lr, precision, max_norm) by ``aggregate.py``: rates and paired
+differences with 95% intervals, written as ``arms.csv`` and ``gaps.csv`` beside ``sweep.csv``.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from rich.console import Console
 
 from andrea_diag.config import RunConfig
 from andrea_diag.errors import UserError
+from andrea_diag.experiments.aggregate import write_interval_tables
 from andrea_diag.experiments.cascade import (
     CascadeSpec,
     default_out,
@@ -59,10 +63,15 @@ class SweepSpec:
     clips: list[str] = field(default_factory=lambda: ["none", "global"])
     out: Path | None = None
     executor: ExecutorConfig = field(default_factory=ExecutorConfig)  # --jobs, --executor
+    precisions: list[str] = field(default_factory=lambda: ["fp32"])
+    # "shared": every page links one plotly.min.js in ``out`` (report/plotlyjs.py)
+    plotly: str = "inline"
 
 
-def cell_name(size: str, lr: float, max_norm: float, seed: int) -> str:
-    return f"{size}-lr{lr:g}-mn{max_norm:g}-s{seed}"
+def cell_name(size: str, lr: float, max_norm: float, seed: int, precision: str = "fp32") -> str:
+    # fp32 cells keep the name they had before precision was an axis: old sweeps still resume
+    tail = "" if precision == "fp32" else f"-{precision}"
+    return f"{size}-lr{lr:g}-mn{max_norm:g}-s{seed}{tail}"
 
 
 def cells(spec: SweepSpec) -> list[RunConfig]:
@@ -71,13 +80,17 @@ def cells(spec: SweepSpec) -> list[RunConfig]:
     for size in spec.sizes:
         for lr in spec.lrs:
             for max_norm in spec.max_norms:
-                for seed in spec.seeds:
-                    cfg = dataclasses.replace(
-                        spec.base, size=size, lr=lr, max_norm=max_norm, seed=seed
-                    )
-                    cfg.resolve()
-                    out.append(cfg)
+                for precision in spec.precisions:
+                    for seed in spec.seeds:
+                        cfg = dataclasses.replace(spec.base, size=size, lr=lr, max_norm=max_norm,
+                                                  seed=seed, precision=precision)  # fmt: skip
+                        cfg.resolve()
+                        out.append(cfg)
     return out
+
+
+def name_of(cfg: RunConfig) -> str:
+    return cell_name(cfg.size, cfg.lr, cfg.max_norm, cfg.seed, cfg.precision)
 
 
 def _arm_row(cfg: RunConfig, arm: str, summary: dict[str, Any], cell: str) -> dict[str, Any]:
@@ -91,7 +104,7 @@ def _arm_row(cfg: RunConfig, arm: str, summary: dict[str, Any], cell: str) -> di
     collapse = lock.get("collapse", verdict in COLLAPSE_VERDICTS if verdict else None)
     return {
         "cell": cell, "size": cfg.size, "lr": cfg.lr, "max_norm": cfg.max_norm,
-        "seed": cfg.seed, "clip": arm,
+        "seed": cfg.seed, "precision": cfg.precision, "clip": arm,
         "final_loss": summary.get("final_loss"), "min_loss": summary.get("min_loss"),
         "final_eval_loss": summary.get("final_eval_loss"),
         "min_eval_loss": summary.get("min_eval_loss"),
@@ -101,6 +114,7 @@ def _arm_row(cfg: RunConfig, arm: str, summary: dict[str, Any], cell: str) -> di
         "spike_score_grad": spikes.get("spike_score_grad"),
         "n_cascades": spikes.get("n_cascades"),
         "max_m_share": poll.get("max_m_share"), "recovery_m": poll.get("recovery_m"),
+        "max_v_share": poll.get("max_v_share"), "final_v_share": poll.get("final_v_share"),
         "lockin": verdict, "collapse": collapse,
         "nonfinite_updates": summary.get("nonfinite_updates"),
         "status": summary.get("status", "done"), "error": summary.get("error"),
@@ -154,8 +168,9 @@ def run_sweep(spec: SweepSpec, console: Console | None = None) -> tuple[Path, pd
     meta = {
         "sizes": spec.sizes, "lrs": spec.lrs, "max_norms": spec.max_norms, "seeds": spec.seeds,
         "clips": spec.clips, "steps": configs[0].steps, "recipe": configs[0].recipe,
+        "precisions": spec.precisions, "plotly": spec.plotly,
         "command": " ".join(shlex.quote(a) for a in ["andrea-diag", *sys.argv[1:]]),
-        "cells": [cell_name(c.size, c.lr, c.max_norm, c.seed) for c in configs],
+        "cells": [name_of(c) for c in configs],
     }  # fmt: skip
     write_json(out / "sweep.json", {**meta, "status": "running"})
     rows: list[dict[str, Any]] = []
@@ -170,10 +185,11 @@ def run_sweep(spec: SweepSpec, console: Console | None = None) -> tuple[Path, pd
                 _check_same(cell_dir, cfg, spec.clips)  # before any work, as below
             else:
                 resume = _prepare_cell(cell_dir, console)
-                jobs.append(CellJob(cell_dir.name, cell_dir, cfg, spec.clips, resume))
+                jobs.append(CellJob(cell_dir.name, cell_dir, cfg, spec.clips, resume,
+                                    shared_plotly(spec.plotly, out)))  # fmt: skip
         crashed = run_cells(jobs, spec.executor, out, console)
     for i, cfg in enumerate(configs, 1):
-        name = cell_name(cfg.size, cfg.lr, cfg.max_norm, cfg.seed)
+        name = name_of(cfg)
         cell_dir = out / name
         if _finished(cell_dir) or name in crashed:
             if name not in crashed:
@@ -185,7 +201,8 @@ def run_sweep(spec: SweepSpec, console: Console | None = None) -> tuple[Path, pd
             word = "continuing" if resume else ""
             console.print(f"[bold]cell {i}/{len(configs)}[/] {name} {word}")
             try:
-                cell = CascadeSpec(base=cfg, clips=spec.clips, out=cell_dir, resume=resume)
+                cell = CascadeSpec(base=cfg, clips=spec.clips, out=cell_dir, resume=resume,
+                                   plotly_dir=shared_plotly(spec.plotly, out))  # fmt: skip
                 run_cascade(cell, console, data=data)
             except UserError:
                 raise  # the same for every cell: stop now
@@ -202,6 +219,7 @@ def run_sweep(spec: SweepSpec, console: Console | None = None) -> tuple[Path, pd
         # the table grows cell by cell: a crash keeps every finished cell's rows
         pd.DataFrame(rows).to_csv(out / "sweep.csv", index=False)
     table = pd.DataFrame(rows)
+    write_interval_tables(out, table)
     status = {"status": "crashed", "crashed_cells": crashed} if crashed else {"status": "done"}
     wall = time.perf_counter() - t0
     meta["throughput"] = throughput(
@@ -221,6 +239,11 @@ def run_sweep(spec: SweepSpec, console: Console | None = None) -> tuple[Path, pd
     return out, table
 
 
+def shared_plotly(mode: str, out: Path) -> Path | None:
+    """The folder holding the pages' one plotly.js copy, or None to inline it in each page."""
+    return out if mode == "shared" else None
+
+
 def render_sweep_dir(out: Path) -> Path:
     """Re-render every cell's report and the sweep page from a sweep directory (no training)."""
     from andrea_diag.report import render_cascade
@@ -233,5 +256,5 @@ def render_sweep_dir(out: Path) -> Path:
     table = pd.read_csv(table_path)
     for cell in table["cell"].unique():
         if _finished(out / cell):
-            render_cascade(out / cell)
+            render_cascade(out / cell, shared_plotly(meta.get("plotly", "inline"), out))
     return render_sweep(out, table, meta)

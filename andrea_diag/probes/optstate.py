@@ -46,7 +46,7 @@ import torch
 
 from andrea_diag.probes.base import UpdateContext
 from andrea_diag.probes.layers import GroupIndex, group_index_for
-from andrea_diag.probes.shadow import GroupInfo, ShadowBuffers, SpikeTerm
+from andrea_diag.probes.shadow import GroupInfo, ShadowBuffers, SpikeTerm, final_v_share
 
 RECOVERY_SHARE = 0.1
 
@@ -77,6 +77,7 @@ class OptStateProbe:
         self.spikes: list[SpikeTerm] = []
         self.max_m_share = 0.0
         self.max_v_share = 0.0
+        self.last_v_share = 0.0  # the shadow's ‖v_spike‖/‖v‖ at the latest update
         self._last_spike_update: int | None = None
         self.recovery_m_all: int | None = None
         self.recovery_v_all: int | None = None
@@ -292,6 +293,7 @@ class OptStateProbe:
             )
             sm = own_m / m_norm if m_norm > 0 else None
             sv = own_v / v_norm if v_norm > 0 else None
+            sp.share_v_last = sv
             if sp.share_m0 is None:
                 sp.share_m0, sp.share_v0 = sm, sv
                 if not self.shadow:
@@ -317,6 +319,7 @@ class OptStateProbe:
         sm = ms / m_norm if m_norm > 0 else None
         sv = vs / v_norm if v_norm > 0 else None
         row["m_spike_share"], row["v_spike_share"] = sm, sv
+        self.last_v_share = sv if sv is not None and math.isfinite(sv) else self.last_v_share
         if sm is not None and math.isfinite(sm):
             self.max_m_share = max(self.max_m_share, sm)
             if self.recovery_m_all is None and sm < self.recovery_share:
@@ -361,17 +364,7 @@ class OptStateProbe:
     # -- results ---------------------------------------------------------------------------
     def per_spike(self) -> dict[int, dict[str, Any]]:
         """update -> {share_m0, share_v0, recovery_m, recovery_v, censored_m, censored_v}."""
-        return {
-            sp.update: {
-                "share_m0": sp.share_m0,
-                "share_v0": sp.share_v0,
-                "recovery_m": sp.recovery_m,
-                "recovery_v": sp.recovery_v,
-                "censored_m": sp.recovery_m is None,
-                "censored_v": sp.recovery_v is None,
-            }
-            for sp in self.spikes
-        }
+        return {sp.update: sp.record() for sp in self.spikes}
 
     def shadow_bytes(self) -> int:
         return self._shadow.nbytes()
@@ -398,6 +391,8 @@ class OptStateProbe:
                 "n_spikes_tracked": len(self.spikes),
                 "max_m_share": self.max_m_share if any_spike else 0.0,
                 "max_v_share": self.max_v_share if any_spike else 0.0,
+                # a pollution event: the spikes still hold half of ‖v‖ at the end
+                **final_v_share(self.has_moments, self.shadow, self.last_v_share, self.spikes),
                 "recovery_m": rec_m,
                 "recovery_v": rec_v,
                 "recovery_m_censored": cen_m,

@@ -145,5 +145,35 @@ class SpikeTerm:
         self.k = 0  # applied updates since the spike
         self.share_m0: float | None = None
         self.share_v0: float | None = None
+        self.share_v_last: float | None = None  # its share of ‖v‖ at the latest update
         self.recovery_m: int | None = None
         self.recovery_v: int | None = None
+
+    def record(self) -> dict[str, Any]:
+        """The summary's per-spike entry (``pollution.per_spike``)."""
+        return {
+            "share_m0": self.share_m0,
+            "share_v0": self.share_v0,
+            "recovery_m": self.recovery_m,
+            "recovery_v": self.recovery_v,
+            "censored_m": self.recovery_m is None,
+            "censored_v": self.recovery_v is None,
+        }
+
+
+def final_v_share(
+    has_moments: bool | None, shadow: bool, shadow_share: float, spikes: list[SpikeTerm]
+) -> dict[str, Any]:
+    """The spikes' share of ‖v‖ at the last update (summary ``final_v_share``).
+
+    Exact with the shadow buffers (``shadow_share``: their last ‖v_spike‖/‖v‖). Without them,
+    the largest single spike's share: a lower bound, since v's terms are non-negative and the
+    norm of their sum is at least that of its largest term (``final_v_share_exact`` False).
+    """
+    if not has_moments:
+        return {"final_v_share": None, "final_v_share_exact": False}
+    if shadow:
+        return {"final_v_share": shadow_share, "final_v_share_exact": True}
+    # a spike restored from an older checkpoint has no share_v_last yet
+    shares = [getattr(sp, "share_v_last", None) or 0.0 for sp in spikes]
+    return {"final_v_share": max(shares, default=0.0), "final_v_share_exact": False}

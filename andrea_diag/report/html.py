@@ -4,8 +4,9 @@
     render_report([Path("out/none"), Path("out/global")], Path("out/report.html"))
     render_cascade(Path("out"))          # reads out/cascade.json, writes out/report.html
 
-The plotly.js bundle is inlined once in <head>; every figure div is written without it, and
-MathJax is off, so the page opens from file:// on an offline machine.
+The plotly.js bundle is inlined once in <head> (or, for a page inside a published sweep, linked
+from one shared copy: ``plotlyjs.py``); every figure div is written without it, and MathJax is
+off, so the page opens from file:// on an offline machine.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import plotly.io as pio
-from plotly.offline import get_plotlyjs
 
 from andrea_diag.errors import UserError
 from andrea_diag.record import load_run, read_cascade_meta
@@ -28,6 +28,7 @@ from andrea_diag.report.banner import CSS as BANNER_CSS
 from andrea_diag.report.banner import NEVER_STARTED, ArmStatus, arm_status, banner_html
 from andrea_diag.report.figures import all_figures
 from andrea_diag.report.findings import all_findings
+from andrea_diag.report.plotlyjs import script_tag
 from andrea_diag.report.style import Style
 
 MAX_SAMPLE_CHARS = 400  # per cell; long generations make the table unreadable and the file big
@@ -258,6 +259,7 @@ def _render(
     title: str | None,
     notes: list[str] | None,
     run_status: str | None,
+    plotly_dir: Path | None = None,
 ) -> Path:
     """Write the page of ``runs`` (each with metric rows); ``statuses`` covers every arm."""
     arms = _label_arms(runs)
@@ -297,7 +299,7 @@ def _render(
         "<!DOCTYPE html>\n<html lang='en'>\n<head>\n<meta charset='utf-8'>\n"
         f"<title>{html.escape(title)}</title>\n<style>{CSS}{BANNER_CSS}</style>\n"
         f"<script type='application/json' id='report-meta'>{meta}</script>\n"
-        f"<script type='text/javascript'>{get_plotlyjs()}</script>\n"
+        f"{script_tag(out_html, plotly_dir)}\n"
         "</head>\n<body>\n" + "\n".join(p for p in parts if p) + "\n</body>\n</html>\n"
     )
     out_html.parent.mkdir(parents=True, exist_ok=True)
@@ -328,8 +330,11 @@ def _figures_html(arms: list[Arm], parts: list[str]) -> int:
     return n_figs
 
 
-def render_cascade(cascade_dir: Path) -> Path:
+def render_cascade(cascade_dir: Path, plotly_dir: Path | None = None) -> Path:
     """Render ``cascade_dir/report.html`` from ``cascade.json`` and one run directory per arm.
+
+    ``plotly_dir``: link plotly.js from one shared copy there (a sweep's pages) instead of
+    inlining it.
 
     Arms that never started (no directory, no config.json, no metric row) are left out of the
     plots and named in the banner, like arms that were killed, crashed or still run.
@@ -352,4 +357,5 @@ def render_cascade(cascade_dir: Path) -> Path:
         raise _no_rows_error(f"any arm of {cascade_dir}", statuses)
     title = f"cascade: size {meta.get('size', '?')}, seed {meta.get('seed', '?')}, arms {', '.join(arms)}"
     notes = [f"command: {meta['command']}"] if meta.get("command") else None
-    return _render(runs, statuses, cascade_dir / "report.html", title, notes, meta.get("status"))
+    page = cascade_dir / "report.html"
+    return _render(runs, statuses, page, title, notes, meta.get("status"), plotly_dir)

@@ -1,7 +1,12 @@
 """The sweep page: where in (size, lr, max_norm) clipping starts to matter, from the data.
 
 Written by ``andrea-diag sweep`` as ``sweep.html`` next to ``sweep.csv``; each cell links to
-its own cascade report. Self-contained like every report (plotly.js inlined once).
+its own cascade report. Self-contained like every report (plotly.js inlined once), unless the
+sweep ran with ``--plotly shared`` (one plotly.min.js for the folder: ``plotlyjs.py``).
+
+With several seeds a difference between arms is called only when the 95% bootstrap interval of
+the paired gap excludes 0 (``experiments/aggregate.py``); the "Seeds and intervals" section
+gives every cell's rates and gaps with their intervals.
 """
 
 from __future__ import annotations
@@ -14,13 +19,15 @@ from typing import Any
 import pandas as pd
 import plotly.graph_objects as go
 import plotly.io as pio
-from plotly.offline import get_plotlyjs
 from plotly.subplots import make_subplots
 
 from andrea_diag.clip.modes import mode_color
 from andrea_diag.config import VOCAB_SIZE
+from andrea_diag.experiments.aggregate import arm_rates, interval_findings, paired_gaps
 from andrea_diag.probes.verdict import COLLAPSE_VERDICTS, LOCKED_VERDICTS
 from andrea_diag.report.html import CSS, PLOT_CONFIG
+from andrea_diag.report.plotlyjs import script_tag
+from andrea_diag.stats import bootstrap_mean
 
 MATTERS = 0.25  # nats: a final-loss gap this large between arms is called a difference
 
@@ -42,6 +49,8 @@ def _agg(table: pd.DataFrame) -> pd.DataFrame:
     """Mean / min / max over seeds for each (size, lr, max_norm, clip)."""
     keys = ["size", "lr", "max_norm", "clip"]
     table = table.assign(compared=compared_column(table))
+    if "precision" in table and table["precision"].nunique() > 1:  # never pool precisions
+        table = table.assign(size=table["size"] + " " + table["precision"])
     g = table.groupby(keys, sort=True)
     out = g.agg(
         final_loss=("compared", "mean"),
@@ -91,6 +100,8 @@ def findings(table: pd.DataFrame) -> list[str]:
                        "it is left out of every comparison below.")  # fmt: skip
         table = table[table["status"].fillna("done") == "done"]
     what = compared_name(table)
+    if "precision" in table and table["precision"].nunique() > 1:
+        table = table.assign(size=table["size"] + " " + table["precision"])
     agg = _agg(table)
     for (size, lr, mn), d in agg.groupby(["size", "lr", "max_norm"]):
         by = d.set_index("clip")
@@ -104,11 +115,14 @@ def findings(table: pd.DataFrame) -> list[str]:
             spikes = f"spikes {u['n_spikes']:.0f} unclipped vs {c['n_spikes']:.0f} {clip}"
             if seeds == 1 and abs(gap) > MATTERS:
                 spikes += "; one seed: a hint, not a finding"
-            overlap = seeds > 1 and not (
-                u["final_lo"] > c["final_hi"] or c["final_lo"] > u["final_hi"]
-            )
-            if overlap and abs(gap) > MATTERS:
-                out.append(f"{where}: the seeds' ranges overlap, so no call "
+            # several seeds: a call needs the paired gap's 95% interval to exclude 0
+            cell = table[(table["size"] == size) & (table["lr"] == lr) & (table["max_norm"] == mn)]
+            paired = cell.assign(v=compared_column(cell)).pivot_table("v", "seed", "clip")
+            both = "none" in paired and clip in paired  # an arm with no finite loss has none
+            iv = bootstrap_mean((paired["none"] - paired[clip]).tolist() if both else [])
+            if seeds > 1 and not iv.excludes_zero() and abs(gap) > MATTERS:
+                out.append(f"{where}: not distinguishable with {iv.n} seeds, paired gap "
+                           f"{iv.text()} straddles 0 "
                            f"(mean {u['final_loss']:.2f} unclipped vs {c['final_loss']:.2f} "
                            f"{clip}); {spikes}.")  # fmt: skip
             elif gap > MATTERS:
@@ -180,14 +194,30 @@ def _throughput_note(tp: dict[str, Any] | None) -> str:
     )
 
 
+def intervals_section(table: pd.DataFrame) -> str:
+    """Every cell's collapse and pollution-event rates and paired held-out gap, with intervals."""
+    arms, gaps = arm_rates(table), paired_gaps(table)
+    if gaps.empty:
+        return ""
+    lines = interval_findings(arms, gaps)
+    return (
+        "<h2>Seeds and intervals (95%)</h2>\n<p class='note'>gap: final held-out loss, "
+        "unclipped minus clipped, paired by seed (bootstrap interval of the mean); rates: "
+        "Wilson intervals; a pollution event: the spikes still held at least half of ‖v‖ at "
+        "the end of the run.</p>\n<ul class='findings'>\n"
+        + "\n".join(f"<li>{html.escape(x)}</li>" for x in lines) + "\n</ul>\n"
+    )  # fmt: skip
+
+
 def render_sweep(out: Path, table: pd.DataFrame, meta: dict[str, Any]) -> Path:
     """Write ``out/sweep.html``: findings, the regime chart, the table with report links."""
     fig = regime_figure(table)
     fig_html = pio.to_html(fig, include_plotlyjs=False, include_mathjax=False, full_html=False,
                            div_id="fig-regime", config=PLOT_CONFIG)  # fmt: skip
-    cols = ["cell", "clip", "final_loss", "min_loss", "max_grad_norm", "pct_clipped",
-            "n_spikes", "spike_score_grad", "max_m_share", "recovery_m", "lockin",
-            "collapse", "status"]  # fmt: skip
+    cols = ["cell", "clip", "final_eval_loss", "final_loss", "min_loss", "max_grad_norm",
+            "pct_clipped", "n_spikes", "spike_score_grad", "max_m_share", "recovery_m",
+            "final_v_share", "lockin", "collapse", "status"]  # fmt: skip
+    cols = [c for c in cols if c in table or c in ("cell", "clip")]  # older tables lack some
     head = "".join(f"<th>{html.escape(c)}</th>" for c in cols)
     body = []
     for r in table.to_dict("records"):
@@ -209,7 +239,8 @@ def render_sweep(out: Path, table: pd.DataFrame, meta: dict[str, Any]) -> Path:
     page = (
         "<!DOCTYPE html>\n<html lang='en'>\n<head>\n<meta charset='utf-8'>\n"
         f"<title>{html.escape(title)}</title>\n<style>{CSS}</style>\n"
-        f"<script type='text/javascript'>{get_plotlyjs()}</script>\n</head>\n<body>\n"
+        f"{script_tag(out / 'sweep.html', out if meta.get('plotly') == 'shared' else None)}\n"
+        "</head>\n<body>\n"
         f"<h1>{html.escape(title)}</h1>\n"
         f"<p class='note'>command: {html.escape(meta.get('command', ''))}; "
         f"{meta['steps']} updates per arm, recipe {html.escape(str(meta['recipe']))}, "
@@ -217,7 +248,7 @@ def render_sweep(out: Path, table: pd.DataFrame, meta: dict[str, Any]) -> Path:
         + _throughput_note(meta.get("throughput")) +
         "<h2>Findings</h2>\n<ul class='findings'>\n"
         + "\n".join(f"<li>{html.escape(f)}</li>" for f in findings(table))
-        + "\n</ul>\n<h2>Regime</h2>\n" + fig_html
+        + "\n</ul>\n" + intervals_section(table) + "<h2>Regime</h2>\n" + fig_html
         + "\n<h2>Every arm</h2>\n<table><tr>" + head + "</tr>\n" + "\n".join(body)
         + "</table>\n</body>\n</html>\n"
     )  # fmt: skip

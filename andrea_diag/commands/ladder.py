@@ -1,0 +1,69 @@
+"""``andrea-diag ladder``: sizes x {none, global} x seeds x lrs, and where clipping becomes
+mandatory (the harm and collapse thresholds, with 95% intervals).
+
+    andrea-diag ladder --seed 0,1,2 --out runs/ladder                 # 12m, 30m, 60m, 120m
+    andrea-diag ladder --size tiny,tiny2 --seed 0,1 --steps 4         # a CPU smoke run
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from andrea_diag.commands.options import SHARED, RunOptions, base_config, run_options
+from andrea_diag.commands.publish import PlotlyMode, plotly_mode
+from andrea_diag.commands.run import _arms
+from andrea_diag.commands.run import _csv as comma_list
+from andrea_diag.errors import UserError
+from andrea_diag.experiments.ladder import LADDER_CLIPS, LADDER_LRS, LADDER_SIZES, LADDER_STEPS
+
+console = Console(stderr=True)
+
+
+@run_options(SHARED)
+def ladder(
+    size: Annotated[
+        str, typer.Option(help="Comma list of rungs (ordered by parameter count).")
+    ] = ",".join(LADDER_SIZES),
+    lr: Annotated[
+        str, typer.Option(help="Comma list of peak lrs: the recipe's, then stress lrs.")
+    ] = ",".join(f"{x:g}" for x in LADDER_LRS),
+    max_norm: Annotated[str, typer.Option(help="Comma list of clip thresholds.")] = "1.0",
+    seed: Annotated[str, typer.Option(help="Comma list of seeds (3 or more).")] = "0,1,2",
+    clip: Annotated[str, typer.Option(help="Arms: none and the clipped ones.")] = ",".join(
+        LADDER_CLIPS
+    ),
+    plotly: PlotlyMode = "shared",
+    *,
+    opts: RunOptions,
+) -> None:
+    """The capacity ladder: the smallest size where clipping measurably helps (harm) and where
+    unclipped runs collapse more often (collapse), each with its interval, or "none".
+
+    --steps defaults to 1500 here (the gap between arms needs time to settle); --precision
+    takes a comma list. Re-running with the same --out resumes: finished cells are kept.
+    """
+    from andrea_diag.experiments.ladder import LadderSpec, run_ladder
+
+    arms = _arms(clip)
+    if "none" not in arms or len(arms) < 2:
+        raise UserError("the ladder compares arm none with at least one clipped arm",
+                        hint="e.g. --clip none,global")  # fmt: skip
+    precisions = comma_list(opts["precision"], str, "--precision")
+    if opts["steps"] is None:
+        opts = {**opts, "steps": LADDER_STEPS}
+    sizes = comma_list(size, str, "--size")
+    spec = LadderSpec(
+        base=base_config(opts, size=sizes[0], precision=precisions[0]), sizes=sizes,
+        lrs=comma_list(lr, float, "--lr"), seeds=comma_list(seed, int, "--seed"),
+        precisions=precisions, max_norms=comma_list(max_norm, float, "--max-norm"),
+        clips=arms, out=opts["out"], plotly=plotly_mode(plotly),
+    )  # fmt: skip
+    out, result = run_ladder(spec, console)
+    for t in result["thresholds"]:
+        console.print(t["harm_text"], highlight=False)
+        console.print(t["collapse_text"], highlight=False)
+    page = out / "ladder.html"
+    console.print(f"[bold green]ladder:[/] {page if page.exists() else out / 'ladder.json'}")
