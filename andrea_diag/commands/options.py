@@ -112,6 +112,30 @@ Resume = Annotated[
     ),
 ]
 
+ModelFactory = Annotated[
+    str | None,
+    typer.Option(
+        "--model",
+        help="Your model: package.module:factory; factory(size preset) returns an nn.Module "
+        "mapping token ids (B, T) to logits (B, T, vocab). See the README.",
+    ),
+]
+DataFactory = Annotated[
+    str | None,
+    typer.Option(
+        "--data",
+        help="Your data: package.module:factory; factory() returns {source name: [documents]} "
+        "for any of the three sources. See the README.",
+    ),
+]
+HfConfig = Annotated[
+    str | None,
+    typer.Option(
+        help="A Hugging Face causal LM from a local config.json (no download; the toolkit's "
+        "vocabulary). Needs the hf extra."
+    ),
+]
+
 Option = tuple[str, Any, Any]  # (parameter name, Annotated type, default)
 # Every run command: how to train and probe, where to write.
 SHARED: list[Option] = [
@@ -129,6 +153,9 @@ SHARED: list[Option] = [
     ("boundary_k", BoundaryK, _PROBES.boundary_k),
     ("shadow", Shadow, _PROBES.shadow),
     ("checkpoint_every", CheckpointEvery, _RUN.checkpoint_every),
+    ("model_factory", ModelFactory, _RUN.model_factory),
+    ("data_factory", DataFactory, _RUN.data_factory),
+    ("hf_config", HfConfig, _RUN.hf_config),
 ]
 # Commands that run one cell (cascade, train); sweep takes lists of these instead.
 ONE_CELL: list[Option] = [

@@ -39,7 +39,7 @@ from andrea_diag.config import SOURCE_NAMES, RunConfig, parse_injections
 from andrea_diag.data.batches import make_outlier_batch, outlier_generator
 from andrea_diag.device import resolve_device
 from andrea_diag.errors import UserError
-from andrea_diag.model import GPT
+from andrea_diag.factories import build_model, config_record, run_sheet_origins
 from andrea_diag.probes import ProbeDriver, UpdateContext, build_probes
 from andrea_diag.record import NullRecorder, Recorder
 from andrea_diag.train.accumulation import GroupResult, accumulate_group
@@ -96,7 +96,7 @@ class Trainer:
         self.injections = parse_injections(cfg.inject, cfg.steps)
         torch.set_float32_matmul_precision(cfg.matmul_precision)
         torch.manual_seed(cfg.seed)  # same init in every arm: only the clip mode differs
-        self.model = GPT(cfg.model).to(self.device)
+        self.model = build_model(cfg).to(self.device)  # the toolkit GPT or --model/--hf-config
         self.optimizer = build_optimizer(self.model, cfg.recipe_cfg, cfg.lr, self.device)
         self.scheduler = build_scheduler(self.optimizer, cfg.recipe_cfg.warmup_updates)
         self.precision = make_precision(cfg.precision, self.device)
@@ -108,7 +108,9 @@ class Trainer:
         self.clipper = make_clipper(cfg.clip, cfg.max_norm, cfg.clip_impl)
         # rank 0 alone writes: the other replicas record nothing and run no probes
         self.recorder = (
-            Recorder(run_dir, cfg.to_dict(), resume=resume) if self.dist.is_main else NullRecorder()
+            Recorder(run_dir, config_record(cfg, self.model), resume=resume)
+            if self.dist.is_main
+            else NullRecorder()
         )
         self.recorder.write("data.json", data.describe())
         # rank 0 evaluates (the weights are the same on every replica)
@@ -304,6 +306,7 @@ class Trainer:
             replicas=self.reducer.world_size,
         )
         summary["run_sheet"]["checkpoint_bytes"] = self.checkpointer.last_bytes
+        summary["run_sheet"].update(run_sheet_origins(self.cfg, self.model, self.data))
         summary.update(self.evaluator.summary(wall_s))
         summary.update(self.probes.close(self.run_dir))
         mixer = self.plan.mixer
@@ -339,7 +342,7 @@ class Trainer:
             "version": __version__,
             "size": self.cfg.size,
             "vocab_size": self.cfg.model.vocab_size,
-            "n_params": self.cfg.model.n_params(),
+            "n_params": sum(p.numel() for p in self.model.parameters()),
             "replicas": self.reducer.world_size,
             "precision": self.cfg.precision,
             "data_key": getattr(self.data, "key", None),  # the same tokens, or no resume
