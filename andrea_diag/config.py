@@ -214,6 +214,10 @@ class RunConfig:
     # metric rows per write to metrics.jsonl; a kill -9 loses at most flush_every - 1 finished
     # rows (record.py); 1: every row written and fsync'd as it comes
     flush_every: int = 50
+    # Bring your own (factories.py): import specs "package.module:factory", or a local HF config
+    model_factory: str | None = None  # --model: factory(ModelConfig) -> nn.Module (ids -> logits)
+    data_factory: str | None = None  # --data: factory() -> {source name: [documents]}
+    hf_config: str | None = None  # --hf-config: a Hugging Face config.json (integrations/)
 
     def resolve(self) -> RunConfig:
         """Fill size/recipe defaults and validate; returns a new, fully concrete config."""
@@ -270,6 +274,8 @@ class RunConfig:
                 f"--checkpoint-every must be 0 (off) or more, got {out.checkpoint_every}"
             )
         parse_injections(out.inject, out.steps)  # validate now, before any output exists
+        if out.model_factory and out.hf_config:
+            raise UserError("--model and --hf-config both name the model", hint="give one")
         return out
 
     @property

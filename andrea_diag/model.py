@@ -231,20 +231,34 @@ def decode_batch(
     return torch.cat(new, dim=1), max_logit, ent_sum / n_new
 
 
+# Names that mark a parameter's place in a decoder, ours and the common Hugging Face ones
+# (GPT-2 ``transformer.h.N``, Llama ``model.layers.N``, GPT-NeoX ``gpt_neox.layers.N``), found
+# at any depth, so a model wrapped in a LightningModule or a user's module groups the same way.
+_BLOCKS = ("h", "layers", "blocks", "layer")
+_EMBED = ("wte", "wpe", "embed_tokens", "embed_in", "embed_positions", "embeddings")
+_FINAL_NORM = ("ln_f", "norm", "final_layer_norm", "final_layernorm")
+_ATTENTION = ("attn", "attention", "self_attn", "self_attention")
+_MLP = ("mlp", "feed_forward", "ffn")
+
+
 def param_group_of(name: str) -> tuple[str, str]:
     """Map a parameter name to (layer, kind), kind in {embedding, attention, mlp, norm, head}.
 
     >>> param_group_of("h.3.attn.qkv.weight")
     ('h03', 'attention')
+    >>> param_group_of("model.transformer.h.0.mlp.c_fc.weight")
+    ('h00', 'mlp')
+    >>> param_group_of("model.layers.1.input_layernorm.weight")
+    ('h01', 'norm')
     """
     parts = name.split(".")
-    if parts[0] == "h":
-        layer = f"h{int(parts[1]):02d}"
-        sub = parts[2]
-        kind = {"attn": "attention", "mlp": "mlp"}.get(sub, "norm")
-        return layer, kind
-    if parts[0] in ("wte", "wpe"):
-        return "embed", "embedding"
-    if parts[0] == "ln_f":
-        return "final", "norm"
+    for i, part in enumerate(parts):
+        if part in _BLOCKS and i + 1 < len(parts) and parts[i + 1].isdigit():
+            sub = parts[i + 2] if i + 2 < len(parts) else ""
+            kind = "attention" if sub in _ATTENTION else "mlp" if sub in _MLP else "norm"
+            return f"h{int(parts[i + 1]):02d}", kind
+        if part in _EMBED:
+            return "embed", "embedding"
+        if part in _FINAL_NORM:
+            return "final", "norm"
     return "head", "head"

@@ -59,10 +59,12 @@ class SpikeMonitor:
         tokenizer: Any = None,
         seed: int = 0,
         resume: bool = False,
+        meta: dict[str, Any] | None = None,
         **probe_options: Any,
     ) -> None:
         """``probes`` (or its fields as keywords: ``spike_z=8.0``, ``shadow=False``, ...)
         configures the probes; every default comes from :class:`~andrea_diag.config.ProbeConfig`.
+        ``meta``: extra ``config.json`` fields (the framework callbacks say which hook ran).
         """
         self.model, self.optimizer = model, optimizer
         named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
@@ -96,6 +98,7 @@ class SpikeMonitor:
                 }
                 for g in optimizer.param_groups
             ],
+            **(meta or {}),
         }
         self.recorder = Recorder(out_dir, config, resume=resume)
         self.run_dir = self.recorder.run_dir
@@ -187,6 +190,12 @@ class SpikeMonitor:
         self._ctx = ctx
         self._pending = {}
         self._stepped = False
+
+    def add_columns(self, **columns: Any) -> None:
+        """Extra columns for this update's row, between ``after_clip`` and ``after_step``."""
+        if self._ctx is None or self._stepped:
+            raise RuntimeError("SpikeMonitor.add_columns called outside an update")
+        self._ctx.row.update(columns)
 
     def after_step(self, applied: bool | None = None) -> None:
         """After ``optimizer.step()``; ``applied=False`` when your loop skipped the step."""

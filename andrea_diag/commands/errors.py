@@ -8,6 +8,7 @@ from typing import Any, TypeVar
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from andrea_diag.errors import UserError
 
@@ -23,9 +24,14 @@ def friendly_errors(fn: F) -> F:
         try:
             return fn(*args, **kwargs)
         except UserError as e:
-            err_console.print(f"[bold red]error:[/] {e.message}", highlight=False, soft_wrap=True)
+            # escaped: a message may hold brackets (pip extras, paths) that are not markup
+            err_console.print(
+                f"[bold red]error:[/] {escape(e.message)}", highlight=False, soft_wrap=True
+            )
             if e.hint:
-                err_console.print(f"[dim]hint:[/] {e.hint}", highlight=False, soft_wrap=True)
+                err_console.print(
+                    f"[dim]hint:[/] {escape(e.hint)}", highlight=False, soft_wrap=True
+                )
             raise typer.Exit(e.exit_code) from None
         except KeyboardInterrupt:
             err_console.print("[yellow]interrupted[/]: everything recorded so far is kept")

@@ -153,6 +153,29 @@ FlushEvery = Annotated[
         "a kill -9 loses at most this many minus one finished updates' rows; 1: every row."
     ),
 ]
+ModelFactory = Annotated[
+    str | None,
+    typer.Option(
+        "--model",
+        help="Your model: package.module:factory; factory(size preset) returns an nn.Module "
+        "mapping token ids (B, T) to logits (B, T, vocab). See the README.",
+    ),
+]
+DataFactory = Annotated[
+    str | None,
+    typer.Option(
+        "--data",
+        help="Your data: package.module:factory; factory() returns {source name: [documents]} "
+        "for any of the three sources. See the README.",
+    ),
+]
+HfConfig = Annotated[
+    str | None,
+    typer.Option(
+        help="A Hugging Face causal LM from a local config.json (no download; the toolkit's "
+        "vocabulary). Needs the hf extra."
+    ),
+]
 
 Option = tuple[str, Any, Any]  # (parameter name, Annotated type, default)
 # Every run command: how to train and probe, where to write.
@@ -173,6 +196,9 @@ SHARED: list[Option] = [
     ("checkpoint_every", CheckpointEvery, _RUN.checkpoint_every),
     ("flush_every", FlushEvery, _RUN.flush_every),
     *ADAPTIVE,
+    ("model_factory", ModelFactory, _RUN.model_factory),
+    ("data_factory", DataFactory, _RUN.data_factory),
+    ("hf_config", HfConfig, _RUN.hf_config),
 ]
 # Commands that run one cell (cascade, train); sweep takes lists of these instead.
 ONE_CELL: list[Option] = [

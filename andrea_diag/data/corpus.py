@@ -327,6 +327,7 @@ def build_sources(
     overrides: dict[str, str] | None = None,
     seed: int = 0,
     target_bytes: int = DEFAULT_TARGET_BYTES,
+    given: dict[str, Source] | None = None,
 ) -> dict[str, Source]:
     """All three sources in ``SOURCE_NAMES`` order; same seed and machine → same bytes.
 
@@ -334,18 +335,24 @@ def build_sources(
     (tests use a small value); overrides are used whole. An override ``NAME=generated`` forces
     the generator; without one, gutenberg and hermes3-general are real text from installed
     packages, or generated (origin saying which package is missing) where none is installed.
+    ``given``: sources built elsewhere (a ``--data`` factory), used as they are.
     """
-    overrides = dict(overrides or {})
+    overrides, given = dict(overrides or {}), dict(given or {})
+    both = sorted(overrides.keys() & given.keys())
+    if both:
+        raise UserError(f"source {both[0]!r} comes from both --source and --data", hint="give one")
     for name, path in overrides.items():
         _check_name(name)
         _check_generated(name, path)
     out: dict[str, Source] = {}
     for name in SOURCE_NAMES:
-        given = overrides.get(name)
-        if given == GENERATED:
+        path = overrides.get(name)
+        if name in given:
+            out[name] = given[name]
+        elif path == GENERATED:
             out[name] = generated_source(name, seed, target_bytes, f"forced: {name}={GENERATED}")
-        elif given is not None:
-            out[name] = load_override(name, given)
+        elif path is not None:
+            out[name] = load_override(name, path)
         elif name == "repo-docs":
             out[name] = repo_docs_source(target_bytes)
         else:

@@ -110,17 +110,19 @@ def prepare_data(
     *,
     vocab_size: int = VOCAB_SIZE,
     target_bytes: int = DEFAULT_TARGET_BYTES,
+    given: dict[str, Source] | None = None,
 ) -> PreparedData:
     """Build the sources, then load or train the tokenizer and load or encode the streams.
 
     ``overrides`` maps source names to user paths (see :func:`corpus.load_override`);
+    ``given`` holds sources already built (``--data``'s factory: ``andrea_diag.factories``);
     ``seed`` is the corpus seed (see the module docstring); ``cache_dir`` defaults to
     ``$ANDREA_DIAG_CACHE`` or ``~/.cache/andrea-diag``. Every cached file is verified before use
     and rebuilt when truncated or corrupt; an unwritable cache folder means this call works from
     memory (one warning line each; see :mod:`andrea_diag.data.tokenizer`).
     """
     cache = Path(cache_dir).expanduser() if cache_dir is not None else None
-    sources = build_sources(overrides, seed=seed, target_bytes=target_bytes)
+    sources = build_sources(overrides, seed=seed, target_bytes=target_bytes, given=given)
     tok, path, trained = load_or_train_tokenizer(sources, vocab_size, cache)
     arrays, _ = load_or_encode_streams(tok, path, sources)
     streams = {

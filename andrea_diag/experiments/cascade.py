@@ -28,6 +28,7 @@ from andrea_diag.data import BatchPlan, Mixer, PreparedData, prepare_data
 from andrea_diag.device import resolve_device
 from andrea_diag.errors import UserError
 from andrea_diag.experiments.resume import arm_state, check_same_run, move_aside
+from andrea_diag.factories import build_model, factory_sources
 from andrea_diag.record import write_json
 from andrea_diag.train.distributed import env_rank, env_world_size, init_from_env, launch
 from andrea_diag.train.loop import train_arm
@@ -80,7 +81,7 @@ def _fmt(x: float) -> str:
 def load_data(cfg: RunConfig, console: Console) -> PreparedData:
     """Sources + tokenizer + streams; bad source paths fail here, before any output exists."""
     console.print("[dim]preparing data (tokenizer cache: reused when present)…[/]")
-    data = prepare_data(cfg.sources, seed=cfg.corpus_seed)
+    data = prepare_data(cfg.sources, seed=cfg.corpus_seed, given=factory_sources(cfg.data_factory))
     generated = [n for n, s in data.sources.items() if s.generated]
     if generated:
         console.print(f"[dim]generated (seeded) sources: {', '.join(generated)}[/]")
@@ -95,6 +96,9 @@ def check_runnable(cfg: RunConfig) -> None:
             "--clip-impl cuda needs the run on a CUDA device",
             hint="use --clip-impl auto (the CUDA clipper when available, else the reference)",
         )
+    if cfg.model_factory or cfg.hf_config:  # a bad factory fails here, before any output
+        with torch.random.fork_rng(devices=[]):
+            build_model(cfg)
 
 
 def check_streams(data: PreparedData, seq_len: int) -> None:

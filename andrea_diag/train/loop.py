@@ -40,7 +40,7 @@ from andrea_diag.config import SOURCE_NAMES, RunConfig, parse_injections
 from andrea_diag.data.batches import make_outlier_batch, outlier_generator
 from andrea_diag.device import resolve_device
 from andrea_diag.errors import UserError
-from andrea_diag.model import GPT
+from andrea_diag.factories import build_model, config_record, run_sheet_origins
 from andrea_diag.probes import ProbeDriver, UpdateContext, build_probes
 from andrea_diag.record import NullRecorder, Recorder
 from andrea_diag.train.accumulation import GroupResult, accumulate_group
@@ -60,33 +60,11 @@ from andrea_diag.train.distributed import (
 )
 from andrea_diag.train.evaluation import build_evaluator
 from andrea_diag.train.optim import build_optimizer, build_scheduler
+from andrea_diag.train.rows import overflow_last, per_source_loss
 from andrea_diag.train.summary import oom_advice, run_sheet, summarize, unigram_entropy
 
 ProgressFn = Callable[[int, dict[str, Any]], None]
 PROMPT_TOKENS = 16  # lock-in prompt length, taken from the start of each source stream
-
-
-def _overflow_last(n_micro: int) -> Callable[[int, torch.Tensor], torch.Tensor]:
-    """The nonfinite injection: the group's last microbatch loss overflows (an fp16-style inf)."""
-
-    def hook(i: int, loss: torch.Tensor) -> torch.Tensor:
-        return loss * math.inf if i == n_micro - 1 else loss
-
-    return hook
-
-
-def _per_source_loss(
-    example_loss: torch.Tensor, example_tokens: torch.Tensor, source_idx: torch.Tensor
-) -> dict[str, torch.Tensor | float]:
-    """Token-weighted loss of each source's sequences in this group (NaN when absent). 0-dim
-    device tensors, no host sync: rows picked on the CPU from ``source_idx`` (boolean indexing
-    on the device syncs), summed in the order that indexing used, so the values are unchanged."""
-    out: dict[str, torch.Tensor | float] = {}
-    for i, name in enumerate(SOURCE_NAMES):
-        idx = (source_idx == i).nonzero().flatten().to(example_loss.device)
-        loss, tok = example_loss.index_select(0, idx), example_tokens.index_select(0, idx)
-        out[f"loss_{name}"] = (loss * tok).sum() / tok.sum() if idx.numel() else math.nan
-    return out
 
 
 class Trainer:
@@ -103,7 +81,7 @@ class Trainer:
         self.injections = parse_injections(cfg.inject, cfg.steps)
         torch.set_float32_matmul_precision(cfg.matmul_precision)
         torch.manual_seed(cfg.seed)  # same init in every arm: only the clip mode differs
-        self.model = GPT(cfg.model).to(self.device)
+        self.model = build_model(cfg).to(self.device)  # the toolkit GPT or --model/--hf-config
         self.optimizer = build_optimizer(self.model, cfg.recipe_cfg, cfg.lr, self.device)
         self.scheduler = build_scheduler(self.optimizer, cfg.recipe_cfg.warmup_updates)
         self.precision = make_precision(cfg.precision, self.device)
@@ -118,7 +96,9 @@ class Trainer:
         self.clip_timer = ClipTimer(self.device)
         # rank 0 alone writes: the other replicas record nothing and run no probes
         self.recorder = (
-            Recorder(run_dir, cfg.to_dict(), resume=resume, flush_every=cfg.flush_every)
+            Recorder(
+                run_dir, config_record(cfg, self.model), resume=resume, flush_every=cfg.flush_every
+            )
             if self.dist.is_main
             else NullRecorder()
         )
@@ -198,7 +178,7 @@ class Trainer:
         tokens = replica_slice(batch.tokens, self.dist).to(self.device)  # (A, m, T+1)
         micro = [(tokens[a, :, :-1], tokens[a, :, 1:]) for a in range(tokens.size(0))]
         self.optimizer.zero_grad(set_to_none=True)  # between groups only
-        hook = _overflow_last(len(micro)) if injected == "nonfinite" else None
+        hook = overflow_last(len(micro)) if injected == "nonfinite" else None
 
         def context(i: int) -> contextlib.ExitStack:
             stack = contextlib.ExitStack()
@@ -263,7 +243,7 @@ class Trainer:
             "boundary": ctx.boundary,
             **{f"w_{k}": v for k, v in batch.weights.items()},
             "loss": loss,
-            **_per_source_loss(example_loss, example_tokens, batch.source_idx.reshape(-1)),
+            **per_source_loss(example_loss, example_tokens, batch.source_idx.reshape(-1)),
             "grad_norm": grad_norm,
             "lr": self.optimizer.param_groups[0]["lr"],
             "grad_norm_post": post,
@@ -322,6 +302,7 @@ class Trainer:
             replicas=self.reducer.world_size,
         )
         summary["run_sheet"]["checkpoint_bytes"] = self.checkpointer.last_bytes
+        summary["run_sheet"].update(run_sheet_origins(self.cfg, self.model, self.data))
         summary.update(self.evaluator.summary(wall_s))
         summary.update(self.probes.close(self.run_dir))
         mixer = self.plan.mixer
@@ -357,7 +338,7 @@ class Trainer:
             "version": __version__,
             "size": self.cfg.size,
             "vocab_size": self.cfg.model.vocab_size,
-            "n_params": self.cfg.model.n_params(),
+            "n_params": sum(p.numel() for p in self.model.parameters()),
             "replicas": self.reducer.world_size,
             "precision": self.cfg.precision,
             "data_key": getattr(self.data, "key", None),  # the same tokens, or no resume

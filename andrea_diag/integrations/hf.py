@@ -1,0 +1,141 @@
+"""andrea-diag's probes inside a Hugging Face ``Trainer``: :class:`AndreaDiagCallback`.
+
+    from andrea_diag.integrations.hf import AndreaDiagCallback
+    trainer = Trainer(model=model, args=args, train_dataset=ds,
+                      callbacks=[AndreaDiagCallback("runs/hf-mine")])
+    trainer.train()                      # then: andrea-diag report runs/hf-mine
+
+It runs the probes ``SpikeMonitor`` runs, through the same probe driver, and writes a run
+directory that ``andrea-diag report`` renders (``config.json`` says ``"framework":
+"transformers"`` and which hooks ran). Needs the ``hf`` extra: ``pip install 'andrea-diag[hf]'``.
+
+**Where the hooks sit** (checked in transformers 5.24's ``Trainer._inner_training_loop``):
+
+1. every microbatch: ``training_step`` (forward + backward, gradients accumulate). A forward
+   hook on the model reads the logits and ``labels`` to get each sequence's token loss (the
+   loss is token-weighted over the whole group, as in the toolkit's trainer; an extra
+   cross-entropy under ``no_grad``); a post-accumulate-grad hook on every parameter keeps its
+   gradient norm, so after the group's last backward it holds the **pre-clip** norms;
+2. once per update, ``max_grad_norm > 0``: ``accelerator.clip_grad_norm_`` unscales (fp16
+   GradScaler) and clips in place. Without clipping, the Trainer still calls it with an infinite
+   threshold, so gradients are unscaled either way;
+3. ``on_pre_optimizer_step`` -> the probes' ``after_clip``: the gradients in ``.grad`` are what
+   the optimizer will use (clipped, unscaled). Their per-tensor norms over the hook's pre-clip
+   norms give the clip's scale, measured rather than assumed;
+4. ``optimizer.step()``, then ``on_optimizer_step`` -> the probes' ``after_step`` (``m``/``v``
+   updated, gradients still there: ``model.zero_grad()`` comes after it);
+5. the learning-rate scheduler steps, ``on_step_end``. The row's ``lr`` is the lr this step used.
+
+Under fp16 the hook's pre-clip norms are in scaled units; they are divided by the GradScaler's
+scale (``optimizer.scaler``, constant until ``scaler.update`` inside the step). That path needs a
+CUDA device and is not exercised by the CPU tests. Not supported: DeepSpeed and FSDP (the
+gradients are sharded or owned by the engine), and more than one process (hooks see the local
+gradient before the all-reduce).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from andrea_diag.integrations.capture import (
+    PreClipNorms,
+    UpdateCapture,
+    monitor_meta,
+    per_tensor_norms,
+    probe_params,
+    token_losses,
+)
+from andrea_diag.monitor import SpikeMonitor
+
+try:
+    import transformers
+    from transformers import TrainerCallback
+except ImportError as exc:  # a clear line instead of a bare ModuleNotFoundError
+    raise ImportError(
+        "andrea_diag.integrations.hf needs transformers: pip install 'andrea-diag[hf]'"
+    ) from exc
+
+HOOKS = {
+    "after_clip": "on_pre_optimizer_step (after max_grad_norm clipping and unscaling)",
+    "after_step": "on_optimizer_step (before the lr scheduler and zero_grad)",
+    "pre_clip_norms": "post-accumulate-grad hooks (after each backward)",
+    "loss": "forward hook: logits and labels, token-weighted over the update's microbatches",
+}
+
+
+class AndreaDiagCallback(TrainerCallback):
+    """Spike, optimizer-state and lock-in probes for ``transformers.Trainer``.
+
+    ``out_dir``: the run directory. Other keywords go to :class:`~andrea_diag.monitor.SpikeMonitor`
+    (``prompts``, ``tokenizer``, ``seed``, ``probes`` or probe fields such as ``spike_z``).
+    """
+
+    def __init__(self, out_dir: str | Path, **monitor_options: Any) -> None:
+        self.out_dir = Path(out_dir)
+        self.options = monitor_options
+        self.monitor: SpikeMonitor | None = None
+        self.capture: UpdateCapture | None = None
+        self._norms: PreClipNorms | None = None
+        self._forward_hook: Any = None
+        self._accum = 1
+
+    # -- Trainer events --------------------------------------------------------------------
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        model, self.optimizer = kwargs["model"], kwargs["optimizer"]
+        # accelerate wraps the optimizer; the probes read the torch one's groups and state
+        optimizer = getattr(self.optimizer, "optimizer", self.optimizer)
+        self._accum = max(1, int(args.gradient_accumulation_steps))
+        self.monitor = SpikeMonitor(
+            model,
+            optimizer,
+            self.out_dir,
+            total_steps=state.max_steps or None,
+            meta=monitor_meta("transformers", transformers.__version__, HOOKS),
+            **self.options,
+        )
+        params = probe_params(model)
+        self.capture = UpdateCapture(self.monitor, params, impl="transformers")
+        self._norms = PreClipNorms(params)
+        self._forward_hook = model.register_forward_hook(self._on_forward, with_kwargs=True)
+
+    def on_pre_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self.capture is None or self._norms is None:
+            return
+        params = [p for p in self.capture.params if p.grad is not None]
+        scaler = getattr(self.optimizer, "scaler", None)  # accelerate's fp16 GradScaler
+        unscale = float(scaler.get_scale()) if scaler is not None else 1.0  # host sync
+        pre = self._norms.take(params, unscale)
+        self.capture.before_step(pre, post=per_tensor_norms(params))
+
+    def on_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self.capture is not None:
+            self.capture.after_step()
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.close()
+
+    def close(self) -> dict[str, Any] | None:
+        """Remove the hooks and write the run's summary (``on_train_end`` calls it)."""
+        if self._forward_hook is not None:
+            self._forward_hook.remove()
+            self._forward_hook = None
+        if self._norms is not None:
+            self._norms.remove()
+            self._norms = None
+        return self.monitor.close() if self.monitor is not None else None
+
+    # -- hooks -----------------------------------------------------------------------------
+    def _on_forward(
+        self, module: torch.nn.Module, args: tuple, kwargs: dict[str, Any], output: Any
+    ) -> None:
+        if not (module.training and torch.is_grad_enabled()) or self.capture is None:
+            return  # evaluation, generation: not part of an update
+        labels = kwargs.get("labels")
+        logits = getattr(output, "logits", None)
+        if labels is not None and logits is not None:
+            self.capture.add_examples(*token_losses(logits, labels))
+        elif getattr(output, "loss", None) is not None:  # no labels seen: the microbatch mean
+            self.capture.add_loss(output.loss / self._accum)

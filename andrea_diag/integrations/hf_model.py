@@ -1,0 +1,118 @@
+"""A Hugging Face causal LM built from a local ``config.json``: ``--hf-config PATH``.
+
+    andrea-diag cascade --hf-config ./llama-tiny/config.json --size tiny
+
+Nothing is downloaded: the JSON is read here and handed to ``AutoConfig.for_model`` (it must
+name its ``model_type``, e.g. ``"llama"``, ``"gpt_neox"``, ``"gpt2"``), and the model is built
+with ``AutoModelForCausalLM.from_config``, with random weights drawn after the trainer's
+``torch.manual_seed`` (identical in every arm).
+
+**Vocabulary.** The toolkit trains its own tokenizer (vocabulary 8449) on the run's sources, so
+the config's ``vocab_size`` is replaced by the toolkit's; the run sheet records both
+(``vocab_size_in_config``, ``vocab_size``). A checkpoint's tokenizer is never used; special
+token ids outside the toolkit's vocabulary (GPT-2's 50256) are set to None. The size
+preset does not change the architecture: the config's own widths and depths are trained; use one
+config file per rung of a ladder. ``--seq-len`` must fit the config's positions
+(``max_position_embeddings`` / ``n_positions``).
+
+The wrapper's ``forward(ids)`` returns ``.logits`` (B, T, V), the protocol ``--model`` factories
+follow (``andrea_diag.factories``). Needs the ``hf`` extra: ``pip install 'andrea-diag[hf]'``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from andrea_diag.config import ModelConfig
+from andrea_diag.errors import UserError
+
+POSITION_KEYS = ("max_position_embeddings", "n_positions", "n_ctx")
+SPECIAL_IDS = ("bos_token_id", "eos_token_id", "pad_token_id")
+
+
+def _transformers() -> Any:
+    try:
+        import transformers
+    except ImportError:
+        raise UserError(
+            "--hf-config needs the transformers package, which is not installed",
+            hint="pip install 'andrea-diag[hf]'",
+        ) from None
+    return transformers
+
+
+class HFCausalLM(torch.nn.Module):
+    """``forward(ids (B, T)) -> logits (B, T, V)`` around a Hugging Face causal LM."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+        self.config = model.config  # the lock-in probe reads positions and vocab from it
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.model(input_ids=ids, use_cache=False).logits  # (B, T, V)
+
+
+def read_config(path: str | Path) -> dict[str, Any]:
+    """The config file as a dict; a missing, unreadable or typeless file is one clear error."""
+    p = Path(path).expanduser()
+    if p.is_dir():
+        p = p / "config.json"
+    if not p.is_file():
+        raise UserError(f"--hf-config: {str(p)!r} does not exist")
+    try:
+        d = json.loads(p.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise UserError(f"--hf-config: {str(p)!r} is not valid JSON ({exc})") from None
+    if not isinstance(d, dict) or not isinstance(d.get("model_type"), str):
+        raise UserError(
+            f"--hf-config: {str(p)!r} has no 'model_type'",
+            hint='a Hugging Face config.json names its architecture, e.g. "model_type": "llama"',
+        )
+    return d
+
+
+def build_hf_model(path: str | Path, preset: ModelConfig, seq_len: int) -> HFCausalLM:
+    """The config's model with the toolkit's vocabulary, wrapped to return logits."""
+    transformers = _transformers()
+    d = read_config(path)
+    kwargs = {k: v for k, v in d.items() if k != "model_type"}
+    kwargs["vocab_size"] = preset.vocab_size  # the toolkit's tokenizer, not the checkpoint's
+    for key in SPECIAL_IDS:  # ids of the config's own tokenizer mean nothing in ours
+        if isinstance(kwargs.get(key), int) and kwargs[key] >= preset.vocab_size:
+            kwargs[key] = None
+    try:
+        config = transformers.AutoConfig.for_model(d["model_type"], **kwargs)
+        model = transformers.AutoModelForCausalLM.from_config(config)
+    except Exception as exc:  # an unknown model_type, a bad field: the library says which
+        raise UserError(f"--hf-config {path}: {type(exc).__name__}: {exc}") from None
+    check_positions(model.config, seq_len, str(path))
+    return HFCausalLM(model)
+
+
+def check_positions(cfg: Any, seq_len: int, path: str) -> None:
+    """``--seq-len`` must fit the config's position table."""
+    positions = next((getattr(cfg, k) for k in POSITION_KEYS if getattr(cfg, k, None)), None)
+    if positions is not None and seq_len > int(positions):
+        raise UserError(
+            f"--seq-len {seq_len} exceeds the {positions} positions of --hf-config {path}",
+            hint="lower --seq-len, or raise max_position_embeddings in the config",
+        )
+
+
+def hf_origin(model: torch.nn.Module, path: str | Path) -> dict[str, Any]:
+    """The run sheet's record of an ``--hf-config`` model."""
+    transformers = _transformers()
+    d = read_config(path)
+    return {
+        "hf_config": str(Path(path).expanduser().resolve()),
+        "model_type": d["model_type"],
+        "architecture": type(getattr(model, "model", model)).__name__,
+        "vocab_size_in_config": d.get("vocab_size"),
+        "vocab_size": getattr(getattr(model, "config", None), "vocab_size", None),
+        "transformers_version": transformers.__version__,
+    }

@@ -1,0 +1,114 @@
+"""andrea-diag's probes inside a Lightning ``Trainer``: :class:`AndreaDiagCallback`.
+
+    from andrea_diag.integrations.lightning import AndreaDiagCallback
+    trainer = L.Trainer(max_steps=1000, gradient_clip_val=1.0,
+                        callbacks=[AndreaDiagCallback("runs/pl-mine")])
+    trainer.fit(module, loader)          # then: andrea-diag report runs/pl-mine
+
+It runs the probes ``SpikeMonitor`` runs, through the same probe driver, and writes a run
+directory that ``andrea-diag report`` renders (``config.json`` says ``"framework":
+"lightning"`` and which hooks ran). Needs the ``lightning`` extra:
+``pip install 'andrea-diag[lightning]'``.
+
+**Where the hooks sit** (checked in Lightning 2.6's ``Precision._after_closure`` and
+``MixedPrecision.optimizer_step``), automatic optimization, one optimizer:
+
+1. every batch: ``training_step``, then ``on_before_backward(loss)``: the loss Lightning
+   backpropagates, already divided by ``accumulate_grad_batches``; the update's loss is their sum
+   (the mean of the microbatch losses). Per-sequence losses are not exposed by Lightning's hooks,
+   so the outlier attribution of a spike is unavailable here (``SpikeMonitor`` in a plain loop
+   or the Hugging Face callback have it);
+2. on the last batch of a group: the precision plugin runs the closure, then (``16-mixed``)
+   ``scaler.unscale_``, then ``on_before_optimizer_step`` -> the probes' ``after_clip``:
+   gradients are **unscaled and not yet clipped**, so these are the pre-clip norms;
+3. then ``gradient_clip_val`` / ``gradient_clip_algorithm`` clip in place, and the optimizer
+   steps (inside ``optimizer.step(closure)`` in 32-bit: no hook sits between clip and step);
+4. ``on_train_batch_end`` -> the probes' ``after_step``: parameters and ``m``/``v`` updated,
+   gradients still the clipped ones the optimizer used (Lightning zeroes them at the next
+   group's first closure). Their norms over the pre-clip norms give the clip's scale, which the
+   optimizer-state probe reads: measured, so clipping by norm, by value or not at all all work.
+
+Not supported: manual optimization, several optimizers (the first is watched), and more than
+one process (norms are of the local gradient).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from andrea_diag.integrations.capture import (
+    UpdateCapture,
+    monitor_meta,
+    per_tensor_norms,
+    probe_params,
+)
+from andrea_diag.monitor import SpikeMonitor
+
+try:
+    import lightning
+    from lightning.pytorch.callbacks import Callback
+except ImportError as exc:  # a clear line instead of a bare ModuleNotFoundError
+    raise ImportError(
+        "andrea_diag.integrations.lightning needs lightning: pip install 'andrea-diag[lightning]'"
+    ) from exc
+
+HOOKS = {
+    "after_clip": "on_before_optimizer_step (after unscale, before gradient_clip_val clipping)",
+    "after_step": "on_train_batch_end of the group's last batch (after the optimizer step)",
+    "loss": "on_before_backward: sum over the group of loss / accumulate_grad_batches",
+}
+
+
+class AndreaDiagCallback(Callback):
+    """Spike, optimizer-state and lock-in probes for ``lightning.pytorch.Trainer``.
+
+    ``out_dir``: the run directory. Other keywords go to :class:`~andrea_diag.monitor.SpikeMonitor`
+    (``prompts``, ``tokenizer``, ``seed``, ``probes`` or probe fields such as ``spike_z``).
+    """
+
+    def __init__(self, out_dir: str | Path, **monitor_options: Any) -> None:
+        self.out_dir = Path(out_dir)
+        self.options = monitor_options
+        self.monitor: SpikeMonitor | None = None
+        self.capture: UpdateCapture | None = None
+        self._stepping = False
+
+    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+        steps = trainer.max_steps if trainer.max_steps and trainer.max_steps > 0 else None
+        self.monitor = SpikeMonitor(
+            pl_module,
+            trainer.optimizers[0],
+            self.out_dir,
+            total_steps=steps,
+            meta=monitor_meta("lightning", lightning.__version__, HOOKS),
+            **self.options,
+        )
+        self.capture = UpdateCapture(self.monitor, probe_params(pl_module), impl="lightning")
+
+    def on_before_backward(self, trainer: Any, pl_module: Any, loss: torch.Tensor) -> None:
+        if self.capture is not None:
+            self.capture.add_loss(loss)
+
+    def on_before_optimizer_step(self, trainer: Any, pl_module: Any, optimizer: Any) -> None:
+        if self.capture is None:
+            return
+        self.capture.before_step(per_tensor_norms(self.capture.params))  # pre-clip, unscaled
+        self._stepping = True
+
+    def on_train_batch_end(
+        self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        if self.capture is None or not self._stepping:
+            return  # a batch inside an accumulation group: no update yet
+        self._stepping = False
+        self.capture.after_step(post=per_tensor_norms(self.capture.params))
+
+    def on_train_end(self, trainer: Any, pl_module: Any) -> None:
+        self.close()
+
+    def close(self) -> dict[str, Any] | None:
+        """Write the run's summary (``on_train_end`` calls it)."""
+        return self.monitor.close() if self.monitor is not None else None
