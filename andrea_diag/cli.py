@@ -19,6 +19,7 @@ from andrea_diag.commands.accum_check import accum_check
 from andrea_diag.commands.bench_kernels import bench_kernels
 from andrea_diag.commands.doctor import doctor
 from andrea_diag.commands.errors import friendly_errors
+from andrea_diag.commands.export import export
 from andrea_diag.commands.report import report
 from andrea_diag.commands.run import cascade, sweep, train
 
@@ -56,6 +57,7 @@ app.command("report")(friendly_errors(report))
 app.command("bench-kernels")(friendly_errors(bench_kernels))
 app.command("accum-check")(friendly_errors(accum_check))
 app.command("doctor")(friendly_errors(doctor))
+app.command("export")(friendly_errors(export))
 
 if __name__ == "__main__":
     app()
