@@ -15,7 +15,8 @@ It writes a run directory that ``andrea-diag report RUN_DIR`` renders: ``config.
 (``{"kind": "monitor", ...}``: the monitor's settings, model and optimizer), ``metrics.jsonl``
 / ``metrics.parquet`` (``update, loss, grad_norm, lr, applied`` + the probe columns),
 ``events.jsonl`` (spikes), ``samples.jsonl`` (when ``prompts`` are given) and
-``summary.json`` (``spikes``, ``pollution``, ``lockin``).
+``summary.json`` (``spikes``, ``pollution``, ``lockin``). With ``tensorboard_dir=...`` it also
+writes TensorBoard event files live, with the tags of ``andrea-diag export --tensorboard``.
 
 ``after_clip`` accepts what your clipper returned: a :class:`~andrea_diag.clip.api.ClipResult`
 (from ``clip_grad_norm_with_stats``: exact per-tensor norms, no extra pass), the pre-clip total

@@ -167,7 +167,9 @@ class TensorBoardRun:
                 if isinstance(ev.get(key), (int, float)) and not math.isnan(ev[key])
             ]
             self._scalars(pairs, step)
-            lines.append(f"| {step} | {metric} | {ev.get('z', '')} | {ev.get('cause', '')} |")
+            z = ev.get("z")
+            z_text = f"{z:.1f}" if isinstance(z, (int, float)) else ""
+            lines.append(f"| {step} | {metric} | {z_text} | {ev.get('cause', '')} |")
         self._writer.add_summary(self._text("spikes/events", "\n".join(lines)), self._last_step)
 
     def summary(self, summary: Mapping[str, Any] | None) -> None:

@@ -217,6 +217,7 @@ def test_cli_exports_a_cascade_and_says_where(make_run, tmp_path):
         ("no_rows", "no metric rows"),
         ("already", "already holds TensorBoard event files"),
         ("no_writer", "pip install tensorboardX"),
+        ("out_is_file", "is a file"),
     ],
 )
 def test_cli_bad_input_is_one_clear_line_and_nonzero_exit(
@@ -236,6 +237,8 @@ def test_cli_bad_input_is_one_clear_line_and_nonzero_exit(
         (run / "metrics.jsonl").write_text("")
     elif setup == "already":
         assert _cli(*args).exit_code == 0
+    elif setup == "out_is_file":
+        out.write_text("not a folder")
     elif setup == "no_writer":
         for mod in BOTH_WRITERS:
             monkeypatch.setitem(sys.modules, mod, None)

@@ -37,8 +37,8 @@ def export(
     out: Annotated[
         Path | None,
         typer.Option(
-            help="Folder to write into, one subfolder per run [default: "
-            "<first run's parent>/tensorboard]."
+            help="Folder to write into, one subfolder per run (default: "
+            "<first run's parent>/tensorboard)."
         ),
     ] = None,
 ) -> None:
