@@ -22,6 +22,7 @@ from andrea_diag.commands.bench_kernels import bench_kernels
 from andrea_diag.commands.bench_train import bench_train
 from andrea_diag.commands.doctor import doctor
 from andrea_diag.commands.errors import friendly_errors
+from andrea_diag.commands.export import export
 from andrea_diag.commands.ladder import ladder
 from andrea_diag.commands.report import report
 from andrea_diag.commands.run import cascade, sweep, train
@@ -62,6 +63,7 @@ app.command("bench-train")(friendly_errors(bench_train))
 app.command("accum-check")(friendly_errors(accum_check))
 app.command("doctor")(friendly_errors(doctor))
 app.command("ladder")(friendly_errors(ladder))
+app.command("export")(friendly_errors(export))
 
 if __name__ == "__main__":
     app()

@@ -15,7 +15,8 @@ It writes a run directory that ``andrea-diag report RUN_DIR`` renders: ``config.
 (``{"kind": "monitor", ...}``: the monitor's settings, model and optimizer), ``metrics.jsonl``
 / ``metrics.parquet`` (``update, loss, grad_norm, lr, applied`` + the probe columns),
 ``events.jsonl`` (spikes), ``samples.jsonl`` (when ``prompts`` are given) and
-``summary.json`` (``spikes``, ``pollution``, ``lockin``).
+``summary.json`` (``spikes``, ``pollution``, ``lockin``). With ``tensorboard_dir=...`` it also
+writes TensorBoard event files live, with the tags of ``andrea-diag export --tensorboard``.
 
 ``after_clip`` accepts what your clipper returned: a :class:`~andrea_diag.clip.api.ClipResult`
 (from ``clip_grad_norm_with_stats``: exact per-tensor norms, no extra pass), the pre-clip total
@@ -41,7 +42,7 @@ from andrea_diag.clip.reference import clip_reference
 from andrea_diag.config import ProbeConfig
 from andrea_diag.probes import ProbeDriver, make_probes
 from andrea_diag.probes.base import UpdateContext
-from andrea_diag.record import Recorder
+from andrea_diag.record import Recorder, load_run
 
 
 class SpikeMonitor:
@@ -60,12 +61,19 @@ class SpikeMonitor:
         seed: int = 0,
         resume: bool = False,
         meta: dict[str, Any] | None = None,
+        tensorboard_dir: str | Path | None = None,
         **probe_options: Any,
     ) -> None:
         """``probes`` (or its fields as keywords: ``spike_z=8.0``, ``shadow=False``, ...)
         configures the probes; every default comes from :class:`~andrea_diag.config.ProbeConfig`.
         ``meta``: extra ``config.json`` fields (the framework callbacks say which hook ran).
+        ``tensorboard_dir``: also write TensorBoard event files there, live, with the tags of
+        ``andrea-diag export --tensorboard`` (:mod:`andrea_diag.tensorboard`).
         """
+        if tensorboard_dir is not None:  # a missing writer fails before the run dir is made
+            from andrea_diag.tensorboard import writer_backend
+
+            writer_backend()
         self.model, self.optimizer = model, optimizer
         named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
         self._names = [n for n, _ in named]
@@ -102,6 +110,11 @@ class SpikeMonitor:
         }
         self.recorder = Recorder(out_dir, config, resume=resume)
         self.run_dir = self.recorder.run_dir
+        self._tb = None
+        if tensorboard_dir is not None:
+            from andrea_diag.tensorboard import TensorBoardRun
+
+            self._tb = TensorBoardRun(tensorboard_dir, config)
         self.probes = ProbeDriver(
             make_probes(
                 model,
@@ -209,6 +222,8 @@ class SpikeMonitor:
         self.probes.after_step(ctx)
         ctx.row["applied"] = ctx.applied
         self.recorder.log(ctx.row)
+        if self._tb is not None:
+            self._tb.log(ctx.row)
         self._stepped = True
 
     def close(self, crashed: BaseException | None = None) -> dict[str, Any]:
@@ -229,6 +244,10 @@ class SpikeMonitor:
             self.recorder.close()
             self.recorder.write("partial_summary.json", summary)
             self.recorder.release()
+        if self._tb is not None:  # spike events as the export writes them: read back, filtered
+            self._tb.events(load_run(self.run_dir)["events"])
+            self._tb.summary(summary)
+            self._tb.close()
         self.summary = summary
         return summary
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import html
 import json
-import re
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,7 @@ from andrea_diag.report.banner import CSS as BANNER_CSS
 from andrea_diag.report.banner import NEVER_STARTED, ArmStatus, arm_status, banner_html
 from andrea_diag.report.figures import all_figures
 from andrea_diag.report.findings import all_findings
+from andrea_diag.report.images import figure_slug, write_images
 from andrea_diag.report.plotlyjs import script_tag
 from andrea_diag.report.style import Style
 
@@ -231,12 +231,16 @@ def render_report(
     title: str | None = None,
     notes: list[str] | None = None,
     run_status: str | None = None,
+    images: list[str] | None = None,
 ) -> Path:
     """Render one comparison report of the given run directories; returns the written path.
 
     Unfinished runs render too: every run with at least one metrics row is plotted, and a
     banner at the top says where and why each one stopped. ``run_status``: the cascade's own
     status (cascade.json), shown in the banner when it is not "done".
+
+    ``images``: also write each chart as an image beside the page, per format ("png", "svg";
+    :mod:`andrea_diag.report.images`), after the page.
 
     Raises :class:`UserError` for an empty list, a directory that is not a run directory, or
     runs that recorded no metric row at all.
@@ -249,7 +253,7 @@ def render_report(
     runs, statuses = _load_runs(run_dirs)
     if not runs:
         raise _no_rows_error(", ".join(str(d) for d in run_dirs), statuses)
-    return _render(runs, statuses, Path(out_html), title, notes, run_status)
+    return _render(runs, statuses, Path(out_html), title, notes, run_status, images=images)
 
 
 def _render(
@@ -260,6 +264,7 @@ def _render(
     notes: list[str] | None,
     run_status: str | None,
     plotly_dir: Path | None = None,
+    images: list[str] | None = None,
 ) -> Path:
     """Write the page of ``runs`` (each with metric rows); ``statuses`` covers every arm."""
     arms = _label_arms(runs)
@@ -280,7 +285,8 @@ def _render(
         + "\n".join(f"<li>{html.escape(f)}</li>" for f in all_findings(arms))
         + "\n</ul>"
     )
-    n_figs = _figures_html(arms, parts)
+    figs: list[tuple[str, Any]] = []
+    n_figs = _figures_html(arms, parts, figs)
     parts.append("<h2>Samples (last sampled update)</h2>\n" + _samples_table(arms))
     generated = datetime.now(timezone.utc).isoformat(timespec="seconds")
     parts.append(
@@ -304,11 +310,14 @@ def _render(
     )
     out_html.parent.mkdir(parents=True, exist_ok=True)
     out_html.write_text(page, encoding="utf-8")
+    if images:  # after the page: a missing exporter still leaves the HTML behind
+        write_images(figs, out_html, images)
     return out_html
 
 
-def _figures_html(arms: list[Arm], parts: list[str]) -> int:
-    """Append every figure section to ``parts``; returns the number of figures drawn."""
+def _figures_html(arms: list[Arm], parts: list[str], figs: list[tuple[str, Any]]) -> int:
+    """Append every figure section to ``parts`` and (section, figure) to ``figs``; returns the
+    number of figures drawn."""
     n_figs = 0
     for section, fig, note in all_figures(arms):
         parts.append(f"<h2>{html.escape(section)}</h2>")
@@ -316,6 +325,7 @@ def _figures_html(arms: list[Arm], parts: list[str]) -> int:
             parts.append(f"<p class='note'>{html.escape(note)}</p>")
             continue
         n_figs += 1
+        figs.append((section, fig))
         parts.append(
             pio.to_html(
                 fig,
@@ -323,14 +333,16 @@ def _figures_html(arms: list[Arm], parts: list[str]) -> int:
                 include_mathjax=False,
                 full_html=False,
                 # named by section, so a section that has no figure moves no other id
-                div_id="fig-" + re.sub(r"[^a-z0-9]+", "-", section.lower()).strip("-"),
+                div_id="fig-" + figure_slug(section),
                 config=PLOT_CONFIG,
             )
         )
     return n_figs
 
 
-def render_cascade(cascade_dir: Path, plotly_dir: Path | None = None) -> Path:
+def render_cascade(
+    cascade_dir: Path, plotly_dir: Path | None = None, images: list[str] | None = None
+) -> Path:
     """Render ``cascade_dir/report.html`` from ``cascade.json`` and one run directory per arm.
 
     ``plotly_dir``: link plotly.js from one shared copy there (a sweep's pages) instead of
@@ -358,4 +370,4 @@ def render_cascade(cascade_dir: Path, plotly_dir: Path | None = None) -> Path:
     title = f"cascade: size {meta.get('size', '?')}, seed {meta.get('seed', '?')}, arms {', '.join(arms)}"
     notes = [f"command: {meta['command']}"] if meta.get("command") else None
     page = cascade_dir / "report.html"
-    return _render(runs, statuses, page, title, notes, meta.get("status"), plotly_dir)
+    return _render(runs, statuses, page, title, notes, meta.get("status"), plotly_dir, images)
