@@ -14,7 +14,7 @@ import json
 import plotly.graph_objects as go
 import plotly.io as pio
 
-from andrea_diag.bench import BenchResult, fmt, targets, three_vs_one
+from andrea_diag.bench import BenchResult, adaptive_summary, fmt, targets, three_vs_one
 
 TABLE_COLUMNS = [
     "size",
@@ -85,7 +85,7 @@ def render_bench_page(result: BenchResult) -> str:
     parts += [pio.to_html(f, include_plotlyjs=False, full_html=False) for f in (times, tab)]
     answer = (
         "".join(f"<li>{line}</li>" for line in three_vs_one(result))
-        or "<li>(no GPU in this run)</li>"
+        or f"<li>({'the clip case was not run' if result.meta.get('gpu') else 'no GPU in this run'})</li>"
     )
     tgt = (
         "".join(
@@ -93,6 +93,12 @@ def render_bench_page(result: BenchResult) -> str:
             for w, g, want, m in targets(result)
         )
         if result.meta.get("gpu")
+        else ""
+    )
+    adaptive = "".join(f"<li>{line}</li>" for line in adaptive_summary(result))
+    adaptive_html = (
+        f"<h2>Adaptive clip modes: cost per update against global</h2><ul>{adaptive}</ul>"
+        if adaptive
         else ""
     )
     meta = json.dumps(result.meta, indent=1, default=str)
@@ -103,6 +109,7 @@ def render_bench_page(result: BenchResult) -> str:
         f"<p>Copy bandwidth measured in this run: {result.meta.get('copy_gbps', 0):.0f} GB/s. Bytes: clip active "
         "= 3 x gradient bytes (read for the norm, read + write to scale); inactive = 1 x.</p>"
         f"<h2>Why three kernels, not one?</h2><ul>{answer}</ul><h2>Targets</h2><ul>{tgt}</ul>"
+        + adaptive_html
         + "".join(parts)
         + f"<h2>Run metadata</h2><pre>{meta}</pre></body></html>"
     )
