@@ -45,6 +45,15 @@ from andrea_diag.probes.base import UpdateContext
 from andrea_diag.record import Recorder, load_run
 
 
+def _plain_groups(optimizer: torch.optim.Optimizer) -> list[dict[str, Any]]:
+    """The optimizer's param-group settings that JSON can hold (lr, betas, ...; no tensors)."""
+    plain = (int, float, str, bool, tuple, list, type(None))
+    return [
+        {k: v for k, v in g.items() if k != "params" and isinstance(v, plain)}
+        for g in optimizer.param_groups
+    ]
+
+
 class SpikeMonitor:
     """Spike attribution, Adam-state pollution and lock-in probes for a user's loop."""
 
@@ -97,15 +106,7 @@ class SpikeMonitor:
             "model": type(model).__name__,
             "n_params": sum(p.numel() for p in self._params),
             "optimizer": type(optimizer).__name__,
-            "param_groups": [
-                {
-                    k: v
-                    for k, v in g.items()
-                    if k != "params"
-                    and isinstance(v, (int, float, str, bool, tuple, list, type(None)))
-                }
-                for g in optimizer.param_groups
-            ],
+            "param_groups": _plain_groups(optimizer),
             **(meta or {}),
         }
         self.recorder = Recorder(out_dir, config, resume=resume)

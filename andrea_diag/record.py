@@ -45,6 +45,10 @@ from andrea_diag.errors import UserError
 from andrea_diag.runlock import RunLock
 
 log = logging.getLogger("andrea_diag.record")
+# Wall-clock measurements: they differ between two runs of the same config (and between a run
+# and its resumed copy), so comparisons of runs leave them out.
+WALL_CLOCK_COLUMNS = ("time_s", "clip_ms")
+WALL_CLOCK_SUMMARY = ("wall_s", "clip_ms_median")
 
 
 def _jsonable(value: Any) -> Any:

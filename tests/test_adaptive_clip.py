@@ -251,3 +251,21 @@ def test_every_adaptive_mode_is_registered_with_a_label_and_colour() -> None:
 def test_clip_params_refuse_values_no_mode_can_run_with(field: str, value: float) -> None:
     with pytest.raises(ValueError, match=field.replace("_", "-")):
         ClipParams(**{field: value}).validate()
+
+
+def test_a_moment_reset_ends_every_spike_term_and_empties_the_shadow_buffers() -> None:
+    from andrea_diag.probes.shadow import GroupInfo, ShadowBuffers, SpikeTerm
+
+    p = torch.nn.Parameter(T([1.0, 2.0]))
+    opt = torch.optim.Adam([p])
+    info = GroupInfo(opt.param_groups[0], opt)
+    shadow = ShadowBuffers()
+    shadow.add([p], [T([3.0, 4.0])], [0], [info], {id(p): 0})
+    info.cm = 0.5  # some decay since the spike
+    early, recovered = SpikeTerm(5, [1.0], [2.0]), SpikeTerm(8, [1.0], [2.0])
+    recovered.recovery_m = recovered.recovery_v = 2
+    shadow.clear([info], [early, recovered], update=12)
+    assert not shadow and info.cm == 1.0 and info.bm_sq == 0.0
+    assert early.am == [0.0] and early.av == [0.0]
+    assert (early.recovery_m, early.recovery_v) == (7, 7)  # recovered at the reset
+    assert (recovered.recovery_m, recovered.recovery_v) == (2, 2)  # an earlier recovery stays

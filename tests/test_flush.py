@@ -24,7 +24,7 @@ import torch
 from typer.testing import CliRunner
 
 from andrea_diag.cli import app
-from andrea_diag.record import Recorder, read_jsonl
+from andrea_diag.record import WALL_CLOCK_COLUMNS, Recorder, read_jsonl
 
 STEPS, FLUSH, CKPT = 16, 4, 6
 # Flushes: rows 1-4 (the 4th row), 5-6 (checkpoint at 6), 7-10, 11-12 (checkpoint), 13-16.
@@ -53,7 +53,7 @@ app(sys.argv[1:], prog_name="andrea-diag")
 def _rows(path: Path) -> list[dict]:
     """metrics.jsonl's rows without ``time_s`` (wall clock, the one column runs may differ in)."""
     rows = [json.loads(line) for line in path.read_text().splitlines()]
-    return [{k: v for k, v in r.items() if k != "time_s"} for r in rows]
+    return [{k: v for k, v in r.items() if k not in WALL_CLOCK_COLUMNS} for r in rows]
 
 
 def _kill_parked(out: Path, at: int, log: Path) -> int:

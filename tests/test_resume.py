@@ -18,6 +18,7 @@ import torch
 from typer.testing import CliRunner
 
 from andrea_diag.cli import app
+from andrea_diag.record import WALL_CLOCK_COLUMNS, WALL_CLOCK_SUMMARY
 
 STEPS, EVERY = 24, 4
 ARGS = ["cascade", "--steps", str(STEPS), "--checkpoint-every", str(EVERY), "--lr", "3e-3",
@@ -52,9 +53,12 @@ def _kill_at(out: Path, arm: str, rows: int) -> None:
 def _artifacts(out: Path) -> dict:
     got = {}
     for arm in ARMS:
-        metrics = pd.read_parquet(out / arm / "metrics.parquet").drop(columns=["time_s"])
+        metrics = pd.read_parquet(out / arm / "metrics.parquet").drop(
+            columns=list(WALL_CLOCK_COLUMNS)
+        )
         summary = json.loads((out / arm / "summary.json").read_text())
-        summary.pop("wall_s")
+        for key in WALL_CLOCK_SUMMARY:
+            summary.pop(key)
         for key in ("wall_s", "share_of_run"):  # the held-out evaluation's wall clock
             summary.get("eval", {}).pop(key, None)
         # process facts, not results: memory high-water marks, and the checkpoint's size (pickle

@@ -156,6 +156,21 @@ def _prepare_cell(cell_dir: Path, console: Console) -> bool:
     return resume
 
 
+def _run_out_of_process(
+    spec: SweepSpec, dirs: list[Path], configs: list[RunConfig], out: Path, console: Console
+) -> dict[str, str]:
+    """Every unfinished cell as its own job (--jobs / --executor); returns the crashed ones."""
+    jobs = []
+    for cell_dir, cfg in zip(dirs, configs, strict=True):
+        if _finished(cell_dir):
+            _check_same(cell_dir, cfg, spec.clips)  # before any work, as the in-process loop
+        else:
+            resume = _prepare_cell(cell_dir, console)
+            jobs.append(CellJob(cell_dir.name, cell_dir, cfg, spec.clips, resume,
+                                shared_plotly(spec.plotly, out)))  # fmt: skip
+    return run_cells(jobs, spec.executor, out, console)
+
+
 def run_sweep(spec: SweepSpec, console: Console | None = None) -> tuple[Path, pd.DataFrame]:
     """Run (or resume) every cell; write sweep.json, sweep.csv and sweep.html under ``out``."""
     console = console or Console(stderr=True)
@@ -179,15 +194,7 @@ def run_sweep(spec: SweepSpec, console: Console | None = None) -> tuple[Path, pd
     dirs = [out / name for name in meta["cells"]]
     t0, before = time.perf_counter(), recorded_updates(dirs, spec.clips)
     if not spec.executor.in_process:  # every unfinished cell in its own process, N at once
-        jobs = []
-        for cell_dir, cfg in zip(dirs, configs, strict=True):
-            if _finished(cell_dir):
-                _check_same(cell_dir, cfg, spec.clips)  # before any work, as below
-            else:
-                resume = _prepare_cell(cell_dir, console)
-                jobs.append(CellJob(cell_dir.name, cell_dir, cfg, spec.clips, resume,
-                                    shared_plotly(spec.plotly, out)))  # fmt: skip
-        crashed = run_cells(jobs, spec.executor, out, console)
+        crashed = _run_out_of_process(spec, dirs, configs, out, console)
     for i, cfg in enumerate(configs, 1):
         name = name_of(cfg)
         cell_dir = out / name

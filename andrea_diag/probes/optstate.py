@@ -226,8 +226,8 @@ class OptStateProbe:
             row.update(gi.columns("layer_v", torch.tensor(v_pt, dtype=torch.float64)))
         ginfo = self._group_info(ctx.optimizer)
         gids = [self._gid_of.get(id(p), 0) for p in params]
-        if ctx.clip is not None and ctx.clip.moments_reset:
-            self._forget_spikes(ctx.update, ginfo)
+        if ctx.clip is not None and ctx.clip.moments_reset:  # SPAM zeroed m, v: terms gone
+            self._shadow.clear(ginfo, self.spikes, ctx.update)
         if ctx.applied:
             self._advance(ginfo)
         if spike_now:
@@ -237,17 +237,6 @@ class OptStateProbe:
             self._shadow_columns(ctx.update, row, ginfo, m_norm, v_norm)
 
     # -- pollution -------------------------------------------------------------------------
-    def _forget_spikes(self, update: int, ginfo: list[GroupInfo]) -> None:
-        """The clip mode zeroed Adam's moments (SPAM's reset): every spike term left with them,
-        so each unrecovered spike recovers at this update and the shadow buffers start empty."""
-        for sp in self.spikes:
-            sp.am, sp.av = [0.0] * len(sp.am), [0.0] * len(sp.av)
-            if sp.recovery_m is None:
-                sp.recovery_m = update - sp.update
-            if sp.recovery_v is None:
-                sp.recovery_v = update - sp.update
-        self._shadow.clear(ginfo)
-
     def _advance(self, ginfo: list[GroupInfo]) -> None:
         """One applied update: every spike term decays by β (scalars only, until renormalised)."""
         for sp in self.spikes:

@@ -95,8 +95,11 @@ class ShadowBuffers:
         self.bm = {id(p): t for p, t in zip(params, bm, strict=True) if t is not None}
         self.bv = {id(p): t for p, t in zip(params, bv, strict=True) if t is not None}
 
-    def clear(self, ginfo: list[GroupInfo]) -> None:
-        """Drop every buffer (the moments they shadow were reset); ``c`` back to 1."""
+    def clear(self, ginfo: list[GroupInfo], spikes: list[SpikeTerm], update: int) -> None:
+        """The optimizer's moments were reset at ``update``: drop every buffer (``c`` back to
+        1), and every spike term left with the moments (:meth:`SpikeTerm.forget`)."""
+        for sp in spikes:
+            sp.forget(update)
         self.bm, self.bv = {}, {}
         for info in ginfo:
             info.cm = info.cv = 1.0
@@ -148,6 +151,15 @@ class SpikeTerm:
         self.share_v_last: float | None = None  # its share of ‖v‖ at the latest update
         self.recovery_m: int | None = None
         self.recovery_v: int | None = None
+
+    def forget(self, update: int) -> None:
+        """The optimizer's moments were reset: this term is gone; if it had not recovered yet,
+        it recovers now."""
+        self.am, self.av = [0.0] * len(self.am), [0.0] * len(self.av)
+        if self.recovery_m is None:
+            self.recovery_m = update - self.update
+        if self.recovery_v is None:
+            self.recovery_v = update - self.update
 
     def record(self) -> dict[str, Any]:
         """The summary's per-spike entry (``pollution.per_spike``)."""
