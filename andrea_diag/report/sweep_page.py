@@ -113,14 +113,18 @@ def findings(table: pd.DataFrame) -> list[str]:
             seeds = int(min(u["seeds"], c["seeds"]))
             where = f"{size} lr {lr:g} (max_norm {mn:g}, {seeds} seed{'s' * (seeds > 1)})"
             spikes = f"spikes {u['n_spikes']:.0f} unclipped vs {c['n_spikes']:.0f} {clip}"
-            if seeds == 1 and abs(gap) > MATTERS:
-                spikes += "; one seed: a hint, not a finding"
             # several seeds: a call needs the paired gap's 95% interval to exclude 0
             cell = table[(table["size"] == size) & (table["lr"] == lr) & (table["max_norm"] == mn)]
             paired = cell.assign(v=compared_column(cell)).pivot_table("v", "seed", "clip")
             both = "none" in paired and clip in paired  # an arm with no finite loss has none
             iv = bootstrap_mean((paired["none"] - paired[clip]).tolist() if both else [])
-            if seeds > 1 and not iv.excludes_zero() and abs(gap) > MATTERS:
+            if seeds == 1 and abs(gap) > MATTERS:  # one run per arm: no interval, no call
+                side = "helped" if gap > 0 else "cost"
+                out.append(f"{where}: not distinguishable with 1 seed ({what} "
+                           f"{u['final_loss']:.2f} unclipped vs {c['final_loss']:.2f} {clip}: "
+                           f"clipping {side} {abs(gap):.2f} nats in this one run; a call needs "
+                           f"seeds, --seed 0,1,2,...); {spikes}.")  # fmt: skip
+            elif seeds > 1 and not iv.excludes_zero() and abs(gap) > MATTERS:
                 out.append(f"{where}: not distinguishable with {iv.n} seeds, paired gap "
                            f"{iv.text()} straddles 0 "
                            f"(mean {u['final_loss']:.2f} unclipped vs {c['final_loss']:.2f} "
