@@ -12,11 +12,11 @@ Modules, each importing only the ones above it (no cycle):
 - :mod:`andrea_diag.bench.adamw`: case "clip+adamw", a whole clipped AdamW step three ways.
 - :mod:`andrea_diag.bench.adaptive`: case "adaptive", every ``--clip`` mode against ``global``.
 - :mod:`andrea_diag.bench.clip`: case "clip", the clipper variants vs torch's
-  ``clip_grad_norm_``, and ``run_bench``, which runs both cases.
+  ``clip_grad_norm_``, and ``run_bench``, which runs every case.
 
-A training-loop benchmark (a whole update of the trainer's components, timed the same way) is
-meant to join as another module on the harness; it is not written yet. The HTML page of a run
-is :func:`andrea_diag.report.bench_page.render_bench_page`.
+The training-loop benchmark (``andrea-diag bench-train``: the trainer against a plain loop of
+the same model) is :mod:`andrea_diag.bench.train`. The HTML page of a kernel run is
+:func:`andrea_diag.report.bench_page.render_bench_page`.
 """
 
 from __future__ import annotations
