@@ -269,3 +269,43 @@ def test_a_moment_reset_ends_every_spike_term_and_empties_the_shadow_buffers() -
     assert early.am == [0.0] and early.av == [0.0]
     assert (early.recovery_m, early.recovery_v) == (7, 7)  # recovered at the reset
     assert (recovered.recovery_m, recovered.recovery_v) == (2, 2)  # an earlier recovery stays
+
+
+@pytest.mark.parametrize("mode", ["zclip", "spam", "skip"])
+def test_a_resumed_trainer_continues_the_adaptive_modes_state(mode: str, tmp_path) -> None:
+    """The clipper's state rides in the trainer's checkpoint: a trainer restored from update 6
+    clips updates 7-10 exactly as the one that never stopped (short warm-ups, so every mode is
+    past its warm-up by then and SPAM resets at 8)."""
+    from andrea_diag.config import RunConfig
+    from andrea_diag.data import BatchPlan, Mixer, prepare_data
+    from andrea_diag.train.loop import Trainer
+
+    # low thresholds: zclip and skip act on most updates after their warm-ups
+    params = ClipParams(zclip_warmup=3, zclip_z=0.1, skip_window=6, skip_z=0.1, spam_reset=8,
+                        spam_warmup=1)  # fmt: skip
+    cfg = RunConfig(size="tiny", steps=10, clip=mode, device="cpu", clip_params=params,
+                    checkpoint_every=0, eval_every=0).resolve()  # fmt: skip
+    data = prepare_data(cfg.sources, seed=cfg.corpus_seed)
+
+    def trainer(name: str) -> Trainer:
+        plan = BatchPlan(data, Mixer(seed=0), seed=0, micro_batch=cfg.micro_batch,
+                         accum=cfg.accum, seq_len=cfg.seq_len)  # fmt: skip
+        return Trainer(cfg, tmp_path / name, data, plan)
+
+    straight = trainer("straight")
+    rows = [straight.train_update(u) for u in range(1, 11)]
+    first = trainer("first")
+    for u in range(1, 7):
+        first.train_update(u)
+    path = first.checkpointer.save(first.checkpoint_state(), 6)
+    resumed = trainer("resumed")
+    resumed.restore(path)
+    for u in range(7, 11):
+        row = resumed.train_update(u)
+        for key in ("grad_norm", "grad_norm_post", "skipped", "loss"):
+            assert row[key] == rows[u - 1][key], (mode, u, key)
+    # and the mode's own state ends where the uninterrupted one's does (ZClip's EMA, SPAM's
+    # update count, skip's window)
+    for key, value in straight.clipper.state_dict().items():
+        got = resumed.clipper.state_dict()[key]
+        assert torch.equal(got, value) if torch.is_tensor(value) else got == value, (mode, key)
