@@ -8,7 +8,7 @@ current directory. They are recorded in ``config.json`` (``model_factory``, ``da
 ``--resume``, checkpoints and every sweep cell rebuild the same thing.
 
 **Model factory.** ``factory(config)`` is called with the size preset, a frozen
-:class:`~andrea_diag.config.ModelConfig` with the fields ``name`` ("tiny", "12m", "120m"),
+:class:`~andrea_diag.config.ModelConfig` with the fields ``name`` (a preset of ``MODEL_PRESETS``),
 ``d_model``, ``n_layer``, ``n_head``, ``block_size`` (the longest sequence the run feeds:
 ``--seq-len`` is at most this), ``vocab_size`` (8449, the toolkit tokenizer's size) and
 ``mlp_ratio``. It returns a ``torch.nn.Module`` whose ``forward(ids)`` takes int64 token ids

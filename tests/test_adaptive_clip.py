@@ -267,6 +267,7 @@ def test_a_moment_reset_ends_every_spike_term_and_empties_the_shadow_buffers() -
     shadow.clear([info], [early, recovered], update=12)
     assert not shadow and info.cm == 1.0 and info.bm_sq == 0.0
     assert early.am == [0.0] and early.av == [0.0]
+    assert early.share_v_last == 0.0  # final_v_share reads this: the reset cleared the takeover
     assert (early.recovery_m, early.recovery_v) == (7, 7)  # recovered at the reset
     assert (recovered.recovery_m, recovered.recovery_v) == (2, 2)  # an earlier recovery stays
 
@@ -309,3 +310,27 @@ def test_a_resumed_trainer_continues_the_adaptive_modes_state(mode: str, tmp_pat
     for key, value in straight.clipper.state_dict().items():
         got = resumed.clipper.state_dict()[key]
         assert torch.equal(got, value) if torch.is_tensor(value) else got == value, (mode, key)
+
+
+def test_a_mode_that_clips_nothing_reports_a_scale_of_exactly_one() -> None:
+    """AGC and SPAM re-sum their post-clip norms; a tensor they left alone must not come out a
+    rounding step below its pre-clip norm (it would count as a clipped update)."""
+    gen = torch.Generator().manual_seed(0)
+    params = [torch.nn.Parameter(torch.randn(s, generator=gen)) for s in [(37, 19), (19,), (8, 3)]]
+    for p in params:
+        p.grad = torch.randn(p.shape, generator=gen) * 1e-2
+    agc = make_clipper("agc", params=ClipParams(agc_lambda=1e9))([*params])
+    assert torch.equal(agc.scale, torch.ones_like(agc.scale))
+    opt = torch.optim.Adam(params)
+    opt.step()  # v exists
+    spam = make_clipper("spam", params=ClipParams(spam_theta=1e30, spam_warmup=0), optimizer=opt)
+    res = spam(params)
+    assert torch.equal(res.scale, torch.ones_like(res.scale))
+    assert float(res.post_norm) == float(res.total_norm)
+
+
+def test_skip_always_skips_a_non_finite_norm() -> None:
+    window = T([1.0, 2.0, 3.0, math.nan])
+    assert bool(skip_decision(T(math.nan), window, 2.0))
+    assert bool(skip_decision(T(math.inf), window, 2.0))
+    assert bool(skip_decision(T(math.inf), T([math.nan, math.nan]), 2.0))  # even with no window

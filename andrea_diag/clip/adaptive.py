@@ -20,11 +20,15 @@ What each does to the gradient ``g`` (norms are L2; ``n`` = the total pre-clip n
   ``exp_avg_sq`` before this step) becomes ``sign(g)·sqrt(θ·v)``; every 500 updates Adam's
   ``m``, ``v`` and step count are reset to zero, and for the 20 updates after a reset (and at the
   start) nothing is clipped, since ``v`` is near zero then. The paper's cosine warm-up of the
-  step size after a reset is not reproduced: every arm keeps the run's one LR schedule.
+  step size after a reset is not reproduced: every arm keeps the run's one LR schedule. As in
+  the paper's rule and code, an element whose ``v`` is still exactly 0 when clipping is on (an
+  embedding row of a token not seen since the last reset) has its gradient set to 0, so it stays
+  untrained until the next reset's warm-up: on text with a long tail of tokens SPAM clips
+  something at nearly every update.
 - ``skip`` (OLMo-core style): the optimizer step is skipped when ``n`` exceeds the mean of the
   last 128 norms by more than 6 standard deviations (no decision before 64 norms are in the
-  window); the gradient itself is never changed. OLMo-core also tests the loss; a clipper sees
-  only the gradient, so this tests the norm alone.
+  window); the gradient itself is never changed. A non-finite norm is always skipped. OLMo-core
+  also tests the loss; a clipper sees only the gradient, so this tests the norm alone.
 
 **No host sync.** Statistics, thresholds and decisions are device tensors: counters that only
 count calls stay on the host (they do not depend on data), everything that depends on a norm
@@ -99,22 +103,26 @@ def agc_scale(w_norm: torch.Tensor, g_norm: torch.Tensor, lam: float, eps: float
     return torch.where(g_norm > bound, bound / g_norm.clamp_min(TINY), torch.ones_like(g_norm))
 
 
-def spam_clip_(grad: torch.Tensor, v: torch.Tensor, theta: float) -> None:
-    """SPAM's spike-aware clip, in place: ``g ← sign(g)·sqrt(θ·v)`` where ``g² > θ·v``."""
+def spam_clip_(grad: torch.Tensor, v: torch.Tensor, theta: float) -> torch.Tensor:
+    """SPAM's spike-aware clip, in place: ``g ← sign(g)·sqrt(θ·v)`` where ``g² > θ·v``.
+    Returns a 0-dim device bool: whether any element was clipped."""
     bound = (v.float() * theta).sqrt().to(grad.dtype)
-    torch.clamp(grad, min=-bound, max=bound, out=grad)  # |g| > bound <=> g² > θ·v
+    clipped = (grad.abs() > bound).any()  # |g| > bound <=> g² > θ·v
+    torch.clamp(grad, min=-bound, max=bound, out=grad)
+    return clipped
 
 
 def skip_decision(norm: torch.Tensor, window: torch.Tensor, z: float) -> torch.Tensor:
     """0-dim bool: ``norm`` exceeds the mean of the window's finite values by ``z`` (sample)
-    standard deviations. Unfilled slots hold NaN and are ignored."""
+    standard deviations, or is not finite (a NaN compares False: it must skip explicitly).
+    Unfilled slots hold NaN and are ignored."""
     finite = torch.isfinite(window)
     k = finite.sum()
     vals = torch.where(finite, window, torch.zeros_like(window))
     mean = vals.sum() / k.clamp_min(1)
     dev = torch.where(finite, window - mean, torch.zeros_like(window))
     std = ((dev * dev).sum() / (k - 1).clamp_min(1)).sqrt()
-    return (k >= 2) & ((norm - mean) > z * std)
+    return ((k >= 2) & ((norm - mean) > z * std)) | ~torch.isfinite(norm)
 
 
 def step_unless(
@@ -222,7 +230,7 @@ class AGC(Clipper):
         if not params:
             return res
         p = self.params
-        post_sq = []
+        post = []
         for i, w in enumerate(params):
             g = w.grad
             # a vector's gradient norm is the fused pass's per-tensor norm: no second read
@@ -232,9 +240,10 @@ class AGC(Clipper):
                 g.copy_(g.float() * s)  # scale in fp32, round once
             else:
                 g.mul_(s.to(g.dtype))
-            post_sq.append(((g_norm * s) ** 2).sum())
-        post = torch.stack(post_sq).sqrt()
-        scale = _per_tensor_scale(res.per_tensor_norm.float(), post)
+            # a tensor left alone keeps its pre-clip norm exactly (re-summing rows rounds)
+            pre = res.per_tensor_norm[i].float()
+            post.append(torch.where((s < 1).any(), ((g_norm * s) ** 2).sum().sqrt(), pre))
+        scale = _per_tensor_scale(res.per_tensor_norm.float(), torch.stack(post))
         return ClipResult(res.total_norm, res.per_tensor_norm, scale, res.nonfinite, res.impl)
 
 
@@ -265,14 +274,19 @@ class SPAM(Clipper):
         since_reset = self.calls % p.spam_reset
         reset = since_reset == 0
         scale = torch.ones_like(res.total_norm)
-        if params and since_reset >= p.spam_warmup:
+        # no clipping for spam_warmup updates after a reset, and as many at the start
+        if params and since_reset >= p.spam_warmup and self.calls > p.spam_warmup:
             state = self.optimizer.state
-            for w in params:
-                v = state[w].get("exp_avg_sq") if w in state else None
-                if v is not None:
-                    spam_clip_(w.grad, v, p.spam_theta)
+            no = torch.zeros((), dtype=torch.bool, device=res.total_norm.device)
+            clipped = torch.stack([
+                spam_clip_(w.grad, state[w]["exp_avg_sq"], p.spam_theta)
+                if w in state and "exp_avg_sq" in state[w] else no
+                for w in params
+            ])  # fmt: skip
             post = torch.stack(torch._foreach_norm([w.grad for w in params])).float()
-            scale = _per_tensor_scale(res.per_tensor_norm.float(), post)
+            pre = res.per_tensor_norm.float()
+            # exactly 1 where nothing was clipped: a second norm pass differs in rounding
+            scale = torch.where(clipped, _per_tensor_scale(pre, post), torch.ones_like(pre))
         if reset:
             self._reset_moments()
         return ClipResult(

@@ -55,7 +55,13 @@ class ClipResult:
         """0-dim global norm of the gradients after clipping (what the optimizer receives)."""
         if self.scale.dim() == 0:  # one scale for all (1 when nothing was clipped)
             return self.total_norm * self.scale
-        return torch.linalg.vector_norm(self.per_tensor_norm * self.scale)
+        # Nothing clipped: the pre-clip total itself. Re-summing the per-tensor norms rounds
+        # differently, and a post norm a step below the total would read as a clipped update.
+        return torch.where(
+            (self.scale == 1).all(),
+            self.total_norm,
+            torch.linalg.vector_norm(self.per_tensor_norm * self.scale).to(self.total_norm.dtype),
+        )
 
 
 def _notice_once(key: str, message: str) -> None:

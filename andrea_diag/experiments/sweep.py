@@ -199,9 +199,8 @@ def run_sweep(spec: SweepSpec, console: Console | None = None) -> tuple[Path, pd
         name = name_of(cfg)
         cell_dir = out / name
         if _finished(cell_dir) or name in crashed:
-            if name not in crashed:
+            if spec.executor.in_process:  # out of process, _run_out_of_process checked them
                 _check_same(cell_dir, cfg, spec.clips)
-            if spec.executor.in_process:
                 console.print(f"[dim]cell {i}/{len(configs)} {name}: already done, kept[/]")
         else:
             resume = _prepare_cell(cell_dir, console)

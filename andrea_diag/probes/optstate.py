@@ -301,8 +301,8 @@ class OptStateProbe:
         m_norm: float,
         v_norm: float,
     ) -> None:
-        if not self._shadow:
-            row["m_spike_share"] = row["v_spike_share"] = 0.0
+        if not self._shadow:  # no spike yet, or a moment reset emptied the buffers
+            row["m_spike_share"] = row["v_spike_share"] = self.last_v_share = 0.0
             return
         ms, vs = self._shadow.norms(ginfo)
         sm = ms / m_norm if m_norm > 0 else None

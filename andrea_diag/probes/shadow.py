@@ -156,6 +156,7 @@ class SpikeTerm:
         """The optimizer's moments were reset: this term is gone; if it had not recovered yet,
         it recovers now."""
         self.am, self.av = [0.0] * len(self.am), [0.0] * len(self.av)
+        self.share_v_last = 0.0  # what final_v_share reads: the term holds nothing now
         if self.recovery_m is None:
             self.recovery_m = update - self.update
         if self.recovery_v is None:
