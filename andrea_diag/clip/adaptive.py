@@ -154,13 +154,17 @@ def step_unless(
 
 
 # -- the modes ----------------------------------------------------------------------------------
-def _with_grad(params: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-    return [p for p in params if p.grad is not None]
+class _Adaptive(Clipper):
+    """The adaptive modes' common first step: the pre-clip norms from one measuring pass (the
+    fused norm pass on CUDA, no gradient changed), then the mode's own rule in ``_apply``."""
 
+    def __call__(self, params: Sequence[torch.Tensor]) -> ClipResult:
+        params = [p for p in params if p.grad is not None]
+        res = clip_grad_norm_with_stats(params, 1.0, mode="none", impl=self.impl)
+        return self._apply(params, res) if params else res  # no gradient: nothing to decide
 
-def _measure(clipper: Clipper, params: Sequence[torch.Tensor]) -> ClipResult:
-    """The pre-clip norms (the fused pass on CUDA); no gradient changes."""
-    return clip_grad_norm_with_stats(params, 1.0, mode="none", impl=clipper.impl)
+    def _apply(self, params: list[torch.Tensor], res: ClipResult) -> ClipResult:
+        raise NotImplementedError
 
 
 def _per_tensor_scale(pre: torch.Tensor, post: torch.Tensor) -> torch.Tensor:
@@ -174,7 +178,7 @@ def _to(t: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor | None:
 
 
 @register
-class ZClip(Clipper):
+class ZClip(_Adaptive):
     """ZClip: the norm's z-score against its EMA mean and variance (see the module docstring)."""
 
     name, label, color = "zclip", "ZClip", "#9467bd"
@@ -186,11 +190,7 @@ class ZClip(Clipper):
         self.mean: torch.Tensor | None = None  # None until the warm-up is complete
         self.var: torch.Tensor | None = None
 
-    def __call__(self, params: Sequence[torch.Tensor]) -> ClipResult:
-        params = _with_grad(list(params))
-        res = _measure(self, params)
-        if not params:
-            return res
+    def _apply(self, params: list[torch.Tensor], res: ClipResult) -> ClipResult:
         norm = res.total_norm.float()
         p = self.params
         if self.mean is None or self.var is None:
@@ -219,16 +219,12 @@ class ZClip(Clipper):
 
 
 @register
-class AGC(Clipper):
+class AGC(_Adaptive):
     """Adaptive gradient clipping: unit-wise gradient-to-weight ratio (module docstring)."""
 
     name, label, color = "agc", "AGC", "#8c564b"
 
-    def __call__(self, params: Sequence[torch.Tensor]) -> ClipResult:
-        params = _with_grad(list(params))
-        res = _measure(self, params)
-        if not params:
-            return res
+    def _apply(self, params: list[torch.Tensor], res: ClipResult) -> ClipResult:
         p = self.params
         post = []
         for i, w in enumerate(params):
@@ -248,7 +244,7 @@ class AGC(Clipper):
 
 
 @register
-class SPAM(Clipper):
+class SPAM(_Adaptive):
     """SPAM's spike-aware element clipping against Adam's ``v`` and its periodic moment reset."""
 
     name, label, color = "spam", "SPAM", "#e377c2"
@@ -267,15 +263,17 @@ class SPAM(Clipper):
                 "clip mode 'spam' reads Adam's v: make_clipper('spam', optimizer=opt), "
                 "or clipper.bind(opt) before the first call"
             )
-        params = _with_grad(list(params))
-        res = _measure(self, params)
+        return super().__call__(params)
+
+    def _apply(self, params: list[torch.Tensor], res: ClipResult) -> ClipResult:
+        assert self.optimizer is not None
         self.calls += 1
         p = self.params
         since_reset = self.calls % p.spam_reset
         reset = since_reset == 0
         scale = torch.ones_like(res.total_norm)
         # no clipping for spam_warmup updates after a reset, and as many at the start
-        if params and since_reset >= p.spam_warmup and self.calls > p.spam_warmup:
+        if since_reset >= p.spam_warmup and self.calls > p.spam_warmup:
             state = self.optimizer.state
             no = torch.zeros((), dtype=torch.bool, device=res.total_norm.device)
             clipped = torch.stack([
@@ -314,7 +312,7 @@ class SPAM(Clipper):
 
 
 @register
-class SkipUpdate(Clipper):
+class SkipUpdate(_Adaptive):
     """Skip the optimizer step when the norm is an outlier of its rolling window."""
 
     name, label, color = "skip", "skip-update", "#17becf"
@@ -324,11 +322,7 @@ class SkipUpdate(Clipper):
         self.seen = 0  # norms pushed into the window (host count of calls)
         self.window: torch.Tensor | None = None
 
-    def __call__(self, params: Sequence[torch.Tensor]) -> ClipResult:
-        params = _with_grad(list(params))
-        res = _measure(self, params)
-        if not params:
-            return res
+    def _apply(self, params: list[torch.Tensor], res: ClipResult) -> ClipResult:
         p = self.params
         norm = res.total_norm.float()
         if self.window is None:
