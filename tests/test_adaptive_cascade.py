@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from pinned_sources import source_args
 from typer.testing import CliRunner
 
 from andrea_diag.cli import app
@@ -18,11 +19,6 @@ STEPS, OUTLIER = 36, 30
 # SPAM resets its moments inside the run (update 20)
 SHORT = ["--zclip-warmup", "5", "--skip-window", "12", "--skip-z", "3", "--spam-reset", "20",
          "--spam-warmup", "2"]  # fmt: skip
-PINNED = {
-    "repo-docs": str(Path(__file__).parent / "golden" / "repo-docs.md"),
-    "gutenberg": "generated",
-    "hermes3-general": "generated",
-}
 
 
 @pytest.fixture(scope="module")
@@ -30,9 +26,7 @@ def six_arms(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("adaptive") / "c"
     args = ["cascade", "--size", "tiny", "--steps", str(STEPS), "--lr", "3e-3", "--out", str(out),
             "--clip", ",".join(ARMS), "--inject", f"outlier@{OUTLIER}", "--checkpoint-every", "0",
-            *SHORT]  # fmt: skip
-    for name, value in PINNED.items():
-        args += ["--source", f"{name}={value}"]
+            *SHORT, *source_args()]  # fmt: skip
     res = CliRunner().invoke(app, args)
     assert res.exit_code == 0, res.output
     return out

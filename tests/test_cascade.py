@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from pinned_sources import source_args
 from typer.testing import CliRunner
 
 from andrea_diag.cli import app
@@ -17,14 +18,6 @@ STEPS = 40  # crosses several bandit boundaries (phases are 7..42 updates)
 # sequences cost about what everything else costs (loss ~ ln V) and are no outlier at all.
 OUTLIER_AT, NONFINITE_AT = 25, 32
 OUTPUT: dict[str, str] = {}  # the fixture's console output
-# The built-in repo-docs text is read from the installed packages' READMEs, which differ between
-# machines (CI once drew other versions and the outlier at update 25 went undetected in one
-# arm): the committed copy and the seeded generators keep the tokens the same everywhere.
-PINNED_SOURCES = {
-    "repo-docs": str(Path(__file__).parent / "golden" / "repo-docs.md"),
-    "gutenberg": "generated",
-    "hermes3-general": "generated",
-}
 
 
 @pytest.fixture(scope="module")
@@ -32,8 +25,7 @@ def cascade_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("cascade") / "c"
     args = ["cascade", "--size", "tiny", "--steps", str(STEPS), "--lr", "3e-3", "--out", str(out)]
     args += ["--inject", f"outlier@{OUTLIER_AT}", "--inject", f"nonfinite@{NONFINITE_AT}"]
-    for name, value in PINNED_SOURCES.items():
-        args += ["--source", f"{name}={value}"]
+    args += source_args()  # the same tokens on every machine (pinned_sources.py)
     res = CliRunner().invoke(app, args)
     assert res.exit_code == 0, res.output
     OUTPUT["cascade"] = res.output
