@@ -10,7 +10,6 @@ LOG=$OUT/log.txt
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv
   python3 -c "import torch; print(torch.__version__, torch.version.cuda, torch.cuda.get_device_name())"
   time python3 -c "from andrea_diag.clip import cuda; print('ext', cuda.available())"
-  for sp in "${BT_CONFIGS:-12m:fp32 12m:bf16 120m:fp32 120m:bf16}"; do :; done
   for sp in ${BT_CONFIGS:-12m:fp32 12m:bf16 120m:fp32 120m:bf16}; do
     s=${sp%%:*}; p=${sp##*:}
     echo "== bench-train $s $p"
