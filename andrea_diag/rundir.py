@@ -1,0 +1,157 @@
+"""A run directory is untrusted input: the few primitives every reader and writer of one uses.
+
+    from andrea_diag.rundir import child, read_json, atomic_write_text, open_append
+
+    arm_dir = child(cascade_dir, arm)                 # refuses "../x", "/abs", links out
+    summary = read_json(arm_dir / "summary.json", "the arm's summary", kind=dict)
+    atomic_write_text(arm_dir / "report.html", page)  # temp file + rename: replaces a link
+    with open_append(arm_dir / "events.jsonl") as f:  # refuses a symlink (O_NOFOLLOW)
+        f.write(line)
+
+Someone else's sweep, a CI artifact or a shared folder is opened with ``report``, ``export`` and
+``--resume``. So a name read from it (an arm, a cell) must resolve inside it, a file read from it
+must be a regular file (a FIFO would hang, a device would never end), its JSON must have the
+shape the reader expects, and a write into it must never follow a link out of it. Each failure
+is one :class:`~andrea_diag.errors.UserError` line naming the file, never a traceback.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import stat
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any
+
+from andrea_diag.errors import UserError
+
+NAME_MAX = 255  # a path component longer than this is refused by every Linux filesystem
+
+
+def check_component(name: str, what: str) -> str:
+    """``name`` as one safe path component (no separator, not ``.``/``..``, not too long)."""
+    if not isinstance(name, str) or not name or name in (".", "..") or "/" in name or "\0" in name:
+        raise UserError(f"{what} {name!r} is not a plain name", hint="names are one path component")
+    if len(name.encode("utf-8", "surrogateescape")) > NAME_MAX:
+        raise UserError(f"{what} is longer than {NAME_MAX} bytes: {name[:40]!r}...")
+    return name
+
+
+def child(root: Path, name: str, what: str = "name") -> Path:
+    """``root / name``, refused unless it stays inside ``root`` (after resolving links)."""
+    check_component(name, what)
+    path = Path(root) / name
+    real_root = Path(root).resolve()
+    real = path.resolve()
+    if real != real_root and real_root not in real.parents:
+        raise UserError(f"{what} {name!r} points outside {root}", hint="the run dir is damaged")
+    return path
+
+
+def regular_file(path: Path, what: str) -> Path:
+    """``path`` if it is a regular file (not a FIFO, device or directory), else one line."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise UserError(f"{what} is missing: {path}") from None
+    except OSError as e:
+        raise UserError(f"cannot read {what} {path}: {e.strerror}") from None
+    if not stat.S_ISREG(mode):
+        raise UserError(f"{what} {path} is not a regular file", hint="refusing to read it")
+    return path
+
+
+def read_text(path: Path, what: str) -> str:
+    """The UTF-8 text of a regular file, or one line."""
+    regular_file(path, what)
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise UserError(f"{what} {path} is not UTF-8 text") from None
+    except OSError as e:
+        raise UserError(f"cannot read {what} {path}: {e.strerror}") from None
+
+
+def read_json(path: Path, what: str, kind: type | None = None) -> Any:
+    """Parsed JSON of a regular file; with ``kind``, refused unless the top level is one."""
+    text = read_text(path, what)
+    try:
+        value = json.loads(text)
+    except ValueError as e:
+        raise UserError(f"{what} {path} is not valid JSON ({e.msg}, line {e.lineno})") from None
+    if kind is not None and not isinstance(value, kind):
+        raise UserError(
+            f"{what} {path} holds a {type(value).__name__}, not a {kind.__name__}",
+            hint="the file is damaged or not from andrea-diag",
+        )
+    return value
+
+
+def _write_error(path: Path, e: OSError) -> UserError:
+    if e.errno == 28:  # ENOSPC
+        return UserError(
+            f"no space left on the device writing {path}", hint="free space, then resume"
+        )
+    return UserError(f"cannot write {path}: {e.strerror}")
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` via a temp file in the same folder and a rename.
+
+    The rename replaces a symlink at ``path`` instead of writing through it, and a reader never
+    sees half a file. On any error (a full disk) the temp file is removed and one line raised.
+    """
+    path = Path(path)
+    fd, tmp = -1, None
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name[:40]}.", suffix=".tmp", dir=path.parent)
+        with os.fdopen(fd, "wb") as f:
+            fd = -1  # owned by f now
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        tmp = None
+    except OSError as e:
+        raise _write_error(path, e) from None
+    finally:
+        if fd >= 0:
+            os.close(fd)
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """:func:`atomic_write_bytes` of UTF-8 text."""
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+@contextlib.contextmanager
+def open_append(path: Path) -> Iterator[IO[str]]:
+    """A text file opened for appending that refuses a symlink (``O_NOFOLLOW``)."""
+    f = open_append_file(path)
+    try:
+        yield f
+    finally:
+        f.close()
+
+
+def open_append_file(path: Path) -> IO[str]:
+    """Like :func:`open_append`, for a file kept open (the caller closes it)."""
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
+    try:
+        fd = os.open(path, flags, 0o644)
+    except OSError as e:
+        if e.errno == 40:  # ELOOP: the name is a symlink
+            raise UserError(
+                f"{path} is a symbolic link", hint="refusing to write through it"
+            ) from None
+        raise _write_error(Path(path), e) from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise UserError(f"{path} is not a regular file", hint="refusing to write to it")
+    return os.fdopen(fd, "a", encoding="utf-8")

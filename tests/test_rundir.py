@@ -1,0 +1,72 @@
+"""The untrusted-run-dir primitives: names stay inside, only regular files are read, writes never
+follow a link out of the run."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from andrea_diag.errors import UserError
+from andrea_diag.rundir import (
+    atomic_write_text,
+    child,
+    open_append,
+    read_json,
+    regular_file,
+)
+
+
+@pytest.mark.parametrize("name", ["../victim", "/etc", "a/b", "..", ".", "", "x" * 256])
+def test_child_refuses_a_name_that_is_not_one_component_inside(tmp_path, name):
+    with pytest.raises(UserError):
+        child(tmp_path, name, "arm")
+
+
+def test_child_refuses_a_link_that_leaves_the_run(tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "none").symlink_to(outside)
+    with pytest.raises(UserError, match="outside"):
+        child(run, "none", "arm")
+    (run / "global").mkdir()
+    assert child(run, "global", "arm") == run / "global"
+
+
+def test_a_fifo_is_refused_instead_of_read(tmp_path):
+    fifo = tmp_path / "metrics.jsonl"
+    os.mkfifo(fifo)
+    with pytest.raises(UserError, match="not a regular file"):
+        regular_file(fifo, "metrics")
+
+
+@pytest.mark.parametrize(
+    ("text", "match"), [('{"steps": 1', "not valid JSON"), ("[1, 2]", "holds a list")]
+)
+def test_damaged_json_is_one_line(tmp_path, text, match):
+    p = tmp_path / "config.json"
+    p.write_text(text)
+    with pytest.raises(UserError, match=match):
+        read_json(p, "the config", kind=dict)
+
+
+def test_atomic_write_replaces_a_symlink_and_leaves_its_target_alone(tmp_path):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    page = tmp_path / "report.html"
+    page.symlink_to(victim)
+    atomic_write_text(page, "<html>")
+    assert victim.read_text() == "keep me"
+    assert not page.is_symlink() and page.read_text() == "<html>"
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_append_refuses_a_symlink(tmp_path):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    (tmp_path / "events.jsonl").symlink_to(victim)
+    with pytest.raises(UserError, match="symbolic link"), open_append(tmp_path / "events.jsonl"):
+        pass
+    assert victim.read_text() == "keep me"
