@@ -1,5 +1,6 @@
 """``andrea-diag ladder``: sizes x {none, global} x seeds x lrs, and where clipping becomes
-mandatory (the harm and collapse thresholds, with 95% intervals).
+mandatory (the harm and collapse thresholds with their test, n, p-value and 95% intervals, or
+"insufficient seeds" below 6 pairs per rung, which is not an error: the exit status stays 0).
 
     andrea-diag ladder --seed 0,1,2 --out runs/ladder                 # 12m, 30m, 60m, 120m
     andrea-diag ladder --size tiny,tiny2 --seed 0,1 --steps 4         # a CPU smoke run
@@ -13,11 +14,13 @@ import typer
 from rich.console import Console
 
 from andrea_diag.commands.options import SHARED, RunOptions, base_config, run_options
+from andrea_diag.commands.pages import render_ladder_pages
 from andrea_diag.commands.publish import PlotlyMode, plotly_mode
 from andrea_diag.commands.run import _arms
 from andrea_diag.commands.run import _csv as comma_list
 from andrea_diag.errors import UserError
 from andrea_diag.experiments.ladder import LADDER_CLIPS, LADDER_LRS, LADDER_SIZES, LADDER_STEPS
+from andrea_diag.stats import MIN_PAIRS
 
 console = Console(stderr=True)
 
@@ -31,7 +34,9 @@ def ladder(
         str, typer.Option(help="Comma list of peak lrs: the recipe's, then stress lrs.")
     ] = ",".join(f"{x:g}" for x in LADDER_LRS),
     max_norm: Annotated[str, typer.Option(help="Comma list of clip thresholds.")] = "1.0",
-    seed: Annotated[str, typer.Option(help="Comma list of seeds (3 or more).")] = "0,1,2",
+    seed: Annotated[
+        str, typer.Option(help=f"Comma list of seeds ({MIN_PAIRS} or more for a threshold).")
+    ] = "0,1,2",
     clip: Annotated[str, typer.Option(help="Arms: none and the clipped ones.")] = ",".join(
         LADDER_CLIPS
     ),
@@ -61,9 +66,11 @@ def ladder(
         precisions=precisions, max_norms=comma_list(max_norm, float, "--max-norm"),
         clips=arms, out=opts["out"], plotly=plotly_mode(plotly),
     )  # fmt: skip
-    out, result = run_ladder(spec, console)
-    for t in result["thresholds"]:
-        console.print(t["harm_text"], highlight=False)
-        console.print(t["collapse_text"], highlight=False)
-    page = out / "ladder.html"
-    console.print(f"[bold green]ladder:[/] {page if page.exists() else out / 'ladder.json'}")
+    run = run_ladder(spec, console)
+    page = render_ladder_pages(run, console)
+    for t in run.result["thresholds"]:
+        for key in ("harm_text", "collapse_text", "claim_text"):
+            console.print(t[key], highlight=False, markup=False)
+    console.print(f"[bold green]ladder:[/] {page or run.out / 'ladder.json'}")
+    if run.failure is not None:
+        raise run.failure  # crashed cells: after the pages, which show them

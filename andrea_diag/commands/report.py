@@ -47,7 +47,7 @@ def report(
         if not d.exists():
             raise UserError(f"{d} does not exist")
     if len(run_dirs) == 1 and (run_dirs[0] / "sweep.json").exists():
-        from andrea_diag.experiments.sweep import render_sweep_dir
+        from andrea_diag.report.sweep_page import render_sweep_dir
 
         if images:  # the sweep page's charts are not exported (yet): say so before rendering
             raise UserError(

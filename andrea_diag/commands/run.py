@@ -18,6 +18,7 @@ from andrea_diag.commands.options import (
     resumed,
     run_options,
 )
+from andrea_diag.commands.pages import sweep_page_after
 from andrea_diag.commands.publish import PlotlyMode, plotly_mode
 from andrea_diag.config import CLIP_MODES
 from andrea_diag.errors import UserError
@@ -147,6 +148,8 @@ def sweep(
                      seeds=_csv(seed, int, "--seed"), clips=arms, out=opts["out"],
                      executor=ex, precisions=precisions,
                      plotly=plotly_mode(plotly))  # fmt: skip
-    path, table = run_sweep(spec, console)
+    spec.out = spec.out or default_out("sweep", "-".join(sizes))  # the page is rendered here
+    with sweep_page_after(spec.out, console):  # also when cells crashed: the page shows them
+        path, table = run_sweep(spec, console)
     page = path / "sweep.html"
     console.print(f"[bold green]sweep:[/] {page if page.exists() else path} ({len(table)} arms)")

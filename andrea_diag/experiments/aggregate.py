@@ -1,4 +1,4 @@
-"""Seeds into rates and differences with intervals: what a sweep's cells say, and how surely.
+"""Seeds into rates and paired tests: what a sweep's cells say, and how surely.
 
     arms = arm_rates(table)    # per (size, lr, precision, max_norm, clip): collapse and event rates
     gaps = paired_gaps(table)  # per (size, lr, precision, max_norm): unclipped - clipped eval loss
@@ -12,13 +12,16 @@
 
 For each clipped arm against ``none``, paired by seed (same data, batches and init):
 
-- the **final held-out loss gap**, unclipped minus clipped (positive: clipping helped), with a
-  bootstrap 95% interval of its mean;
+- the **final held-out loss gap**, unclipped minus clipped (positive: clipping helped): its
+  n, sd, exact sign-flip p-value, 95% t- and BCa intervals, and the smallest gap these seeds
+  detect at 80% power (``stats.paired_test``);
+- the collapse rates compared by Fisher's exact test (``collapse_p``);
 - the **harm per event**: the same gap's mean over the seeds whose unclipped arm had a pollution
-  event, with its interval.
+  event, with its BCa interval.
 
-A difference is called real only when its interval excludes 0; otherwise "not distinguishable
-with N seeds". Crashed or unfinished arms are left out (and their seed's pair with them).
+A difference is called only from at least ``MIN_PAIRS`` pairs and a p-value below 0.05;
+otherwise "insufficient seeds" or "not distinguishable". Crashed or unfinished arms are left out
+(and their seed's pair with them).
 """
 
 from __future__ import annotations
@@ -30,11 +33,21 @@ from typing import Any
 import pandas as pd
 
 from andrea_diag.probes.verdict import COLLAPSE_VERDICTS
-from andrea_diag.stats import NONE, Interval, bootstrap_mean, wilson
+from andrea_diag.stats import (
+    ALPHA,
+    MIN_PAIRS,
+    NONE,
+    TARGET_GAP,
+    bootstrap_mean,
+    fisher,
+    insufficient,
+    p_text,
+    paired_test,
+    wilson,
+)
+from andrea_diag.tables import CELL_KEYS, UNCLIPPED, interval_columns, interval_of, where
 
 EVENT_SHARE = 0.5  # a pollution event: the spikes hold at least this share of ‖v‖ at the end
-CELL_KEYS = ["size", "lr", "precision", "max_norm"]  # a cell of the grid, seeds pooled
-UNCLIPPED = "none"
 
 
 def _flag(value: Any) -> bool | None:
@@ -65,41 +78,32 @@ def finished(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def arm_rates(table: pd.DataFrame) -> pd.DataFrame:
-    """Per (cell, clip): seeds, collapse rate and pollution-event rate with Wilson intervals."""
+    """Per (cell, clip): seeds, collapse and pollution-event counts and rates (Wilson)."""
     t = finished(table)
     rows = []
     for key, d in t.groupby([*CELL_KEYS, "clip"], sort=True):
         known = d["event"].dropna()
-        collapse = wilson(int(d["collapsed"].sum()), len(d))
-        event = wilson(int(known.sum()), len(known))
+        collapses = int(d["collapsed"].sum())
         rows.append(
             {**dict(zip([*CELL_KEYS, "clip"], key, strict=True)), "seeds": len(d),
-             **_columns("collapse", collapse), **_columns("event", event),
+             "collapses": collapses, **interval_columns("collapse", wilson(collapses, len(d))),
+             **interval_columns("event", wilson(int(known.sum()), len(known))),
              "event_seeds": len(known)}
         )  # fmt: skip
     return pd.DataFrame(rows)
 
 
-def _columns(name: str, iv: Interval) -> dict[str, float]:
-    return {f"{name}_rate" if name in ("collapse", "event") else name: iv.estimate,
-            f"{name}_lo": iv.lo, f"{name}_hi": iv.hi}  # fmt: skip
-
-
-# per interval: the column holding its number of seeds (or pairs)
-N_COLUMN = {"collapse": "seeds", "event": "event_seeds", "gap": "pairs",
-            "harm_per_event": "event_pairs"}  # fmt: skip
-
-
-def interval_of(row: pd.Series | dict[str, Any], name: str) -> Interval:
-    """Back from a table row's ``<name>[_rate]``, ``<name>_lo``, ``<name>_hi`` columns."""
-    est = row.get(f"{name}_rate", row.get(name, math.nan))
-    n = row.get(N_COLUMN[name], 0)
-    n = 0 if n is None or (isinstance(n, float) and math.isnan(n)) else int(n)  # a merge's gap
-    return Interval(float(est), float(row[f"{name}_lo"]), float(row[f"{name}_hi"]), n)
+def _gap_columns(gap: pd.Series) -> dict[str, Any]:
+    """The paired test of one cell's gaps, as gaps.csv columns."""
+    test = paired_test(gap.tolist())
+    return {"pairs": test.n, **interval_columns("gap", test.bca),
+            **interval_columns("gap_t", test.t), "sd": test.sd, "p_value": test.p,
+            "detectable_gap": test.detectable, "seeds_for_target": test.seeds_for_target}  # fmt: skip
 
 
 def paired_gaps(table: pd.DataFrame) -> pd.DataFrame:
-    """Per (cell, clipped arm): the paired held-out gap and the harm per event, with intervals."""
+    """Per (cell, clipped arm): the paired held-out gap's test and intervals, the collapse
+    rates' Fisher p-value, and the harm per event."""
     t = finished(table)
     rows = []
     for key, d in t.groupby(CELL_KEYS, sort=True):
@@ -110,36 +114,41 @@ def paired_gaps(table: pd.DataFrame) -> pd.DataFrame:
             gap = pd.Series({s: base.at[s, "eval"] - arm.at[s, "eval"] for s in seeds}, dtype=float)
             gap = gap[gap.map(math.isfinite)]
             hit = [s for s in gap.index if _flag(base.at[s, "event"]) is True]
+            k_u, k_c = int(base["collapsed"].sum()), int(arm["collapsed"].sum())
             rows.append(
-                {**dict(zip(CELL_KEYS, key, strict=True)), "clip": clip, "pairs": len(gap),
-                 **_columns("gap", bootstrap_mean(gap.tolist())),
+                {**dict(zip(CELL_KEYS, key, strict=True)), "clip": clip, **_gap_columns(gap),
+                 "collapse_p": fisher(k_u, len(base), k_c, len(arm)),
                  "event_pairs": len(hit),
-                 **_columns("harm_per_event", bootstrap_mean(gap[hit].tolist()) if hit else NONE),
+                 **interval_columns("harm_per_event",
+                                    bootstrap_mean(gap[hit].tolist()) if hit else NONE),
                  "gaps": ";".join(f"s{s}:{g:+.3f}" for s, g in gap.items())}
             )  # fmt: skip
     return pd.DataFrame(rows)
 
 
-def verdict(iv: Interval, above: str = "above 0", below: str = "below 0") -> str:
-    """The one allowed call: real when the interval excludes 0, else not distinguishable."""
-    if iv.n == 0:
+def gap_call(row: pd.Series | dict[str, Any], at: str | None = None, needs: str = "a call") -> str:
+    """The one allowed call on a paired gap: from ``MIN_PAIRS`` pairs on, clipping helped or
+    cost when the sign-flip p is below 0.05; otherwise not distinguishable, with the power."""
+    n = int(row.get("pairs") or 0)
+    if n == 0:
         return "no finished pair with a held-out loss"
-    if not iv.excludes_zero():
-        return f"not distinguishable from 0 with {iv.n} seed{'s' * (iv.n != 1)}"
-    return f"{above if iv.lo > 0 else below} (interval excludes 0, {iv.n} seeds)"
-
-
-def where(row: pd.Series | dict[str, Any]) -> str:
-    prec = "" if row["precision"] == "fp32" else f" {row['precision']}"
-    return f"{row['size']} lr {row['lr']:g}{prec} max_norm {row['max_norm']:g}"
+    p = float(row["p_value"])
+    if n < MIN_PAIRS:
+        return insufficient({at or where(row): n}, needs)
+    if p < ALPHA:
+        side = "clipping helped" if row["gap"] > 0 else "clipping cost"
+        return f"{side} (sign-flip p = {p_text(p)}, {n} pairs)"
+    need = row.get("seeds_for_target")
+    need = "" if need is None or pd.isna(need) else f"; {TARGET_GAP} nats would need {int(need)}"
+    return (f"not distinguishable from 0 with {n} pairs (sign-flip p = {p_text(p)}; smallest "
+            f"detectable gap {row['detectable_gap']:.3f} nats at 80% power{need})")  # fmt: skip
 
 
 def interval_findings(arms: pd.DataFrame, gaps: pd.DataFrame) -> list[str]:
     """One sentence per cell and clipped arm: the gap, the rates, and what may be called."""
     out = []
     for g in gaps.to_dict("records"):
-        iv = interval_of(g, "gap")
-        call = verdict(iv, "clipping helped", "clipping cost")
+        iv, t_iv = interval_of(g, "gap"), interval_of(g, "gap_t")
         sel = (arms[CELL_KEYS] == pd.Series({k: g[k] for k in CELL_KEYS})).all(axis=1)
         by = arms[sel].set_index("clip")
         rates = []
@@ -149,9 +158,11 @@ def interval_findings(arms: pd.DataFrame, gaps: pd.DataFrame) -> list[str]:
                 for c in (UNCLIPPED, g["clip"]) if c in by.index
             ]  # fmt: skip
             rates.append(f"{'pollution events' if name == 'event' else name} " + ", ".join(parts))
+        rates[0] += f" (Fisher p = {p_text(g['collapse_p'])})"
         harm = interval_of(g, "harm_per_event")
         out.append(
-            f"{where(g)}: held-out gap none - {g['clip']} {iv.text(3)}, {call}; "
+            f"{where(g)}: held-out gap none - {g['clip']} {iv.text(3)} (BCa; t "
+            f"[{t_iv.lo:.3f}, {t_iv.hi:.3f}]), {gap_call(g)}; "
             + "; ".join(rates)
             + (f"; harm per event {harm.text(3)} over {harm.n} seeds" if harm.n else "")
             + "."

@@ -5,15 +5,18 @@
 A ladder is a sweep over sizes (ordered by parameter count) x lrs x precisions x seeds, arms
 ``none`` and ``global``, followed by two threshold statements per (lr, precision, max_norm):
 
-- *harm*: the smallest size whose paired held-out gap (unclipped minus clipped) has a 95%
-  interval above 0;
-- *collapse*: the smallest size whose unclipped collapse rate exceeds the clipped one with
-  non-overlapping Wilson intervals;
+- *harm*: the smallest size from which the paired held-out gap (unclipped minus clipped) is
+  above 0, by a fixed-sequence test from the largest rung (exact sign-flip test per rung);
+- *collapse*: the same for the unclipped collapse rate against the clipped one (Fisher's exact
+  test per rung);
 
-each a size, or "none in <smallest>–<largest> at these lrs and steps". Beside them, per size
-and arm: the pollution-event rate, and the harm per event (the paired gap over the seeds whose
-unclipped arm had an event), each with its interval. Output: the sweep's own files and pages,
-plus ``ladder.json`` (thresholds), ``ladder.csv`` (per size and arm) and ``ladder.html``.
+each a size with its procedure, n, p-value and intervals, or "none in <smallest>–<largest> at
+these settings, with the smallest detectable gap X", or "insufficient seeds" below
+``MIN_PAIRS`` pairs at a rung (``thresholds.py`` says why this procedure). A third sentence
+compares the result with the seeds' claim. Beside them, per size and arm: the pollution-event
+rate, and the harm per event (the paired gap over the seeds whose unclipped arm had an event),
+each with its interval. Output: the sweep's own files, plus ``ladder.json`` (thresholds) and
+``ladder.csv`` (per size and arm); ``commands/ladder.py`` renders the pages from them.
 
 The default ladder is the seeds' recipe (v1, lr 3e-4) on the toolkit's real-text sources,
 ``LADDER_STEPS`` updates per arm, so the gap has time to settle; a higher lr is the stress axis.
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,22 +36,23 @@ from rich.console import Console
 
 from andrea_diag.config import MODEL_PRESETS, RunConfig
 from andrea_diag.errors import UserError
-from andrea_diag.experiments.aggregate import (
-    UNCLIPPED,
-    arm_rates,
-    finished,
-    interval_of,
-    paired_gaps,
-)
-from andrea_diag.experiments.cascade import default_out, report_renderer_available
+from andrea_diag.experiments.aggregate import arm_rates, finished, paired_gaps
+from andrea_diag.experiments.cascade import default_out
 from andrea_diag.experiments.sweep import SweepSpec, run_sweep
+from andrea_diag.experiments.thresholds import (
+    claim_statement,
+    collapse_statement,
+    harm_statement,
+    rung_tests,
+)
 from andrea_diag.record import write_json
+from andrea_diag.stats import holm
+from andrea_diag.tables import GROUP
 
 LADDER_SIZES = ["12m", "30m", "60m", "120m"]
 LADDER_LRS = [3e-4]  # the seeds' recipe; add a stress lr with --lr
 LADDER_STEPS = 1500  # pilot 4: the gap between arms settles only after ~1,000 updates
 LADDER_CLIPS = ["none", "global"]
-GROUP = ["lr", "precision", "max_norm"]  # one threshold statement per group
 
 
 @dataclass
@@ -79,27 +84,37 @@ def _span(sizes: list[str]) -> str:
     return f"{sizes[0]}–{sizes[-1]}"
 
 
-def _gap_above_zero(gaps: pd.DataFrame, size: str) -> bool:
-    """The rung's paired gap (unclipped - clipped) has a 95% interval above 0."""
-    row = gaps[gaps["size"] == size]
-    return bool(len(row)) and interval_of(row.iloc[0], "gap").lo > 0
+def _statements(key: tuple, g: pd.DataFrame, at: pd.DataFrame, order: list[str],
+                steps_text: str) -> dict[str, Any]:  # fmt: skip
+    """One group's (lr, precision, max_norm, clipped arm) three sentences and numbers."""
+    lr, precision, max_norm, clip = key
+    rungs = rung_tests(g, at, order, clip)
+    where = f"lr {lr:g}{'' if precision == 'fp32' else ' ' + precision}, max_norm {max_norm:g}"
+    present = [s for s in order if s in set(g["size"])]
+    none = f"none in {_span(present or order)} at {where} and {steps_text} updates"
+    harm, harm_text = harm_statement(rungs, order, clip, where, none)
+    collapse, collapse_text = collapse_statement(rungs, order, clip, where, none)
+    harm_word = harm or ("insufficient seeds" if "insufficient seeds" in harm_text else "none")
+    return {"lr": lr, "precision": precision, "max_norm": max_norm, "clip": clip,
+            "harm": harm, "collapse": collapse, "harm_text": harm_text,
+            "collapse_text": collapse_text,
+            "claim_text": claim_statement(rungs, order, clip, collapse, harm_word),
+            "insufficient": "insufficient seeds" in harm_text + collapse_text,
+            "seeds": int(min(r["pairs"] for r in rungs.values())),
+            "rungs": {s: {k: rungs[s].get(k) for k in RUNG_KEYS} for s in order}}  # fmt: skip
 
 
-def _collapse_above(arms: pd.DataFrame, size: str, clip: str) -> bool:
-    """The rung's unclipped collapse rate exceeds the clipped one, intervals not overlapping."""
-    rate = {}
-    for arm in (UNCLIPPED, clip):
-        row = arms[(arms["size"] == size) & (arms["clip"] == arm)]
-        if not len(row):
-            return False
-        rate[arm] = interval_of(row.iloc[0], "collapse")
-    return rate[UNCLIPPED].above(rate[clip])
+# what ladder.json keeps of each rung's test (ladder.csv has every column)
+RUNG_KEYS = ["pairs", "gap", "sd", "p_value", "p_holm", "gap_t_lo", "gap_t_hi", "gap_lo",
+             "gap_hi", "detectable_gap", "seeds_for_target", "k_u", "n_u", "k_c", "n_c",
+             "collapse_p"]  # fmt: skip
 
 
 def thresholds(
     table: pd.DataFrame, sizes: list[str], steps: int | None = None
 ) -> list[dict[str, Any]]:
-    """Per (lr, precision, max_norm, clipped arm): the harm and collapse thresholds.
+    """Per (lr, precision, max_norm, clipped arm): the harm and collapse thresholds and the
+    comparison with the seeds' claim (``thresholds.py``: the procedure and its tests).
 
     ``table`` holds per-seed arm records (``sweep.csv`` rows); ``sizes`` are the ladder's rungs
     (any order). A threshold is a size, or None when no rung meets the condition."""
@@ -110,54 +125,58 @@ def thresholds(
     steps_text = f"{steps:,}" if steps else "these"
     out = []
     for key, g in gaps.groupby([*GROUP, "clip"], sort=True):
-        lr, precision, max_norm, clip = key
         at = arms[(arms[GROUP] == pd.Series(dict(zip(GROUP, key[:3], strict=True)))).all(axis=1)]
-        harm = next((size for size in order if _gap_above_zero(g, size)), None)
-        collapse = next((size for size in order if _collapse_above(at, size, clip)), None)
-        present = [s for s in order if s in set(g["size"])]
-        where = f"lr {lr:g}{'' if precision == 'fp32' else ' ' + precision}, max_norm {max_norm:g}"
-        none = f"none in {_span(present or order)} at {where} and {steps_text} updates"
-        out.append(
-            {"lr": lr, "precision": precision, "max_norm": max_norm, "clip": clip,
-             "harm": harm, "collapse": collapse,
-             "harm_text": f"harm threshold ({clip}): {harm} at {where}" if harm else
-             f"harm threshold ({clip}): {none}",
-             "collapse_text": f"collapse threshold ({clip}): {collapse} at {where}" if collapse
-             else f"collapse threshold ({clip}): {none}",
-             "seeds": int(g["pairs"].min()) if len(g) else 0}
-        )  # fmt: skip
+        out.append(_statements(key, g, at, order, steps_text))
     return out
 
 
 def by_size(table: pd.DataFrame, sizes: list[str]) -> pd.DataFrame:
-    """Per size, cell and arm: collapse and event rates (Wilson), and the paired gap and harm
-    per event against ``none`` (bootstrap; on the clipped arm's rows)."""
+    """Per size, cell and arm: collapse and event rates (Wilson), and against ``none`` (on the
+    clipped arm's rows) the paired gap's test, intervals and power, its Holm-adjusted p across
+    rungs, the collapse rates' Fisher p, and the harm per event."""
     order = {s: i for i, s in enumerate(rungs(sizes))}
     arms, gaps = arm_rates(table), paired_gaps(table)
     if arms.empty:
         return arms
     keys = ["size", *GROUP, "clip"]
-    cols = ["gap", "gap_lo", "gap_hi", "pairs", "harm_per_event", "harm_per_event_lo",
-            "harm_per_event_hi", "event_pairs"]  # fmt: skip
-    merged = arms.merge(gaps[[*keys, *cols]], on=keys, how="left") if len(gaps) else arms
+    if len(gaps):
+        gaps = gaps.copy()
+        gaps["p_holm"] = math.nan
+        for _, idx in gaps.groupby([*GROUP, "clip"]).groups.items():
+            gaps.loc[idx, "p_holm"] = holm(gaps.loc[idx, "p_value"].tolist())
+        merged = arms.merge(gaps.drop(columns=["gaps"]), on=keys, how="left")
+    else:
+        merged = arms
     merged["n_params"] = merged["size"].map(lambda s: MODEL_PRESETS[s].n_params())
     merged["rung"] = merged["size"].map(order)
     return merged.sort_values([*GROUP, "rung", "clip"]).reset_index(drop=True)
 
 
-def write_ladder(out: Path, table: pd.DataFrame, sizes: list[str], meta: dict[str, Any]) -> dict:
-    """``ladder.json`` and ``ladder.csv`` from a sweep table (and ``ladder.html`` with plotly)."""
+def write_ladder(
+    out: Path, table: pd.DataFrame, sizes: list[str], meta: dict[str, Any]
+) -> tuple[dict[str, Any], pd.DataFrame]:
+    """``ladder.json`` and ``ladder.csv`` from a sweep table; returns their content."""
     result = {**meta, "rungs": rungs(sizes),
               "thresholds": thresholds(table, sizes, meta.get("steps")),
               "finished_arms": len(finished(table)), "arms_in_table": len(table)}  # fmt: skip
     rows = by_size(table, sizes)
     rows.to_csv(out / "ladder.csv", index=False)
     write_json(out / "ladder.json", result)
-    return result
+    return result, rows
 
 
-def run_ladder(spec: LadderSpec, console: Console | None = None) -> tuple[Path, dict[str, Any]]:
-    """Run (or resume) the ladder's sweep, then write the threshold statements and the page."""
+@dataclass
+class LadderRun:
+    """What a ladder returns for the commands to print and render."""
+
+    out: Path
+    result: dict[str, Any]  # ladder.json
+    rows: pd.DataFrame  # ladder.csv
+    failure: UserError | None = None  # some cells crashed: raise it after rendering
+
+
+def run_ladder(spec: LadderSpec, console: Console | None = None) -> LadderRun:
+    """Run (or resume) the ladder's sweep, then write the threshold statements (no pages)."""
     console = console or Console(stderr=True)
     sizes = rungs(spec.sizes)
     out = spec.out or default_out("ladder", f"{sizes[0]}-{sizes[-1]}")
@@ -175,11 +194,5 @@ def run_ladder(spec: LadderSpec, console: Console | None = None) -> tuple[Path, 
         failure = exc  # some cells crashed: the ladder still states what the others show
     meta = json.loads((out / "sweep.json").read_text())
     table = pd.read_csv(out / "sweep.csv")
-    result = write_ladder(out, table, sizes, meta)
-    if report_renderer_available(console, out):
-        from andrea_diag.report.ladder_page import render_ladder
-
-        render_ladder(out, table, result)
-    if failure is not None:
-        raise failure
-    return out, result
+    result, rows = write_ladder(out, table, sizes, meta)
+    return LadderRun(out, result, rows, failure)

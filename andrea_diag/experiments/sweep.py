@@ -38,7 +38,6 @@ from andrea_diag.experiments.cascade import (
     CascadeSpec,
     default_out,
     load_data,
-    report_renderer_available,
     run_cascade,
 )
 from andrea_diag.experiments.executor import (
@@ -172,7 +171,8 @@ def _run_out_of_process(
 
 
 def run_sweep(spec: SweepSpec, console: Console | None = None) -> tuple[Path, pd.DataFrame]:
-    """Run (or resume) every cell; write sweep.json, sweep.csv and sweep.html under ``out``."""
+    """Run (or resume) every cell; write sweep.json and sweep.csv under ``out`` (the command
+    renders sweep.html from them: ``commands/pages.py``)."""
     console = console or Console(stderr=True)
     configs = cells(spec)
     if not configs:
@@ -231,11 +231,7 @@ def run_sweep(spec: SweepSpec, console: Console | None = None) -> tuple[Path, pd
     meta["throughput"] = throughput(
         recorded_updates(dirs, spec.clips) - before, wall, spec.executor
     )
-    write_json(out / "sweep.json", {**meta, **status})
-    if report_renderer_available(console, out):
-        from andrea_diag.report.sweep_page import render_sweep
-
-        render_sweep(out, table, meta)
+    write_json(out / "sweep.json", {**meta, **status})  # the command renders the page from it
     if crashed:
         raise UserError(
             f"{len(crashed)} of {len(configs)} sweep cells crashed: {', '.join(crashed)} "
@@ -248,19 +244,3 @@ def run_sweep(spec: SweepSpec, console: Console | None = None) -> tuple[Path, pd
 def shared_plotly(mode: str, out: Path) -> Path | None:
     """The folder holding the pages' one plotly.js copy, or None to inline it in each page."""
     return out if mode == "shared" else None
-
-
-def render_sweep_dir(out: Path) -> Path:
-    """Re-render every cell's report and the sweep page from a sweep directory (no training)."""
-    from andrea_diag.report import render_cascade
-    from andrea_diag.report.sweep_page import render_sweep
-
-    meta_path, table_path = out / "sweep.json", out / "sweep.csv"
-    if not meta_path.exists() or not table_path.exists():
-        raise UserError(f"{out} is not a finished sweep directory (no sweep.json / sweep.csv)")
-    meta = json.loads(meta_path.read_text())
-    table = pd.read_csv(table_path)
-    for cell in table["cell"].unique():
-        if _finished(out / cell):
-            render_cascade(out / cell, shared_plotly(meta.get("plotly", "inline"), out))
-    return render_sweep(out, table, meta)

@@ -12,6 +12,7 @@ gives every cell's rates and gaps with their intervals.
 from __future__ import annotations
 
 import html
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -23,11 +24,13 @@ from plotly.subplots import make_subplots
 
 from andrea_diag.clip.modes import mode_color
 from andrea_diag.config import VOCAB_SIZE
-from andrea_diag.experiments.aggregate import arm_rates, interval_findings, paired_gaps
+from andrea_diag.errors import UserError
+from andrea_diag.experiments.aggregate import arm_rates, gap_call, interval_findings, paired_gaps
+from andrea_diag.experiments.sweep import shared_plotly
 from andrea_diag.probes.verdict import COLLAPSE_VERDICTS, LOCKED_VERDICTS
-from andrea_diag.report.html import CSS, PLOT_CONFIG
+from andrea_diag.report.html import CSS, PLOT_CONFIG, render_cascade
 from andrea_diag.report.plotlyjs import script_tag
-from andrea_diag.stats import bootstrap_mean
+from andrea_diag.stats import MIN_PAIRS, insufficient, paired_test
 
 MATTERS = 0.25  # nats: a final-loss gap this large between arms is called a difference
 
@@ -109,36 +112,15 @@ def findings(table: pd.DataFrame) -> list[str]:
             continue
         for clip in by.index.drop("none"):
             u, c = by.loc["none"], by.loc[clip]
-            gap = u["final_loss"] - c["final_loss"]
             seeds = int(min(u["seeds"], c["seeds"]))
             where = f"{size} lr {lr:g} (max_norm {mn:g}, {seeds} seed{'s' * (seeds > 1)})"
             spikes = f"spikes {u['n_spikes']:.0f} unclipped vs {c['n_spikes']:.0f} {clip}"
-            # several seeds: a call needs the paired gap's 95% interval to exclude 0
             cell = table[(table["size"] == size) & (table["lr"] == lr) & (table["max_norm"] == mn)]
             paired = cell.assign(v=compared_column(cell)).pivot_table("v", "seed", "clip")
             both = "none" in paired and clip in paired  # an arm with no finite loss has none
-            iv = bootstrap_mean((paired["none"] - paired[clip]).tolist() if both else [])
-            if seeds == 1 and abs(gap) > MATTERS:  # one run per arm: no interval, no call
-                side = "helped" if gap > 0 else "cost"
-                out.append(f"{where}: not distinguishable with 1 seed ({what} "
-                           f"{u['final_loss']:.2f} unclipped vs {c['final_loss']:.2f} {clip}: "
-                           f"clipping {side} {abs(gap):.2f} nats in this one run; a call needs "
-                           f"seeds, --seed 0,1,2,...); {spikes}.")  # fmt: skip
-            elif seeds > 1 and not iv.excludes_zero() and abs(gap) > MATTERS:
-                out.append(f"{where}: not distinguishable with {iv.n} seeds, paired gap "
-                           f"{iv.text()} straddles 0 "
-                           f"(mean {u['final_loss']:.2f} unclipped vs {c['final_loss']:.2f} "
-                           f"{clip}); {spikes}.")  # fmt: skip
-            elif gap > MATTERS:
-                out.append(f"{where}: clipping helped, {what} {u['final_loss']:.2f} "
-                           f"unclipped vs {c['final_loss']:.2f} {clip}; {spikes}.")  # fmt: skip
-            elif gap < -MATTERS:
-                out.append(f"{where}: clipping cost {-gap:.2f} nats ({what} "
-                           f"{c['final_loss']:.2f} {clip} vs {u['final_loss']:.2f} unclipped); "
-                           f"{spikes}.")  # fmt: skip
-            else:
-                out.append(f"{where}: no difference beyond {MATTERS} nats "
-                           f"({u['final_loss']:.2f} vs {c['final_loss']:.2f}); {spikes}.")  # fmt: skip
+            diffs = (paired["none"] - paired[clip]).dropna().tolist() if both else []
+            pair = (u["final_loss"], c["final_loss"], clip, what)
+            out.append(f"{where}: {_pair_finding(f'{size} lr {lr:g}', pair, diffs)}; {spikes}.")
     # never learned: even the best loss stayed near uniform (a run that learned and then
     # collapsed back up has a low min_loss, and is not this)
     stalled = agg[agg["min_loss"] > 0.8 * math.log(VOCAB_SIZE)]
@@ -155,6 +137,27 @@ def findings(table: pd.DataFrame) -> list[str]:
     )  # fmt: skip
     out.append(collapse_finding(table))
     return out
+
+
+def _pair_finding(at: str, pair: tuple[float, float, str, str], diffs: list[float]) -> str:
+    """What one clipped arm against ``none`` may be called: from ``MIN_PAIRS`` paired seeds
+    the sign-flip test decides; below, the gap is reported (when above ``MATTERS``), never
+    called."""
+    u, c, clip, what = pair
+    gap = u - c
+    if len(diffs) < MIN_PAIRS:
+        short = insufficient({at: len(diffs)}, "a call")
+        if abs(gap) <= MATTERS:
+            return f"gap {gap:+.2f} nats, within {MATTERS} ({u:.2f} vs {c:.2f}); {short}"
+        side = "helped" if gap > 0 else "cost"
+        run = "in this one run" if len(diffs) <= 1 else f"on average over {len(diffs)} seeds"
+        return (f"{short} ({what} {u:.2f} unclipped vs {c:.2f} {clip}: clipping {side} "
+                f"{abs(gap):.2f} nats {run}; a call needs seeds, --seed 0,1,2,3,4,5)")  # fmt: skip
+    t = paired_test(diffs)
+    row = {"pairs": t.n, "p_value": t.p, "gap": t.mean, "detectable_gap": t.detectable,
+           "seeds_for_target": t.seeds_for_target}  # fmt: skip
+    return (f"{gap_call(row, at)}: paired {what} gap {t.mean:+.3f} nats, 95% t "
+            f"[{t.t.lo:+.3f}, {t.t.hi:+.3f}] (mean {u:.2f} unclipped vs {c:.2f} {clip})")  # fmt: skip
 
 
 def collapsed(table: pd.DataFrame) -> pd.Series:
@@ -259,3 +262,21 @@ def render_sweep(out: Path, table: pd.DataFrame, meta: dict[str, Any]) -> Path:
     path = out / "sweep.html"
     path.write_text(page, encoding="utf-8")
     return path
+
+
+def _cell_done(cell_dir: Path) -> bool:
+    meta = cell_dir / "cascade.json"
+    return meta.is_file() and json.loads(meta.read_text()).get("status") == "done"
+
+
+def render_sweep_dir(out: Path) -> Path:
+    """Re-render every cell's report and the sweep page from a sweep directory (no training)."""
+    meta_path, table_path = out / "sweep.json", out / "sweep.csv"
+    if not meta_path.exists() or not table_path.exists():
+        raise UserError(f"{out} is not a finished sweep directory (no sweep.json / sweep.csv)")
+    meta = json.loads(meta_path.read_text())
+    table = pd.read_csv(table_path)
+    for cell in table["cell"].unique():
+        if _cell_done(out / cell):
+            render_cascade(out / cell, shared_plotly(meta.get("plotly", "inline"), out))
+    return render_sweep(out, table, meta)

@@ -1,0 +1,59 @@
+"""After an experiment, its pages: experiments return results, the commands render them.
+
+    with sweep_page_after(out, console):  # sweep.html, also when some cells crashed
+        run_sweep(spec, console)
+    render_ladder_pages(run, console)     # sweep.html and ladder.html of a LadderRun
+
+Without plotly (a bare GPU image) nothing is rendered and one line says how to render later.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pandas as pd
+from rich.console import Console
+
+from andrea_diag.experiments.cascade import report_renderer_available
+from andrea_diag.experiments.ladder import LadderRun
+
+# sweep.json's status once every cell has run (or crashed); "running": stopped by an error
+# before or between cells (a changed setting, a bad option), so there is no new table to show
+FINISHED = ("done", "crashed")
+
+
+def render_sweep_page(out: Path, console: Console) -> Path | None:
+    """``out/sweep.html`` from ``sweep.json`` and ``sweep.csv``, if the sweep got to its end."""
+    meta_path, table_path = out / "sweep.json", out / "sweep.csv"
+    if not (meta_path.is_file() and table_path.is_file()):
+        return None
+    meta = json.loads(meta_path.read_text())
+    if meta.get("status") not in FINISHED or not report_renderer_available(console, out):
+        return None
+    from andrea_diag.report.sweep_page import render_sweep  # imports plotly: only once it is there
+
+    return render_sweep(out, pd.read_csv(table_path), meta)
+
+
+@contextmanager
+def sweep_page_after(out: Path, console: Console) -> Iterator[None]:
+    """Render the sweep page after the block, also when it raised for crashed cells."""
+    try:
+        yield
+    finally:
+        render_sweep_page(out, console)
+
+
+def render_ladder_pages(run: LadderRun, console: Console) -> Path | None:
+    """The ladder's ``sweep.html`` and ``ladder.html``; the latter's path, or None."""
+    if not report_renderer_available(console, run.out):
+        return None
+    from andrea_diag.report.ladder_page import (
+        render_ladder,  # imports plotly: only once it is there
+    )
+
+    render_sweep_page(run.out, console)
+    return render_ladder(run.out, run.rows, run.result)

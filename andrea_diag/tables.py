@@ -1,0 +1,55 @@
+"""Column conventions of the seed tables, shared by the experiments that write them and the
+pages that read them (``arms.csv``, ``gaps.csv``, ``ladder.csv``), so neither imports the other.
+
+    iv = interval_of(row, "gap")       # the row's gap, gap_lo, gap_hi and pairs as an Interval
+    row.update(interval_columns("collapse", wilson(3, 8)))
+
+An interval named ``<name>`` is stored as ``<name>`` (``<name>_rate`` for a rate), ``<name>_lo``
+and ``<name>_hi``; its n is in the column ``N_COLUMN[name]``. This module sits beside
+``stats.py`` at the bottom of the layers.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from andrea_diag.stats import Interval
+
+CELL_KEYS = ["size", "lr", "precision", "max_norm"]  # a cell of the grid, seeds pooled
+GROUP = ["lr", "precision", "max_norm"]  # a ladder states one threshold per group
+UNCLIPPED = "none"
+RATES = ("collapse", "event")  # stored as <name>_rate
+
+# per interval: the column holding its number of seeds (or pairs)
+N_COLUMN = {"collapse": "seeds", "event": "event_seeds", "gap": "pairs", "gap_t": "pairs",
+            "harm_per_event": "event_pairs"}  # fmt: skip
+# intervals whose estimate is another column's (the t-interval is around the same mean gap)
+ESTIMATE = {"gap_t": "gap"}
+
+
+def interval_columns(name: str, iv: Interval) -> dict[str, float]:
+    """The columns that store ``iv`` under ``name``."""
+    est = f"{name}_rate" if name in RATES else ESTIMATE.get(name, name)
+    return {est: iv.estimate, f"{name}_lo": iv.lo, f"{name}_hi": iv.hi}
+
+
+def _number(value: Any) -> float:
+    return math.nan if value is None else float(value)
+
+
+def interval_of(row: Mapping[str, Any], name: str) -> Interval:
+    """Back from a table row's ``<name>[_rate]``, ``<name>_lo``, ``<name>_hi`` columns."""
+    base = ESTIMATE.get(name, name)
+    est = row.get(f"{base}_rate", row.get(base, math.nan))
+    n = row.get(N_COLUMN[name], 0)
+    n = 0 if n is None or (isinstance(n, float) and math.isnan(n)) else int(n)  # a merge's gap
+    lo, hi = row.get(f"{name}_lo"), row.get(f"{name}_hi")
+    return Interval(_number(est), _number(lo), _number(hi), n)
+
+
+def where(row: Mapping[str, Any]) -> str:
+    """``12m lr 0.0003 max_norm 1`` (the precision named when it is not fp32)."""
+    prec = "" if row["precision"] == "fp32" else f" {row['precision']}"
+    return f"{row['size']} lr {row['lr']:g}{prec} max_norm {row['max_norm']:g}"
