@@ -127,8 +127,8 @@ def sign_flip_p(values: Sequence[float | None]) -> float:
     x = _finite(values)
     if len(x) == 0:
         return math.nan
-    if not np.any(x):
-        return 1.0  # all zero: every pattern ties
+    if len(x) == 1 or not np.any(x):
+        return 1.0  # one pair: its two sign patterns are equally extreme; all zero: all tie
     exact = len(x) <= EXACT_MAX_PAIRS
     res = st.permutation_test((x,), _mean, permutation_type="samples", vectorized=True,
                               n_resamples=np.inf if exact else N_RESAMPLES,

@@ -36,11 +36,12 @@ def records(spec: dict[str, dict[str, list]]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-FLAT = {"gaps": [0.05, -0.04, 0.01, -0.02, 0.03]}  # straddles 0: no harm
-HARMED = {"gaps": [0.30, 0.25, 0.40, 0.35, 0.28]}  # all five above 0: interval above 0
-MIXED = {"gaps": [0.40, -0.10, 0.30, -0.05, 0.02]}  # big on some seeds: still straddles 0
-COLLAPSING = {**FLAT, "collapse_none": [True] * 5}  # 5/5 vs 0/5: Wilson [0.57,1] vs [0,0.43]
-SOME_COLLAPSE = {**FLAT, "collapse_none": [True, True, False, False, False]}  # overlaps 0/5
+FLAT = {"gaps": [0.05, -0.04, 0.01, -0.02, 0.03, -0.01]}  # straddles 0: no harm
+HARMED = {"gaps": [0.30, 0.25, 0.40, 0.35, 0.28, 0.31]}  # all six above 0: p = 2/64
+MIXED = {"gaps": [0.40, -0.10, 0.30, -0.05, 0.02, -0.03]}  # big on some seeds: p large
+COLLAPSING = {**FLAT, "collapse_none": [True] * 6}  # 6/6 vs 0/6: Fisher p = 2/924
+SOME_COLLAPSE = {**FLAT, "collapse_none": [True, True, False, False, False, False]}  # p = 0.45
+FIVE = {"gaps": [0.30, 0.25, 0.40, 0.35, 0.28]}  # all positive, but p >= 2/32 whatever they are
 
 
 def _only(result: list[dict]) -> dict:
@@ -48,26 +49,54 @@ def _only(result: list[dict]) -> dict:
     return result[0]
 
 
-def test_threshold_at_rung_3_harm_and_rung_4_collapse() -> None:
+def test_threshold_at_rung_3_harm_and_rung_4_collapse_with_procedure_n_and_p() -> None:
     table = records({"12m": FLAT, "30m": MIXED, "60m": HARMED, "120m": {**HARMED, **COLLAPSING,
                                                                           "gaps": HARMED["gaps"]}})  # fmt: skip
     t = _only(thresholds(table, SIZES, steps=1500))
     assert (t["harm"], t["collapse"]) == ("60m", "120m")
-    assert t["harm_text"] == "harm threshold (global): 60m at lr 0.0003, max_norm 1"
+    assert t["harm_text"].startswith("harm threshold (global): 60m at lr 0.0003, max_norm 1 "
+                                     "(fixed-sequence test from the largest rung down")  # fmt: skip
+    # the planted 60m gaps: mean 0.315, all six positive -> exact sign-flip p = 2/64
+    assert "at 60m: gap +0.315 nats, n = 6" in t["harm_text"]
+    assert "sign-flip p = 0.031" in t["harm_text"] and "95% t [+0.259, +0.371]" in t["harm_text"]
+    assert "the sequence stops at 30m" in t["harm_text"]
+    assert "at 120m: unclipped 6/6 vs global 0/6 collapsed, Fisher p = 0.0022" in t["collapse_text"]
+    assert t["claim_text"].startswith('the seeds\' claim "12M survives, 120M collapses without '
+                                      'clipping", read as 12m against 120m (global): consistent')  # fmt: skip
+    assert t["rungs"]["60m"]["p_value"] == pytest.approx(2 / 64) and not t["insufficient"]
 
 
-def test_threshold_is_the_smallest_qualifying_rung_even_when_a_larger_one_does_not() -> None:
+def test_fixed_sequence_from_the_largest_rung_stops_where_the_largest_shows_nothing() -> None:
+    # 30m alone has p = 2/64, but 120m is tested first and shows nothing: no threshold, and
+    # Holm across 4 rungs (4 * 2/64 = 0.125) does not single 30m out either
     table = records({"12m": FLAT, "30m": HARMED, "60m": FLAT, "120m": MIXED})
-    assert _only(thresholds(table, SIZES))["harm"] == "30m"
+    t = _only(thresholds(table, SIZES))
+    assert t["harm"] is None and "on its own" not in t["harm_text"]
+    assert t["rungs"]["30m"]["p_holm"] == pytest.approx(4 * 2 / 64)
 
 
-def test_no_threshold_says_none_in_the_ladder_at_these_lrs_and_steps() -> None:
+def test_no_threshold_says_none_with_the_smallest_detectable_gap() -> None:
     table = records({"12m": FLAT, "30m": MIXED, "60m": SOME_COLLAPSE, "120m": MIXED})
     t = _only(thresholds(table, SIZES, steps=1500))
     assert (t["harm"], t["collapse"]) == (None, None)
     want = "none in 12m–120m at lr 0.0003, max_norm 1 and 1,500 updates"
+    assert t["harm_text"].startswith(f"harm threshold (global): {want}, with the smallest "
+                                     "detectable gap ")  # fmt: skip
+    assert "nats at 120m (80% power, t-based; there n = 6" in t["harm_text"]
+    assert "a gap of 0.02 nats would need" in t["harm_text"]
+    assert t["collapse_text"].startswith(f"collapse threshold (global): {want} (at 120m: ")
+    assert "6 seeds per arm tell at best 5/6 from 0/6" in t["collapse_text"]
+    assert "not seen at these settings" in t["claim_text"]
+
+
+def test_five_seeds_say_insufficient_seeds_whatever_the_gaps() -> None:
+    table = records({"12m": FIVE, "120m": {**FIVE, "collapse_none": [True] * 5}})
+    t = _only(thresholds(table, ["12m", "120m"]))
+    assert (t["harm"], t["collapse"]) == (None, None) and t["insufficient"]
+    want = "insufficient seeds: 5 pairs at 12m, 120m (a threshold needs ≥ 6)"
     assert t["harm_text"] == f"harm threshold (global): {want}"
     assert t["collapse_text"] == f"collapse threshold (global): {want}"
+    assert "not checked, insufficient seeds" in t["claim_text"]
 
 
 def test_rungs_are_ordered_by_parameter_count_whatever_the_order_given() -> None:
@@ -91,7 +120,7 @@ def test_harm_per_event_pools_only_seeds_whose_unclipped_arm_kept_v_polluted() -
 def test_crashed_arm_drops_its_pair() -> None:
     table = records({"12m": HARMED})
     table.loc[(table["seed"] == 0) & (table["clip"] == "global"), "status"] = "crashed"
-    assert paired_gaps(table).iloc[0]["pairs"] == 4
+    assert paired_gaps(table).iloc[0]["pairs"] == 5
 
 
 @pytest.fixture(scope="module")
@@ -104,6 +133,7 @@ def tiny_ladder(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     return out, res.output
 
 
+@pytest.mark.slow
 def test_tiny_ladder_runs_end_to_end_and_states_both_thresholds(tiny_ladder) -> None:
     out, output = tiny_ladder
     table = pd.read_csv(out / "sweep.csv")
@@ -113,14 +143,16 @@ def test_tiny_ladder_runs_end_to_end_and_states_both_thresholds(tiny_ladder) -> 
     assert result["rungs"] == ["tiny", "tiny2"]  # ordered by parameter count
     (t,) = result["thresholds"]
     assert t["seeds"] == 2
-    # two seeds of three updates: a statement either way, never a missing one
-    assert t["harm_text"].startswith("harm threshold (global): ")
-    assert "collapse threshold (global): " in output
+    # two seeds: never a threshold (issue 19: "12m at lr 0.0003" was printed from 2 gaps)
+    short = "insufficient seeds: 2 pairs at tiny, tiny2 (a threshold needs ≥ 6)"
+    assert t["harm_text"] == f"harm threshold (global): {short}" and t["harm"] is None
+    assert f"collapse threshold (global): {short}" in output
     rows = pd.read_csv(out / "ladder.csv")
     assert set(rows["size"]) == {"tiny", "tiny2"} and set(rows["clip"]) == {"none", "global"}
     assert {"collapse_lo", "event_hi", "gap_lo", "harm_per_event"} <= set(rows.columns)
 
 
+@pytest.mark.slow
 def test_tiny_ladder_pages_share_one_plotly_copy(tiny_ladder) -> None:
     out, _ = tiny_ladder
     bundle = out / "plotly.min.js"
@@ -133,20 +165,64 @@ def test_tiny_ladder_pages_share_one_plotly_copy(tiny_ladder) -> None:
         assert p.stat().st_size < 1_000_000  # no inlined 4.9 MB bundle
 
 
-def test_ladder_page_renders_from_records_with_intervals(tmp_path: Path) -> None:
+def test_ladder_page_states_the_threshold_with_its_procedure_p_and_interval(tmp_path: Path) -> None:
     from andrea_diag.experiments.ladder import write_ladder
     from andrea_diag.report.ladder_page import render_ladder
 
-    table = records({"12m": FLAT, "120m": {**HARMED, "share_none": [0.9, 0.1, 0.8, 0.0, 0.7]}})
-    meta = {"steps": 1500, "recipe": "v1", "lrs": [3e-4], "seeds": [0, 1, 2, 3, 4],
-            "command": "andrea-diag ladder", "plotly": "inline"}  # fmt: skip
-    result = write_ladder(tmp_path, table, ["12m", "120m"], meta)
-    page = render_ladder(tmp_path, table, result).read_text()
-    assert "harm threshold (global): 120m at lr 0.0003, max_norm 1" in page
-    assert "collapse threshold (global): none in 12m–120m" in page
+    share = [0.9, 0.1, 0.8, 0.0, 0.7, 0.2]
+    table = records({"12m": FLAT, "120m": {**HARMED, "share_none": share}})
+    meta = {"steps": 1500, "recipe": "v1", "lrs": [3e-4], "seeds": list(range(6)),
+            "command": "andrea-diag ladder <x>", "plotly": "inline"}  # fmt: skip
+    result, rows = write_ladder(tmp_path, table, ["12m", "120m"], meta)
+    page = render_ladder(tmp_path, rows, result).read_text()
+    assert "harm threshold (global): 120m at lr 0.0003, max_norm 1 (fixed-sequence" in page
+    assert "sign-flip p = 0.031" in page and "collapse threshold (global): none in 12m–120m" in page
+    assert "What this says about the seeds' claim" in page and "method: " in page
+    assert "andrea-diag ladder &lt;x&gt;" in page  # escaped after formatting
     assert "<script type='text/javascript'>" in page  # inline: the page opens alone
-    # 120m none: 3 of 5 seeds kept v polluted -> Wilson [0.23, 0.88]; harm over those 3 seeds
-    assert "0.60 [0.23, 0.88]" in page and "(3)" in page
+    # 120m none: 3 of 6 seeds kept v polluted -> Wilson [0.19, 0.81]; harm over those 3 seeds
+    assert "0.50 [0.19, 0.81]" in page and "(3)" in page
+    csv = pd.read_csv(tmp_path / "ladder.csv")
+    assert {"p_value", "p_holm", "gap_t_lo", "sd", "detectable_gap", "collapse_p"} <= set(csv)
+
+
+def _finished_ladder(out: Path, gaps: list[float], sizes=("tiny", "tiny2")) -> None:
+    """Cells as a finished ``ladder --steps 3`` leaves them (summaries, no training): the
+    unclipped arm's held-out loss is the clipped one's plus the planted gap."""
+    for size in sizes:
+        for seed, gap in enumerate(gaps):
+            cell = out / f"{size}-lr0.0003-mn1-s{seed}"
+            for arm, loss in (("none", 5.0 + gap), ("global", 5.0)):
+                (cell / arm).mkdir(parents=True)
+                (cell / arm / "summary.json").write_text(json.dumps(
+                    {"status": "done", "final_loss": loss, "min_loss": loss, "final_eval_loss":
+                     loss, "lockin": {"verdict": "healthy"}, "pollution": {"final_v_share": 0.0}}
+                ))  # fmt: skip
+            (cell / "cascade.json").write_text(
+                json.dumps(
+                    {"status": "done", "arms": ["none", "global"], "steps": 3, "recipe": "v1"}
+                )
+            )
+
+
+@pytest.mark.parametrize("n_seeds", [5, 6])
+def test_ladder_console_from_finished_cells_states_a_threshold_only_from_6_seeds(
+    tmp_path: Path, n_seeds: int
+) -> None:
+    out = tmp_path / "l"
+    _finished_ladder(out, [0.30, 0.25, 0.40, 0.35, 0.28, 0.31][:n_seeds])
+    seeds = ",".join(map(str, range(n_seeds)))
+    res = CliRunner().invoke(app, ["ladder", "--size", "tiny,tiny2", "--seed", seeds,
+                                   "--steps", "3", "--out", str(out)])  # fmt: skip
+    assert res.exit_code == 0, res.output  # too few seeds is a statement, not an error
+    assert "already done, kept" in res.output  # nothing trained
+    text = " ".join(res.output.split())  # the console wraps long lines
+    if n_seeds == 5:
+        assert "harm threshold (global): insufficient seeds: 5 pairs at tiny, tiny2 (a " in text
+    else:
+        assert "harm threshold (global): tiny at lr 0.0003, max_norm 1 (fixed-sequence" in text
+        assert "sign-flip p = 0.031" in text
+    assert "sign-flip p" in (out / "ladder.html").read_text()
 
 
 @pytest.mark.parametrize(

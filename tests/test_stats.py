@@ -73,6 +73,7 @@ def test_sign_flip_p_counts_the_patterns_at_least_as_extreme() -> None:
     # patterns per side, two-sided 14/64
     assert sign_flip_p([1, 1, 1, 1, 1, -1]) == pytest.approx(14 / 64)
     assert sign_flip_p([0.0, 0.0, 0.0]) == 1.0 and math.isnan(sign_flip_p([]))
+    assert sign_flip_p([0.4]) == 1.0 and paired_test([0.4]).n == 1  # one seed: no evidence
 
 
 def test_sign_flip_p_above_16_pairs_is_monte_carlo_with_a_fixed_seed() -> None:

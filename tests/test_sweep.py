@@ -62,11 +62,12 @@ def test_sweep_findings_report_one_seed_gaps_without_calling_them() -> None:
                          "n_spikes": 3 if clip == "none" else 0,
                          "max_grad_norm": 5.0, "lockin": "healthy"})  # fmt: skip
     text = "\n".join(findings(pd.DataFrame(rows)))
-    assert "12m lr 0.001 (max_norm 1, 1 seed): no difference" in text
-    # one seed per arm has no interval: a gap is reported, never called (issue 13's rule)
-    assert "12m lr 0.01 (max_norm 1, 1 seed): not distinguishable with 1 seed" in text
+    assert "12m lr 0.001 (max_norm 1, 1 seed): gap -0.05 nats, within 0.25 (3.00 vs 3.05); " \
+           "insufficient seeds: 1 pair at 12m lr 0.001 (a call needs ≥ 6)" in text  # fmt: skip
+    # one seed per arm: a gap is reported, never called (issue 19's minimum of 6 pairs)
+    assert "12m lr 0.01 (max_norm 1, 1 seed): insufficient seeds: 1 pair at 12m lr 0.01" in text
     assert "clipping helped 4.90 nats in this one run" in text
-    assert "12m lr 0.03 (max_norm 1, 1 seed): not distinguishable with 1 seed" in text
+    assert "12m lr 0.03 (max_norm 1, 1 seed): insufficient seeds: 1 pair" in text
     assert "clipping cost 1.00 nats in this one run" in text
     assert "(never learned): 12m lr 0.01 none" in text
     assert "no arm locked into repetition" in text
@@ -85,9 +86,41 @@ def test_sweep_findings_make_no_call_when_the_paired_interval_straddles_zero() -
                          "clip": clip, "final_loss": loss, "min_loss": 1.0, "n_spikes": 0,
                          "max_grad_norm": 1.0, "lockin": "healthy"})  # fmt: skip
     text = "\n".join(findings(pd.DataFrame(rows)))
-    # paired gaps +1.5 and -0.5: the bootstrap interval [-0.5, 1.5] straddles 0
-    assert "not distinguishable with 2 seeds, paired gap 0.50 [-0.50, 1.50] straddles 0" in text
-    assert "helped" not in text and "cost" not in text
+    # paired gaps +1.5 and -0.5: two seeds, no call; the mean gap is reported as such
+    assert "12m lr 0.001 (max_norm 1, 2 seeds): insufficient seeds: 2 pairs at 12m lr 0.001 " \
+           "(a call needs ≥ 6)" in text  # fmt: skip
+    assert "clipping helped 0.50 nats on average over 2 seeds" in text
+
+
+def _seeded_rows(gaps: list[float]) -> pd.DataFrame:
+    rows = []
+    for seed, gap in enumerate(gaps):
+        for clip, loss in (("none", 3.0 + gap), ("global", 3.0)):
+            rows.append({"cell": f"c{seed}", "size": "12m", "lr": 1e-3, "max_norm": 1.0,
+                         "seed": seed, "precision": "fp32", "clip": clip,
+                         "final_eval_loss": loss, "final_loss": loss, "min_loss": 1.0,
+                         "n_spikes": 0, "max_grad_norm": 1.0, "lockin": "healthy",
+                         "final_v_share": 0.0, "status": "done"})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def test_sweep_findings_call_a_planted_gap_from_6_seeds_with_its_p_value() -> None:
+    from andrea_diag.report.sweep_page import intervals_section
+
+    table = _seeded_rows([0.30, 0.25, 0.40, 0.35, 0.28, 0.31])
+    text = "\n".join(findings(table))
+    assert "12m lr 0.001 (max_norm 1, 6 seeds): clipping helped (sign-flip p = 0.031, 6 pairs)" \
+           ": paired held-out loss gap +0.315 nats, 95% t [+0.259, +0.371]" in text  # fmt: skip
+    section = intervals_section(table)
+    assert "clipping helped (sign-flip p = 0.031, 6 pairs)" in section
+    assert "collapse none 0/6" in section and "(Fisher p = 1)" in section
+
+
+def test_sweep_findings_give_the_detectable_gap_when_6_seeds_show_nothing() -> None:
+    text = "\n".join(findings(_seeded_rows([0.40, -0.10, 0.30, -0.05, 0.02, -0.60])))
+    assert "not distinguishable from 0 with 6 pairs (sign-flip p = " in text
+    assert "smallest detectable gap " in text and "0.02 nats would need " in text
+    assert "clipping helped" not in text and "clipping cost" not in text
 
 
 def test_resuming_with_other_settings_is_refused(sweep_dir: Path) -> None:

@@ -70,7 +70,7 @@ def ladder(
     page = render_ladder_pages(run, console)
     for t in run.result["thresholds"]:
         for key in ("harm_text", "collapse_text", "claim_text"):
-            console.print(t[key], highlight=False, markup=False)
+            console.print(t[key], highlight=False, markup=False, soft_wrap=True)  # one line each
     console.print(f"[bold green]ladder:[/] {page or run.out / 'ladder.json'}")
     if run.failure is not None:
         raise run.failure  # crashed cells: after the pages, which show them
