@@ -42,7 +42,6 @@ MIN_PAIRS = 6
 EXACT_MAX_PAIRS = 16  # 2^16 = 65,536 sign patterns: exact up to here, Monte Carlo above
 N_RESAMPLES = 10_000  # Monte Carlo p-values and bootstrap: error well under the seeds' spread
 SEED = 0  # a fixed resampling seed: the same records give the same numbers every time
-BOOT_SEED = SEED
 TARGET_GAP = 0.02  # nats: the gap whose seed count the page states ("would need N seeds")
 MAX_SEEDS = 1_000_000  # seeds_needed gives up (None) beyond this
 

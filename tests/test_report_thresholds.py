@@ -39,3 +39,16 @@ def test_a_run_with_boundary_k_6_counts_a_spike_5_updates_after_a_boundary(confi
 def test_the_default_window_misses_it():
     text = spike_boundary_finding(_arm({}, {}))
     assert "1 grad-norm spikes, 0 within 3 updates after a phase boundary" in text
+
+
+def test_a_cascade_of_one_seed_says_a_single_seed_cannot_support_a_comparison():
+    from andrea_diag.report.findings import clip_cost_findings
+
+    def arm(clip: str, loss: float) -> Arm:
+        return Arm(label=clip, arm=clip, size="tiny", config={"clip": clip, "size": "tiny",
+                   "lr": 1e-3, "seed": 0}, summary={"final_loss": loss},
+                   metrics=pd.DataFrame(), events=pd.DataFrame(), samples=pd.DataFrame())  # fmt: skip
+
+    (text,) = clip_cost_findings([arm("none", 3.00), arm("global", 3.01)])
+    assert "seed noise" not in text  # one seed shows no noise to be within
+    assert "(under 0.050 nats) in this one seed; insufficient seeds: 1 pair at tiny" in text

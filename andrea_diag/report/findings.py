@@ -22,6 +22,7 @@ import pandas as pd
 from andrea_diag.config import ProbeConfig
 from andrea_diag.report.arm_comparison import best_arm_finding
 from andrea_diag.report.arms import Arm, boundaries, compared_loss, final_loss, fmt, is_locked
+from andrea_diag.stats import insufficient
 
 MAX_LISTED_SPIKES = 10
 SAME_NATS = 0.05  # final-loss gaps under this are not called a cost or a benefit
@@ -180,7 +181,7 @@ def clip_cost_findings(arms: list[Arm]) -> list[str]:
                 out.append(f"{c.label} vs {u.label}: final losses not both finite; no comparison.")
                 continue
             verdict = (
-                "no difference beyond seed noise, under"
+                "under"
                 if abs(d) < SAME_NATS
                 else "clipping cost"
                 if d > 0
@@ -189,7 +190,8 @@ def clip_cost_findings(arms: list[Arm]) -> list[str]:
             out.append(
                 f"{c.size} lr {fmt(c.config.get('lr'))}: {what} {fmt(lc)} "
                 f"({c.label}) vs {fmt(lu)} ({u.label}), a difference of {d:+.3f} "
-                f"({verdict} {abs(d) if abs(d) >= SAME_NATS else SAME_NATS:.3f} nats)."
+                f"({verdict} {abs(d) if abs(d) >= SAME_NATS else SAME_NATS:.3f} nats) in this one "
+                f"seed; {insufficient({c.size: 1}, 'a comparison')}."
             )
     if not out:
         out.append(
