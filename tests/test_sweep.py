@@ -143,3 +143,16 @@ def test_sweep_rejects_an_unknown_precision_or_plotly_mode_before_any_work() -> 
     assert res.exit_code != 0 and "precision 'fp64'" in res.output and "Traceback" not in res.output
     res = CliRunner().invoke(app, ["sweep", "--plotly", "cdn", "--steps", "1"])
     assert res.exit_code != 0 and "--plotly" in res.output and "Traceback" not in res.output
+
+
+def test_sweep_page_escapes_every_value_from_sweep_json(tmp_path: Path) -> None:
+    from andrea_diag.report.sweep_page import render_sweep
+
+    meta = {"sizes": ["12m"], "lrs": [1e-3], "steps": "<b>6</b>", "recipe": "v1",
+            "seeds": ["<i>0</i>"], "command": "<script>x</script>", "plotly": "inline",
+            "throughput": {"updates_per_s": 2.0, "updates": "<u>", "wall_s": 1.0,
+                           "executor": "local", "jobs": "<j>"}}  # fmt: skip
+    page = render_sweep(tmp_path, _seeded_rows([0.1] * 6), meta).read_text()
+    for raw in ("<b>6</b>", "<i>0</i>", "<script>x</script>", "<u>", "<j>"):
+        assert raw not in page
+    assert "&lt;b&gt;6&lt;/b&gt; updates per arm" in page and "--jobs &lt;j&gt;" in page

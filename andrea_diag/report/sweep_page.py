@@ -4,9 +4,11 @@ Written by ``andrea-diag sweep`` as ``sweep.html`` next to ``sweep.csv``; each c
 its own cascade report. Self-contained like every report (plotly.js inlined once), unless the
 sweep ran with ``--plotly shared`` (one plotly.min.js for the folder: ``plotlyjs.py``).
 
-With several seeds a difference between arms is called only when the 95% bootstrap interval of
-the paired gap excludes 0 (``experiments/aggregate.py``); the "Seeds and intervals" section
-gives every cell's rates and gaps with their intervals.
+A difference between arms is called only from at least ``MIN_PAIRS`` (6) paired seeds, when the
+exact sign-flip test of the paired gaps gives p < 0.05 (``stats.py``); below that the page says
+"insufficient seeds" and reports the gap without calling it. The "Seeds and intervals" section
+gives every cell's rates and gaps with their tests and intervals. Every value is escaped after
+formatting.
 """
 
 from __future__ import annotations
@@ -196,8 +198,8 @@ def _throughput_note(tp: dict[str, Any] | None) -> str:
         return ""
     return (
         f"<p class='note'>throughput: {tp['updates_per_s']:.3g} updates/s aggregate "
-        f"({tp['updates']} updates in {tp['wall_s']:.1f} s; executor {html.escape(tp['executor'])}, "
-        f"--jobs {tp['jobs']})</p>\n"
+        f"({html.escape(str(tp['updates']))} updates in {tp['wall_s']:.1f} s; executor "
+        f"{html.escape(str(tp['executor']))}, --jobs {html.escape(str(tp['jobs']))})</p>\n"
     )
 
 
@@ -209,9 +211,11 @@ def intervals_section(table: pd.DataFrame) -> str:
     lines = interval_findings(arms, gaps)
     return (
         "<h2>Seeds and intervals (95%)</h2>\n<p class='note'>gap: final held-out loss, "
-        "unclipped minus clipped, paired by seed (bootstrap interval of the mean); rates: "
-        "Wilson intervals; a pollution event: the spikes still held at least half of ‖v‖ at "
-        "the end of the run.</p>\n<ul class='findings'>\n"
+        "unclipped minus clipped, paired by seed: exact sign-flip test (Monte Carlo above 16 "
+        "pairs), BCa bootstrap and t intervals of the mean, called only from "
+        f"{MIN_PAIRS} pairs; collapse rates: Fisher's exact test, Wilson intervals for display; "
+        "detectable gap: 80% power, t-based; a pollution event: the spikes still held at least "
+        "half of ‖v‖ at the end of the run.</p>\n<ul class='findings'>\n"
         + "\n".join(f"<li>{html.escape(x)}</li>" for x in lines) + "\n</ul>\n"
     )  # fmt: skip
 
@@ -236,7 +240,8 @@ def render_sweep(out: Path, table: pd.DataFrame, meta: dict[str, Any]) -> Path:
                     f"<td><a href='{html.escape(v)}/report.html'>{html.escape(v)}</a></td>"
                 )
             elif isinstance(v, float):
-                cells.append(f"<td class='num'>{'' if math.isnan(v) else f'{v:.4g}'}</td>")
+                text = "" if math.isnan(v) else f"{v:.4g}"
+                cells.append(f"<td class='num'>{html.escape(text)}</td>")
             else:
                 cells.append(f"<td>{html.escape('' if v is None else str(v))}</td>")
         body.append("<tr>" + "".join(cells) + "</tr>")
@@ -250,8 +255,9 @@ def render_sweep(out: Path, table: pd.DataFrame, meta: dict[str, Any]) -> Path:
         "</head>\n<body>\n"
         f"<h1>{html.escape(title)}</h1>\n"
         f"<p class='note'>command: {html.escape(meta.get('command', ''))}; "
-        f"{meta['steps']} updates per arm, recipe {html.escape(str(meta['recipe']))}, "
-        f"seeds {', '.join(map(str, meta['seeds']))}</p>\n"
+        f"{html.escape(str(meta['steps']))} updates per arm, recipe "
+        f"{html.escape(str(meta['recipe']))}, "
+        f"seeds {html.escape(', '.join(map(str, meta['seeds'])))}</p>\n"
         + _throughput_note(meta.get("throughput")) +
         "<h2>Findings</h2>\n<ul class='findings'>\n"
         + "\n".join(f"<li>{html.escape(f)}</li>" for f in findings(table))
