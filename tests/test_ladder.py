@@ -222,6 +222,7 @@ def test_ladder_console_from_finished_cells_states_a_threshold_only_from_6_seeds
     else:
         assert "harm threshold (global): tiny at lr 0.0003, max_norm 1 (fixed-sequence" in text
         assert "sign-flip p = 0.031" in text
+    assert "the seeds' claim \"12M survives, 120M collapses without clipping\"" in text
     assert "sign-flip p" in (out / "ladder.html").read_text()
 
 

@@ -45,7 +45,8 @@ def ladder(
     opts: RunOptions,
 ) -> None:
     """The capacity ladder: the smallest size where clipping measurably helps (harm) and where
-    unclipped runs collapse more often (collapse), each with its interval, or "none".
+    unclipped runs collapse more often (collapse), each with its test, n, p-value and interval,
+    or "none" with the smallest detectable gap, or "insufficient seeds" below 6 per rung.
 
     --steps defaults to 1500 here (the gap between arms needs time to settle); --precision
     takes a comma list. Re-running with the same --out resumes: finished cells are kept.
