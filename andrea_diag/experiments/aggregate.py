@@ -161,8 +161,9 @@ def interval_findings(arms: pd.DataFrame, gaps: pd.DataFrame) -> list[str]:
         rates[0] += f" (Fisher p = {p_text(g['collapse_p'])})"
         harm = interval_of(g, "harm_per_event")
         out.append(
-            f"{where(g)}: held-out gap none - {g['clip']} {iv.text(3)} (BCa; t "
-            f"[{t_iv.lo:.3f}, {t_iv.hi:.3f}]), {gap_call(g)}; "
+            f"{where(g)}: held-out gap none - {g['clip']} {iv.text(3)}"
+            + ("" if math.isnan(t_iv.lo) else f" (BCa; t [{t_iv.lo:.3f}, {t_iv.hi:.3f}])")
+            + f", {gap_call(g)}; "
             + "; ".join(rates)
             + (f"; harm per event {harm.text(3)} over {harm.n} seeds" if harm.n else "")
             + "."
