@@ -165,6 +165,23 @@ def test_tiny_ladder_pages_share_one_plotly_copy(tiny_ladder) -> None:
         assert p.stat().st_size < 1_000_000  # no inlined 4.9 MB bundle
 
 
+@pytest.mark.slow
+def test_report_on_a_ladder_states_its_thresholds_again_by_the_current_statistics(
+    tiny_ladder,
+) -> None:
+    out, _ = tiny_ladder
+    path = out / "ladder.json"
+    stale = json.loads(path.read_text())
+    stale["thresholds"][0]["harm_text"] = "harm threshold (global): tiny at lr 0.0003 (2 gaps)"
+    path.write_text(json.dumps(stale))
+    res = CliRunner().invoke(app, ["report", str(out)])
+    assert res.exit_code == 0, res.output
+    again = json.loads(path.read_text())["thresholds"][0]["harm_text"]
+    assert again.startswith("harm threshold (global): insufficient seeds: 2 pairs")
+    page = (out / "ladder.html").read_text()
+    assert "(2 gaps)" not in page and "insufficient seeds: 2 pairs at tiny, tiny2" in page
+
+
 def test_ladder_page_states_the_threshold_with_its_procedure_p_and_interval(tmp_path: Path) -> None:
     from andrea_diag.experiments.ladder import write_ladder
     from andrea_diag.report.ladder_page import render_ladder
@@ -222,7 +239,7 @@ def test_ladder_console_from_finished_cells_states_a_threshold_only_from_6_seeds
     else:
         assert "harm threshold (global): tiny at lr 0.0003, max_norm 1 (fixed-sequence" in text
         assert "sign-flip p = 0.031" in text
-    assert "the seeds' claim \"12M survives, 120M collapses without clipping\"" in text
+    assert 'the seeds\' claim "12M survives, 120M collapses without clipping"' in text
     assert "sign-flip p" in (out / "ladder.html").read_text()
 
 

@@ -3,6 +3,7 @@
     with sweep_page_after(out, console):  # sweep.html, also when some cells crashed
         run_sweep(spec, console)
     render_ladder_pages(run, console)     # sweep.html and ladder.html of a LadderRun
+    rejudge_ladder(out, console)          # `report` on a ladder: thresholds by today's code
 
 Without plotly (a bare GPU image) nothing is rendered and one line says how to render later.
 """
@@ -18,7 +19,7 @@ import pandas as pd
 from rich.console import Console
 
 from andrea_diag.experiments.cascade import report_renderer_available
-from andrea_diag.experiments.ladder import LadderRun
+from andrea_diag.experiments.ladder import LadderRun, write_ladder
 
 # sweep.json's status once every cell has run (or crashed); "running": stopped by an error
 # before or between cells (a changed setting, a bad option), so there is no new table to show
@@ -33,7 +34,8 @@ def render_sweep_page(out: Path, console: Console) -> Path | None:
     meta = json.loads(meta_path.read_text())
     if meta.get("status") not in FINISHED or not report_renderer_available(console, out):
         return None
-    from andrea_diag.report.sweep_page import render_sweep  # imports plotly: only once it is there
+    # the page imports plotly: only once it is there
+    from andrea_diag.report.sweep_page import render_sweep
 
     return render_sweep(out, pd.read_csv(table_path), meta)
 
@@ -51,9 +53,24 @@ def render_ladder_pages(run: LadderRun, console: Console) -> Path | None:
     """The ladder's ``sweep.html`` and ``ladder.html``; the latter's path, or None."""
     if not report_renderer_available(console, run.out):
         return None
-    from andrea_diag.report.ladder_page import (
-        render_ladder,  # imports plotly: only once it is there
-    )
+    # the page imports plotly: only once it is there
+    from andrea_diag.report.ladder_page import render_ladder
 
     render_sweep_page(run.out, console)
     return render_ladder(run.out, run.rows, run.result)
+
+
+def rejudge_ladder(out: Path, console: Console) -> Path | None:
+    """A ladder directory's thresholds stated again by the current statistics (``ladder.json``
+    and ``ladder.csv`` rewritten from ``sweep.csv``, nothing trained), then ``ladder.html``.
+    None when ``out`` holds no ladder."""
+    if not (out / "ladder.json").is_file() or not (out / "sweep.csv").is_file():
+        return None
+    meta = json.loads((out / "sweep.json").read_text())
+    result, rows = write_ladder(out, pd.read_csv(out / "sweep.csv"), meta["sizes"], meta)
+    if not report_renderer_available(console, out):
+        return None
+    # the page imports plotly: only once it is there
+    from andrea_diag.report.ladder_page import render_ladder
+
+    return render_ladder(out, rows, result)

@@ -47,6 +47,7 @@ def report(
         if not d.exists():
             raise UserError(f"{d} does not exist")
     if len(run_dirs) == 1 and (run_dirs[0] / "sweep.json").exists():
+        from andrea_diag.commands.pages import rejudge_ladder
         from andrea_diag.report.sweep_page import render_sweep_dir
 
         if images:  # the sweep page's charts are not exported (yet): say so before rendering
@@ -56,6 +57,9 @@ def report(
             )
 
         console.print(f"[bold green]sweep:[/] {render_sweep_dir(run_dirs[0])}")
+        ladder = rejudge_ladder(run_dirs[0], console)  # a ladder: today's statistics
+        if ladder is not None:
+            console.print(f"[bold green]ladder:[/] {ladder}")
         return
     expanded: list[Path] = []
     for d in run_dirs:
