@@ -12,6 +12,15 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from andrea_diag.commands.executor_options import (
+    Executor,
+    Jobs,
+    Mps,
+    SlurmGpus,
+    SlurmPartition,
+    SlurmTime,
+    executor_config,
+)
 from andrea_diag.commands.options import SHARED, RunOptions, base_config, run_options
 from andrea_diag.commands.publish import PlotlyMode, plotly_mode
 from andrea_diag.commands.run import _arms
@@ -36,6 +45,12 @@ def ladder(
         LADDER_CLIPS
     ),
     plotly: PlotlyMode = "shared",
+    jobs: Jobs = 1,
+    executor: Executor = "local",
+    mps: Mps = "auto",
+    slurm_partition: SlurmPartition = None,
+    slurm_gpus: SlurmGpus = 1,
+    slurm_time: SlurmTime = 240,
     *,
     opts: RunOptions,
 ) -> None:
@@ -44,9 +59,12 @@ def ladder(
 
     --steps defaults to 1500 here (the gap between arms needs time to settle); --precision
     takes a comma list. Re-running with the same --out resumes: finished cells are kept.
+    The largest rung runs first; --jobs N runs N cells at once per GPU (under CUDA MPS by
+    default, --mps), as in sweep.
     """
     from andrea_diag.experiments.ladder import LadderSpec, run_ladder
 
+    ex = executor_config(jobs, executor, mps, slurm_partition, slurm_gpus, slurm_time)
     arms = _arms(clip)
     if "none" not in arms or len(arms) < 2:
         raise UserError("the ladder compares arm none with at least one clipped arm",
@@ -59,7 +77,7 @@ def ladder(
         base=base_config(opts, size=sizes[0], precision=precisions[0]), sizes=sizes,
         lrs=comma_list(lr, float, "--lr"), seeds=comma_list(seed, int, "--seed"),
         precisions=precisions, max_norms=comma_list(max_norm, float, "--max-norm"),
-        clips=arms, out=opts["out"], plotly=plotly_mode(plotly),
+        clips=arms, out=opts["out"], plotly=plotly_mode(plotly), executor=ex,
     )  # fmt: skip
     out, result = run_ladder(spec, console)
     for t in result["thresholds"]:

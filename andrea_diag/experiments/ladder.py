@@ -40,6 +40,7 @@ from andrea_diag.experiments.aggregate import (
     paired_gaps,
 )
 from andrea_diag.experiments.cascade import default_out, report_renderer_available
+from andrea_diag.experiments.executor import ExecutorConfig
 from andrea_diag.experiments.sweep import SweepSpec, run_sweep
 from andrea_diag.record import write_json
 
@@ -61,6 +62,7 @@ class LadderSpec:
     clips: list[str] = field(default_factory=lambda: list(LADDER_CLIPS))
     out: Path | None = None
     plotly: str = "shared"  # a ladder is published as a folder of pages
+    executor: ExecutorConfig = field(default_factory=ExecutorConfig)  # --jobs, --mps
 
 
 def rungs(sizes: list[str]) -> list[str]:
@@ -165,7 +167,7 @@ def run_ladder(spec: LadderSpec, console: Console | None = None) -> tuple[Path, 
     sweep = SweepSpec(base=dataclasses.replace(spec.base, size=sizes[0]), sizes=sizes[::-1],
                       lrs=spec.lrs, max_norms=spec.max_norms, seeds=spec.seeds,
                       clips=spec.clips, out=out, precisions=spec.precisions,
-                      plotly=spec.plotly)  # fmt: skip
+                      plotly=spec.plotly, executor=spec.executor)  # fmt: skip
     failure: UserError | None = None
     try:
         run_sweep(sweep, console)
