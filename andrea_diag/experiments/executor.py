@@ -217,6 +217,8 @@ def _local_launcher(
             rc = procs.run(cmd, env, f)
         if rc is None:
             return "not started: the sweep was stopped"
+        if rc != 0 and procs.stopping.is_set():
+            return f"stopped with the sweep (exit code {rc}); re-run the sweep to continue it"
         return None if rc == 0 else _error(job, f"exit code {rc}; see {log}")
 
     return launch
