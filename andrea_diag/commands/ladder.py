@@ -13,6 +13,15 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from andrea_diag.commands.executor_options import (
+    Executor,
+    Jobs,
+    Mps,
+    SlurmGpus,
+    SlurmPartition,
+    SlurmTime,
+    executor_config,
+)
 from andrea_diag.commands.options import SHARED, RunOptions, base_config, run_options
 from andrea_diag.commands.pages import render_ladder_pages
 from andrea_diag.commands.publish import PlotlyMode, plotly_mode
@@ -41,6 +50,12 @@ def ladder(
         LADDER_CLIPS
     ),
     plotly: PlotlyMode = "shared",
+    jobs: Jobs = 1,
+    executor: Executor = "local",
+    mps: Mps = "auto",
+    slurm_partition: SlurmPartition = None,
+    slurm_gpus: SlurmGpus = 1,
+    slurm_time: SlurmTime = 240,
     *,
     opts: RunOptions,
 ) -> None:
@@ -50,9 +65,12 @@ def ladder(
 
     --steps defaults to 1500 here (the gap between arms needs time to settle); --precision
     takes a comma list. Re-running with the same --out resumes: finished cells are kept.
+    The largest rung runs first; --jobs N runs N cells at once per GPU (under CUDA MPS by
+    default, --mps), as in sweep.
     """
     from andrea_diag.experiments.ladder import LadderSpec, run_ladder
 
+    ex = executor_config(jobs, executor, mps, slurm_partition, slurm_gpus, slurm_time)
     arms = _arms(clip)
     if "none" not in arms or len(arms) < 2:
         raise UserError("the ladder compares arm none with at least one clipped arm",
@@ -65,7 +83,7 @@ def ladder(
         base=base_config(opts, size=sizes[0], precision=precisions[0]), sizes=sizes,
         lrs=comma_list(lr, float, "--lr"), seeds=comma_list(seed, int, "--seed"),
         precisions=precisions, max_norms=comma_list(max_norm, float, "--max-norm"),
-        clips=arms, out=opts["out"], plotly=plotly_mode(plotly),
+        clips=arms, out=opts["out"], plotly=plotly_mode(plotly), executor=ex,
     )  # fmt: skip
     run = run_ladder(spec, console)
     page = render_ladder_pages(run, console)

@@ -10,6 +10,15 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from andrea_diag.commands.executor_options import (
+    Executor,
+    Jobs,
+    Mps,
+    SlurmGpus,
+    SlurmPartition,
+    SlurmTime,
+    executor_config,
+)
 from andrea_diag.commands.options import (
     ONE_CELL,
     SHARED,
@@ -112,15 +121,12 @@ def sweep(
     max_norm: Annotated[str, typer.Option(help="Comma list of clip thresholds.")] = "1.0",
     seed: Annotated[str, typer.Option(help="Comma list of seeds.")] = "0",
     clip: Annotated[str, typer.Option(help="Comma-separated arms per cell.")] = "none,global",
-    jobs: Annotated[
-        int, typer.Option(help="Cells at once per visible GPU (or on the CPU); slurm: in flight.")
-    ] = 1,
-    executor: Annotated[
-        str, typer.Option(help="local (processes here), slurm or submitit-local (via submitit).")
-    ] = "local",
-    slurm_partition: Annotated[str | None, typer.Option(help="Slurm partition.")] = None,
-    slurm_gpus: Annotated[int, typer.Option(help="GPUs per Slurm job (one cell).")] = 1,
-    slurm_time: Annotated[int, typer.Option(help="Minutes per cell job (submitit).")] = 240,
+    jobs: Jobs = 1,
+    executor: Executor = "local",
+    mps: Mps = "auto",
+    slurm_partition: SlurmPartition = None,
+    slurm_gpus: SlurmGpus = 1,
+    slurm_time: SlurmTime = 240,
     plotly: PlotlyMode = "inline",
     *,
     opts: RunOptions,
@@ -130,15 +136,13 @@ def sweep(
     --precision takes a comma list here (e.g. fp32,bf16,fp16): one more axis of the grid.
     Seeds are pooled per cell into rates and paired gaps with 95% intervals (arms.csv,
     gaps.csv). Re-running with the same --out resumes: finished cells are kept and
-    skipped. With --jobs N (or --executor slurm) each cell runs in its own process;
-    sweep.json reports the aggregate updates per second.
+    skipped. With --jobs N (or --executor slurm) each cell runs in its own process, on a
+    GPU as clients of one CUDA MPS daemon (--mps); sweep.json reports the aggregate
+    updates per second.
     """
-    from andrea_diag.experiments.executor import ExecutorConfig
     from andrea_diag.experiments.sweep import SweepSpec, run_sweep
 
-    ex = ExecutorConfig(kind=executor, jobs=jobs, partition=slurm_partition, gpus=slurm_gpus,
-                        time_min=slurm_time)  # fmt: skip
-    ex.check()
+    ex = executor_config(jobs, executor, mps, slurm_partition, slurm_gpus, slurm_time)
 
     arms = _arms(clip)
     sizes = _csv(size, str, "--size")

@@ -13,17 +13,26 @@ by the child, says why) and the other cells go on.
 Past one machine the cells go to Slurm through ``submitit`` (the optional extra ``slurm``): one
 cell is one job, N jobs in flight. ``--executor submitit-local`` is submitit's own local
 executor: the same code path, runnable on a laptop or in CI without a cluster.
+
+Local cells on CUDA run as clients of one CUDA MPS daemon per invocation (``--mps``,
+experiments/mps.py). Each cell's process leads its own process group; when the sweep itself is
+stopped (Ctrl-C, SIGTERM, SIGHUP, a crash), it sends SIGTERM to every running cell's group, starts
+no new cell and waits for them (each flushes and writes its partial summary) before it exits, so
+no cell is left running as an orphan.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
 import queue
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -35,6 +44,7 @@ from rich.console import Console
 
 from andrea_diag.config import RunConfig
 from andrea_diag.errors import UserError
+from andrea_diag.experiments.mps import check_mode, mps_session
 
 EXECUTORS = ("local", "slurm", "submitit-local")
 ERROR_FILE = "error.json"  # written by a failing cell's process into its cell directory
@@ -49,6 +59,7 @@ class ExecutorConfig:
     partition: str | None = None  # slurm partition
     gpus: int = 1  # GPUs per Slurm job (one cell)
     time_min: int = 240  # wall-clock limit per cell job, minutes
+    mps: str = "auto"  # CUDA MPS for local cells on a GPU: auto, on or off (mps.py)
 
     def check(self) -> None:
         if self.kind not in EXECUTORS:
@@ -59,6 +70,7 @@ class ExecutorConfig:
             raise UserError(f"--jobs must be at least 1, got {self.jobs}")
         if self.time_min < 1 or self.gpus < 0:
             raise UserError("--slurm-time must be at least 1 minute and --slurm-gpus 0 or more")
+        check_mode(self.mps)
 
     @property
     def in_process(self) -> bool:
@@ -90,14 +102,64 @@ def device_slots(jobs: int, cuda: bool, visible: str | None, count: int) -> list
     return [gpu for gpu in ids for _ in range(jobs)]
 
 
+def uses_cuda(device: str) -> bool:
+    """Whether cells asking for ``device`` (auto, cpu, cuda) land on a GPU here."""
+    import torch
+
+    return device != "cpu" and torch.cuda.is_available()
+
+
 def _slots(cfg: ExecutorConfig, device: str) -> list[str | None]:
     if cfg.kind != "local":
         return [None] * cfg.jobs  # the scheduler gives each job its own GPUs
     import torch
 
-    cuda = device != "cpu" and torch.cuda.is_available()
+    cuda = uses_cuda(device)
     count = torch.cuda.device_count() if cuda else 0
     return device_slots(cfg.jobs, cuda, os.environ.get("CUDA_VISIBLE_DEVICES"), count)
+
+
+class CellProcesses:
+    """The cell processes running now, so that a stopped sweep can stop them and wait."""
+
+    GRACE_S = 120.0  # a cell's flush + partial summary; after this it is killed
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._procs: set[subprocess.Popen] = set()
+        self.stopping = threading.Event()  # set: no new cell starts
+
+    def run(self, cmd: list[str], env: dict[str, str], log: Any) -> int | None:
+        """Run one cell to its end; None if the sweep was stopping before it could start."""
+        with self._lock:
+            if self.stopping.is_set():
+                return None
+            # its own process group: the signal reaches the cell and anything it started
+            proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                    start_new_session=True)  # fmt: skip
+            self._procs.add(proc)
+        try:
+            return proc.wait()
+        finally:
+            with self._lock:
+                self._procs.discard(proc)
+
+    def stop_all(self) -> None:
+        """SIGTERM to every running cell's group, then wait (SIGKILL after ``GRACE_S``)."""
+        with self._lock:
+            self.stopping.set()
+            procs = list(self._procs)
+        for proc in procs:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + self.GRACE_S
+        for proc in procs:
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
 
 
 def write_job(job: CellJob, folder: Path) -> Path:
@@ -140,7 +202,9 @@ def _error(job: CellJob, fallback: str) -> str:
     return fallback
 
 
-def _local_launcher(logs: Path, threads: int) -> Callable[[CellJob, Path, str | None], str | None]:
+def _local_launcher(
+    logs: Path, threads: int, procs: CellProcesses
+) -> Callable[[CellJob, Path, str | None], str | None]:
     def launch(job: CellJob, job_path: Path, gpu: str | None) -> str | None:
         env = dict(os.environ)
         if gpu is not None:
@@ -150,7 +214,11 @@ def _local_launcher(logs: Path, threads: int) -> Callable[[CellJob, Path, str | 
         log = logs / f"{job.name}.log"
         with open(log, "wb") as f:
             cmd = [sys.executable, "-m", "andrea_diag.experiments.executor", str(job_path)]
-            rc = subprocess.run(cmd, env=env, stdout=f, stderr=subprocess.STDOUT).returncode
+            rc = procs.run(cmd, env, f)
+        if rc is None:
+            return "not started: the sweep was stopped"
+        if rc != 0 and procs.stopping.is_set():
+            return f"stopped with the sweep (exit code {rc}); re-run the sweep to continue it"
         return None if rc == 0 else _error(job, f"exit code {rc}; see {log}")
 
     return launch
@@ -194,31 +262,52 @@ def _submitit_launcher(
 def run_cells(
     jobs: list[CellJob], cfg: ExecutorConfig, out: Path, console: Console
 ) -> dict[str, str]:
-    """Run ``jobs``, ``len(slots)`` at a time; returns {cell: error} for the cells that failed."""
+    """Run ``jobs``, ``len(slots)`` at a time; returns {cell: error} for the cells that failed.
+
+    Local cells on a GPU run under one MPS daemon (``cfg.mps``); if this call is interrupted
+    (KeyboardInterrupt, a signal turned into an exception, any error), every running cell is
+    sent SIGTERM and waited for before the exception goes on."""
     if not jobs:
         return {}
     slots = _slots(cfg, jobs[0].config.device)
     folder = out / "cells"
     folder.mkdir(parents=True, exist_ok=True)
     threads = max(1, (os.cpu_count() or 1) // len(slots))
+    procs = CellProcesses()
     launch = (
-        _local_launcher(folder, threads)
+        _local_launcher(folder, threads, procs)
         if cfg.kind == "local"
         else _submitit_launcher(cfg, folder / "submitit")
     )
-    free: queue.Queue[str | None] = queue.Queue()
-    for slot in slots:
-        free.put(slot)
     where = sorted({s for s in slots if s is not None}) or ["cpu"]
     console.print(
         f"[bold]{len(jobs)} cells[/], {len(slots)} at once ({cfg.kind}; "
         f"{cfg.jobs} per {'device' if cfg.kind == 'local' else 'sweep'}: {', '.join(where)})"
     )
+    cuda = cfg.kind == "local" and uses_cuda(jobs[0].config.device)
+    with mps_session(cfg.mps, cuda=cuda, jobs=cfg.jobs, console=console):
+        results = _run_in_slots(jobs, slots, launch, folder, procs, console)
+    return {name: error for name, error in results if error is not None}
+
+
+def _run_in_slots(
+    jobs: list[CellJob],
+    slots: list[str | None],
+    launch: Callable[[CellJob, Path, str | None], str | None],
+    folder: Path,
+    procs: CellProcesses,
+    console: Console,
+) -> list[tuple[str, str | None]]:
+    free: queue.Queue[str | None] = queue.Queue()
+    for slot in slots:
+        free.put(slot)
 
     def one(job: CellJob) -> tuple[str, str | None]:
         (job.cell_dir / ERROR_FILE).unlink(missing_ok=True)
         gpu = free.get()
         try:
+            if procs.stopping.is_set():
+                return job.name, "not started: the sweep was stopped"
             console.print(f"cell {job.name} started" + (f" on GPU {gpu}" if gpu else ""))
             t0 = time.perf_counter()
             error = launch(job, write_job(job, folder), gpu)
@@ -231,8 +320,11 @@ def run_cells(
         return job.name, error
 
     with ThreadPoolExecutor(max_workers=len(slots)) as pool:
-        results = list(pool.map(one, jobs))
-    return {name: error for name, error in results if error is not None}
+        try:
+            return list(pool.map(one, jobs))
+        except BaseException:
+            procs.stop_all()  # before the pool's exit waits on the threads that wait on cells
+            raise
 
 
 def recorded_updates(cell_dirs: list[Path], clips: list[str]) -> int:

@@ -38,6 +38,7 @@ from andrea_diag.config import MODEL_PRESETS, RunConfig
 from andrea_diag.errors import UserError
 from andrea_diag.experiments.aggregate import arm_rates, finished, paired_gaps
 from andrea_diag.experiments.cascade import default_out
+from andrea_diag.experiments.executor import ExecutorConfig
 from andrea_diag.experiments.sweep import SweepSpec, run_sweep
 from andrea_diag.experiments.thresholds import (
     claim_statement,
@@ -66,6 +67,7 @@ class LadderSpec:
     clips: list[str] = field(default_factory=lambda: list(LADDER_CLIPS))
     out: Path | None = None
     plotly: str = "shared"  # a ladder is published as a folder of pages
+    executor: ExecutorConfig = field(default_factory=ExecutorConfig)  # --jobs, --mps
 
 
 def rungs(sizes: list[str]) -> list[str]:
@@ -184,7 +186,7 @@ def run_ladder(spec: LadderSpec, console: Console | None = None) -> LadderRun:
     sweep = SweepSpec(base=dataclasses.replace(spec.base, size=sizes[0]), sizes=sizes[::-1],
                       lrs=spec.lrs, max_norms=spec.max_norms, seeds=spec.seeds,
                       clips=spec.clips, out=out, precisions=spec.precisions,
-                      plotly=spec.plotly)  # fmt: skip
+                      plotly=spec.plotly, executor=spec.executor)  # fmt: skip
     failure: UserError | None = None
     try:
         run_sweep(sweep, console)
