@@ -78,3 +78,23 @@ def test_freezing_the_same_sources_writes_the_same_files(tmp_path, monkeypatch):
     finally:
         pinned.manifest.cache_clear()
         pinned._documents.cache_clear()
+
+
+def test_a_sweep_refuses_to_merge_a_cell_trained_on_other_bytes(tmp_path):
+    from typer.testing import CliRunner
+
+    from andrea_diag.cli import app
+
+    args = ["sweep", "--size", "tiny", "--lr", "1e-3", "--steps", "2", "--clip", "none",
+            "--device", "cpu", "--out", str(tmp_path / "s")]  # fmt: skip
+    assert CliRunner().invoke(app, args).exit_code == 0
+    data_json = tmp_path / "s" / "tiny-lr0.001-mn1-s0" / "none" / "data.json"
+    data = json.loads(data_json.read_text())
+    data["sources"]["gutenberg"]["sha256"] = "0" * 64  # as if trained on another machine's text
+    data_json.write_text(json.dumps(data))
+    res = CliRunner().invoke(app, args)
+    said = " ".join(res.output.split())
+    assert res.exit_code != 0 and "Traceback" not in res.output
+    assert (
+        "cell tiny-lr0.001-mn1-s0 arm none was trained on other bytes of source gutenberg" in said
+    )
