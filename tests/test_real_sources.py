@@ -141,7 +141,14 @@ def _fake_bible(path: Path) -> None:
 
 
 @pytest.fixture
-def fakes(tmp_path, monkeypatch):
+def readers(monkeypatch):
+    """The installed-package readers, as before the default text was pinned (data/pinned.py):
+    what bench/freeze_sources.py runs. Without this, build_sources reads the pinned files."""
+    monkeypatch.setattr("andrea_diag.data.corpus.pinned_source", lambda name, target: None)
+
+
+@pytest.fixture
+def fakes(tmp_path, monkeypatch, readers):
     """Three fake data packages on sys.path, and PACKAGES pointed at them."""
     _fake_dist(tmp_path, "andrea-fake-kjv", {})
     _fake_bible(tmp_path / "fake_kjv" / "Bible.db")
@@ -231,7 +238,7 @@ def test_take_balances_bytes_and_cuts_at_the_target():
 
 
 @needs(*ALL_REAL)
-def test_defaults_pick_the_installed_packages():
+def test_the_readers_pick_the_installed_packages(readers):
     s = build_sources(seed=0, target_bytes=SMALL)
     versions = {d: importlib.metadata.version(d) for d in ALL_REAL}
     g, h = s["gutenberg"], s["hermes3-general"]
@@ -253,7 +260,7 @@ def test_defaults_pick_the_installed_packages():
 
 
 @needs(*ALL_REAL)
-def test_real_text_reaches_a_megabyte_per_source():
+def test_real_text_reaches_a_megabyte_per_source(readers):
     for name in ("gutenberg", "hermes3-general"):
         everything = real_text(name, None)
         assert isinstance(everything, RealText)
@@ -265,7 +272,7 @@ def test_real_text_reaches_a_megabyte_per_source():
 
 
 @needs(*ALL_REAL)
-def test_prepare_data_records_real_provenance(tmp_path):
+def test_prepare_data_records_real_provenance(tmp_path, readers):
     from andrea_diag.data import prepare_data
 
     data = prepare_data(cache_dir=tmp_path, vocab_size=1000, target_bytes=40_000)

@@ -36,6 +36,7 @@ from pathlib import Path
 
 from andrea_diag.config import SOURCE_NAMES
 from andrea_diag.data.generators import dialogue_documents, narrative_documents
+from andrea_diag.data.pinned import pinned_source
 from andrea_diag.data.real_sources import RealText, real_text
 from andrea_diag.errors import UserError
 
@@ -329,12 +330,13 @@ def build_sources(
     target_bytes: int = DEFAULT_TARGET_BYTES,
     given: dict[str, Source] | None = None,
 ) -> dict[str, Source]:
-    """All three sources in ``SOURCE_NAMES`` order; same seed and machine → same bytes.
+    """All three sources in ``SOURCE_NAMES`` order; same seed → same bytes on every machine.
 
     ``seed`` only affects the generated sources. ``target_bytes`` sizes the built-in sources
     (tests use a small value); overrides are used whole. An override ``NAME=generated`` forces
-    the generator; without one, gutenberg and hermes3-general are real text from installed
-    packages, or generated (origin saying which package is missing) where none is installed.
+    the generator; without one, each source is the pinned text shipped in the package
+    (``data/pinned.py``). Only where a source has no pinned file is it read from installed
+    packages (``repo_docs_source``, ``real_text``; how the pinned files were made), or generated.
     ``given``: sources built elsewhere (a ``--data`` factory), used as they are.
     """
     overrides, given = dict(overrides or {}), dict(given or {})
@@ -353,6 +355,8 @@ def build_sources(
             out[name] = generated_source(name, seed, target_bytes, f"forced: {name}={GENERATED}")
         elif path is not None:
             out[name] = load_override(name, path)
+        elif (pinned := pinned_source(name, target_bytes)) is not None:
+            out[name] = Source(name, pinned.documents, pinned.origin, generated=False)
         elif name == "repo-docs":
             out[name] = repo_docs_source(target_bytes)
         else:

@@ -133,8 +133,11 @@ def _finished(cell_dir: Path) -> bool:
     return meta.exists() and json.loads(meta.read_text()).get("status") == "done"
 
 
-def _check_same(cell_dir: Path, cfg: RunConfig, clips: list[str]) -> None:
-    """A kept cell must be the cell this sweep asks for: same arms, updates and recipe."""
+def _check_same(
+    cell_dir: Path, cfg: RunConfig, clips: list[str], shas: dict[str, str] | None = None
+) -> None:
+    """A kept cell must be the cell this sweep asks for: same arms, updates and recipe, and
+    (``shas``: source -> sha256 of this sweep's text) trained on the same bytes."""
     done = json.loads((cell_dir / "cascade.json").read_text())
     want = {"arms": clips, "steps": cfg.steps, "recipe": cfg.recipe}
     diff = {k: (done.get(k), v) for k, v in want.items() if done.get(k) != v}
@@ -144,6 +147,27 @@ def _check_same(cell_dir: Path, cfg: RunConfig, clips: list[str]) -> None:
             f"{cell_dir} was run with other settings ({what})",
             hint="resume with the original options, or give a new --out",
         )
+    for arm in clips if shas else ():
+        _check_bytes(cell_dir, arm, shas)
+
+
+def _check_bytes(cell_dir: Path, arm: str, shas: dict[str, str]) -> None:
+    """Refuse a finished arm whose data.json names other source bytes than this sweep's."""
+    path = cell_dir / arm / "data.json"
+    try:
+        sources = json.loads(path.read_text())["sources"]
+        theirs = {name: sources[name]["sha256"] for name in shas}
+    except (OSError, ValueError, KeyError, TypeError):
+        raise UserError(f"cell {cell_dir.name} arm {arm}: {path} is missing or damaged",
+                        hint="move the cell aside and re-run it") from None  # fmt: skip
+    for name, sha in shas.items():
+        if theirs[name] != sha:
+            raise UserError(
+                f"cell {cell_dir.name} arm {arm} was trained on other bytes of source {name} "
+                f"(sha256 {str(theirs[name])[:12]}, this sweep's {sha[:12]})",
+                hint="a sweep merges only cells of the same text: re-run that cell here, or "
+                "give the same --source files",
+            )
 
 
 def _prepare_cell(cell_dir: Path, console: Console) -> bool:
@@ -156,13 +180,18 @@ def _prepare_cell(cell_dir: Path, console: Console) -> bool:
 
 
 def _run_out_of_process(
-    spec: SweepSpec, dirs: list[Path], configs: list[RunConfig], out: Path, console: Console
+    spec: SweepSpec,
+    dirs: list[Path],
+    configs: list[RunConfig],
+    out: Path,
+    console: Console,
+    shas: dict[str, str],
 ) -> dict[str, str]:
     """Every unfinished cell as its own job (--jobs / --executor); returns the crashed ones."""
     jobs = []
     for cell_dir, cfg in zip(dirs, configs, strict=True):
         if _finished(cell_dir):
-            _check_same(cell_dir, cfg, spec.clips)  # before any work, as the in-process loop
+            _check_same(cell_dir, cfg, spec.clips, shas)  # before any work, as in-process
         else:
             resume = _prepare_cell(cell_dir, console)
             jobs.append(CellJob(cell_dir.name, cell_dir, cfg, spec.clips, resume,
@@ -178,6 +207,7 @@ def run_sweep(spec: SweepSpec, console: Console | None = None) -> tuple[Path, pd
     if not configs:
         raise UserError("the sweep has no cells", hint="give at least one --size/--lr/--seed")
     data = load_data(configs[0], console)  # every cell shares the sources: prepare them once
+    shas = {name: src.sha256 for name, src in data.sources.items()}
     out = spec.out or default_out("sweep", "-".join(spec.sizes))
     out.mkdir(parents=True, exist_ok=True)
     meta = {
@@ -194,13 +224,13 @@ def run_sweep(spec: SweepSpec, console: Console | None = None) -> tuple[Path, pd
     dirs = [out / name for name in meta["cells"]]
     t0, before = time.perf_counter(), recorded_updates(dirs, spec.clips)
     if not spec.executor.in_process:  # every unfinished cell in its own process, N at once
-        crashed = _run_out_of_process(spec, dirs, configs, out, console)
+        crashed = _run_out_of_process(spec, dirs, configs, out, console, shas)
     for i, cfg in enumerate(configs, 1):
         name = name_of(cfg)
         cell_dir = out / name
         if _finished(cell_dir) or name in crashed:
             if spec.executor.in_process:  # out of process, _run_out_of_process checked them
-                _check_same(cell_dir, cfg, spec.clips)
+                _check_same(cell_dir, cfg, spec.clips, shas)
                 console.print(f"[dim]cell {i}/{len(configs)} {name}: already done, kept[/]")
         else:
             resume = _prepare_cell(cell_dir, console)
