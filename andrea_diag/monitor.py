@@ -145,6 +145,12 @@ class SpikeMonitor:
     ) -> None:
         """Record this update's loss (and per-example losses, for outlier attribution).
 
+        With gradient accumulation, call it once per microbatch, after that microbatch's
+        backward, with **that microbatch's own loss** (not divided by the number of
+        microbatches): the update's ``loss`` is the mean over its microbatches (the
+        ``microbatches`` column counts them) and per-example losses are concatenated. For
+        microbatches of unequal token counts, pass ``per_example_loss`` or call it once with
+        the token-weighted loss of the whole group.
         ``phase`` (your data-mixing phase id) lets the spike probe attribute phase transitions;
         ``example_source`` (source index per example) names the outlier's source.
         """
@@ -158,8 +164,22 @@ class SpikeMonitor:
             if example_source is not None
             else torch.full((ex.numel(),), -1, dtype=torch.long)
         )
+        value = float(loss.detach() if isinstance(loss, torch.Tensor) else loss)  # host sync
+        if self._pending:  # a later microbatch of the same update: accumulate, never overwrite
+            prev = self._pending
+            n = prev["microbatches"]
+            prev["loss"] = (prev["loss"] * n + value) / (n + 1)
+            prev["microbatches"] = n + 1
+            prev["example_loss"] = torch.cat([prev["example_loss"], ex.to(prev["example_loss"])])
+            prev["example_source"] = torch.cat(
+                [prev["example_source"], src.to(prev["example_source"])]
+            )
+            prev["phase"] = phase if phase is not None else prev["phase"]
+            prev["weights"].update(weights or {})
+            return
         self._pending = {
-            "loss": float(loss.detach() if isinstance(loss, torch.Tensor) else loss),  # host sync
+            "loss": value,
+            "microbatches": 1,
             "example_loss": ex,
             "example_source": src,
             "phase": phase,
@@ -197,9 +217,18 @@ class SpikeMonitor:
             weights=self._pending["weights"],
         )
         row["grad_norm"] = ctx.grad_norm()
+        row["microbatches"] = self._pending["microbatches"]
+        if clip is not None:  # what the optimizer receives, also when only the total was given
+            post = float(clip.post_norm)
+            row["grad_norm_post"] = post
+            total = row["grad_norm"]
+            row["clip_coef"] = post / total if total > 0 and math.isfinite(total) else 1.0
         if phase is not None:
             row["phase"] = phase
-        ctx.applied = math.isfinite(row["loss"]) and math.isfinite(row["grad_norm"])
+        # a non-finite update is flagged, not assumed skipped: an optimizer without a loss
+        # scaler applies it; after_step(applied=False) says when the loop skipped the step
+        row["nonfinite"] = not (math.isfinite(row["loss"]) and math.isfinite(row["grad_norm"]))
+        ctx.applied = True
         self.probes.after_clip(ctx)
         self._ctx = ctx
         self._pending = {}
