@@ -111,7 +111,19 @@ def _check_matches(run_dir: Path, reference: pd.DataFrame, received: list[float]
     page = run_dir / "report.html"
     res = CliRunner().invoke(app, ["report", str(run_dir), "--out", str(page)])
     assert res.exit_code == 0, res.output
-    assert "plotly" in page.read_text()  # the charts, rendered offline into the page
+    html = page.read_text()
+    assert "plotly" in html  # the charts, rendered offline into the page
+    # the framework's own settings, in the toolkit's keys: the header reads them
+    cfg = load_run(run_dir)["config"]
+    assert (cfg["clip"], cfg["max_norm"], cfg["lr"], cfg["accum"]) == (
+        "global",
+        MAX_NORM,
+        LR,
+        ACCUM,
+    )
+    assert cfg["precision"] == "fp32" and cfg["world_size"] == 1 and cfg["optimizer"] == "AdamW"
+    assert cfg["optimizer_hparams"]["lr"] == LR and cfg["framework_settings"]
+    assert f"global (max_norm {MAX_NORM:g})" in html
 
 
 # -- Hugging Face Trainer --------------------------------------------------------------------

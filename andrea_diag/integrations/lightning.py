@@ -47,6 +47,7 @@ from andrea_diag.integrations.capture import (
     per_tensor_norms,
     probe_params,
 )
+from andrea_diag.integrations.settings import lightning_settings
 from andrea_diag.monitor import SpikeMonitor
 
 try:
@@ -85,7 +86,10 @@ class AndreaDiagCallback(Callback):
             trainer.optimizers[0],
             self.out_dir,
             total_steps=steps,
-            meta=monitor_meta("lightning", lightning.__version__, HOOKS),
+            meta={
+                **monitor_meta("lightning", lightning.__version__, HOOKS),
+                **lightning_settings(trainer, trainer.optimizers[0], pl_module),
+            },
             **self.options,
         )
         self.capture = UpdateCapture(self.monitor, probe_params(pl_module), impl="lightning",
