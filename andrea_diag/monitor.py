@@ -71,6 +71,7 @@ class SpikeMonitor:
         resume: bool = False,
         meta: dict[str, Any] | None = None,
         tensorboard_dir: str | Path | None = None,
+        loggers: list[Any] | None = None,
         **probe_options: Any,
     ) -> None:
         """``probes`` (or its fields as keywords: ``spike_z=8.0``, ``shadow=False``, ...)
@@ -78,6 +79,9 @@ class SpikeMonitor:
         ``meta``: extra ``config.json`` fields (the framework callbacks say which hook ran).
         ``tensorboard_dir``: also write TensorBoard event files there, live, with the tags of
         ``andrea-diag export --tensorboard`` (:mod:`andrea_diag.tensorboard`).
+        ``loggers``: more metric sinks (:mod:`andrea_diag.sinks`: ``WandbSink``,
+        ``MLflowSink``, or anything with ``log``/``events``/``summary``/``close``), fed the
+        same rows, live.
         """
         if tensorboard_dir is not None:  # a missing writer fails before the run dir is made
             from andrea_diag.tensorboard import writer_backend
@@ -111,11 +115,11 @@ class SpikeMonitor:
         }
         self.recorder = Recorder(out_dir, config, resume=resume)
         self.run_dir = self.recorder.run_dir
-        self._tb = None
+        self._sinks: list[Any] = list(loggers or [])
         if tensorboard_dir is not None:
             from andrea_diag.tensorboard import TensorBoardRun
 
-            self._tb = TensorBoardRun(tensorboard_dir, config)
+            self._sinks.append(TensorBoardRun(tensorboard_dir, config))
         self.probes = ProbeDriver(
             make_probes(
                 model,
@@ -252,8 +256,8 @@ class SpikeMonitor:
         self.probes.after_step(ctx)
         ctx.row["applied"] = ctx.applied
         self.recorder.log(ctx.row)
-        if self._tb is not None:
-            self._tb.log(ctx.row)
+        for sink in self._sinks:
+            sink.log(ctx.row)
         self._stepped = True
 
     def close(self, crashed: BaseException | None = None) -> dict[str, Any]:
@@ -274,10 +278,12 @@ class SpikeMonitor:
             self.recorder.close()
             self.recorder.write("partial_summary.json", summary)
             self.recorder.release()
-        if self._tb is not None:  # spike events as the export writes them: read back, filtered
-            self._tb.events(load_run(self.run_dir)["events"])
-            self._tb.summary(summary)
-            self._tb.close()
+        if self._sinks:  # spike events as the export writes them: read back, filtered
+            events = load_run(self.run_dir)["events"]
+            for sink in self._sinks:
+                sink.events(events)
+                sink.summary(summary)
+                sink.close()
         self.summary = summary
         return summary
 
