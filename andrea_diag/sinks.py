@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -106,6 +107,10 @@ class MLflowSink:
                  config: Mapping[str, Any] | None = None,
                  tracking_uri: str = "file:./mlruns") -> None:  # fmt: skip
         mlflow = _need("mlflow", "mlflow")
+        if tracking_uri.startswith("file:"):
+            # MLflow 3.x keeps its file store in maintenance mode behind this switch; a file
+            # store is what works offline with mlflow-skinny alone (no database driver)
+            os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
         self._client = mlflow.MlflowClient(tracking_uri=tracking_uri)
         exp = self._client.get_experiment_by_name(experiment)
         exp_id = exp.experiment_id if exp else self._client.create_experiment(experiment)
