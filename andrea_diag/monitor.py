@@ -54,6 +54,21 @@ def _plain_groups(optimizer: torch.optim.Optimizer) -> list[dict[str, Any]]:
     ]
 
 
+def versioned(out_dir: str | Path) -> Path:
+    """``out_dir``, or when it already holds a run, the first free ``out_dir-2``, ``-3``, ...
+
+    A second run of the same script keeps the first run's directory and gets its own, as
+    TensorBoard and W&B users expect; ``resume=True`` continues ``out_dir`` itself.
+    """
+    path = Path(out_dir)
+    if not path.exists() or not any(path.iterdir()):
+        return path
+    n = 2
+    while (cand := path.with_name(f"{path.name}-{n}")).exists() and any(cand.iterdir()):
+        n += 1
+    return cand
+
+
 class SpikeMonitor:
     """Spike attribution, Adam-state pollution and lock-in probes for a user's loop."""
 
@@ -113,7 +128,7 @@ class SpikeMonitor:
             "param_groups": _plain_groups(optimizer),
             **(meta or {}),
         }
-        self.recorder = Recorder(out_dir, config, resume=resume)
+        self.recorder = Recorder(out_dir if resume else versioned(out_dir), config, resume=resume)
         self.run_dir = self.recorder.run_dir
         self._sinks: list[Any] = list(loggers or [])
         if tensorboard_dir is not None:

@@ -79,3 +79,22 @@ def test_a_nonfinite_update_is_flagged_and_counted_applied_unless_the_loop_skipp
     m = _run(tmp_path, body)["metrics"]
     assert m["nonfinite"].tolist() == [True, True]
     assert m["applied"].tolist() == [True, False]
+
+
+def test_a_second_run_into_the_same_folder_gets_a_versioned_directory(tmp_path):
+    def one_update(model, opt, mon):
+        loss = model(torch.randn(2, 4)).mean()
+        loss.backward()
+        mon.after_backward(loss)
+        mon.after_step()
+        opt.zero_grad()
+
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    dirs = []
+    for _ in range(3):
+        with SpikeMonitor(model, opt, tmp_path / "run", shadow=False) as mon:
+            one_update(model, opt, mon)
+        dirs.append(mon.run_dir)
+    assert [d.name for d in dirs] == ["run", "run-2", "run-3"]
+    assert all(len(load_run(d)["metrics"]) == 1 for d in dirs)  # none overwritten
