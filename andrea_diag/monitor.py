@@ -54,6 +54,21 @@ def _plain_groups(optimizer: torch.optim.Optimizer) -> list[dict[str, Any]]:
     ]
 
 
+def versioned(out_dir: str | Path) -> Path:
+    """``out_dir``, or when it already holds a run, the first free ``out_dir-2``, ``-3``, ...
+
+    A second run of the same script keeps the first run's directory and gets its own, as
+    TensorBoard and W&B users expect; ``resume=True`` continues ``out_dir`` itself.
+    """
+    path = Path(out_dir)
+    if not path.exists() or not any(path.iterdir()):
+        return path
+    n = 2
+    while (cand := path.with_name(f"{path.name}-{n}")).exists() and any(cand.iterdir()):
+        n += 1
+    return cand
+
+
 class SpikeMonitor:
     """Spike attribution, Adam-state pollution and lock-in probes for a user's loop."""
 
@@ -71,6 +86,7 @@ class SpikeMonitor:
         resume: bool = False,
         meta: dict[str, Any] | None = None,
         tensorboard_dir: str | Path | None = None,
+        loggers: list[Any] | None = None,
         **probe_options: Any,
     ) -> None:
         """``probes`` (or its fields as keywords: ``spike_z=8.0``, ``shadow=False``, ...)
@@ -78,6 +94,9 @@ class SpikeMonitor:
         ``meta``: extra ``config.json`` fields (the framework callbacks say which hook ran).
         ``tensorboard_dir``: also write TensorBoard event files there, live, with the tags of
         ``andrea-diag export --tensorboard`` (:mod:`andrea_diag.tensorboard`).
+        ``loggers``: more metric sinks (:mod:`andrea_diag.sinks`: ``WandbSink``,
+        ``MLflowSink``, or anything with ``log``/``events``/``summary``/``close``), fed the
+        same rows, live.
         """
         if tensorboard_dir is not None:  # a missing writer fails before the run dir is made
             from andrea_diag.tensorboard import writer_backend
@@ -109,13 +128,13 @@ class SpikeMonitor:
             "param_groups": _plain_groups(optimizer),
             **(meta or {}),
         }
-        self.recorder = Recorder(out_dir, config, resume=resume)
+        self.recorder = Recorder(out_dir if resume else versioned(out_dir), config, resume=resume)
         self.run_dir = self.recorder.run_dir
-        self._tb = None
+        self._sinks: list[Any] = list(loggers or [])
         if tensorboard_dir is not None:
             from andrea_diag.tensorboard import TensorBoardRun
 
-            self._tb = TensorBoardRun(tensorboard_dir, config)
+            self._sinks.append(TensorBoardRun(tensorboard_dir, config))
         self.probes = ProbeDriver(
             make_probes(
                 model,
@@ -145,6 +164,12 @@ class SpikeMonitor:
     ) -> None:
         """Record this update's loss (and per-example losses, for outlier attribution).
 
+        With gradient accumulation, call it once per microbatch, after that microbatch's
+        backward, with **that microbatch's own loss** (not divided by the number of
+        microbatches): the update's ``loss`` is the mean over its microbatches (the
+        ``microbatches`` column counts them) and per-example losses are concatenated. For
+        microbatches of unequal token counts, pass ``per_example_loss`` or call it once with
+        the token-weighted loss of the whole group.
         ``phase`` (your data-mixing phase id) lets the spike probe attribute phase transitions;
         ``example_source`` (source index per example) names the outlier's source.
         """
@@ -158,8 +183,22 @@ class SpikeMonitor:
             if example_source is not None
             else torch.full((ex.numel(),), -1, dtype=torch.long)
         )
+        value = float(loss.detach() if isinstance(loss, torch.Tensor) else loss)  # host sync
+        if self._pending:  # a later microbatch of the same update: accumulate, never overwrite
+            prev = self._pending
+            n = prev["microbatches"]
+            prev["loss"] = (prev["loss"] * n + value) / (n + 1)
+            prev["microbatches"] = n + 1
+            prev["example_loss"] = torch.cat([prev["example_loss"], ex.to(prev["example_loss"])])
+            prev["example_source"] = torch.cat(
+                [prev["example_source"], src.to(prev["example_source"])]
+            )
+            prev["phase"] = phase if phase is not None else prev["phase"]
+            prev["weights"].update(weights or {})
+            return
         self._pending = {
-            "loss": float(loss.detach() if isinstance(loss, torch.Tensor) else loss),  # host sync
+            "loss": value,
+            "microbatches": 1,
             "example_loss": ex,
             "example_source": src,
             "phase": phase,
@@ -197,9 +236,18 @@ class SpikeMonitor:
             weights=self._pending["weights"],
         )
         row["grad_norm"] = ctx.grad_norm()
+        row["microbatches"] = self._pending["microbatches"]
+        if clip is not None:  # what the optimizer receives, also when only the total was given
+            post = float(clip.post_norm)
+            row["grad_norm_post"] = post
+            total = row["grad_norm"]
+            row["clip_coef"] = post / total if total > 0 and math.isfinite(total) else 1.0
         if phase is not None:
             row["phase"] = phase
-        ctx.applied = math.isfinite(row["loss"]) and math.isfinite(row["grad_norm"])
+        # a non-finite update is flagged, not assumed skipped: an optimizer without a loss
+        # scaler applies it; after_step(applied=False) says when the loop skipped the step
+        row["nonfinite"] = not (math.isfinite(row["loss"]) and math.isfinite(row["grad_norm"]))
+        ctx.applied = True
         self.probes.after_clip(ctx)
         self._ctx = ctx
         self._pending = {}
@@ -223,8 +271,8 @@ class SpikeMonitor:
         self.probes.after_step(ctx)
         ctx.row["applied"] = ctx.applied
         self.recorder.log(ctx.row)
-        if self._tb is not None:
-            self._tb.log(ctx.row)
+        for sink in self._sinks:
+            sink.log(ctx.row)
         self._stepped = True
 
     def close(self, crashed: BaseException | None = None) -> dict[str, Any]:
@@ -245,10 +293,12 @@ class SpikeMonitor:
             self.recorder.close()
             self.recorder.write("partial_summary.json", summary)
             self.recorder.release()
-        if self._tb is not None:  # spike events as the export writes them: read back, filtered
-            self._tb.events(load_run(self.run_dir)["events"])
-            self._tb.summary(summary)
-            self._tb.close()
+        if self._sinks:  # spike events as the export writes them: read back, filtered
+            events = load_run(self.run_dir)["events"]
+            for sink in self._sinks:
+                sink.events(events)
+                sink.summary(summary)
+                sink.close()
         self.summary = summary
         return summary
 

@@ -111,7 +111,19 @@ def _check_matches(run_dir: Path, reference: pd.DataFrame, received: list[float]
     page = run_dir / "report.html"
     res = CliRunner().invoke(app, ["report", str(run_dir), "--out", str(page)])
     assert res.exit_code == 0, res.output
-    assert "plotly" in page.read_text()  # the charts, rendered offline into the page
+    html = page.read_text()
+    assert "plotly" in html  # the charts, rendered offline into the page
+    # the framework's own settings, in the toolkit's keys: the header reads them
+    cfg = load_run(run_dir)["config"]
+    assert (cfg["clip"], cfg["max_norm"], cfg["lr"], cfg["accum"]) == (
+        "global",
+        MAX_NORM,
+        LR,
+        ACCUM,
+    )
+    assert cfg["precision"] == "fp32" and cfg["world_size"] == 1 and cfg["optimizer"] == "AdamW"
+    assert cfg["optimizer_hparams"]["lr"] == LR and cfg["framework_settings"]
+    assert f"global (max_norm {MAX_NORM:g})" in html
 
 
 # -- Hugging Face Trainer --------------------------------------------------------------------
@@ -239,3 +251,45 @@ def test_lightning_callback_matches_a_plain_loop(tmp_path: Path) -> None:
     assert run["config"]["framework"] == "lightning"
     assert "before gradient_clip_val" in run["config"]["hooks"]["after_clip"]
     assert not math.isnan(run["metrics"]["loss"].iloc[-1])
+
+
+def test_lightning_short_last_group_records_the_true_mean_loss(tmp_path: Path) -> None:
+    """5 batches an epoch with accumulate_grad_batches=2: groups of 2, 2 and 1. Lightning still
+    divides the lone batch's loss by 2; the recorded loss must be each group's real mean."""
+    pl = pytest.importorskip("lightning.pytorch")
+    from andrea_diag.integrations.lightning import AndreaDiagCallback
+
+    preset = ModelConfig("tiny-test", d_model=32, n_layer=2, n_head=2, block_size=T,
+                         vocab_size=VOCAB)  # fmt: skip
+    torch.manual_seed(0)
+    model = GPT(preset)
+
+    class Module(pl.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+            self.losses: list[float] = []
+
+        def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], idx: int) -> torch.Tensor:
+            ids, labels = batch
+            loss = F.cross_entropy(self.model(ids)[:, :-1].reshape(-1, VOCAB),
+                                   labels[:, 1:].reshape(-1), ignore_index=-100)  # fmt: skip
+            self.losses.append(float(loss.detach()))
+            return loss
+
+        def configure_optimizers(self) -> torch.optim.Optimizer:
+            return torch.optim.AdamW(self.parameters(), lr=LR, weight_decay=0.0)
+
+    microbatches = [mb for group in _groups() for mb in group][:5]
+    loader = torch.utils.data.DataLoader(microbatches, batch_size=None, shuffle=False)
+    module = Module()
+    trainer = pl.Trainer(max_epochs=2, accumulate_grad_batches=2, accelerator="cpu", devices=1,
+                         logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False,
+                         callbacks=[AndreaDiagCallback(tmp_path / "pl")])  # fmt: skip
+    trainer.fit(module, loader)
+    ls = module.losses
+    groups = [ls[0:2], ls[2:4], ls[4:5], ls[5:7], ls[7:9], ls[9:10]]
+    want = [sum(g) / len(g) for g in groups]
+    got = load_run(tmp_path / "pl")["metrics"]["loss"].tolist()
+    assert got == pytest.approx(want, rel=1e-6)

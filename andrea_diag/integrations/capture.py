@@ -80,11 +80,22 @@ def token_losses(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tens
 class UpdateCapture:
     """One update at a time into a :class:`SpikeMonitor`: losses in, clip record, step."""
 
-    def __init__(self, monitor: SpikeMonitor, params: Sequence[torch.nn.Parameter], impl: str):
+    def __init__(
+        self,
+        monitor: SpikeMonitor,
+        params: Sequence[torch.nn.Parameter],
+        impl: str,
+        accumulate: int | None = None,
+    ):
+        """``accumulate``: the framework's microbatches per update, when every microbatch's
+        loss it hands over is already divided by it (Lightning): a shorter last group (an
+        epoch that is not a multiple of it) is then rescaled to the mean of its microbatches."""
         self.monitor, self.params, self.impl = monitor, list(params), impl
+        self.accumulate = accumulate
         self.loss_sums: list[torch.Tensor] = []
         self.tokens: list[torch.Tensor] = []
         self.loss_total = 0.0  # for frameworks that give only a scalar loss per microbatch
+        self.n_losses = 0  # microbatches whose scalar loss was added this update
         self.clip: ClipResult | None = None
 
     def add_examples(self, loss_sums: torch.Tensor, tokens: torch.Tensor) -> None:
@@ -94,6 +105,7 @@ class UpdateCapture:
     def add_loss(self, loss: torch.Tensor | float) -> None:
         """A microbatch's share of the update's loss (already divided by the microbatches)."""
         self.loss_total += float(loss.detach() if isinstance(loss, torch.Tensor) else loss)
+        self.n_losses += 1
 
     def before_step(self, pre: torch.Tensor, post: torch.Tensor | None = None) -> None:
         """``after_clip`` with the pre-clip per-tensor norms; ``post`` when already clipped."""
@@ -103,7 +115,10 @@ class UpdateCapture:
             per_example = sums / tok.clamp(min=1)
         else:
             loss, per_example = self.loss_total, None
-        self.loss_sums, self.tokens, self.loss_total = [], [], 0.0
+            if self.accumulate and 0 < self.n_losses < self.accumulate:
+                # each share was loss_i / A, but only n < A microbatches came: mean = sum·A/n
+                loss = loss * self.accumulate / self.n_losses
+        self.loss_sums, self.tokens, self.loss_total, self.n_losses = [], [], 0.0, 0
         total = pre.double().square().sum().sqrt().float()
         self.clip = ClipResult(
             total_norm=total,

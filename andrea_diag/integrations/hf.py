@@ -48,6 +48,7 @@ from andrea_diag.integrations.capture import (
     probe_params,
     token_losses,
 )
+from andrea_diag.integrations.settings import hf_settings
 from andrea_diag.monitor import SpikeMonitor
 
 try:
@@ -93,7 +94,10 @@ class AndreaDiagCallback(TrainerCallback):
             optimizer,
             self.out_dir,
             total_steps=state.max_steps or None,
-            meta=monitor_meta("transformers", transformers.__version__, HOOKS),
+            meta={
+                **monitor_meta("transformers", transformers.__version__, HOOKS),
+                **hf_settings(args, optimizer, model),
+            },
             **self.options,
         )
         params = probe_params(model)

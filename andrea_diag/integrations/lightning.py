@@ -15,7 +15,9 @@ directory that ``andrea-diag report`` renders (``config.json`` says ``"framework
 
 1. every batch: ``training_step``, then ``on_before_backward(loss)``: the loss Lightning
    backpropagates, already divided by ``accumulate_grad_batches``; the update's loss is their sum
-   (the mean of the microbatch losses). Per-sequence losses are not exposed by Lightning's hooks,
+   (the mean of the microbatch losses). An epoch that is not a multiple of it ends in a shorter
+   group whose shares Lightning still divides by ``accumulate_grad_batches``: the recorded loss
+   is rescaled to the mean of that group's microbatches. Per-sequence losses are not exposed by Lightning's hooks,
    so the outlier attribution of a spike is unavailable here (``SpikeMonitor`` in a plain loop
    or the Hugging Face callback have it);
 2. on the last batch of a group: the precision plugin runs the closure, then (``16-mixed``)
@@ -45,6 +47,7 @@ from andrea_diag.integrations.capture import (
     per_tensor_norms,
     probe_params,
 )
+from andrea_diag.integrations.settings import lightning_settings
 from andrea_diag.monitor import SpikeMonitor
 
 try:
@@ -83,10 +86,14 @@ class AndreaDiagCallback(Callback):
             trainer.optimizers[0],
             self.out_dir,
             total_steps=steps,
-            meta=monitor_meta("lightning", lightning.__version__, HOOKS),
+            meta={
+                **monitor_meta("lightning", lightning.__version__, HOOKS),
+                **lightning_settings(trainer, trainer.optimizers[0], pl_module),
+            },
             **self.options,
         )
-        self.capture = UpdateCapture(self.monitor, probe_params(pl_module), impl="lightning")
+        self.capture = UpdateCapture(self.monitor, probe_params(pl_module), impl="lightning",
+                                     accumulate=trainer.accumulate_grad_batches)  # fmt: skip
 
     def on_before_backward(self, trainer: Any, pl_module: Any, loss: torch.Tensor) -> None:
         if self.capture is not None:

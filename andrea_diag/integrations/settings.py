@@ -1,0 +1,91 @@
+"""What a framework was told to do, recorded in the run's ``config.json`` under the toolkit's
+own keys, so the report's header and findings read a Hugging Face or Lightning run like one of
+the toolkit's (lr, clip and max_norm, m×A×D, precision), plus the framework's raw settings.
+
+    meta = {**monitor_meta(...), **hf_settings(args, optimizer, model)}
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+
+def _optimizer(optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    group = optimizer.param_groups[0] if optimizer.param_groups else {}
+    plain = (int, float, str, bool, tuple, list, type(None))
+    hyper = {k: v for k, v in group.items() if k != "params" and isinstance(v, plain)}
+    return {"optimizer": type(optimizer).__name__, "optimizer_hparams": hyper,
+            "lr": group.get("lr")}  # fmt: skip
+
+
+def _clip(max_norm: float | None, algorithm: str = "norm") -> dict[str, Any]:
+    if not max_norm or max_norm <= 0:
+        return {"clip": "none", "max_norm": None}
+    return {"clip": "global" if algorithm == "norm" else f"by-{algorithm}", "max_norm": max_norm}
+
+
+def _batch(m: int | None, accum: int, world: int) -> dict[str, Any]:
+    examples = m * accum * world if m else None
+    return {"micro_batch": m, "accum": accum, "world_size": world,
+            "effective_batch": {"m": m, "A": accum, "D": world, "examples": examples}}  # fmt: skip
+
+
+def hf_settings(args: Any, optimizer: torch.optim.Optimizer, model: Any) -> dict[str, Any]:
+    """``config.json`` fields of a ``transformers.Trainer`` run from its ``TrainingArguments``."""
+    precision = (
+        "bf16"
+        if getattr(args, "bf16", False)
+        else "fp16"
+        if getattr(args, "fp16", False)
+        else "fp32"
+    )
+    accum = max(1, int(getattr(args, "gradient_accumulation_steps", 1) or 1))
+    world = max(1, int(getattr(args, "world_size", 1) or 1))
+    raw = {k: getattr(args, k, None) for k in (
+        "learning_rate", "max_grad_norm", "gradient_accumulation_steps", "per_device_train_batch_size",
+        "bf16", "fp16", "weight_decay", "warmup_steps", "warmup_ratio", "lr_scheduler_type",
+        "max_steps", "seed", "optim")}  # fmt: skip
+    return {
+        "size": type(model).__name__,
+        "precision": precision,
+        "steps": raw["max_steps"] if raw["max_steps"] and raw["max_steps"] > 0 else None,
+        **_optimizer(optimizer),
+        **_clip(getattr(args, "max_grad_norm", None)),
+        **_batch(getattr(args, "per_device_train_batch_size", None), accum, world),
+        "framework_settings": {
+            k: str(v) if not isinstance(v, (int, float, bool, type(None))) else v
+            for k, v in raw.items()
+        },
+    }
+
+
+def lightning_settings(
+    trainer: Any, optimizer: torch.optim.Optimizer, model: Any
+) -> dict[str, Any]:
+    """``config.json`` fields of a Lightning run from its ``Trainer`` flags."""
+    accum = max(1, int(getattr(trainer, "accumulate_grad_batches", 1) or 1))
+    world = max(1, int(getattr(trainer, "world_size", 1) or 1))
+    prec = str(getattr(trainer, "precision", "32-true"))
+    precision = "bf16" if "bf16" in prec else "fp16" if prec.startswith("16") else "fp32"
+    clip_val = getattr(trainer, "gradient_clip_val", None)
+    algorithm = str(getattr(trainer, "gradient_clip_algorithm", None) or "norm")
+    steps = getattr(trainer, "max_steps", -1)
+    return {
+        "size": type(model).__name__,
+        "precision": precision,
+        "steps": steps if steps and steps > 0 else None,
+        **_optimizer(optimizer),
+        **_clip(float(clip_val) if clip_val else None, algorithm.split(".")[-1].lower()),
+        **_batch(None, accum, world),
+        "framework_settings": {
+            "precision": prec,
+            "gradient_clip_val": clip_val,
+            "gradient_clip_algorithm": algorithm,
+            "accumulate_grad_batches": accum,
+            "max_steps": steps,
+            "max_epochs": getattr(trainer, "max_epochs", None),
+            "world_size": world,
+        },
+    }

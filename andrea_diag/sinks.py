@@ -1,0 +1,144 @@
+"""Metric sinks: where a run's rows go besides its own directory (TensorBoard, W&B, MLflow).
+
+    from andrea_diag.sinks import WandbSink, MLflowSink
+    mon = SpikeMonitor(model, opt, "runs/mine", loggers=[WandbSink(project="mine")])
+    andrea-diag export --wandb runs/cascade-tiny-*/          # or --mlflow, --tensorboard
+
+One small protocol, :class:`MetricSink`: ``log(row)`` once per optimizer update (step =
+``row["update"]``), ``events(frame)`` and ``summary(dict)`` at the end, ``close()``. Every sink
+names its scalars through the same mapping as the TensorBoard export
+(:func:`andrea_diag.tensorboard.tensorboard_tag`: ``loss/train``, ``grad_norm/total``,
+``clip/coef``, ``optstate/...``), so a W&B or MLflow chart has the TensorBoard tag's name. NaN
+and infinite values are sent as they are where the back end takes them (a diverged run's end
+stays visible); MLflow refuses NaN, so there it is left out, as TensorBoard's export leaves an
+empty cell out.
+
+The back ends are optional extras and imported only when a sink is made: ``pip install
+'andrea-diag[wandb]'`` / ``'andrea-diag[mlflow]'``. Both work offline: W&B with ``mode="offline"``
+(the default here: nothing leaves the machine until you ``wandb sync``), MLflow with a local
+file store (``tracking_uri="file:./mlruns"``, the default here).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Protocol
+
+import pandas as pd
+
+from andrea_diag.errors import UserError
+from andrea_diag.tensorboard import STEP_COLUMN, TensorBoardRun, scalar_tags, tensorboard_tag
+
+
+class MetricSink(Protocol):
+    """What a run's rows are written to, besides the run directory."""
+
+    def log(self, row: Mapping[str, Any]) -> None: ...
+
+    def events(self, events: pd.DataFrame) -> None: ...
+
+    def summary(self, summary: Mapping[str, Any] | None) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def _scalars(row: Mapping[str, Any], keep_nonfinite: bool) -> dict[str, float]:
+    """Tag -> value of one row's numeric cells; NaN/inf kept where the back end takes them."""
+    out = dict(scalar_tags(row))  # drops NaN (not measured) but keeps inf
+    if keep_nonfinite:  # a NaN loss or gradient is a measurement here: keep it
+        for column, value in row.items():
+            if isinstance(value, float) and math.isnan(value) and column != STEP_COLUMN:
+                out.setdefault(tensorboard_tag(column), value)
+    else:
+        out = {k: v for k, v in out.items() if math.isfinite(v)}
+    return out
+
+
+def _ms(row: Mapping[str, Any]) -> int:
+    """MLflow's wall-clock stamp (epoch ms) for a row: when it is logged."""
+    del row
+    return int(time.time() * 1000)
+
+
+def _need(module: str, extra: str) -> Any:
+    try:
+        return __import__(module)
+    except ImportError:
+        raise UserError(
+            f"this sink needs {module}", hint=f"pip install 'andrea-diag[{extra}]'"
+        ) from None
+
+
+class WandbSink:
+    """Weights & Biases: one W&B run per andrea-diag run; offline by default."""
+
+    def __init__(self, project: str = "andrea-diag", *, name: str | None = None,
+                 config: Mapping[str, Any] | None = None, mode: str = "offline",
+                 dir: str | Path | None = None) -> None:  # fmt: skip
+        wandb = _need("wandb", "wandb")
+        self._run = wandb.init(project=project, name=name, config=dict(config or {}),
+                               mode=mode, dir=str(dir) if dir else None, reinit="create_new")  # fmt: skip
+        self._wandb = wandb
+
+    def log(self, row: Mapping[str, Any]) -> None:
+        self._run.log(_scalars(row, keep_nonfinite=True), step=int(row[STEP_COLUMN]))
+
+    def events(self, events: pd.DataFrame) -> None:
+        if not events.empty:
+            self._run.log({"spikes/events": self._wandb.Table(dataframe=events.astype(str))})
+
+    def summary(self, summary: Mapping[str, Any] | None) -> None:
+        if summary:
+            self._run.summary["andrea_diag"] = json.loads(json.dumps(summary, default=str))
+
+    def close(self) -> None:
+        self._run.finish()
+
+
+class MLflowSink:
+    """MLflow: one MLflow run per andrea-diag run, in a local file store by default."""
+
+    def __init__(self, experiment: str = "andrea-diag", *, name: str | None = None,
+                 config: Mapping[str, Any] | None = None,
+                 tracking_uri: str = "file:./mlruns") -> None:  # fmt: skip
+        mlflow = _need("mlflow", "mlflow")
+        if tracking_uri.startswith("file:"):
+            # MLflow 3.x keeps its file store in maintenance mode behind this switch; a file
+            # store is what works offline with mlflow-skinny alone (no database driver)
+            os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+        self._client = mlflow.MlflowClient(tracking_uri=tracking_uri)
+        exp = self._client.get_experiment_by_name(experiment)
+        exp_id = exp.experiment_id if exp else self._client.create_experiment(experiment)
+        self._run_id = self._client.create_run(exp_id, run_name=name).info.run_id
+        flat = {k: json.dumps(v, default=str)[:500] for k, v in (config or {}).items()}
+        for key, value in flat.items():
+            self._client.log_param(self._run_id, key, value)
+        self._mlflow = mlflow
+
+    def log(self, row: Mapping[str, Any]) -> None:
+        step = int(row[STEP_COLUMN])
+        metrics = [self._mlflow.entities.Metric(key=k, value=v, timestamp=_ms(row),
+                                                step=step)
+                   for k, v in _scalars(row, keep_nonfinite=False).items()]  # fmt: skip
+        if metrics:
+            self._client.log_batch(self._run_id, metrics=metrics)
+
+    def events(self, events: pd.DataFrame) -> None:
+        if not events.empty:
+            self._client.log_text(self._run_id, events.to_csv(index=False), "spike_events.csv")
+
+    def summary(self, summary: Mapping[str, Any] | None) -> None:
+        if summary:
+            self._client.log_dict(self._run_id, json.loads(json.dumps(summary, default=str)),
+                                  "summary.json")  # fmt: skip
+
+    def close(self) -> None:
+        self._client.set_terminated(self._run_id)
+
+
+__all__ = ["MLflowSink", "MetricSink", "TensorBoardRun", "WandbSink"]
