@@ -205,7 +205,11 @@ def test_ladder_page_states_the_threshold_with_its_procedure_p_and_interval(tmp_
 
 def _finished_ladder(out: Path, gaps: list[float], sizes=("tiny", "tiny2")) -> None:
     """Cells as a finished ``ladder --steps 3`` leaves them (summaries, no training): the
-    unclipped arm's held-out loss is the clipped one's plus the planted gap."""
+    unclipped arm's held-out loss is the clipped one's plus the planted gap. Their data.json
+    names the default sources' bytes, as a sweep checks before it keeps a cell."""
+    from andrea_diag.data.corpus import build_sources
+
+    data = {"sources": {n: {"sha256": s.sha256} for n, s in build_sources(seed=0).items()}}
     for size in sizes:
         for seed, gap in enumerate(gaps):
             cell = out / f"{size}-lr0.0003-mn1-s{seed}"
@@ -215,6 +219,7 @@ def _finished_ladder(out: Path, gaps: list[float], sizes=("tiny", "tiny2")) -> N
                     {"status": "done", "final_loss": loss, "min_loss": loss, "final_eval_loss":
                      loss, "lockin": {"verdict": "healthy"}, "pollution": {"final_v_share": 0.0}}
                 ))  # fmt: skip
+                (cell / arm / "data.json").write_text(json.dumps(data))
             (cell / "cascade.json").write_text(
                 json.dumps(
                     {"status": "done", "arms": ["none", "global"], "steps": 3, "recipe": "v1"}
