@@ -79,7 +79,6 @@ Outputs norm_final(const at::Tensor& partials, const at::Tensor& offsets, double
   TORCH_CHECK(offsets.device() == partials.device() && offsets.scalar_type() == at::kInt &&
                   offsets.is_contiguous() && offsets.dim() == 1 && offsets.numel() >= 1,
               "andrea_clip: offsets must be a contiguous 1-D int32 tensor on the partials' device");
-  TORCH_CHECK(!std::isnan(max_norm), "andrea_clip: max_norm is NaN");
   const auto nk = ac::norm_kind(norm_type);
   const c10::cuda::CUDAGuard guard(partials.device());
   const int64_t n_tensors = offsets.numel() - 1;
@@ -110,7 +109,6 @@ void scale_(const std::vector<at::Tensor>& grads, const at::Tensor& scale) {
 // each returning at once on the device when nothing is clipped).
 Outputs clip(const std::vector<at::Tensor>& grads, double max_norm, double norm_type, bool apply) {
   ac::check_grads(grads);
-  TORCH_CHECK(!std::isnan(max_norm), "andrea_clip: max_norm is NaN");
   const auto nk = ac::norm_kind(norm_type);
   const c10::cuda::CUDAGuard guard(grads[0].device());
   auto plan = ac::get_plan(grads);
