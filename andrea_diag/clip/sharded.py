@@ -22,7 +22,7 @@ Placements (only 1-D device meshes; every DTensor gradient must live on the same
 - ``Partial``, ``_StridedShard``, a 2-D mesh (HSDP): ``ValueError``, as is a list that mixes
   DTensor and plain gradients (a plain tensor carries no promise that the ranks agree on it).
 
-A list with no DTensor gradient is clipped by :func:`andrea_diag.clip.api.clip_grad_norm_`
+A list with no DTensor gradient is clipped by :func:`andrea_diag.clip.api.clip_grad_norm_with_stats`
 (no collective). This is a collective call: every rank of the group must call it with the same
 parameters (a rank that skipped it would leave the others waiting in the all-reduce).
 
