@@ -33,11 +33,11 @@ BENCH=/tmp/bench-kernels
   grep -v "^headroom" /tmp/bench.txt | tail -80
 } 2>&1 | tee "$LOG"
 echo "== memcheck" | tee -a "$LOG"
-PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout 90 compute-sanitizer --tool memcheck --error-exitcode 9 \
+PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout 90 compute-sanitizer --tool memcheck --print-limit 50 --error-exitcode 9 \
   python3 bench/sanitize_clip.py > "$OUT/memcheck.txt" 2>&1; echo "memcheck rc=$?" | tee -a "$LOG"
 tail -3 "$OUT/memcheck.txt" | tee -a "$LOG"
 echo "== racecheck" | tee -a "$LOG"
-timeout 90 compute-sanitizer --tool racecheck --error-exitcode 9 \
+timeout 90 compute-sanitizer --tool racecheck --print-limit 50 --error-exitcode 9 \
   python3 bench/sanitize_clip.py > "$OUT/racecheck.txt" 2>&1; echo "racecheck rc=$?" | tee -a "$LOG"
 tail -3 "$OUT/racecheck.txt" | tee -a "$LOG"
 {
