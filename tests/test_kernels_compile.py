@@ -21,7 +21,14 @@ TORCH_FREE = (*CUDA_SOURCES, "clip.h", "tensor_table.h", "multi_tensor.cuh", "cl
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
-@pytest.mark.parametrize("source", CUDA_SOURCES)
+@pytest.mark.parametrize(
+    "source",
+    # ~15-25 s each on 2 cores: production in the fast tier, the experiments in the slow one
+    [
+        pytest.param(s, marks=[pytest.mark.slow] if s.startswith("dev/") else [])
+        for s in CUDA_SOURCES
+    ],
+)
 def test_cuda_source_compiles_for_sm90(tmp_path: Path, source: str) -> None:
     obj = tmp_path / "out.o"
     cmd = ["nvcc", "-arch=sm_90", "-O3", "-I", str(KERNELS), "-I", str(KERNELS / "dev")]
