@@ -27,8 +27,9 @@
 namespace andrea_clip {
 namespace {
 
-// 4 x 512 threads = a full SM (2048 threads): while some blocks reduce a chunk (two
-// __syncthreads), the others keep loads in flight. Caps registers at 32 per thread.
+// 3 x 512 threads per SM: while some blocks reduce a chunk (two __syncthreads), the others
+// keep loads in flight. Caps registers at 40 per thread (4 blocks, 32 registers, spilled in the
+// L2 loop; unbounded, 44 registers allowed only 2 blocks).
 constexpr int kNormBlocksPerSm = 3;
 
 template <typename T, NormKind K>
