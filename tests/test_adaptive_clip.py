@@ -167,6 +167,27 @@ def test_spam_resets_moments_on_schedule_and_clips_only_outside_its_warmup() -> 
     assert float(st["exp_avg"][0]) == pytest.approx(0.1 * 0.1)
 
 
+def test_spam_zeroes_the_first_gradient_of_a_parameter_that_has_no_state_after_warmup() -> None:
+    # The SPAM reference creates v = 0 for a new parameter before it clips, so every nonzero
+    # element of its first gradient is clipped to sign(g) * sqrt(theta * 0) = 0.
+    a = torch.nn.Parameter(T([1.0, -2.0]))
+    late = torch.nn.Parameter(T([3.0, 0.0, -4.0]))
+    opt = torch.optim.Adam([a, late], lr=1e-3)
+    clip = make_clipper(
+        "spam", params=ClipParams(spam_theta=5000.0, spam_reset=100, spam_warmup=1), optimizer=opt
+    )
+    for _ in range(3):  # only `a` has gradients: Adam has state for `a` alone
+        a.grad = T([0.1, 0.1])
+        clip([a, late])
+        opt.step()
+    assert late not in opt.state or "exp_avg_sq" not in opt.state[late]
+    a.grad, late.grad = T([0.1, 0.1]), T([3.0, 0.0, -4.0])
+    res = clip([a, late])
+    assert late.grad.tolist() == [0.0, 0.0, 0.0]
+    assert a.grad.tolist() == pytest.approx([0.1, 0.1])  # well inside its bound
+    assert float(res.scale[1]) == 0.0 and float(res.scale[0]) == 1.0
+
+
 def test_spam_without_an_optimizer_says_how_to_bind_one() -> None:
     p = _param([0.0], [1.0])
     with pytest.raises(ValueError, match="optimizer=opt"):

@@ -80,3 +80,26 @@ def test_bench_kernels_bad_options(tmp_path: Path, kwargs: dict) -> None:
     args = {"out": tmp_path, "sizes": "tiny", "dtypes": "fp32", "reps": 1, "device": "cpu"} | kwargs
     with pytest.raises(UserError):
         bench_kernels(**args)
+
+
+def test_headroom_lines_and_targets_read_the_graphed_rows() -> None:
+    from andrea_diag.bench import BenchResult, Row, headroom, targets
+
+    def row(mode: str, variant: str, pct: float) -> Row:
+        return Row("120m", "bf16", mode, variant, 1.0, 1.0, 1.0, 1, 1.0, pct_copy=pct)
+
+    result = BenchResult({"sizes": ["120m"], "dtypes": ["bf16"]})
+    result.rows = [
+        row("inactive", "cuda_three", 80.0),
+        row("inactive", "cuda_three_graph", 91.0),
+        row("active", "cuda_three", 85.0),
+        row("active", "cuda_three_graph", 89.0),
+        row("active", "torch_foreach_graph", 70.0),
+    ]
+    (line,) = headroom(result)
+    assert line.startswith("headroom 120m bf16: norm-only % read BW 80% eager, 91% graphed")
+    assert "active % copy BW 85% eager, 89% graphed (torch graphed 70%)" in line
+    assert line.endswith("[goal >= 90%]")
+    met = {what: ok for what, _, _, ok in targets(result)}
+    assert met["120m bf16 inactive % copy BW (graphed)"] is True
+    assert met["120m bf16 active % copy BW (graphed)"] is False

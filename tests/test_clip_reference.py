@@ -83,11 +83,12 @@ def test_auto_on_cpu_uses_reference(make_grads, grad_holders) -> None:
 
 
 @pytest.mark.parametrize("norm_type", [0.0, -1.0, -math.inf])
-def test_norm_types_the_three_stages_cannot_compute_are_refused(norm_type: float) -> None:
+def test_stats_variant_refuses_norm_types_the_three_stages_cannot_compute(norm_type: float) -> None:
+    # (the drop-in hands these to torch itself: tests/test_clip_torch_contract.py)
     p = torch.nn.Parameter(torch.ones(4))
     p.grad = torch.ones(4)
     with pytest.raises(ValueError, match="norm_type"):
-        clip_grad_norm_([p], 1.0, norm_type)
+        clip_grad_norm_with_stats([p], 1.0, norm_type)
     assert torch.equal(p.grad, torch.ones(4))  # nothing was scaled
 
 

@@ -212,7 +212,8 @@ needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 # sides): params, the update (p - p0; bounded below by ulp(p) / |update|, ~1e-5 for fp32
 # arithmetic at all, measured with the fp32 reference on CPU), exp_avg, exp_avg_sq, total norm.
 GPU_TOL = {"p": 1e-6, "update": 1e-4, "m": 2e-5, "v": 2e-5, "norm": 2e-6}
-# "many" has 170 tensors: three k_adamw_clipped launches of <= 80 tensors, two dtypes.
+# "many" has 170 tensors in two dtypes: two k_adamw_clipped launches of <= 68 tensors (the
+# depth-5 TensorTable) per dtype.
 GPU_CASES = {
     "shapes": SHAPES,
     "many": [(17, 33)] * 90 + [(5,)] * 79 + [(3 * 16384 + 5,)],

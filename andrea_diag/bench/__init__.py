@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from andrea_diag.bench.adamw import adamw_summary
 from andrea_diag.bench.adaptive import adaptive_summary
-from andrea_diag.bench.clip import CASES, run_bench, targets, three_vs_one
+from andrea_diag.bench.clip import CASES, headroom, run_bench, targets, three_vs_one
 from andrea_diag.bench.harness import DTYPES, BenchResult, Row, find, fmt
 
 __all__ = [
@@ -35,6 +35,7 @@ __all__ = [
     "adaptive_summary",
     "find",
     "fmt",
+    "headroom",
     "run_bench",
     "targets",
     "three_vs_one",

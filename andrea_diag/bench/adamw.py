@@ -204,7 +204,7 @@ def _adamw_kernel_row(size: str, mode: str, max_norm: float, s: _AdamwSet, timer
     """k_adamw_clipped alone (scale and flag precomputed): the update's own cost, 7 x bytes."""
     from andrea_diag.clip import cuda
 
-    ext = cuda.load()
+    ext = cuda.load_dev()
     grads = [p.grad for p in s.params]
     _, _, scale, nonfinite = ext.clip(grads, max_norm, 2.0, False)
     b1, b2 = ADAMW_HYPER["betas"]

@@ -12,6 +12,10 @@ What each does to the gradient ``g`` (norms are L2; ``n`` = the total pre-clip n
   initialised from the first 25 norms (no clipping during that warm-up). With
   ``z = (n - μ) / (σ + 1e-6)``, an update with ``z > z_t`` (2.5) is scaled to the norm
   ``μ + z_t²·σ / z`` ("adaptive scaling"); the EMA then takes the clipped norm, not ``n``.
+  Two differences from the ZClip reference: there is no absolute cap (the reference's optional
+  ``max_grad_norm``): after the warm-up only the z-score rule acts, however large the norm;
+  and an update with no gradients at all is skipped (nothing recorded, the EMA and the warm-up
+  count do not move) rather than counted as a norm of 0.
 - ``agc`` (Brock et al. 2021): per unit (a row of a weight matrix: its output unit; a whole
   vector for biases and gains), ``g_i ← g_i · λ·max(‖w_i‖, ε) / ‖g_i‖`` where
   ``‖g_i‖ > λ·max(‖w_i‖, ε)`` (λ 0.01, ε 1e-3). Every parameter is clipped, the head too (the
@@ -24,7 +28,9 @@ What each does to the gradient ``g`` (norms are L2; ``n`` = the total pre-clip n
   the paper's rule and code, an element whose ``v`` is still exactly 0 when clipping is on (an
   embedding row of a token not seen since the last reset) has its gradient set to 0, so it stays
   untrained until the next reset's warm-up: on text with a long tail of tokens SPAM clips
-  something at nearly every update.
+  something at nearly every update. A parameter whose first gradient arrives after the warm-up
+  has no optimizer state yet; it counts as ``v = 0`` too (its first gradient is zeroed), as in
+  the reference, which creates the state before it clips.
 - ``skip`` (OLMo-core style): the optimizer step is skipped when ``n`` exceeds the mean of the
   last 128 norms by more than 6 standard deviations (no decision before 64 norms are in the
   window); the gradient itself is never changed. A non-finite norm is always skipped. OLMo-core
@@ -112,6 +118,17 @@ def spam_clip_(grad: torch.Tensor, v: torch.Tensor, theta: float) -> torch.Tenso
     return clipped
 
 
+def _v_of(state: dict[Any, dict[str, Any]], w: torch.Tensor) -> torch.Tensor:
+    """Adam's ``v`` for ``w``; zeros for a parameter the optimizer has no state for yet (its
+    first gradient arrives after the warm-up). The SPAM reference creates ``v = 0`` before it
+    clips, so every nonzero element of that first gradient is clipped to 0, as for any element
+    whose ``v`` is still 0 (module docstring)."""
+    st = state.get(w)
+    if st is not None and "exp_avg_sq" in st:
+        return st["exp_avg_sq"]
+    return torch.zeros_like(w.grad)
+
+
 def skip_decision(norm: torch.Tensor, window: torch.Tensor, z: float) -> torch.Tensor:
     """0-dim bool: ``norm`` exceeds the mean of the window's finite values by ``z`` (sample)
     standard deviations, or is not finite (a NaN compares False: it must skip explicitly).
@@ -179,7 +196,11 @@ def _to(t: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor | None:
 
 @register
 class ZClip(_Adaptive):
-    """ZClip: the norm's z-score against its EMA mean and variance (see the module docstring)."""
+    """ZClip: the norm's z-score against its EMA mean and variance (see the module docstring).
+
+    Unlike the ZClip reference: no absolute cap (its ``max_grad_norm``) after the warm-up, only
+    the z-score rule; and an update with no gradients is skipped, not counted as norm 0.
+    """
 
     name, label, color = "zclip", "ZClip", "#9467bd"
 
@@ -275,12 +296,9 @@ class SPAM(_Adaptive):
         # no clipping for spam_warmup updates after a reset, and as many at the start
         if since_reset >= p.spam_warmup and self.calls > p.spam_warmup:
             state = self.optimizer.state
-            no = torch.zeros((), dtype=torch.bool, device=res.total_norm.device)
-            clipped = torch.stack([
-                spam_clip_(w.grad, state[w]["exp_avg_sq"], p.spam_theta)
-                if w in state and "exp_avg_sq" in state[w] else no
-                for w in params
-            ])  # fmt: skip
+            clipped = torch.stack(
+                [spam_clip_(w.grad, _v_of(state, w), p.spam_theta) for w in params]
+            )
             post = torch.stack(torch._foreach_norm([w.grad for w in params])).float()
             pre = res.per_tensor_norm.float()
             # exactly 1 where nothing was clipped: a second norm pass differs in rounding

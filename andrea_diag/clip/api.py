@@ -1,5 +1,7 @@
 """``clip_grad_norm_``: a drop-in for ``torch.nn.utils.clip_grad_norm_``, plus the stats variant.
 
+The drop-in's contract, and each place it still differs from torch's, is in its docstring.
+
     from andrea_diag import clip_grad_norm_
     total = clip_grad_norm_(model.parameters(), max_norm=1.0)        # impl="auto"
 
@@ -19,8 +21,11 @@ norm to decide whether to raise.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
+import types
+import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -206,12 +211,46 @@ def clip_grad_norm_(
 ) -> torch.Tensor:
     """Drop-in for ``torch.nn.utils.clip_grad_norm_``: clip in place, return the pre-clip norm.
 
-    ``foreach`` is accepted for signature compatibility and ignored (every implementation here
-    is already multi-tensor). The return value is a 0-dim tensor on the gradients' device.
+    Same contract as torch 2.13's function (checked side by side in
+    tests/test_clip_torch_contract.py): the return value is a 0-dim tensor on the gradients'
+    device in their dtype (promoted across dtypes, as torch stacks its per-tensor norms), a
+    ``max_norm`` of NaN poisons every gradient with NaN, an empty generator warns, no gradient
+    returns ``tensor(0.)``, and ``error_if_nonfinite`` raises torch's message before any
+    gradient changes. ``norm_type`` <= 0 (0 counts nonzeros, -inf is a minimum: neither is a
+    sum the chunked stages can split) runs torch's own function, so it matches exactly.
+
+    Remaining differences, all deliberate:
+
+    - the norm is accumulated in float32 (float64 for float64 gradients) over fixed chunks
+      and, for bf16/fp16 gradients, only rounded to their dtype at the end; torch's bf16/fp16
+      norm can differ in the last bits;
+    - bf16/fp16 gradients are scaled in float32 by the float32 coefficient and rounded once;
+      torch multiplies by the coefficient rounded to the gradients' dtype;
+    - ``foreach`` is accepted for signature compatibility and ignored (every implementation
+      here is multi-tensor; torch raises for ``foreach=True`` where it has no foreach kernels);
+    - on CUDA all gradients must share one device (torch groups them by device);
+    - with nothing to clip (scale exactly 1) the gradients are not rewritten, where torch
+      multiplies them by 1: the same values, one pass less;
+    - :func:`clip_grad_norm_with_stats` (the stats variant) returns float32/float64 norms and
+      refuses ``norm_type`` <= 0, and ``clip.sharded`` refuses it and NaN ``max_norm``.
     """
     del foreach
-    if math.isnan(float(max_norm)):
-        raise ValueError("max_norm must be a number, got NaN")
-    return clip_grad_norm_with_stats(
-        parameters, max_norm, norm_type, impl=impl, error_if_nonfinite=error_if_nonfinite
+    is_generator = isinstance(parameters, types.GeneratorType)
+    params = [parameters] if isinstance(parameters, torch.Tensor) else list(parameters)
+    if is_generator and not params:
+        warnings.warn(  # torch's own words, so filters written for torch's warning match
+            "`parameters` is an empty generator, no gradient clipping will occur.", stacklevel=2
+        )
+    norm_type = float(norm_type)
+    if not (norm_type > 0 or norm_type == math.inf):
+        return torch.nn.utils.clip_grad_norm_(
+            params, max_norm, norm_type, error_if_nonfinite=error_if_nonfinite
+        )
+    total = clip_grad_norm_with_stats(
+        params, max_norm, norm_type, impl=impl, error_if_nonfinite=error_if_nonfinite
     ).total_norm
+    grads = _grads(params)
+    if not grads:
+        return total
+    dtype = functools.reduce(torch.promote_types, (g.dtype for g in grads))
+    return total if total.dtype == dtype else total.to(dtype)

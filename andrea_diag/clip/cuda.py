@@ -5,13 +5,17 @@
     total, per, scale, nonfinite = cuda.clip(grads, max_norm=1.0, norm_type=2.0, apply=True)
 
 The extension is JIT-built with ``torch.utils.cpp_extension.load`` into ``TORCH_EXTENSIONS_DIR``
-(torch's default cache when unset). Sources are found with
-``importlib.resources.files("andrea_diag.kernels")`` (installed wheel) and, failing that, in the
-repository's ``kernels/`` folder (running from a checkout via PYTHONPATH).
+(torch's default cache when unset). Sources are found in the repository's ``kernels/`` folder
+(running from a checkout) and, failing that, with
+``importlib.resources.files("andrea_diag.kernels")`` (installed wheel).
 
-``variant`` picks the kernel schedule: ``"three"`` (partial -> final -> scale, the shipped path)
-or ``"single"`` (one cooperative launch; benchmark comparison only, needs one dtype and at most
-160 non-empty tensors). Nothing here syncs with the host.
+``variant`` picks the kernel schedule: ``"three"`` (the norm pass, whose last block runs the
+final reduction, then the scale pass: the shipped path) or ``"single"`` (one cooperative launch;
+an experiment for the benchmark, needs one dtype and at most 160 non-empty tensors).
+
+Experiments live in ``kernels/dev/`` and build as a second extension, ``andrea_diag_clip_dev``
+(:func:`load_dev`), only when a benchmark, ``variant="single"`` or ``ClippedAdamW`` asks for
+it; the shipped clipper never builds them. Nothing here syncs with the host.
 """
 
 from __future__ import annotations
@@ -30,23 +34,35 @@ from andrea_diag.clip import reference
 
 EXT_NAME = "andrea_diag_clip"
 SOURCES = ("binding.cpp", "clip.cu")
+DEV_EXT_NAME = "andrea_diag_clip_dev"
+DEV_SOURCES = ("dev/binding_dev.cpp", "dev/clip_single.cu", "dev/adamw.cu")
 SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 VARIANTS = ("three", "single")
 
 _lock = threading.Lock()
 _ext: ModuleType | None = None
+_dev_ext: ModuleType | None = None
 _status: tuple[bool, str] | None = None
 
 
 def kernel_dir() -> Path:
-    """Folder holding clip.cu / binding.cpp: the installed package data, else the repo's kernels/."""
+    """Folder holding the kernel sources: the checkout's kernels/ next to this package when
+    there is one, else the installed package data.
+
+    The checkout comes first: with an editable install of another checkout on the path,
+    ``andrea_diag.kernels`` resolves to *that* checkout's folder, and this one would build
+    someone else's kernels.
+    """
+    repo = Path(__file__).resolve().parents[2] / "kernels"
+    if (repo / "clip.cu").is_file():
+        return repo
     try:
         pkg = importlib.resources.files("andrea_diag.kernels")
         if pkg.joinpath("clip.cu").is_file():
             return Path(str(pkg))
     except (ModuleNotFoundError, TypeError):
         pass
-    return Path(__file__).resolve().parents[2] / "kernels"
+    return repo
 
 
 def nvcc_path() -> str | None:
@@ -60,35 +76,47 @@ def nvcc_path() -> str | None:
 
 
 def load(verbose: bool = False) -> ModuleType:
-    """Build (first time) and import the extension; raises on a build failure."""
+    """Build (first time) and import the production extension; raises on a build failure."""
     global _ext
     with _lock:
-        if _ext is not None:
-            return _ext
-        from torch.utils import cpp_extension
-
-        src = kernel_dir()
-        missing = [s for s in SOURCES if not (src / s).is_file()]
-        if missing:
-            raise FileNotFoundError(f"kernel sources missing in {src}: {missing}")
-        _ext = cpp_extension.load(
-            name=EXT_NAME,
-            sources=[str(src / s) for s in SOURCES],
-            extra_include_paths=[str(src)],
-            extra_cflags=["-O3"],
-            # -lineinfo costs nothing at run time and gives compute-sanitizer source lines.
-            extra_cuda_cflags=["-O3", "-lineinfo"],
-            build_directory=_build_dir(),
-            verbose=verbose,
-        )
+        if _ext is None:
+            _ext = _build(EXT_NAME, SOURCES, verbose)
         return _ext
 
 
-def _build_dir() -> str | None:
+def load_dev(verbose: bool = False) -> ModuleType:
+    """Build (first time) and import the experiments' extension (kernels/dev/)."""
+    global _dev_ext
+    with _lock:
+        if _dev_ext is None:
+            _dev_ext = _build(DEV_EXT_NAME, DEV_SOURCES, verbose)
+        return _dev_ext
+
+
+def _build(name: str, sources: tuple[str, ...], verbose: bool) -> ModuleType:
+    from torch.utils import cpp_extension
+
+    src = kernel_dir()
+    missing = [s for s in sources if not (src / s).is_file()]
+    if missing:
+        raise FileNotFoundError(f"kernel sources missing in {src}: {missing}")
+    return cpp_extension.load(
+        name=name,
+        sources=[str(src / s) for s in sources],
+        extra_include_paths=[str(src), str(src / "dev")],
+        extra_cflags=["-O3"],
+        # -lineinfo costs nothing at run time and gives compute-sanitizer source lines.
+        extra_cuda_cflags=["-O3", "-lineinfo"],
+        build_directory=_build_dir(name),
+        verbose=verbose,
+    )
+
+
+def _build_dir(name: str) -> str | None:
     root = os.environ.get("TORCH_EXTENSIONS_DIR")
     if not root:
         return None  # torch's default cache folder
-    path = Path(root) / EXT_NAME
+    path = Path(root) / name
     path.mkdir(parents=True, exist_ok=True)
     return str(path)
 
@@ -144,14 +172,21 @@ def clip(
         return _reference(grads, max_norm, norm_type, apply)
     ext = load()
     try:
-        # supports() already routed what the kernels cannot take; the binding re-checks in C++.
-        if variant == "single" and ext.single_supported(grads):
-            return ext.clip_single(grads, float(max_norm), float(norm_type), bool(apply))
+        # supports() already routed what the kernels cannot take; the binding re-checks in C++
+        # and raises its registered UnsupportedInput type for what the reference can still do.
+        if variant == "single":
+            dev = load_dev()
+            if dev.single_supported(grads):
+                return dev.clip_single(grads, float(max_norm), float(norm_type), bool(apply))
         return ext.clip(grads, float(max_norm), float(norm_type), bool(apply))
-    except RuntimeError as exc:
-        if "andrea_clip unsupported" not in str(exc):
-            raise
+    except unsupported_errors():
         return _reference(grads, max_norm, norm_type, apply)
+
+
+def unsupported_errors() -> tuple[type[BaseException], ...]:
+    """The extensions' registered ``UnsupportedInput`` types (RuntimeError subclasses): an
+    input the kernels cannot take but the reference can. Matched by type, never by message."""
+    return tuple(m.UnsupportedInput for m in (_ext, _dev_ext) if m is not None)
 
 
 def _norm_ok(norm_type: float) -> bool:
@@ -167,7 +202,7 @@ def _reference(
 
 # Stages alone (benchmarks and tests). Same device-resident outputs as the full pipeline.
 def norm_partial(grads: list[torch.Tensor], norm_type: float = 2.0) -> torch.Tensor:
-    """Stage 1: float32 partials, one per (tensor, chunk), in reference.grad_norm_partial order."""
+    """The norm pass alone (no final reduction): float32 partials, one per (tensor, chunk), in reference.grad_norm_partial order."""
     return load().norm_partial(grads, float(norm_type))
 
 
@@ -179,10 +214,10 @@ def chunk_offsets(grads: list[torch.Tensor]) -> torch.Tensor:
 def norm_final(
     partials: torch.Tensor, offsets: torch.Tensor, max_norm: float, norm_type: float = 2.0
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Stage 2: (total_norm, per_tensor_norm, scale, nonfinite) from the partials."""
+    """The final reduction alone: (total_norm, per_tensor_norm, scale, nonfinite) from the partials."""
     return load().norm_final(partials, offsets, float(max_norm), float(norm_type))
 
 
 def scale_(grads: list[torch.Tensor], scale: torch.Tensor) -> None:
-    """Stage 3: in place ``g *= scale``; every block exits at once when the scale is 1."""
+    """The scale pass alone: in place ``g *= scale``; every block exits at once when the scale is 1."""
     load().scale_(grads, scale)

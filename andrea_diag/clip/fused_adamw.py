@@ -10,11 +10,12 @@ Equivalent to ``torch.nn.utils.clip_grad_norm_(params, max_norm)`` followed by
 update (parameters, moments and step counters stay as they were) instead of writing NaN into
 the weights. On CUDA it runs three stages and never syncs with the host:
 
-1. ``k_grad_norm_partial`` + ``k_grad_norm_final`` (kernels/clip.cu): the global norm, the
+1. ``k_grad_norm_partial`` (kernels/clip.cu; its last block reduces): the global norm, the
    per-tensor norms, ``scale = min(1, max_norm / (norm + 1e-6))`` and the non-finite flag, all
    left in device memory (the existing clipper with ``apply=False``);
-2. ``k_step_inc``: every ``state["step"]`` += 1 unless the flag is set;
-3. ``k_adamw_clipped``: the AdamW update with ``g * scale`` inside it. The gradient is read
+2. ``k_step_inc`` (kernels/dev/adamw.cu): every ``state["step"]`` += 1 unless the flag is set;
+3. ``k_adamw_clipped`` (kernels/dev/adamw.cu, an experiment built as its own extension by
+   ``cuda.load_dev`` on first use): the AdamW update with ``g * scale`` inside it. The gradient is read
    once and never written, so an active clip costs only the norm pass on top of AdamW (the
    separate scale pass would read and write every gradient once more).
 
@@ -138,7 +139,7 @@ def _update(which: str, args: tuple, scale: torch.Tensor, nonfinite: torch.Tenso
     if which == "cuda":
         from andrea_diag.clip import cuda as cuda_ext
 
-        cuda_ext.load().adamw_clipped(*args, scale.float(), nonfinite, **hyper)
+        cuda_ext.load_dev().adamw_clipped(*args, scale.float(), nonfinite, **hyper)
     else:
         adamw_clipped_reference(*args, scale, nonfinite, **hyper)
 

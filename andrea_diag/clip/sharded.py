@@ -22,7 +22,7 @@ Placements (only 1-D device meshes; every DTensor gradient must live on the same
 - ``Partial``, ``_StridedShard``, a 2-D mesh (HSDP): ``ValueError``, as is a list that mixes
   DTensor and plain gradients (a plain tensor carries no promise that the ranks agree on it).
 
-A list with no DTensor gradient is clipped by :func:`andrea_diag.clip.api.clip_grad_norm_`
+A list with no DTensor gradient is clipped by :func:`andrea_diag.clip.api.clip_grad_norm_with_stats`
 (no collective). This is a collective call: every rank of the group must call it with the same
 parameters (a rank that skipped it would leave the others waiting in the all-reduce).
 
@@ -192,7 +192,8 @@ def clip_grad_norm_sharded_(
     Every rank returns the same 0-dim tensor (on the gradients' device, float32, float64 for
     float64 gradients): the norm of the whole unsharded gradient set. ``group`` defaults to the
     gradients' 1-D device mesh's process group; a group given must have the mesh's size.
-    Without DTensor gradients this is :func:`andrea_diag.clip.api.clip_grad_norm_`.
+    Without DTensor gradients this is :func:`andrea_diag.clip.api.clip_grad_norm_with_stats`'s
+    total norm (the drop-in would return the gradients' dtype instead).
     """
     max_norm, norm_type = float(max_norm), float(norm_type)
     if math.isnan(max_norm):
@@ -205,7 +206,8 @@ def clip_grad_norm_sharded_(
     grads = [p.grad for p in params if p.grad is not None]
     dtensor = _dtensor_type()
     if dtensor is None or not any(isinstance(g, dtensor) for g in grads):
-        return api.clip_grad_norm_(params, max_norm, norm_type, impl=impl)
+        # the stats variant: float32 (float64) like the sharded path, not the drop-in's dtype
+        return api.clip_grad_norm_with_stats(params, max_norm, norm_type, impl=impl).total_norm
     if impl == "torch":
         return _torch_sharded(params, max_norm, norm_type)
     with torch.no_grad():

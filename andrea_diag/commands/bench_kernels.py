@@ -111,7 +111,7 @@ def bench_kernels(
     for line in bench.adaptive_summary(result):
         console.print(line)
     if on_gpu:
-        for line in bench.three_vs_one(result):
+        for line in (*bench.three_vs_one(result), *bench.headroom(result)):
             console.print(line)
         for what, got, want, met in bench.targets(result):
             console.print(

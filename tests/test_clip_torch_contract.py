@@ -1,0 +1,86 @@
+"""CPU tests: ``andrea_diag.clip_grad_norm_`` keeps torch's ``clip_grad_norm_`` contract where
+its docstring says it does, checked side by side with torch on the same gradients (issue 18).
+
+    pytest tests/test_clip_torch_contract.py -q
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import pytest
+import torch
+
+from andrea_diag import clip_grad_norm_
+
+
+def _pair(dtypes: tuple[torch.dtype, ...], seed: int = 0):
+    """Two identical parameter lists (ours, torch's) with gradients of the given dtypes."""
+    gen = torch.Generator().manual_seed(seed)
+    ours, theirs = [], []
+    for i, dt in enumerate(dtypes):
+        g = (torch.randn(37 + 11 * i, generator=gen) * 3).to(dt)
+        for side in (ours, theirs):
+            p = torch.nn.Parameter(torch.zeros(g.shape, dtype=dt))
+            p.grad = g.clone()
+            side.append(p)
+    return ours, theirs
+
+
+@pytest.mark.parametrize(
+    "dtypes",
+    [(torch.bfloat16,), (torch.float16, torch.float16), (torch.float32, torch.bfloat16)],
+    ids=["bf16", "fp16", "fp32+bf16"],
+)
+def test_return_dtype_is_torchs(dtypes: tuple[torch.dtype, ...]) -> None:
+    ours, theirs = _pair(dtypes)
+    a = clip_grad_norm_(ours, 0.5)
+    b = torch.nn.utils.clip_grad_norm_(theirs, 0.5)
+    assert a.dtype == b.dtype and a.shape == b.shape == ()
+    assert float(a) == pytest.approx(float(b), rel=1e-2)  # torch rounds in the half dtype
+
+
+@pytest.mark.parametrize("norm_type", [0.0, -1.0, -math.inf])
+def test_nonpositive_norm_types_match_torch_exactly(norm_type: float) -> None:
+    ours, theirs = _pair((torch.float32, torch.float32))
+    ours[0].grad[3] = 0.0
+    theirs[0].grad[3] = 0.0
+    a = clip_grad_norm_(ours, 1.0, norm_type)
+    b = torch.nn.utils.clip_grad_norm_(theirs, 1.0, norm_type)
+    assert torch.equal(a, b)
+    assert all(torch.equal(x.grad, y.grad) for x, y in zip(ours, theirs, strict=True))
+
+
+def test_nan_max_norm_poisons_the_gradients_like_torch() -> None:
+    ours, theirs = _pair((torch.float32, torch.bfloat16))
+    a = clip_grad_norm_(ours, math.nan)
+    b = torch.nn.utils.clip_grad_norm_(theirs, math.nan)
+    assert float(a) == pytest.approx(float(b), rel=1e-3)  # the norm itself is finite
+    for x, y in zip(ours, theirs, strict=True):
+        assert bool(x.grad.isnan().all()) and bool(y.grad.isnan().all())
+
+
+def test_empty_generator_warns_with_torchs_message() -> None:
+    with pytest.warns(UserWarning, match="empty generator") as ours:
+        a = clip_grad_norm_((p for p in []), 1.0)
+    with pytest.warns(UserWarning, match="empty generator") as theirs:
+        b = torch.nn.utils.clip_grad_norm_((p for p in []), 1.0)
+    assert str(ours[0].message) == str(theirs[0].message)
+    assert torch.equal(a, b)
+
+
+def test_empty_list_does_not_warn() -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert float(clip_grad_norm_([], 1.0)) == 0.0
+
+
+def test_fp32_norm_and_clipped_gradients_match_torch() -> None:
+    ours, theirs = _pair((torch.float32, torch.float32, torch.float32), seed=3)
+    a = clip_grad_norm_(ours, 0.5)
+    b = torch.nn.utils.clip_grad_norm_(theirs, 0.5)
+    assert a.dtype == b.dtype == torch.float32
+    assert float(a) == pytest.approx(float(b), rel=1e-6)
+    for x, y in zip(ours, theirs, strict=True):
+        torch.testing.assert_close(x.grad, y.grad, rtol=1e-6, atol=0)
