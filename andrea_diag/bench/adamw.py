@@ -206,7 +206,9 @@ def _adamw_kernel_row(size: str, mode: str, max_norm: float, s: _AdamwSet, timer
 
     ext = cuda.load_dev()
     grads = [p.grad for p in s.params]
-    _, _, scale, nonfinite = ext.clip(grads, max_norm, 2.0, False)
+    # the scale and flag come from the production clipper (kernels/clip.cu); dev holds only
+    # the AdamW kernels
+    _, _, scale, nonfinite = cuda.load().clip(grads, max_norm, 2.0, False)
     b1, b2 = ADAMW_HYPER["betas"]
     hyper = dict(
         lr=ADAMW_HYPER["lr"],
