@@ -9,7 +9,7 @@ judges again with the current verdict code (andrea_diag/probes/verdict.py):
 - ``label``: ``negative`` (must not be ``locked-in``) or ``positive`` (must be ``locked-in``);
 - ``command``: the command that made the run (give it: a run dir does not know its shell);
 - ``vocab_size``, ``unigram_entropy`` (from the run's summary), ``size``, ``steps``, ``lr``;
-- ``updates``, ``losses``: the training loss per update; ``nonfinite_updates``;
+- ``updates``, ``losses``: the training loss per update (NaN/inf as strings); ``nonfinite_updates``;
 - ``evals``: per evaluation, ``update``, ``eval_loss`` and every ``eval_loss_*`` /
   ``eval_argmax_share*`` / ``eval_entropy*`` / ``eval_top1_prob*`` column (per source too);
 - ``samples``: the greedy sample rows' numbers (update, source, mode, top_token_share,
@@ -34,14 +34,13 @@ EVAL_PREFIXES = ("eval_loss", "eval_argmax_share", "eval_entropy", "eval_top1_pr
 SAMPLE_FIELDS = ("update", "source", "mode", "top_token_share", "distinct_1", "text")
 
 
-def _num(v: Any) -> float | None:
-    """A JSON-safe number: None for missing or NaN (JSON has no NaN); inf as a string."""
+def _num(v: Any) -> float | str | None:
+    """A JSON-safe number: None when missing; NaN and inf as the strings "nan", "inf", "-inf"
+    (JSON has neither, and a non-finite loss is evidence: ``float()`` reads them back)."""
     if v is None:
         return None
     f = float(v)
-    if math.isnan(f):
-        return None
-    return f if math.isfinite(f) else ("inf" if f > 0 else "-inf")  # type: ignore[return-value]
+    return f if math.isfinite(f) else str(f)
 
 
 def extract(run_dir: Path) -> dict[str, Any]:
