@@ -134,7 +134,7 @@ def parse_injections(specs: list[str], steps: int) -> dict[int, str]:
 
 
 EVALS_PER_RUN = 50  # held-out evaluations when --eval-every is not given
-LOCKIN_SAMPLES_PER_RUN = 8  # lock-in cadence when not given: about this many samples a run
+LOCKIN_SAMPLES_PER_RUN = 1  # lock-in samples when not given: the final state only (issue 19)
 LOCKIN_EVERY_OPEN_ENDED = 100  # ... and for a loop of unknown length (SpikeMonitor)
 
 

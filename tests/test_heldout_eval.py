@@ -4,6 +4,7 @@ that does not move with the bandit's phase (issue 12)."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pandas as pd
@@ -87,3 +88,25 @@ def test_same_weights_at_two_bandit_phases_give_one_eval_loss_but_two_training_l
         eval_loss.append(ev.evaluate(model)["eval_loss"])
     assert eval_loss[0] == eval_loss[1]
     assert b1.weights != b2.weights and train_loss[0] != train_loss[1]
+
+
+def test_every_evaluation_records_the_distribution_shape_per_source_and_overall(
+    cascade: Path,
+) -> None:
+    """eval_argmax_share / eval_entropy / eval_top1_prob (the lock-in evidence) come with every
+    eval_loss, from the same forward pass: present exactly on the evaluation updates."""
+    m = pd.read_parquet(cascade / "none" / "metrics.parquet")
+    ev = m[m["eval_loss"].notna()]
+    for stat in ("argmax_share", "entropy", "top1_prob"):
+        cols = [f"eval_{stat}"] + [f"eval_{stat}_{n}" for n in SOURCE_NAMES]
+        assert (
+            ev[cols].notna().all().all() and m.loc[m["eval_loss"].isna(), cols].isna().all().all()
+        )
+    per = [f"eval_argmax_share_{n}" for n in SOURCE_NAMES]
+    assert ((ev[per] > 0) & (ev[per] <= 1)).all().all()
+    # one token's count over all positions is at most the sum of its per-source counts
+    assert (ev["eval_argmax_share"] <= ev[per].mean(axis=1) + 1e-6).all()
+    ent = ev[[f"eval_entropy_{n}" for n in SOURCE_NAMES]].mean(axis=1)
+    assert (ev["eval_entropy"] - ent).abs().max() < 1e-5  # equal positions per source
+    assert ((ev["eval_top1_prob"] > 0) & (ev["eval_top1_prob"] <= 1)).all()
+    assert (ev["eval_entropy"] > 0).all() and (ev["eval_entropy"] <= math.log(8449) + 1e-4).all()

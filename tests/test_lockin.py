@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 
@@ -9,17 +10,20 @@ import pytest
 import torch
 
 from andrea_diag.config import MODEL_PRESETS, ModelConfig
+from andrea_diag.data.heldout import EvalSet
 from andrea_diag.model import GPT
 from andrea_diag.probes.base import UpdateContext
 from andrea_diag.probes.lockin import LockInProbe, sample_batch
-from andrea_diag.probes.verdict import lockin_verdict, text_stats
+from andrea_diag.probes.verdict import run_verdict, text_stats
 from andrea_diag.record import Recorder
+from andrea_diag.train.evaluation import HeldOutEvaluator
 
 V = 32
 
 
-def _successor_gpt() -> GPT:
-    """A tiny GPT whose next token is (t + 1) mod V: diverse text, one clear prediction."""
+def _successor_gpt(sharpness: float = 1.0) -> GPT:
+    """A tiny GPT whose next token is (t + 1) mod V: diverse text, one clear prediction
+    (``sharpness`` scales its logits: 0.1 gives p(t + 1) ~ 0.5, entropy ~2 nats)."""
     torch.manual_seed(0)
     model = GPT(ModelConfig("t", d_model=V, n_layer=1, n_head=2, block_size=64, vocab_size=V))
     with torch.no_grad():
@@ -31,7 +35,7 @@ def _successor_gpt() -> GPT:
         model.ln_f.weight.fill_(1.0)
         model.ln_f.bias.zero_()
         x = model.ln_f(torch.eye(V))  # (V, V) LN of each one-hot
-        model.lm_head.weight.copy_(torch.roll(x, 1, dims=0))  # row t+1 matches LN(e_t)
+        model.lm_head.weight.copy_(sharpness * torch.roll(x, 1, dims=0))  # row t+1: LN(e_t)
     return model
 
 
@@ -44,16 +48,27 @@ def _force_repetition(model: GPT, token: int = 7) -> None:
         model.lm_head.weight[token] += 10 * u
 
 
-def _run(tmp_path, losses, force_at=None):
-    model = _successor_gpt()
+def _eval_set(tokens: torch.Tensor) -> EvalSet:
+    """Held-out sequences (S=2, K=2, T+1=17) for the real evaluator."""
+    return EvalSet(tokens.reshape(2, 2, 17), torch.zeros(2, 2, dtype=torch.long), ("a", "b"))
+
+
+SUCCESSOR_TEXT = _eval_set(torch.arange(68) % V)  # what the successor model predicts well
+ONE_TOKEN_TEXT = _eval_set(torch.full((68,), 7))  # what the forced model predicts well
+
+
+def _run(tmp_path, losses, force_at=None, evalset=SUCCESSOR_TEXT):
+    """Train-shaped loop: the probe after every update, the real held-out evaluator every 2."""
+    model = _successor_gpt(sharpness=0.1)  # not certain: a collapse can lower its entropy
     prompts = {"a": torch.arange(16) % V, "b": (torch.arange(20) * 3) % V}
     probe = LockInProbe(model, prompts, every=10, total_steps=len(losses), n_new=32, seed=0)
+    ev = HeldOutEvaluator(evalset, 2, len(losses), torch.device("cpu"), contextlib.nullcontext)
     rec = Recorder(tmp_path / "run", {"kind": "test"})
     model.train()
     for u, loss in enumerate(losses, start=1):
         if force_at == u:
             _force_repetition(model)
-        row = {"update": u, "loss": loss}
+        row = {"update": u, "loss": loss, "nonfinite": False}
         ctx = UpdateContext(
             u,
             model,
@@ -69,9 +84,12 @@ def _run(tmp_path, losses, force_at=None):
         )
         probe.after_clip(ctx)
         probe.after_step(ctx)
+        row |= ev.maybe_evaluate(u, model)
+        rec.log(row)
+    rec.flush()
     out = probe.close(tmp_path / "run")["lockin"]
     rec.close(out)
-    assert model.training  # train mode restored after sampling
+    assert model.training  # train mode restored after sampling and evaluating
     samples = [json.loads(x) for x in (tmp_path / "run" / "samples.jsonl").read_text().splitlines()]
     return out, samples
 
@@ -83,7 +101,7 @@ def _learned(n=40):
 
 def test_lockin_fires_on_a_model_forced_into_repetition_after_learning(tmp_path):
     out, samples = _run(tmp_path, _learned(), force_at=35)
-    assert out["verdict"] == "locked-in"
+    assert out["verdict"] == "locked-in", out["reasons"]
     assert out["sample_updates"] == [10, 20, 30, 40]
     last = [s for s in samples if s["update"] == 40]
     assert {(s["source"], s["mode"]) for s in last} == {
@@ -93,22 +111,25 @@ def test_lockin_fires_on_a_model_forced_into_repetition_after_learning(tmp_path)
         ("b", "temp1"),
     }
     assert all(s["top_token_share"] > 0.9 and s["longest_run"] >= 30 for s in last)
-    assert out["final_score"] > 0.9 and out["baseline_score"] < 0.1
+    # the evidence: the held-out distribution, at the evaluations after the forcing
+    assert out["collapsed_evals"] == 3 and out["final_argmax_share"] == 1.0
+    assert out["best_argmax_share"] < 0.1 and out["final_entropy"] < out["best_entropy"] - 1
+    assert "held-out distribution collapsed at the last 3 evaluations" in out["reasons"][1]
 
 
 def test_lockin_does_not_fire_on_a_healthy_model(tmp_path):
     out, samples = _run(tmp_path, _learned())
-    assert out["verdict"] == "healthy"
+    assert out["verdict"] == "healthy", out["reasons"]
     greedy = [s for s in samples if s["mode"] == "greedy"]
     assert all(s["distinct_1"] == 1.0 for s in greedy)  # successor text never repeats
 
 
 def test_a_model_repetitive_from_its_first_sample_is_named_not_called_healthy(tmp_path):
-    """The loss learned, but the text never was diverse: no rise, so not a lock-in; the verdict
-    used to call this healthy (issue 12), it is repetitive-throughout (not a collapse)."""
-    out, _ = _run(tmp_path, _learned(), force_at=1)
+    """The loss learned (its held-out text is the forced token), the text never was diverse:
+    no collapse against its own best phase, so not a lock-in, and not healthy either."""
+    out, _ = _run(tmp_path, _learned(), force_at=1, evalset=ONE_TOKEN_TEXT)
     assert out["verdict"] == "repetitive-throughout" and out["collapse"] is False
-    assert out["final_score"] > 0.9 and out["baseline_score"] > 0.9
+    assert out["final_score"] > 0.9 and out["collapsed_evals"] == 0
 
 
 def test_repetitive_model_whose_loss_stayed_near_uniform_never_learned(tmp_path):
@@ -117,11 +138,24 @@ def test_repetitive_model_whose_loss_stayed_near_uniform_never_learned(tmp_path)
     assert out["verdict"] == "never-learned"
 
 
+def test_the_evaluator_measures_the_distribution_on_every_held_out_position():
+    model = _successor_gpt(sharpness=0.1)
+    ev = HeldOutEvaluator(SUCCESSOR_TEXT, 1, 1, torch.device("cpu"), contextlib.nullcontext)
+    row = ev.evaluate(model)
+    assert row["eval_argmax_share_a"] == pytest.approx(2 / 32)  # 32 positions, 16 tokens twice
+    assert 0.3 < row["eval_top1_prob"] < 0.7 and row["eval_entropy"] > 1.0
+    before = row["eval_loss"]
+    _force_repetition(model)
+    row = ev.evaluate(model)
+    assert row["eval_argmax_share"] == row["eval_argmax_share_b"] == 1.0
+    assert row["eval_loss"] > before + 5  # the successor targets are now wrong everywhere
+    assert row["eval_top1_prob"] > 0.99 and row["eval_entropy"] < 0.1
+    assert set(row) == {f"eval_{k}{s}" for k in ("loss", "argmax_share", "entropy", "top1_prob")
+                        for s in ("", "_a", "_b")}  # fmt: skip
+
+
 def test_verdict_needs_enough_history():
-    assert lockin_verdict([1, 2], [9.0, 9.0], [], 8449)["verdict"] == "insufficient-data"
-    ups = list(range(1, 41))
-    one_event = [{"update": 40, "mode": "greedy", "top_token_share": 1.0}]
-    assert lockin_verdict(ups, _learned(), one_event, 8449)["verdict"] == "insufficient-data"
+    assert run_verdict([1, 2], [9.0, 9.0], [], 8449)["verdict"] == "insufficient-data"
 
 
 def test_text_stats_on_a_known_sequence():
@@ -228,15 +262,15 @@ def test_foreign_fallback_decodes_like_the_gpt_it_wraps():
     assert torch.allclose(own[1], fallback[1]) and torch.allclose(own[2], fallback[2])
 
 
-def test_a_model_stuck_at_the_unigram_loss_never_learned_even_if_text_turns_repetitive():
+def test_a_model_stuck_at_the_unigram_loss_never_learned_even_if_it_collapses():
     """6.1 nats is far below 0.8 ln V, but a unigram model (H1 = 6.2) has not used context."""
     ups = list(range(1, 41))
     losses = [8.5 - 2.4 * min(1.0, u / 10) for u in ups]  # drops to 6.1 and stays
-    events = [
-        {"update": 10, "mode": "greedy", "top_token_share": 0.2},
-        {"update": 40, "mode": "greedy", "top_token_share": 0.9},
-    ]
-    assert lockin_verdict(ups, losses, events, 8449)["verdict"] == "locked-in"
-    out = lockin_verdict(ups, losses, events, 8449, unigram_entropy=6.2)
+    ev_ups = list(range(4, 41, 4))
+    ev = {"eval_updates": ev_ups, "eval_losses": [6.1 if u < 28 else 6.5 for u in ev_ups],
+          "eval_dist": {"eval_argmax_share": [0.1 if u < 28 else 0.9 for u in ev_ups],
+                        "eval_entropy": [6.0 if u < 28 else 1.0 for u in ev_ups]}}  # fmt: skip
+    assert run_verdict(ups, losses, [], 8449, **ev)["verdict"] == "locked-in"
+    out = run_verdict(ups, losses, [], 8449, unigram_entropy=6.2, **ev)
     assert out["verdict"] == "never-learned"
     assert out["learned_level"] == 6.2 - 0.5

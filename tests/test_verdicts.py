@@ -21,7 +21,6 @@ from andrea_diag.probes.verdict import (
     COLLAPSE_VERDICTS,
     THRESHOLDS,
     VERDICTS,
-    lockin_verdict,
     run_verdict,
 )
 from andrea_diag.report.arms import Arm
@@ -84,11 +83,47 @@ def _hard_phase_at_the_end(n: int = 300) -> list[float]:
     return [v + (1.3 if u > n - 21 else 0.0) for u, v in enumerate(losses, start=1)]
 
 
+def _evals(
+    n: int, every: int, loss: Any, share: Any = lambda u: 0.1, entropy: Any = None
+) -> dict[str, Any]:
+    """Held-out evaluations every ``every`` updates: loss(u), argmax share(u), entropy(u)
+    (default: the loss itself, a calibrated model's entropy), as run_verdict keywords."""
+    ups = list(range(every, n + 1, every))
+    ent = entropy or loss
+    return {"eval_updates": ups, "eval_losses": [loss(u) for u in ups],
+            "eval_dist": {"eval_argmax_share": [share(u) for u in ups],
+                          "eval_entropy": [ent(u) for u in ups],
+                          "eval_top1_prob": [0.3] * len(ups)}}  # fmt: skip
+
+
+def _learned_then_flat(u: int) -> float:
+    """Held-out loss: ln V down to 3.0 by update 150, then flat (a finished, healthy run)."""
+    return max(3.0, LN_V - (LN_V - 3.0) * u / 150)
+
+
+def _learned_then_up(u: int) -> float:
+    """Down to 3.0 by 150, then +0.4 from update 240: the loss a lock-in costs."""
+    return _learned_then_flat(u) + (0.4 if u >= 240 else 0.0)
+
+
+def _still_falling(u: int) -> float:
+    """Still going down at the last evaluation (the issue's 60m arms at 300 updates)."""
+    return LN_V - (LN_V - 4.5) * (u / 300) ** 0.5
+
+
+def _collapsing_share(u: int) -> float:
+    return 0.1 if u < 240 else 0.7  # one token predicted at 70% of the held-out positions
+
+
+def _collapsing_entropy(u: int) -> float:
+    return _learned_then_flat(u) if u < 240 else 1.2  # overconfident: below the loss
+
+
 # name -> (run_verdict keyword arguments, expected verdict)
 FIXTURES: dict[str, tuple[dict[str, Any], str]] = {
     "healthy, noisy loss and a hard phase at the end": (
-        {"losses": _hard_phase_at_the_end(),
-         "samples": _samples({30: REPETITIVE} | _every(300, 60, DIVERSE))},
+        {"losses": _hard_phase_at_the_end(), "samples": _samples({300: DIVERSE}),
+         **_evals(300, 6, _learned_then_flat)},
         "healthy",
     ),
     "never learned: loss near ln V, repetitive text": (
@@ -100,18 +135,20 @@ FIXTURES: dict[str, tuple[dict[str, Any], str]] = {
         {"losses": _diverged_12m(), "samples": _samples(_every(600, 75, DIVERSE))},
         "diverged",
     ),
-    "learned, then locked into one token": (
-        {"losses": _curve(300, 2.0),
-         "samples": _samples(_every(240, 60, DIVERSE) | {300: REPETITIVE})},
+    "learned, then the held-out distribution collapsed onto one token": (
+        {"losses": _curve(300, 2.0), "samples": _samples({300: REPETITIVE}),
+         **_evals(300, 6, _learned_then_up, _collapsing_share, _collapsing_entropy)},
         "locked-in",
     ),
-    "learned, then locked into a 4-token loop": (
-        {"losses": _curve(300, 2.0), "samples": _samples(_every(240, 60, DIVERSE) | {300: LOOP})},
-        "locked-in",
-    ),
-    "learned, text repetitive from the first sample to the last": (
-        {"losses": _curve(300, 2.0), "samples": _samples(_every(300, 60, REPETITIVE))},
+    "learned, text repetitive, loss no longer falling, no collapse": (
+        {"losses": _curve(300, 2.0), "samples": _samples({300: REPETITIVE}),
+         **_evals(300, 6, _learned_then_flat)},
         "repetitive-throughout",
+    ),
+    "the issue's 60m arm: loss still falling, greedy text repetitive": (
+        {"losses": _curve(300, 4.5), "samples": _samples({300: (0.25, 0.125)}),
+         **_evals(300, 6, _still_falling, entropy=lambda u: _still_falling(u) + 0.2)},
+        "still-learning",
     ),
     "a NaN loss at update 150": (
         {"losses": [math.nan if u == 150 else v for u, v in enumerate(_curve(300, 2.0), 1)],
@@ -155,10 +192,10 @@ def test_repetitive_throughout_is_not_healthy_even_after_diverse_untrained_text(
     """The known defect: repetitive text with no rise was called healthy. Random-init text
     before the good phase is diverse; it does not make the learned model's text healthy."""
     samples = _samples({5: (0.05, 0.95)} | _every(300, 60, REPETITIVE))
-    out = _judge(_curve(300, 2.0), samples)
+    out = _judge(_curve(300, 2.0), samples, **_evals(300, 6, _learned_then_flat))
     assert out["verdict"] == "repetitive-throughout" and not out["collapse"]
     assert out["judged_sample_updates"] == [60, 120, 180, 240, 300]
-    assert "never diverse" in out["reasons"][-1]
+    assert "at every one of 5 sample event(s)" in out["reasons"][-1]
 
 
 def test_the_held_out_loss_is_judged_when_there_is_one() -> None:
@@ -172,7 +209,8 @@ def test_the_held_out_loss_is_judged_when_there_is_one() -> None:
     assert "held-out loss ended at 4.50, 0.60 nats above its minimum 3.90" in out["reasons"][1]
     flat = [max(3.9, LN_V - u / 40) for u in ev_ups]
     steep = [v + (1.5 if u > 500 else 0.0) for u, v in enumerate(train, 1)]  # a long hard phase
-    out = _judge(steep, samples, eval_updates=ev_ups, eval_losses=flat)
+    dist = _evals(600, 12, lambda u: 0.0)["eval_dist"]  # no collapse
+    out = _judge(steep, samples, eval_updates=ev_ups, eval_losses=flat, eval_dist=dist)
     assert out["trajectory"] == "eval" and out["verdict"] == "healthy"
     assert _judge(steep, samples)["verdict"] == "diverged"  # training loss alone is fooled
     few = _judge(train, samples, eval_updates=ev_ups[:3], eval_losses=rising[:3])
@@ -180,17 +218,23 @@ def test_the_held_out_loss_is_judged_when_there_is_one() -> None:
 
 
 def test_precedence() -> None:
-    locked = _samples(_every(540, 60, DIVERSE) | {600: REPETITIVE})
-    # diverged beats locked-in
-    assert _judge(_diverged_12m(), locked)["verdict"] == "diverged"
-    # non-finite beats diverged: skipped updates counted by the loop, finite losses (more than
-    # the few gradient-only skips an fp16 loss scaler makes by design)
-    out = _judge(_diverged_12m(), locked, nonfinite_updates=100)
+    up = _evals(300, 6, lambda u: _learned_then_flat(u) + (0.6 if u >= 240 else 0.0))
+    collapsed = _evals(300, 6, lambda u: up["eval_losses"][u // 6 - 1], _collapsing_share,
+                       _collapsing_entropy)  # fmt: skip
+    samples = _samples({300: REPETITIVE})
+    # locked-in beats diverged when the distribution collapsed; a rise alone is diverged
+    assert _judge(_curve(300, 2.0), samples, **up)["verdict"] == "diverged"
+    out = _judge(_curve(300, 2.0), samples, **collapsed)
+    assert out["verdict"] == "locked-in" and out["collapse"]
+    # non-finite beats everything: skipped updates counted by the loop, finite losses (more
+    # than the few gradient-only skips an fp16 loss scaler makes by design)
+    out = _judge(_curve(300, 2.0), samples, nonfinite_updates=100, **collapsed)
     assert out["verdict"] == "non-finite" and out["reasons"] == ["100 non-finite updates (skipped)"]
-    # never-learned beats repetition
-    stuck = [8.5 - 2.4 * min(1.0, u / 10) for u in range(1, 301)]  # 6.1: the unigram loss
-    assert _judge(stuck, locked)["verdict"] == "locked-in"
-    out = _judge(stuck, locked, unigram_entropy=6.2)
+    # never-learned beats locked-in: 6.1 is the unigram loss, so the model never used context
+    stuck = _evals(300, 6, lambda u: 6.1 + (0.4 if u >= 240 else 0.0), _collapsing_share,
+                   lambda u: 6.0 if u < 240 else 1.2)  # fmt: skip
+    assert _judge(_curve(300, 6.1), samples, **stuck)["verdict"] == "locked-in"
+    out = _judge(_curve(300, 6.1), samples, unigram_entropy=6.2, **stuck)
     assert out["verdict"] == "never-learned" and out["learned_level"] == pytest.approx(5.7)
 
 
@@ -202,7 +246,8 @@ def test_non_finite_final_losses_and_the_tolerance() -> None:
     ev = _judge(losses, samples, eval_updates=[60, 120, 180, 240, 300],
                 eval_losses=[5.0, 3.0, 2.5, 2.4, math.nan])  # fmt: skip
     assert ev["verdict"] == "non-finite" and "final held-out loss is nan" in ev["reasons"]
-    lenient = _judge(losses, samples, nonfinite_updates=1, thresholds={"nonfinite_updates": 3})
+    lenient = _judge(losses, samples, nonfinite_updates=1, thresholds={"nonfinite_updates": 3},
+                     **_evals(300, 6, _learned_then_flat))  # fmt: skip
     assert lenient["verdict"] == "healthy" and lenient["n_nonfinite"] == 1
 
 
@@ -211,15 +256,14 @@ def test_too_little_to_judge_is_not_a_verdict_on_the_run() -> None:
     assert out["verdict"] == "non-finite"
     out = _judge([9.0, 8.0, 7.0], [])
     assert out["verdict"] == "insufficient-data" and not out["collapse"]
-    out = _judge(_curve(300, 2.0), _samples({300: REPETITIVE}))  # one sample event
-    assert out["verdict"] == "insufficient-data"
-
-
-def test_lockin_verdict_is_run_verdict_on_the_training_loss() -> None:
-    for kw, _ in FIXTURES.values():
-        ups = list(range(1, len(kw["losses"]) + 1))
-        old = lockin_verdict(ups, kw["losses"], kw["samples"], V)
-        assert old == run_verdict(ups, kw["losses"], kw["samples"], V)
+    # learned, not diverged, but no held-out distribution: lock-in cannot be judged (old runs)
+    out = _judge(_curve(300, 2.0), _samples({300: REPETITIVE}))
+    assert out["verdict"] == "insufficient-data" and not out["collapse"]
+    assert "no held-out distribution statistics" in out["reasons"][-1]
+    ev = _evals(300, 6, _learned_then_flat)
+    out = _judge(_curve(300, 2.0), [], eval_updates=ev["eval_updates"],
+                 eval_losses=ev["eval_losses"])  # fmt: skip
+    assert out["verdict"] == "insufficient-data" and out["trajectory"] == "eval"
 
 
 def test_the_probe_reads_the_held_out_loss_and_the_skipped_updates_of_its_run(

@@ -1,7 +1,11 @@
 """Lock-in detection: does the model's text collapse onto one token after it had learned?
 
-**Sampling.** Every ``every`` updates (``cfg.lockin_every``), at the run's last update
-(``total_steps``) and, if that was missed, once more at ``close()``, the probe continues fixed
+**Sampling** is the page's illustration and the verdict's "repetitive" test, not the lock-in
+evidence (that is the held-out distribution, ``train/evaluation.py``). Every ``every`` updates
+(``cfg.lockin_every``; by default the run's length, so once, at the last update: a sample event
+costs a few decoding passes, 5-10% of every update on the GPU at the old cadence of 8 a run,
+issue 20), at the run's last update (``total_steps``) and, if that was missed, once more at
+``close()``, the probe continues fixed
 prompts (one per source, ~16 tokens) for ``n_new`` (32) tokens, greedily and at temperature 1
 with a generator seeded from ``(seed, update)``, so samples are reproducible and the training
 RNG is untouched. All prompts and both modes run as one batch ``(2·n_sources, T)`` per token,
@@ -22,10 +26,11 @@ Metric columns at sampling updates: ``lockin/top_token_share`` (max over sources
 
 **Verdict** at ``close()``: :func:`andrea_diag.probes.verdict.run_verdict`, where every verdict
 (``healthy``, ``never-learned``, ``diverged``, ``locked-in``, ``repetitive-throughout``,
-``non-finite``), its threshold and their precedence are defined. It judges the held-out
-``eval_loss`` of the run's ``metrics.jsonl`` when the run evaluated, else the training losses this
-probe kept, plus these samples; ``summary["lockin"]`` holds ``verdict``, ``collapse``, ``reasons``
-and the numbers.
+``non-finite``, ``still-learning``), its thresholds and their precedence are defined. It judges
+the held-out ``eval_loss`` and distribution columns of the run's ``metrics.jsonl`` when the run
+evaluated, else the training losses this probe kept, plus these samples; ``summary["lockin"]``
+holds ``verdict``, ``collapse``, ``reasons`` and the numbers. :func:`judge_tables` gives the same
+verdict from a run directory's tables (``andrea-diag report`` re-judges old runs with it).
 """
 
 from __future__ import annotations
@@ -36,11 +41,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import torch
 
 from andrea_diag.model import decode_batch
 from andrea_diag.probes.base import ProbeState, UpdateContext
-from andrea_diag.probes.verdict import THRESHOLDS, run_verdict, text_stats
+from andrea_diag.probes.verdict import DIST_COLUMNS, THRESHOLDS, run_verdict, text_stats
 from andrea_diag.record import read_jsonl
 
 
@@ -216,17 +222,14 @@ class LockInProbe(ProbeState):
             verdict = {"verdict": "insufficient-data", "collapse": False,
                        "reasons": ["unknown vocabulary size"]}  # fmt: skip
         else:
-            eval_updates, eval_losses, nonfinite = _run_record(run_dir)
             verdict = run_verdict(
                 self.updates,
                 self.losses,
                 self.samples,
                 self.vocab_size,
-                eval_updates=eval_updates,
-                eval_losses=eval_losses,
-                nonfinite_updates=nonfinite,
                 thresholds=self.thresholds,
                 unigram_entropy=self.unigram_entropy,
+                **_run_record(run_dir),
             )
         if not self.prompts:
             verdict["reasons"].append("no prompts: verdict from the loss trajectory only")
@@ -243,22 +246,56 @@ class LockInProbe(ProbeState):
         return self._closed
 
 
-def _run_record(run_dir: Path) -> tuple[list[int], list[float], int]:
-    """(eval updates, eval losses, non-finite updates) from the run's ``metrics.jsonl``.
+def _run_record(run_dir: Path) -> dict[str, Any]:
+    """:func:`record_inputs` of the run's ``metrics.jsonl`` (complete at close: every row is
+    flushed). The held-out evaluation runs after the probes within an update, so its columns
+    reach the verdict through the metrics file, as does the loop's ``nonfinite`` flag."""
+    return record_inputs(read_jsonl(Path(run_dir) / "metrics.jsonl"))
 
-    The held-out evaluation runs after the probes within an update, so its ``eval_loss`` column
-    reaches the verdict through the metrics file (complete at close: every row is flushed),
-    as does the loop's ``nonfinite`` flag (a gradient can be non-finite under a finite loss).
-    A loop without these columns (a user's own, a test) gives no evaluations and zero.
+
+def record_inputs(df: pd.DataFrame) -> dict[str, Any]:
+    """The verdict's inputs from a metrics table: ``eval_updates``, ``eval_losses``, ``eval_dist``
+    (:data:`DIST_COLUMNS` -> values, absent columns left out) and ``nonfinite_updates``.
+
+    A loop without these columns (a user's own, a test, a run recorded before them) gives no
+    evaluations, no distribution statistics and zero.
     """
-    df = read_jsonl(Path(run_dir) / "metrics.jsonl")
+    out: dict[str, Any] = {"eval_updates": [], "eval_losses": [], "eval_dist": {},
+                           "nonfinite_updates": 0}  # fmt: skip
     if df.empty or "update" not in df:
-        return [], [], 0
+        return out
     if "nonfinite" in df:
-        nonfinite = int(df["nonfinite"].fillna(False).astype(bool).sum())
-    else:  # the monitor records only whether the update was applied
-        nonfinite = int(df["applied"].eq(False).sum()) if "applied" in df else 0
+        out["nonfinite_updates"] = int(df["nonfinite"].fillna(False).astype(bool).sum())
+    elif "applied" in df:  # the monitor records only whether the update was applied
+        out["nonfinite_updates"] = int(df["applied"].eq(False).sum())
     if "eval_loss" not in df:
-        return [], [], nonfinite
-    ev = df[["update", "eval_loss"]].dropna()
-    return [int(u) for u in ev["update"]], [float(v) for v in ev["eval_loss"]], nonfinite
+        return out
+    ev = df[df["eval_loss"].notna()]
+    out["eval_updates"] = [int(u) for u in ev["update"]]
+    out["eval_losses"] = [float(v) for v in ev["eval_loss"]]
+    out["eval_dist"] = {
+        c: [None if pd.isna(v) else float(v) for v in ev[c]] for c in DIST_COLUMNS if c in ev
+    }
+    return out
+
+
+def judge_tables(
+    metrics: pd.DataFrame,
+    samples: pd.DataFrame | Sequence[Mapping[str, Any]],
+    vocab_size: int,
+    unigram_entropy: float | None = None,
+) -> dict[str, Any]:
+    """The verdict of a recorded run, from its tables alone (``andrea-diag report`` re-judges
+    old run directories with the current code): the training loss, the evaluations and the
+    greedy samples, with today's :data:`THRESHOLDS`."""
+    m = metrics if "update" in metrics and "loss" in metrics else pd.DataFrame()
+    losses = [None if pd.isna(v) else float(v) for v in m["loss"]] if len(m) else []
+    rows = samples.to_dict("records") if isinstance(samples, pd.DataFrame) else list(samples)
+    return run_verdict(
+        [int(u) for u in m["update"]] if len(m) else [],
+        losses,
+        rows,
+        vocab_size,
+        unigram_entropy=unigram_entropy,
+        **record_inputs(metrics),
+    )

@@ -1,45 +1,57 @@
 """Run verdicts: the one place they are defined (pure functions, no model, no I/O, no torch).
 
-:func:`run_verdict` judges one run from its loss trajectory and the lock-in probe's sample rows;
-the probe (``lockin.py``) writes the result to ``summary["lockin"]``, and the report and the sweep
-read the verdict names and :data:`COLLAPSE_VERDICTS` from here. Every number is in
-:data:`THRESHOLDS` (the summary repeats them).
+:func:`run_verdict` judges one run from its held-out evaluations (loss and the shape of the
+predictive distribution, ``train/evaluation.py``), its training loss and the lock-in probe's
+greedy samples; the probe (``lockin.py``) writes the result to ``summary["lockin"]``, and
+``andrea-diag report`` judges a run directory again with this code (``lockin.judge_tables``).
+The report, the sweep and the findings read the verdict names, :data:`COLLAPSE_VERDICTS` and
+:func:`loss_collapse_reason` from here. Every number is in :data:`THRESHOLDS` (the summary
+repeats them).
 
 **Loss trajectory.** The held-out evaluation loss (``eval_loss`` at ``eval_updates``) when at
 least ``min_evals`` finite evaluations exist: a fixed held-out mixture does not move with the
 bandit's source weights. Otherwise the training loss, which does: a phase of the hardest source
-lifts it by about a nat (the gpu-sweep arms), so the training-loss divergence test asks for the
-rise to outlast the bandit's longest phase, and smooths it by a trailing median.
+lifts it by about a nat, so the training-loss divergence test asks for the rise to outlast the
+bandit's longest phase, and smooths it by a trailing median.
 
 **Verdicts, in precedence order** (the first that applies wins):
 
-1. ``non-finite``: at least ``nonfinite_updates`` non-finite updates (a skipped update: an inf or
-   NaN loss or gradient), or a non-finite final loss (training or held-out);
-2. ``never-learned``: the smoothed loss never reached the *learned level*
+1. ``non-finite``: at least ``nonfinite_updates`` non-finite updates, or a non-finite final loss;
+2. ``never-learned``: the loss never reached the *learned level*
    ``min(learned_frac · ln V, H1 - unigram_margin)`` (H1: the data's unigram entropy, when
    known). A model near the uniform or unigram loss has not used context; its text is
    repetitive by construction, so its repetition is not a lock-in;
-3. ``diverged``: the last ``diverge_hold`` (smoothed) points all sit at least ``diverge_nats``
-   above the minimum the loss had reached before them (eval: 0.3 nat for the last 3
-   evaluations; training loss: 1.0 nat for the last 42 updates);
-4. ``locked-in``: learned, then the greedy text became repetitive: the last sample event is
-   repetitive, an earlier one in the good phase was not, and the top-token share rose by
-   ``rise`` or distinct-1 fell by ``distinct_drop`` against the best earlier event;
-5. ``repetitive-throughout``: learned, but every judged sample event, from the first to the
-   last, was repetitive (never diverse, so nothing was lost: not a lock-in, but not healthy);
-6. ``healthy``: none of the above.
+3. ``locked-in``: all of (a) learned; (b) the held-out loss of the last ``lockin_hold_evals``
+   evaluations all sit ``lockin_rise_nats`` or more above the minimum it had reached before
+   them; (c) the held-out *distribution collapsed*: at each of the last ``collapse_evals`` (or
+   more) consecutive evaluations the argmax share rose by ``collapse_share_rise`` and the mean
+   entropy fell by ``collapse_entropy_drop`` against the arm's own best phase (the medians over
+   the learned evaluations up to that minimum whose loss is within ``best_phase_nats`` of it).
+   This is what the seeds describe: one token's logit dominates the softmax after the model had
+   learned, measured over every held-out position, not on one greedy sample;
+4. ``diverged``: the last ``diverge_hold`` points all sit at least ``diverge_nats`` above the
+   minimum the loss had reached before them (held-out: 0.3 nat for the last 3 evaluations;
+   training loss: 1.0 nat for the last 42 updates), with no collapse of the distribution;
+5. ``still-learning``: the held-out loss is still falling at the end (the last evaluation is
+   within ``falling_tol`` of the minimum and ``falling_nats`` below the evaluation
+   ``falling_lookback`` before it) and the final greedy text is repetitive. Short runs of small
+   models write repetitive greedy text: that is undertraining, not a collapse (healthy for
+   collapse: not in :data:`COLLAPSE_VERDICTS`);
+6. ``repetitive-throughout``: learned, no collapse of the distribution, the loss no longer
+   falling, and every judged greedy sample event (at/after the good phase) repetitive;
+7. ``healthy``: none of the above.
 
 ``insufficient-data`` (not a collapse) when the trajectory is too short (fewer than
-``min_losses`` finite training losses and no usable evaluation), or when the loss learned and did
-not diverge but fewer than two greedy sample events exist, or none at/after the good phase.
+``min_losses`` finite training losses and no usable evaluation), or when the run learned and
+did not diverge but carries no held-out distribution statistics (``eval_argmax_share`` and
+``eval_entropy`` at ``min_evals`` evaluations or more): a run recorded before them, or one
+without evaluations. Its reasons say which evidence is missing.
 
-**Samples.** A *sample event* is one update's greedy rows (one per prompt source). Its
-repetition is the *median over sources* of ``top_token_share`` and of ``distinct_1``: the median,
-not the max, because the repo-docs prompt continues URLs (``github.com/master/en/en/...``) in
-every healthy arm, so its own share alone sat at 0.4-0.5. An event is *repetitive* when its share
-is ``>= top_share`` or its distinct-1 is ``<= distinct_low`` (a loop of a few tokens, which the
-top-token share misses). Judged events: those at/after the good-phase start (the first update the
-smoothed loss reached the learned level); when only the last is, the earlier ones too.
+**Samples** (an illustration, and the "repetitive" test only). A *sample event* is one update's
+greedy rows (one per prompt source); its repetition is the *median over sources* of
+``top_token_share`` and ``distinct_1`` (the repo-docs prompt continues URLs in every healthy
+arm, so its own share alone sat at 0.4-0.5). An event is *repetitive* when its share is
+``>= top_share`` or its distinct-1 is ``<= distinct_low`` (a loop of a few tokens).
 
 **Collapse** = ``diverged``, ``locked-in`` or ``non-finite`` (:data:`COLLAPSE_VERDICTS`).
 """
@@ -52,6 +64,16 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+
+from andrea_diag.probes.trajectory import (  # the loss-trajectory tests, split out for size
+    FALLBACK_DIVERGE_NATS,
+    _divergence,
+    _finite,
+    _nonfinite_reasons,
+    _trajectory,
+    loss_collapse_reason,
+    smoothed,
+)
 
 # Every number the verdicts use, with the reason for its value.
 THRESHOLDS: dict[str, float] = {
@@ -77,25 +99,48 @@ THRESHOLDS: dict[str, float] = {
     # 3 evaluations, at any point of the run; 12m lr 1e-2 unclipped ended 0.56 above
     "diverge_nats_eval": 0.3,
     "diverge_hold_eval": 3,  # ... for the last 3 evaluations (~6% of a 50-evaluation run)
-    # locked-in / repetitive
+    # locked-in: the held-out loss rose and stayed up (a lock-in costs loss: a collapsed softmax
+    # is wrong on every position whose target is not the dominant token) ...
+    "lockin_rise_nats": 0.1,  # ... by more than the wobble of a learned arm: at most 0.05
+    # nats above its running minimum in tests/fixtures/lockin/tiny-300-lr3e-3-none.json
+    "lockin_hold_evals": 3,  # ... at each of the last 3 evaluations
+    # ... and the distribution collapsed against the best phase, at each of the last 3 evaluations
+    "collapse_evals": 3,
+    # against the best phase's medians: the same healthy tiny arm wobbles by 0.19-0.37 in share
+    # and 5.7-6.6 nats in entropy between evaluations (the bandit's phase moves calibration),
+    # so one evaluation is never enough: 3 in a row, with the loss up
+    "collapse_share_rise": 0.15,  # argmax share up by 0.15 (of all held-out positions)
+    "collapse_entropy_drop": 0.25,  # mean entropy down by 0.25 nats while the loss went up
+    "best_phase_nats": 0.1,  # best phase: learned evaluations within 0.1 nat of the minimum
+    # still-learning: the held-out loss is still falling at the end
+    "falling_tol": 0.02,  # the last evaluation within 0.02 nat of the minimum ...
+    "falling_nats": 0.01,  # ... and 0.01 nat below the evaluation ...
+    "falling_lookback": 3,  # ... 3 evaluations before it
+    # repetitive greedy text (samples)
     "top_share": 0.5,  # repetitive: half of the 32 greedy tokens are one token (healthy <= 0.12)
     "distinct_low": 0.125,  # ... or <= 4 distinct tokens in 32: a loop of 2-4 tokens
-    "rise": 0.2,  # locked-in: top-token share up by >= 0.2 from the best good-phase event
-    "distinct_drop": 0.2,  # ... or distinct-1 down by >= 0.2 (healthy text ends at 0.5-0.8)
 }
 
 # Precedence order (first applies first); insufficient-data is outside the taxonomy: no call.
 VERDICTS = (
     "non-finite",
     "never-learned",
-    "diverged",
     "locked-in",
+    "diverged",
+    "still-learning",
     "repetitive-throughout",
     "healthy",
     "insufficient-data",
 )
 COLLAPSE_VERDICTS = ("diverged", "locked-in", "non-finite")  # the run learned and lost it
 LOCKED_VERDICTS = ("locked-in",)  # the report's "locked in:" list
+__all__ = [
+    "COLLAPSE_VERDICTS", "DIST_COLUMNS", "FALLBACK_DIVERGE_NATS", "LOCKED_VERDICTS",
+    "THRESHOLDS", "VERDICTS", "event_scores", "learned_level", "loss_collapse_reason",
+    "run_verdict", "smoothed", "text_stats",
+]  # fmt: skip
+# the held-out distribution statistics the lock-in test reads (train/evaluation.py's columns)
+DIST_COLUMNS = ("eval_argmax_share", "eval_entropy", "eval_top1_prob")
 
 
 def text_stats(tokens: Sequence[int]) -> dict[str, float]:
@@ -112,93 +157,6 @@ def text_stats(tokens: Sequence[int]) -> dict[str, float]:
     out["longest_run"] = best
     out["top_token_share"] = Counter(toks).most_common(1)[0][1] / len(toks) if toks else math.nan
     return out
-
-
-def smoothed(losses: Sequence[float], window: int) -> np.ndarray:
-    """Trailing median over ``window`` finite values (robust to single-batch noise)."""
-    x = np.asarray([v for v in losses if v is not None and math.isfinite(v)], dtype=np.float64)
-    if x.size == 0:
-        return x
-    return np.array([np.median(x[max(0, i - window + 1) : i + 1]) for i in range(x.size)])
-
-
-def _finite(updates: Sequence[int], values: Sequence[float | None]) -> list[tuple[int, float]]:
-    """(update, value) pairs of the finite values."""
-    return [
-        (int(u), float(v))
-        for u, v in zip(updates, values, strict=True)
-        if v is not None and math.isfinite(v)
-    ]
-
-
-def _is_nonfinite(v: float | None) -> bool:
-    """inf or NaN; None is "not measured", not non-finite."""
-    return v is not None and not math.isfinite(v)
-
-
-def _nonfinite_reasons(
-    losses: Sequence[float | None],
-    eval_losses: Sequence[float | None] | None,
-    nonfinite_updates: int,
-    th: Mapping[str, float],
-) -> tuple[int, list[str]]:
-    """(count of non-finite updates, reasons for the non-finite verdict; empty: not non-finite)."""
-    # a non-finite training loss skips its update, so it is one; the caller's count may add
-    # updates whose gradient alone was non-finite (fp16 overflow): take the larger
-    n_loss = sum(_is_nonfinite(v) for v in losses)
-    n = max(int(nonfinite_updates), n_loss)
-    # GradScaler skips an overflowed update by design and lowers its scale: a few such
-    # gradient-only skips (finite loss) are fp16 working, not a run meeting inf/NaN
-    grad_only_allowed = th["grad_only_skip_share"] * len(losses)
-    reasons = []
-    if n_loss >= th["nonfinite_updates"] or (
-        n - n_loss >= th["nonfinite_updates"] and n - n_loss > grad_only_allowed
-    ):
-        reasons.append(f"{n} non-finite update{'s' * (n != 1)} (skipped)")
-    for name, seq in (("training", losses), ("held-out", eval_losses or [])):
-        last = next((v for v in reversed(seq) if v is not None), None)
-        if _is_nonfinite(last):
-            reasons.append(f"final {name} loss is {last}")
-    return n, reasons
-
-
-def _trajectory(
-    updates: Sequence[int],
-    losses: Sequence[float | None],
-    eval_updates: Sequence[int] | None,
-    eval_losses: Sequence[float | None] | None,
-    th: Mapping[str, float],
-) -> tuple[str, list[int], np.ndarray, float, int]:
-    """(kind "eval"/"train", updates, smoothed losses, divergence margin, hold) of the judged loss."""
-    evals = _finite(eval_updates or [], eval_losses or []) if eval_losses is not None else []
-    if len(evals) >= th["min_evals"]:
-        ups, vals = zip(*evals, strict=True)
-        sm = smoothed(vals, int(th["smooth_eval"]))
-        return "eval", list(ups), sm, th["diverge_nats_eval"], int(th["diverge_hold_eval"])
-    pairs = _finite(updates, losses)
-    ups_t = [u for u, _ in pairs]
-    sm = smoothed([v for _, v in pairs], int(th["smooth"]))
-    return "train", ups_t, sm, th["diverge_nats"], int(th["diverge_hold"])
-
-
-def _divergence(
-    ups: list[int], sm: np.ndarray, margin: float, hold: int, what: str
-) -> tuple[dict[str, Any], str | None]:
-    """The numbers of the divergence test, and its reason when the run diverged (else None)."""
-    if sm.size <= hold:  # no "before" to compare the held tail with
-        return {"running_min": None, "rise_above_min": None}, None
-    i = int(np.argmin(sm[:-hold]))
-    lo, final = float(sm[i]), float(sm[-1])
-    tail = sm[-hold:]
-    nums = {"running_min": lo, "running_min_update": ups[i], "rise_above_min": final - lo}
-    if not bool(np.all(tail >= lo + margin)):
-        return nums, None
-    unit = "evaluations" if what.startswith("held-out") else "updates"
-    return nums, (
-        f"{what} ended at {final:.2f}, {final - lo:.2f} nats above its minimum "
-        f"{lo:.2f} (update {ups[i]}), and stayed >= {lo + margin:.2f} (minimum + {margin:g}) "
-        f"for the last {hold} {unit} (updates {ups[-hold]}-{ups[-1]})"
-    )
 
 
 def event_scores(samples: Sequence[Mapping[str, Any]]) -> dict[int, tuple[float, float]]:
@@ -223,42 +181,99 @@ def _repetitive(score: tuple[float, float], th: Mapping[str, float]) -> bool:
     return share >= th["top_share"] or (math.isfinite(d1) and d1 <= th["distinct_low"])
 
 
+def _dist_series(
+    ups: list[int],
+    eval_updates: Sequence[int] | None,
+    eval_dist: Mapping[str, Sequence[float | None]] | None,
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """(argmax share, entropy) at the judged evaluations ``ups``; None when any is missing."""
+    if not eval_dist or eval_updates is None:
+        return None
+    cols = []
+    for key in DIST_COLUMNS[:2]:
+        by_update = dict(_finite(eval_updates, eval_dist.get(key) or [None] * len(eval_updates)))
+        if not all(u in by_update for u in ups):
+            return None
+        cols.append(np.array([by_update[u] for u in ups]))
+    return cols[0], cols[1]
+
+
+def _lockin(
+    ups: list[int],
+    sm: np.ndarray,
+    dist: tuple[np.ndarray, np.ndarray],
+    good: np.ndarray,
+    th: Mapping[str, float],
+) -> tuple[dict[str, Any], str | None]:
+    """The numbers of the lock-in test (module doc, 3), and its reason when it holds."""
+    share, ent = dist
+    hold, n_col = int(th["lockin_hold_evals"]), int(th["collapse_evals"])
+    if sm.size <= max(hold, n_col):
+        return {}, None
+    i = int(np.argmin(sm[:-hold]))  # the minimum before the held tail
+    lo = float(sm[i])
+    best = [j for j in range(i + 1) if j >= good[0] and sm[j] <= lo + th["best_phase_nats"]]
+    b_share, b_ent = float(np.median(share[best])), float(np.median(ent[best]))
+    up = share - b_share >= th["collapse_share_rise"]
+    down = b_ent - ent >= th["collapse_entropy_drop"]
+    collapsed = up & down
+    collapsed[: i + 1] = False  # a collapse is after the best phase
+    run = 0
+    while run < collapsed.size and collapsed[-1 - run]:
+        run += 1
+    risen = bool(np.all(sm[-hold:] >= lo + th["lockin_rise_nats"]))
+    nums = {"best_phase_updates": [ups[j] for j in best], "best_argmax_share": b_share,
+            "best_entropy": b_ent, "final_argmax_share": float(share[-1]),
+            "final_entropy": float(ent[-1]), "collapsed_evals": run}  # fmt: skip
+    if not (risen and run >= n_col):
+        return nums, None
+    return nums, (
+        f"held-out distribution collapsed at the last {run} evaluations (updates "
+        f"{ups[-run]}-{ups[-1]}): argmax share {share[-1]:.2f} (best phase {b_share:.2f}, "
+        f"a rise >= {th['collapse_share_rise']:g}), mean entropy {ent[-1]:.2f} nats (best "
+        f"phase {b_ent:.2f}, a fall >= {th['collapse_entropy_drop']:g}), while the held-out "
+        f"loss stayed >= {lo + th['lockin_rise_nats']:.2f} (minimum {lo:.2f} at update "
+        f"{ups[i]} + {th['lockin_rise_nats']:g}) for the last {hold} evaluations"
+    )
+
+
+def _falling(ups: list[int], sm: np.ndarray, th: Mapping[str, float]) -> tuple[bool, str]:
+    """Is the held-out loss still falling at the end (module doc, 5)? And the sentence."""
+    k = int(th["falling_lookback"])
+    if sm.size <= k:
+        return False, f"{sm.size} evaluations: too few to say whether the loss still falls"
+    drop, gap = float(sm[-1 - k] - sm[-1]), float(sm[-1] - sm.min())
+    falling = gap <= th["falling_tol"] and drop >= th["falling_nats"]
+    return falling, (
+        f"held-out loss {'still falling' if falling else 'no longer falling'} at the end: "
+        f"{sm[-1]:.3f} at update {ups[-1]}, {drop:+.3f} nats since update {ups[-1 - k]}, "
+        f"{gap:.3f} above its minimum (falling: within {th['falling_tol']:g} of the minimum "
+        f"and >= {th['falling_nats']:g} below {k} evaluations before)"
+    )
+
+
 def _text_verdict(
-    scores: dict[int, tuple[float, float]], start: int, th: Mapping[str, float]
+    scores: dict[int, tuple[float, float]], start: int, falling: bool, th: Mapping[str, float]
 ) -> tuple[str, dict[str, Any], str]:
-    """(verdict, numbers, reason) from the sample events of a run that learned and held."""
-    events = list(scores)
-    if len(events) < 2 or events[-1] < start:
-        why = f"{len(events)} greedy sample event(s), the last at/after the good phase: {start}"
-        return "insufficient-data", {}, why
-    last = events[-1]
-    earlier = [u for u in events[:-1] if u >= start] or events[:-1]
+    """(verdict, numbers, reason) of a learned run that neither locked in nor diverged."""
+    if not scores:
+        return "healthy", {}, "no greedy samples: repetition not judged"
+    judged = [u for u in scores if u >= start] or [max(scores)]
+    last = judged[-1]
     (share, d1), rep = scores[last], _repetitive(scores[last], th)
-    base = min(earlier, key=lambda u: scores[u][0])  # the least repetitive earlier event
-    base_share = scores[base][0]
-    base_d1 = max((scores[u][1] for u in earlier), default=math.nan)
-    nums = {"final_score": share, "baseline_score": base_share, "final_distinct_1": d1,
-            "baseline_distinct_1": base_d1, "repetitive": rep,
-            "judged_sample_updates": [*earlier, last]}  # fmt: skip
-    now = f"greedy top-token share {share:.2f}, distinct-1 {d1:.2f} at update {last}"
+    nums = {"final_score": share, "final_distinct_1": d1, "repetitive": rep,
+            "judged_sample_updates": judged}  # fmt: skip
     rule = f"share >= {th['top_share']:g} or distinct-1 <= {th['distinct_low']:g}"
-    diverse_before = [u for u in earlier if not _repetitive(scores[u], th)]
-    rose = share - base_share >= th["rise"] or base_d1 - d1 >= th["distinct_drop"]
-    if rep and diverse_before and rose:
+    now = f"greedy top-token share {share:.2f}, distinct-1 {d1:.2f} at update {last}"
+    if rep and falling:
+        return "still-learning", nums, f"{now}: repetitive ({rule}) while the loss still falls"
+    if rep and all(_repetitive(scores[u], th) for u in judged):
         why = (
-            f"{now}: repetitive ({rule}) after diverse text earlier in the good phase (best "
-            f"share {base_share:.2f} at update {base}, best distinct-1 {base_d1:.2f}; a rise "
-            f">= {th['rise']:g} or a fall >= {th['distinct_drop']:g})"
-        )
-        return "locked-in", nums, why
-    if rep and not diverse_before:
-        lowest = min(scores[u][0] for u in nums["judged_sample_updates"])
-        why = (
-            f"greedy text repetitive ({rule}) at every one of {len(earlier) + 1} sample events, "
-            f"updates {earlier[0]}-{last} (lowest share {lowest:.2f}): it was never diverse"
+            f"greedy text repetitive ({rule}) at every one of {len(judged)} sample event(s), "
+            f"updates {judged[0]}-{last}, with no collapse of the held-out distribution"
         )
         return "repetitive-throughout", nums, why
-    return "healthy", nums, f"{now}: {'repetitive without a rise' if rep else 'not repetitive'}"
+    return "healthy", nums, f"{now}: {'repetitive, not throughout' if rep else 'not repetitive'}"
 
 
 def learned_level(
@@ -279,6 +294,7 @@ def run_verdict(
     *,
     eval_updates: Sequence[int] | None = None,
     eval_losses: Sequence[float | None] | None = None,
+    eval_dist: Mapping[str, Sequence[float | None]] | None = None,
     nonfinite_updates: int = 0,
     thresholds: Mapping[str, float] | None = None,
     unigram_entropy: float | None = None,
@@ -288,6 +304,7 @@ def run_verdict(
     ``updates``/``losses``: the training loss per update; ``samples``: the lock-in probe's rows
     (``update``, ``mode``, ``top_token_share``, ``distinct_1``); ``eval_updates``/``eval_losses``:
     the held-out evaluations, judged instead of the training loss when there are enough;
+    ``eval_dist``: :data:`DIST_COLUMNS` -> values at ``eval_updates`` (the lock-in evidence);
     ``nonfinite_updates``: skipped updates counted by the caller. Returns ``verdict``,
     ``collapse`` (verdict in :data:`COLLAPSE_VERDICTS`), ``reasons`` (sentences with the
     numbers) and the numbers themselves.
@@ -298,8 +315,8 @@ def run_verdict(
         "uniform_loss": math.log(vocab_size), "unigram_entropy": unigram_entropy,
         "learned_level": level, "trajectory": None, "good_phase_start": None,
         "min_smoothed_loss": None, "final_smoothed_loss": None, "running_min": None,
-        "rise_above_min": None, "final_score": None, "baseline_score": None,
-        "final_distinct_1": None, "baseline_distinct_1": None, "repetitive": None,
+        "rise_above_min": None, "final_score": None, "final_distinct_1": None,
+        "repetitive": None,
     }  # fmt: skip
 
     def done(verdict: str, *reasons: str) -> dict[str, Any]:
@@ -332,37 +349,33 @@ def run_verdict(
     learned = f"learned: {what} <= {level:.2f} from update {start}"
     nums, diverged = _divergence(ups, sm, margin, hold, what)
     out.update(nums, diverge_margin=margin, diverge_hold=hold)
+    dist = _dist_series(ups, eval_updates, eval_dist) if kind == "eval" else None
+    if dist is not None:
+        lock_nums, locked = _lockin(ups, sm, dist, good, th)
+        out.update(lock_nums)
+        if locked:
+            return done("locked-in", learned, locked)
     if diverged:
         return done("diverged", learned, diverged)
-    verdict, text_nums, why = _text_verdict(event_scores(samples), start, th)
-    out.update(text_nums)
+    if dist is None:
+        return done("insufficient-data", learned, _held(out, what, margin, hold, kind, sm.size),
+                    "lock-in not judged: no held-out distribution statistics (eval_argmax_share, "
+                    f"eval_entropy) at the {'evaluations' if kind == 'eval' else 'updates'} "
+                    "judged (a run recorded before them, or one without evaluations)")  # fmt: skip
+    falling, falls = _falling(ups, sm, th)
+    verdict, text_nums, why = _text_verdict(event_scores(samples), start, falling, th)
+    out.update(text_nums, still_falling=falling)
+    return done(verdict, learned, _held(out, what, margin, hold, kind, sm.size), falls, why)
+
+
+def _held(out: Mapping[str, Any], what: str, margin: float, hold: int, kind: str, n: int) -> str:
+    """The sentence of a divergence test that did not fire."""
     rise, unit = out["rise_above_min"], "evaluations" if kind == "eval" else "updates"
     if rise is None:
-        held = f"divergence not judged: {sm.size} smoothed points, the test holds {hold} {unit}"
-    elif rise >= margin:
-        held = (
+        return f"divergence not judged: {n} smoothed points, the test holds {hold} {unit}"
+    if rise >= margin:
+        return (
             f"{what} ended {rise:.2f} nats above its minimum but did not stay >= "
             f"minimum + {margin:g} for the last {hold} {unit}: not diverged"
         )
-    else:
-        held = f"{what} ended {rise:.2f} nats above its minimum (< {margin:g})"
-    return done(verdict, learned, held, why)
-
-
-def lockin_verdict(
-    updates: Sequence[int],
-    losses: Sequence[float],
-    samples: Sequence[Mapping[str, Any]],
-    vocab_size: int,
-    thresholds: Mapping[str, float] = THRESHOLDS,
-    unigram_entropy: float | None = None,
-) -> dict[str, Any]:
-    """:func:`run_verdict` on the training loss alone (the lock-in probe's original signature)."""
-    return run_verdict(
-        updates,
-        losses,
-        samples,
-        vocab_size,
-        thresholds=thresholds,
-        unigram_entropy=unigram_entropy,
-    )
+    return f"{what} ended {rise:.2f} nats above its minimum (< {margin:g})"

@@ -13,6 +13,7 @@ from typing import Any
 import pandas as pd
 
 from andrea_diag.config import ProbeConfig
+from andrea_diag.probes.lockin import judge_tables
 from andrea_diag.probes.verdict import LOCKED_VERDICTS  # the verdicts are defined there only
 
 
@@ -38,15 +39,17 @@ class Arm:
         """Build from the dict :func:`andrea_diag.record.load_run` returns."""
         config = run.get("config") or {}
         arm = str(config.get("arm") or config.get("clip") or run["dir"].name)
+        metrics = run.get("metrics") if run.get("metrics") is not None else pd.DataFrame()
+        samples = run.get("samples") if run.get("samples") is not None else pd.DataFrame()
         return cls(
             label=label or arm,
             arm=arm,
             size=str(config.get("size", "?")),
             config=config,
-            summary=run.get("summary") or {},
-            metrics=run.get("metrics") if run.get("metrics") is not None else pd.DataFrame(),
+            summary=rejudged(run.get("summary") or {}, config, metrics, samples),
+            metrics=metrics,
             events=run.get("events") if run.get("events") is not None else pd.DataFrame(),
-            samples=run.get("samples") if run.get("samples") is not None else pd.DataFrame(),
+            samples=samples,
             data=run.get("data") or {},
             env=run.get("env") or {},
             dir=str(run["dir"]),
@@ -67,6 +70,30 @@ class Arm:
     @property
     def clipped(self) -> bool:
         return str(self.config.get("clip", "none")) != "none"
+
+
+def rejudged(
+    summary: dict[str, Any], config: dict[str, Any], metrics: pd.DataFrame, samples: pd.DataFrame
+) -> dict[str, Any]:
+    """The summary with ``lockin`` judged again by today's verdict code from the run's tables
+    (the stored verdict is kept as ``lockin_recorded``): old run directories are re-read, and
+    one recorded before the held-out distribution columns gets ``insufficient-data`` with the
+    missing evidence named, never the verdict of the code that wrote it."""
+    if not summary or metrics.empty or "loss" not in metrics:
+        return summary  # unfinished (no summary) or never logged: the page says so
+    stored = summary.get("lockin") or {}
+    vocab = (config.get("model_config") or {}).get("vocab_size")
+    if not vocab:
+        return summary  # a foreign model of unknown vocabulary: keep what its run recorded
+    unigram = stored.get("unigram_entropy")
+    fresh = judge_tables(metrics, samples, int(vocab), unigram)
+    # the sampling facts belong to the run, not to the verdict: keep them
+    keep = {k: stored[k] for k in ("n_sample_events", "sample_updates", "every", "n_new")
+            if k in stored}  # fmt: skip
+    out = {**summary, "lockin": {**fresh, **keep, "rejudged": True}}
+    if stored:
+        out["lockin_recorded"] = stored
+    return out
 
 
 def fmt(x: Any, digits: int = 3) -> str:

@@ -20,6 +20,8 @@ import math
 import pandas as pd
 
 from andrea_diag.config import ProbeConfig
+from andrea_diag.probes.verdict import FALLBACK_DIVERGE_NATS as DIVERGE_NATS
+from andrea_diag.probes.verdict import loss_collapse_reason
 from andrea_diag.report.arm_comparison import best_arm_finding
 from andrea_diag.report.arms import Arm, boundaries, compared_loss, final_loss, fmt, is_locked
 from andrea_diag.stats import insufficient
@@ -27,8 +29,6 @@ from andrea_diag.stats import insufficient
 MAX_LISTED_SPIKES = 10
 SAME_NATS = 0.05  # final-loss gaps under this are not called a cost or a benefit
 FLAT_NATS = 0.02  # a mean boundary loss change smaller than this is reported as flat
-SMOOTH_UPDATES = 25  # rolling-median window for the collapse test
-DIVERGE_NATS = 1.0  # final loss this far above the run's minimum counts as collapsed
 
 
 def spike_list(arm: Arm, limit: int = MAX_LISTED_SPIKES) -> str:
@@ -200,19 +200,6 @@ def clip_cost_findings(arms: list[Arm]) -> list[str]:
     return out
 
 
-def _smoothed_loss(arm: Arm, column: str = "loss") -> pd.Series:
-    """Rolling median of the finite losses: the bandit mixes sources whose losses differ by
-    nats, so single-update minima (an easy-source batch) are not a level the run reached."""
-    if column not in arm.metrics or arm.metrics.empty:
-        return pd.Series(dtype=float)
-    loss = (
-        pd.to_numeric(arm.metrics[column], errors="coerce")
-        .replace([math.inf, -math.inf], math.nan)
-        .dropna()
-    )
-    return loss.rolling(SMOOTH_UPDATES, min_periods=1).median()
-
-
 def collapse_reason(arm: Arm) -> str | None:
     """Why the run counts as collapsed (None if it did not): a lock-in verdict, a non-finite
     final loss, or a smoothed final loss DIVERGE_NATS above the smoothed minimum (learned, then
@@ -230,32 +217,9 @@ def collapse_reason(arm: Arm) -> str | None:
         return None  # nothing recorded: not a collapse (expectation_findings says so)
     if not math.isfinite(fl):
         return "final loss is not finite"
-    # Per source when the metrics have it: the bandit's mix moves even a smoothed total loss
-    # by nats (a phase of the hardest source), so "rose above its minimum" is judged on each
-    # source's own loss and averaged; the total loss is the fallback.
-    rises = []
-    for col in [c for c in arm.metrics.columns if c.startswith("loss_") and c != "loss_z"] or [
-        "loss"
-    ]:
-        sm = _smoothed_loss(arm, col)
-        if len(sm) >= SMOOTH_UPDATES:
-            lo, last = float(sm.iloc[SMOOTH_UPDATES - 1 :].min()), float(sm.iloc[-1])
-            rises.append((last - lo, last, lo, col))
-    if rises:
-        rise = sum(r[0] for r in rises) / len(rises)
-        if rise > DIVERGE_NATS and len(rises) == 1:
-            _, last, lo, _ = rises[0]
-            return (
-                f"smoothed loss ended at {fmt(last)}, {rise:.2f} nats above its smoothed "
-                f"minimum {fmt(lo)}"
-            )
-        if rise > DIVERGE_NATS:
-            return (
-                f"per-source smoothed losses ended {rise:.2f} nats above their smoothed "
-                f"minima on average ({', '.join(r[3][5:] for r in rises)})"
-            )
-        return None
-    return None  # too short to smooth: single-update minima are not a level (see above)
+    # the fallback rule is the verdict module's (one owner): per-source smoothed losses
+    cols = [c for c in arm.metrics.columns if c.startswith("loss_") and c != "loss_z"] or ["loss"]
+    return loss_collapse_reason({c: arm.metrics[c].tolist() for c in cols if c in arm.metrics})
 
 
 def collapsed(arm: Arm) -> bool:

@@ -8,6 +8,18 @@ Columns on evaluation updates (absent otherwise): ``eval_loss_<source>`` (token-
 cross-entropy of that source's fixed held-out sequences) and ``eval_loss`` (their uniform mean:
 a fixed mixture, so it does not move with the bandit). One forward pass of
 ``S × EVAL_SEQUENCES`` sequences, no gradient, one host sync per evaluation.
+
+The same logits, over every position of the set, also give the *predictive distribution's*
+shape, the lock-in verdict's evidence (probes/verdict.py), with no further forward pass:
+
+- ``eval_argmax_share[_<source>]``: the share of positions whose argmax is the single most
+  frequent predicted token (of that source; overall: of all positions together). A model that
+  locked onto one token predicts it everywhere: the share goes to 1;
+- ``eval_entropy[_<source>]``: the mean predictive entropy (nats, temperature 1);
+- ``eval_top1_prob[_<source>]``: the mean probability of the argmax token.
+
+Overall entropy and top-1 probability are the uniform mean over sources (every source has the
+same number of positions, so it is also the mean over all positions).
 """
 
 from __future__ import annotations
@@ -41,6 +53,24 @@ def build_evaluator(
         },
     )
     return HeldOutEvaluator(es, cfg.eval_every, cfg.steps, device, precision.autocast)
+
+
+def distribution_stats(logits: torch.Tensor) -> torch.Tensor:
+    """(S, N, V) logits of S sources -> (3, S + 1): argmax share, mean entropy, mean top-1
+    probability per source, then overall (the module doc defines each); fp32, on their device."""
+    s, n, v = logits.shape
+    rows, argmaxes = [], []
+    for i in range(s):  # one source at a time: one (N, V) fp32 copy alive, not S of them
+        logp = torch.log_softmax(logits[i].float(), dim=-1)  # (N, V)
+        p = logp.exp()
+        top1, arg = p.max(dim=-1)  # (N,)
+        share = torch.bincount(arg, minlength=v).max() / n
+        rows.append(torch.stack([share, -(p * logp).sum(-1).mean(), top1.mean()]))
+        argmaxes.append(arg)
+    per = torch.stack(rows, dim=1)  # (3, S)
+    overall = per.mean(dim=1)  # entropy and top-1: every source has N positions
+    overall[0] = torch.bincount(torch.cat(argmaxes), minlength=v).max() / (s * n)
+    return torch.cat([per, overall[:, None]], dim=1)
 
 
 class HeldOutEvaluator(Evaluator):
@@ -77,12 +107,18 @@ class HeldOutEvaluator(Evaluator):
                 logits.float().reshape(-1, logits.size(-1)), flat[:, 1:].reshape(-1),
                 reduction="none",
             ).view(s, k * (t1 - 1))  # fmt: skip
+            shape = distribution_stats(logits.reshape(s, k * (t1 - 1), -1))  # (3, S + 1)
         finally:
             model.train(was_training)
         per_source = tok.mean(dim=1)  # (S,) every sequence has T supervised tokens
-        values = per_source.tolist()  # host sync: once per evaluation
+        host = torch.cat([per_source, shape.flatten()]).tolist()  # host sync: once per evaluation
+        values, w = host[:s], s + 1
+        share, entropy, top1 = (host[s + i * w : s + (i + 1) * w] for i in range(3))
         out = {f"eval_loss_{n}": v for n, v in zip(self.sources, values, strict=True)}
         out["eval_loss"] = sum(values) / len(values)
+        for name, row in (("argmax_share", share), ("entropy", entropy), ("top1_prob", top1)):
+            out.update({f"eval_{name}_{n}": v for n, v in zip(self.sources, row[:-1], strict=True)})
+            out[f"eval_{name}"] = row[-1]
         self.seconds += time.perf_counter() - t0
         self.n_evals += 1
         return out
