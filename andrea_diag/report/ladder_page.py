@@ -8,14 +8,12 @@ with the folder's other pages when the ladder ran with ``--plotly shared`` (its 
 
 from __future__ import annotations
 
-import html
 import math
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import plotly.graph_objects as go
-import plotly.io as pio
 from plotly.subplots import make_subplots
 
 from andrea_diag.clip.modes import mode_color
@@ -23,6 +21,8 @@ from andrea_diag.experiments.aggregate import interval_of
 from andrea_diag.experiments.ladder import GROUP, by_size
 from andrea_diag.report.html import CSS, PLOT_CONFIG
 from andrea_diag.report.plotlyjs import script_tag
+from andrea_diag.report.safe import esc, figure_html, join
+from andrea_diag.rundir import atomic_write_text
 
 PANELS = [
     ("gap", "held-out gap, none minus clipped (nats)"),
@@ -92,9 +92,9 @@ def _table(rows: pd.DataFrame) -> str:
         cells = [r["size"], f"{r['n_params'] / 1e6:.1f}M", f"{r['lr']:g}", r["precision"],
                  r["clip"], str(r["seeds"]), _fmt(r, "collapse"), _fmt(r, "event"),
                  _fmt(r, "gap", 3), events if r["clip"] != "none" else ""]  # fmt: skip
-        body.append("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in cells) + "</tr>")
+        body.append("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in cells) + "</tr>")
     return (
-        "<table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in head) + "</tr>\n"
+        "<table><tr>" + "".join(f"<th>{esc(h)}</th>" for h in head) + "</tr>\n"
         + "\n".join(body) + "</table>\n"
     )  # fmt: skip
 
@@ -106,29 +106,29 @@ def render_ladder(out: Path, table: pd.DataFrame, result: dict[str, Any]) -> Pat
     shared = out if result.get("plotly") == "shared" else None
     fig_html = "<p class='note'>no finished arm yet</p>"
     if len(rows):
-        fig_html = pio.to_html(ladder_figure(rows), include_plotlyjs=False, include_mathjax=False,
-                               full_html=False, div_id="fig-ladder", config=PLOT_CONFIG)  # fmt: skip
+        fig_html = figure_html(ladder_figure(rows), "fig-ladder", PLOT_CONFIG)
     statements = [t[k] for t in result["thresholds"] for k in ("harm_text", "collapse_text")]
     if not statements:
         statements = ["no finished pair of arms yet: no threshold can be stated"]
-    title = f"capacity ladder: {', '.join(result['rungs'])}"
-    lrs = ", ".join(f"{x:g}" for x in result["lrs"])
-    seeds = ", ".join(map(str, result["seeds"]))
+    title = f"capacity ladder: {join(result['rungs'])}"
+    lrs = ", ".join(esc(x, "g") for x in result["lrs"])
+    seeds = join(result["seeds"])
     html_text = (
         "<!DOCTYPE html>\n<html lang='en'>\n<head>\n<meta charset='utf-8'>\n"
-        f"<title>{html.escape(title)}</title>\n<style>{CSS}</style>\n"
-        f"{script_tag(page, shared)}\n</head>\n<body>\n<h1>{html.escape(title)}</h1>\n"
-        f"<p class='note'>command: {html.escape(result.get('command', ''))}; "
-        f"{result['steps']} updates per arm, recipe {html.escape(str(result['recipe']))}, "
-        f"lr {lrs}, seeds {seeds}; {result['finished_arms']} of {result['arms_in_table']} arms "
-        "finished. Every cell: <a href='sweep.html'>sweep.html</a>.</p>\n"
+        f"<title>{title}</title>\n<style>{CSS}</style>\n"
+        f"{script_tag(page, shared)}\n</head>\n<body>\n<h1>{title}</h1>\n"
+        f"<p class='note'>command: {esc(result.get('command', ''))}; "
+        f"{esc(result.get('steps'))} updates per arm, recipe {esc(result.get('recipe'))}, "
+        f"lr {lrs}, seeds {seeds}; {esc(result.get('finished_arms'))} of "
+        f"{esc(result.get('arms_in_table'))} arms finished. "
+        "Every cell: <a href='sweep.html'>sweep.html</a>.</p>\n"
         "<h2>Thresholds</h2>\n<p class='note'>harm: the smallest size whose paired held-out "
         "gap (unclipped minus clipped) has a 95% bootstrap interval above 0. collapse: the "
         "smallest size whose unclipped collapse rate exceeds the clipped one with "
         "non-overlapping 95% Wilson intervals.</p>\n<ul class='findings'>\n"
-        + "\n".join(f"<li>{html.escape(s)}</li>" for s in statements)
+        + "\n".join(f"<li>{esc(s)}</li>" for s in statements)
         + "\n</ul>\n<h2>Against size</h2>\n" + fig_html
         + "\n<h2>By size and arm</h2>\n" + _table(rows) + "</body>\n</html>\n"
     )  # fmt: skip
-    page.write_text(html_text, encoding="utf-8")
+    atomic_write_text(page, html_text)
     return page
