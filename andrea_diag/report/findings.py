@@ -19,7 +19,7 @@ import math
 
 import pandas as pd
 
-from andrea_diag.config import ProbeConfig
+from andrea_diag.config import SOURCE_NAMES, ProbeConfig
 from andrea_diag.report.arm_comparison import best_arm_finding
 from andrea_diag.report.arms import Arm, boundaries, compared_loss, final_loss, fmt, is_locked
 
@@ -198,6 +198,18 @@ def clip_cost_findings(arms: list[Arm]) -> list[str]:
     return out
 
 
+def source_loss_columns(arm: Arm) -> list[str]:
+    """The per-source loss columns, ``loss_<source>``, for the run's own sources (from its
+    ``w_<source>`` columns or data.json; the defaults when neither says). Not every ``loss_*``
+    column: ``loss_z``, ``loss_scale`` (fp16) and ``loss_excess`` are not sources."""
+    cols = arm.metrics.columns
+    sources = [c[2:] for c in cols if c.startswith("w_")]
+    data = arm.data.get("sources", arm.data) if isinstance(arm.data, dict) else {}
+    sources += [str(s) for s in (data if isinstance(data, dict) else {})]
+    sources = list(dict.fromkeys(sources)) or list(SOURCE_NAMES)
+    return [f"loss_{s}" for s in sources if f"loss_{s}" in cols]
+
+
 def _smoothed_loss(arm: Arm, column: str = "loss") -> pd.Series:
     """Rolling median of the finite losses: the bandit mixes sources whose losses differ by
     nats, so single-update minima (an easy-source batch) are not a level the run reached."""
@@ -232,9 +244,7 @@ def collapse_reason(arm: Arm) -> str | None:
     # by nats (a phase of the hardest source), so "rose above its minimum" is judged on each
     # source's own loss and averaged; the total loss is the fallback.
     rises = []
-    for col in [c for c in arm.metrics.columns if c.startswith("loss_") and c != "loss_z"] or [
-        "loss"
-    ]:
+    for col in source_loss_columns(arm) or ["loss"]:
         sm = _smoothed_loss(arm, col)
         if len(sm) >= SMOOTH_UPDATES:
             lo, last = float(sm.iloc[SMOOTH_UPDATES - 1 :].min()), float(sm.iloc[-1])
@@ -344,7 +354,8 @@ def probe_failure_findings(arms: list[Arm]) -> list[str]:
     """A probe that raised was disabled mid-run: the reader must know its columns stop there."""
     out = []
     for a in arms:
-        for f in a.summary.get("probe_failures") or a.probe_failures:
+        failures = a.summary.get("probe_failures") or a.probe_failures
+        for f in [f for f in failures if isinstance(f, dict)]:
             where = f"at update {f['update']}" if f.get("update") is not None else "at close"
             out.append(
                 f"{a.label}: WARNING: probe {f.get('probe')} failed {where} in {f.get('hook')} "
