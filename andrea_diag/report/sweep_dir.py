@@ -70,6 +70,11 @@ def read_sweep_table(out: Path) -> pd.DataFrame:
     for col in ("cell", "clip", "size"):
         if col in table and table[col].isna().any():
             raise UserError(f"sweep.csv {path} has a row without a {col}")
+    keys = [
+        c for c in ("cell", "size", "lr", "max_norm", "precision", "seed", "clip") if c in table
+    ]
+    if table.duplicated(subset=keys).any() or table.duplicated(subset=keys[1:]).any():
+        raise UserError(f"sweep.csv {path} lists the same arm twice", hint="the file is damaged")
     for cell in table["cell"].unique():
         child(out, cell, "sweep.csv: cell")  # before anything is read or written
     return table
