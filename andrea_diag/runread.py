@@ -244,8 +244,11 @@ def clean_table(df: pd.DataFrame, kind: str, path: Path) -> pd.DataFrame:
                 f"{path}: {int(bad.sum())} row(s) have no valid update number",
                 hint="the file is damaged or not from andrea-diag",
             )
-        df = df[~bad]
-        df["update"] = df["update"].astype("int64")
+        if kind == "events" and "kind" in df:  # a probe failure at close has no update
+            bad &= ~(df["update"].isna() & (df["kind"] == "probe_failure"))
+        df = df[~bad].copy()
+        if not df["update"].isna().any():
+            df["update"] = df["update"].astype("int64")
     return df.reset_index(drop=True)
 
 

@@ -399,3 +399,17 @@ def test_path_component_longer_than_255_is_one_line(tmp_path: Path) -> None:
     assert "255" in _one_line_error("report", long)
     assert "255" in _one_line_error("export", "--tensorboard", long)
     assert "255" in _one_line_error("report", str(tmp_path), "--out", long)
+
+
+def test_probe_failure_at_close_without_update_is_kept(run: Path) -> None:
+    """Events rows without an update are dropped, except a probe failure at close."""
+    from andrea_diag.record import load_run
+
+    with open(run / "events.jsonl", "a") as f:
+        f.write(json.dumps({"update": None, "kind": "probe_failure", "probe": "lockin",
+                            "hook": "close", "error": "ValueError: x"}) + "\n")  # fmt: skip
+        f.write(json.dumps({"update": None, "metric": "grad_norm", "value": 1.0}) + "\n")
+    loaded = load_run(run)
+    assert [f["probe"] for f in loaded["probe_failures"]] == ["lockin"]
+    assert "update" not in loaded["probe_failures"][0]
+    assert loaded["events"]["update"].notna().all()
