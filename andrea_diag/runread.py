@@ -31,6 +31,7 @@ from andrea_diag.rundir import child, read_json, regular_file
 
 log = logging.getLogger("andrea_diag.record")
 
+MAX_UPDATE = 2**53  # an update number a float holds exactly; past it, a table is damaged
 NUM, INT, STR, BOOL, LIST, DICT = "num", "int", "str", "bool", "list", "dict"
 _NONFINITE = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan, "NaN": math.nan}
 
@@ -232,13 +233,14 @@ def clean_table(df: pd.DataFrame, kind: str, path: Path) -> pd.DataFrame:
         elif col in flags:
             df[col] = s.map(_flag).astype(bool)
         elif col in lists:
-            df[col] = s.map(lambda v: list(v) if isinstance(v, (list, tuple)) else None)
+            df[col] = s.map(lambda v: [str(x) for x in v] if isinstance(v, (list, tuple)) else None)
         elif pd.api.types.is_bool_dtype(s) or pd.api.types.is_numeric_dtype(s):
             continue
         elif _numeric_name(col) or not s.map(lambda v: isinstance(v, str) or v is None).all():
             df[col] = s.map(_to_float).astype("float64")  # a wrong value is a gap, not a crash
     if "update" in df:
-        bad = df["update"].isna() | (df["update"] != df["update"].round())
+        u = df["update"]
+        bad = u.isna() | (u != u.round()) | (u.abs() > MAX_UPDATE)  # inf is above it too
         if bad.any() and kind == "metrics":
             raise UserError(
                 f"{path}: {int(bad.sum())} row(s) have no valid update number",

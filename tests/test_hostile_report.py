@@ -413,3 +413,47 @@ def test_probe_failure_at_close_without_update_is_kept(run: Path) -> None:
     assert [f["probe"] for f in loaded["probe_failures"]] == ["lockin"]
     assert "update" not in loaded["probe_failures"][0]
     assert loaded["events"]["update"].notna().all()
+
+
+def test_deeply_nested_json_is_one_line(run: Path) -> None:
+    (run / "summary.json").write_text("[" * 100_000 + "]" * 100_000)
+    assert "nested" in _one_line_error("report", str(run))
+
+
+@pytest.mark.parametrize("update", [1e400, 10**30, -(2**60), 2.5, "x"])
+def test_metrics_update_out_of_range_is_one_line(run: Path, update: object) -> None:
+    rows = _jsonl_metrics(run)
+    rows[3]["update"] = update
+    text = "".join(json.dumps(r) + "\n" for r in rows).replace("Infinity", "1e400")
+    (run / "metrics.jsonl").write_text(text)
+    assert "update" in _one_line_error("report", str(run))
+
+
+def test_events_with_odd_causes_render(run: Path) -> None:
+    with open(run / "events.jsonl", "a") as f:
+        for causes in ([{"a": 1}], "boundary", [[1, 2], None], 7):
+            f.write(json.dumps({"update": 5, "metric": "grad_norm", "value": 2.0,
+                                "cause": causes, "causes": causes}) + "\n")  # fmt: skip
+    code, out = _cli("report", str(run))
+    assert code == 0, out
+    assert_safe((run / "report.html").read_text())
+
+
+def test_unwritable_run_dir_says_it_cannot_write_and_names_out(
+    tmp_path: Path, run: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The read-only case as root sees it too: the temp file cannot be created in the run."""
+    import andrea_diag.rundir as rundir
+
+    real = rundir.tempfile.mkstemp
+
+    def refuse(*args: object, dir: str | Path | None = None, **kw: object) -> tuple[int, str]:
+        if Path(str(dir)) == run:
+            raise PermissionError(13, "Permission denied")
+        return real(*args, dir=dir, **kw)
+
+    monkeypatch.setattr(rundir.tempfile, "mkstemp", refuse)
+    out = _one_line_error("report", str(run))
+    assert "cannot write" in out and "--out" in out
+    assert _cli("report", str(run), "--out", str(tmp_path / "r.html"))[0] == 0
+    assert (tmp_path / "r.html").is_file()
