@@ -38,11 +38,15 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
 import torch
 
 from andrea_diag.errors import UserError
 from andrea_diag.runlock import RunLock
+
+# the reading side lives in runread.py (validated loaders); these names stay importable here
+from andrea_diag.runread import load_run, read_cascade_meta, read_jsonl
+
+__all__ = ["NullRecorder", "Recorder", "load_run", "read_cascade_meta", "read_jsonl", "write_json"]
 
 log = logging.getLogger("andrea_diag.record")
 # Wall-clock measurements: they differ between two runs of the same config (and between a run
@@ -295,90 +299,3 @@ class NullRecorder:
 
     def rewind(self, positions: dict[str, int]) -> None:
         del positions
-
-
-def read_jsonl(path: Path) -> pd.DataFrame:
-    """Read a JSONL table, skipping undecodable lines (a torn row from a crash) with a warning:
-    every intact row is kept, before and after it."""
-    rows, bad = [], 0
-    if path.exists():
-        with open(path, encoding="utf-8", errors="replace") as f:
-            for line in f:
-                line = line.strip()
-                if not line:
-                    continue
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError:
-                    bad += 1
-    if bad:
-        log.warning("%s: skipped %d unreadable line(s) (a torn row from a crash?)", path, bad)
-    df = pd.DataFrame(rows)
-    for col in df.columns:  # "inf"/"-inf" strings back to floats in numeric columns
-        if df[col].dtype == object and df[col].isin(["inf", "-inf"]).any():
-            df[col] = pd.to_numeric(df[col].replace({"inf": math.inf, "-inf": -math.inf}))
-    return df
-
-
-def load_run(run_dir: str | Path) -> dict[str, Any]:
-    """Everything the report needs from a run directory."""
-    run_dir = Path(run_dir)
-    if not (run_dir / "config.json").exists():
-        raise UserError(
-            f"{run_dir} is not a run directory (no config.json)",
-            hint="pass a directory written by `andrea-diag train` or `cascade`",
-        )
-
-    def opt_json(name: str) -> Any:
-        p = run_dir / name
-        if not p.exists():
-            return None
-        try:
-            return json.loads(p.read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise UserError(f"{p} is not valid JSON ({e})") from None
-
-    parquet = run_dir / "metrics.parquet"
-    metrics = (
-        pd.read_parquet(parquet) if parquet.exists() else read_jsonl(run_dir / "metrics.jsonl")
-    )
-    events = read_jsonl(run_dir / "events.jsonl")
-    # events.jsonl holds spike events and, rarely, probe-failure warnings (probes/driver.py)
-    failures: list[dict[str, Any]] = []
-    if "kind" in events:
-        failed = events["kind"] == "probe_failure"
-        failure_cols = ["kind", "probe", "hook", "error", "close_error"]
-        failures = [
-            {k: v for k, v in r.items() if k in ("update", *failure_cols) and pd.notna(v)}
-            for r in events[failed].to_dict("records")
-        ]
-        events = events[~failed].drop(columns=failure_cols, errors="ignore")
-    return {
-        "dir": run_dir,
-        "config": opt_json("config.json"),
-        "env": opt_json("env.json"),
-        "data": opt_json("data.json"),
-        "summary": opt_json("summary.json"),
-        "schedule": opt_json("schedule.json"),
-        "metrics": metrics,
-        "events": events.reset_index(drop=True),
-        "probe_failures": failures,
-        "samples": read_jsonl(run_dir / "samples.jsonl"),
-    }
-
-
-def read_cascade_meta(cascade_dir: Path) -> dict[str, Any]:
-    """cascade.json, or a one-line UserError when it is absent, corrupt or lists no arms."""
-    meta_path = cascade_dir / "cascade.json"
-    if not meta_path.exists():
-        raise UserError(
-            f"{cascade_dir} is not a cascade or train run directory (no cascade.json)",
-            hint="pass the --out directory of `andrea-diag cascade` or `train`",
-        )
-    try:
-        meta = json.loads(meta_path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise UserError(f"{meta_path} is not valid JSON ({e})") from None
-    if not isinstance(meta, dict) or not meta.get("arms"):
-        raise UserError(f"{meta_path} lists no arms")
-    return meta

@@ -82,6 +82,8 @@ def read_json(path: Path, what: str, kind: type | None = None) -> Any:
         value = json.loads(text)
     except ValueError as e:
         raise UserError(f"{what} {path} is not valid JSON ({e.msg}, line {e.lineno})") from None
+    except RecursionError:  # thousands of nested brackets: no run dir writes that
+        raise UserError(f"{what} {path} is nested too deeply to be a run's JSON") from None
     if kind is not None and not isinstance(value, kind):
         raise UserError(
             f"{what} {path} holds a {type(value).__name__}, not a {kind.__name__}",

@@ -39,6 +39,8 @@ from typing import Any
 import pandas as pd
 
 from andrea_diag.errors import UserError
+from andrea_diag.rundir import child, read_json
+from andrea_diag.runread import SUMMARY, clean
 
 INSTALL_HINT = 'pip install tensorboardX (the "tensorboard" extra; about 3 MB installed)'
 
@@ -193,10 +195,14 @@ def find_runs(path: Path) -> list[Path]:
     if (path / "cascade.json").exists():
         from andrea_diag.record import read_cascade_meta
 
-        arms = [path / str(a) for a in read_cascade_meta(path)["arms"]]
+        # arm names are checked there to stay inside the cascade (a run dir is untrusted)
+        arms = [child(path, str(a), "cascade.json: arm") for a in read_cascade_meta(path)["arms"]]
         return [a for a in arms if (a / "config.json").exists()]
-    if (path / "sweep.json").exists():
-        return [run for c in sorted(path.glob("*/cascade.json")) for run in find_runs(c.parent)]
+    if (path / "sweep.json").exists():  # a cell linked out of the sweep is refused (child)
+        cells = [
+            child(path, c.parent.name, "sweep cell") for c in sorted(path.glob("*/cascade.json"))
+        ]
+        return [run for c in cells for run in find_runs(c)]
     raise UserError(
         f"{path} is not a run, cascade or sweep directory (no config.json, cascade.json or "
         "sweep.json)",
@@ -252,7 +258,8 @@ def export_tensorboard(paths: list[Path], out: Path) -> list[tuple[Path, Path]]:
         tb.events(r["events"])
         summary = r["summary"]
         if summary is None and (run / "partial_summary.json").exists():
-            summary = json.loads((run / "partial_summary.json").read_text())
+            partial = read_json(run / "partial_summary.json", "partial_summary.json", kind=dict)
+            summary = clean(partial, SUMMARY, str(run / "partial_summary.json"))
         tb.summary(summary)
         tb.close()
         written.append((run, out / names[run]))

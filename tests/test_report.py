@@ -394,9 +394,26 @@ def test_collapse_is_judged_per_source_so_a_hard_phase_is_not_a_collapse() -> No
     total = [1.2] * 60 + [3.8] * 60  # phase 2 is mostly the hard source
     arm = _arm(summary={"final_loss": 3.8})
     arm.metrics = pd.DataFrame(
-        {"update": range(1, n + 1), "loss": total, "loss_easy": easy, "loss_hard": hard}
-    )
+        {"update": range(1, n + 1), "loss": total, "loss_easy": easy, "loss_hard": hard,
+         "w_easy": 0.5, "w_hard": 0.5}
+    )  # fmt: skip
     assert F.collapse_reason(arm) is None
     arm.metrics["loss_easy"] = [1.0] * 60 + [3.0] * 60
     arm.metrics["loss_hard"] = [4.0] * 60 + [6.0] * 60
     assert "per-source smoothed losses ended 2.00 nats" in (F.collapse_reason(arm) or "")
+
+
+def test_collapse_reads_only_per_source_losses_not_loss_scale_or_excess() -> None:
+    """Issue 23 item 1: an fp16 arm's loss_scale (16384 and falling) and the probe's
+    loss_excess are loss_* columns but not sources; a steady run is no collapse for them."""
+    n = 120
+    arm = _arm(summary={"final_loss": 2.0})
+    arm.metrics = pd.DataFrame(
+        {"update": range(1, n + 1), "loss": [2.0] * n, "loss_repo-docs": [2.0] * n,
+         "w_repo-docs": 1.0, "loss_scale": [256.0] * 60 + [16384.0] * 60,
+         "loss_excess": [0.0] * 60 + [5.0] * 60}
+    )  # fmt: skip
+    assert F.source_loss_columns(arm) == ["loss_repo-docs"]
+    assert F.collapse_reason(arm) is None
+    arm.metrics["loss_repo-docs"] = [2.0] * 60 + [6.0] * 60
+    assert "scale" not in (F.collapse_reason(arm) or "scale")

@@ -169,11 +169,18 @@ def test_no_lock_and_no_summary_says_it_cannot_tell_killed_from_running(cascade:
     )
 
 
-def test_single_killed_run_dir_renders_with_banner(cascade: Path) -> None:
+def test_single_killed_run_dir_renders_inside_it_with_banner(cascade: Path) -> None:
     _unfinish(cascade / "global", lock_pid=_dead_pid())
+    before = (
+        (cascade / "report.html").stat().st_mtime_ns if (cascade / "report.html").exists() else None
+    )
     res = CliRunner().invoke(app, ["report", str(cascade / "global")])
     assert res.exit_code == 0, res.output
-    page = (cascade / "report.html").read_text()
+    page = (cascade / "global" / "report.html").read_text()  # inside the run (issue 24 item 7)
+    after = (
+        (cascade / "report.html").stat().st_mtime_ns if (cascade / "report.html").exists() else None
+    )
+    assert before == after  # the cascade's own page, beside the run, is not touched
     assert _banner(page)[0].startswith(f"global: stopped at update {KEPT_ROWS} of {STEPS}")
 
 

@@ -14,6 +14,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from andrea_diag.commands.report import check_path, damaged_run_dir
 from andrea_diag.errors import UserError
 
 console = Console(stderr=True)
@@ -47,9 +48,13 @@ def export(
 
     if not tensorboard:
         raise UserError("choose an export format", hint="andrea-diag export --tensorboard RUN_DIR")
+    for d in [*run_dirs, *([out] if out is not None else [])]:
+        check_path(d)
     target = out or (run_dirs[0].parent / "tensorboard")
     if target.exists() and not target.is_dir():
         raise UserError(f"--out {target} is a file", hint="give a folder")
-    for run, folder in export_tensorboard(run_dirs, target):
+    with damaged_run_dir(run_dirs):  # run dirs are untrusted: any surprise is one line
+        written = export_tensorboard(run_dirs, target)
+    for run, folder in written:
         console.print(f"[bold green]tensorboard:[/] {run} -> {folder}", highlight=False)
     console.print(f"view: tensorboard --logdir {target}", highlight=False)

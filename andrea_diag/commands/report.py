@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated
 
@@ -9,6 +11,7 @@ import typer
 from rich.console import Console
 
 from andrea_diag.errors import UserError
+from andrea_diag.rundir import NAME_MAX
 
 console = Console(stderr=True)
 
@@ -38,37 +41,46 @@ def report(
 ) -> None:
     """Render one self-contained HTML report (works offline) comparing the given runs.
 
-    Unfinished runs render too, under a box saying where and why each arm stopped."""
-    from andrea_diag.report import render_cascade, render_report
+    Unfinished runs render too, under a box saying where and why each arm stopped. The page is
+    written inside the run (a single run or cascade: its own report.html) unless --out says
+    where; run directories are read as untrusted input (nothing in them runs or escapes)."""
+    from andrea_diag.commands.pages import rejudge_ladder
+    from andrea_diag.report.sweep_dir import render_sweep_dir
 
     images = [fmt for fmt, on in (("png", png), ("svg", svg)) if on]
-
+    for d in [*run_dirs, *([out] if out is not None else [])]:
+        check_path(d)
     for d in run_dirs:
         if not d.exists():
             raise UserError(f"{d} does not exist")
-    if len(run_dirs) == 1 and (run_dirs[0] / "sweep.json").exists():
-        from andrea_diag.commands.pages import rejudge_ladder
-        from andrea_diag.report.sweep_page import render_sweep_dir
+    with damaged_run_dir(run_dirs):
+        if len(run_dirs) == 1 and (run_dirs[0] / "sweep.json").exists():
+            if images:  # the sweep page's charts are not exported (yet): say so first
+                raise UserError(
+                    "--png/--svg draw the charts of run and cascade reports, not of the sweep page",
+                    hint=f"pass one cell, e.g. andrea-diag report --png {run_dirs[0]}/<cell>",
+                )
+            console.print(f"[bold green]sweep:[/] {render_sweep_dir(run_dirs[0])}")
+            ladder = rejudge_ladder(run_dirs[0], console)  # a ladder: today's statistics
+            if ladder is not None:
+                console.print(f"[bold green]ladder:[/] {ladder}")
+            return
+        _said(_render(run_dirs, out, title, images), images)
 
-        if images:  # the sweep page's charts are not exported (yet): say so before rendering
-            raise UserError(
-                "--png/--svg draw the charts of run and cascade reports, not of the sweep page",
-                hint=f"pass one cell, e.g. andrea-diag report --png {run_dirs[0]}/<cell>",
-            )
 
-        console.print(f"[bold green]sweep:[/] {render_sweep_dir(run_dirs[0])}")
-        ladder = rejudge_ladder(run_dirs[0], console)  # a ladder: today's statistics
-        if ladder is not None:
-            console.print(f"[bold green]ladder:[/] {ladder}")
-        return
+def _render(run_dirs: list[Path], out: Path | None, title: str | None, images: list[str]) -> Path:
+    """The report of ``run_dirs``: a cascade's own page, or one page comparing runs."""
+    from andrea_diag.record import read_cascade_meta
+    from andrea_diag.report import render_cascade, render_report
+    from andrea_diag.rundir import child
+
     expanded: list[Path] = []
     for d in run_dirs:
         if (d / "cascade.json").exists():
             if len(run_dirs) == 1 and out is None:
-                path = render_cascade(d, images=images)
-                _said(path, images)
-                return
-            expanded += sorted(p.parent for p in d.glob("*/config.json"))
+                return render_cascade(d, images=images)
+            arms = [str(a) for a in read_cascade_meta(d)["arms"]]  # names checked there
+            expanded += [child(d, a) for a in arms if (child(d, a) / "config.json").exists()]
         else:
             expanded.append(d)
     if not expanded:  # cascade dirs none of whose arms started: say so, not IndexError
@@ -76,11 +88,43 @@ def report(
             f"no run directory (with a config.json) in {', '.join(map(str, run_dirs))}",
             hint="no arm of these cascades started; nothing was recorded to report",
         )
-    target = out or (expanded[0].parent / "report.html")
+    if out is None and len(run_dirs) > 1:
+        raise UserError(
+            "a report comparing several run directories needs --out",
+            hint="the page is written inside a run only when one run is given",
+        )
+    target = out or (run_dirs[0] / "report.html")  # inside the run, never beside it
     if target.is_dir():
         raise UserError(f"--out {target} is a directory", hint="give a file name, e.g. report.html")
-    path = render_report(expanded, target, title=title, images=images)
-    _said(path, images)
+    return render_report(expanded, target, title=title, images=images)
+
+
+def check_path(path: Path) -> None:
+    """One line for a path the system cannot even look up (a component over 255 bytes)."""
+    for part in Path(path).parts:
+        if len(part.encode("utf-8", "surrogateescape")) > NAME_MAX:
+            raise UserError(f"a path component is longer than {NAME_MAX} bytes: {part[:40]}...")
+
+
+@contextlib.contextmanager
+def damaged_run_dir(run_dirs: list[Path]) -> Iterator[None]:
+    """A run dir whose files hold what no loader expected (runread.py checks the fields the
+    report uses; this catches the rest): one line naming it, never a traceback."""
+    try:
+        yield
+    except (TypeError, ValueError, KeyError, IndexError, AttributeError, OverflowError) as e:
+        where = ", ".join(map(str, run_dirs))
+        raise UserError(
+            f"cannot render {where}: it holds data of an unexpected shape ({type(e).__name__})",
+            hint="the run directory is damaged or from an incompatible version",
+        ) from None
+    except OSError as e:
+        raise UserError(f"cannot read or write {e.filename or where_of(run_dirs)}: "
+                        f"{e.strerror or e}") from None  # fmt: skip
+
+
+def where_of(run_dirs: list[Path]) -> str:
+    return ", ".join(map(str, run_dirs))
 
 
 def _said(path: Path, images: list[str]) -> None:

@@ -9,11 +9,11 @@ script): a setup table, the results table and how each number was measured.
 
 from __future__ import annotations
 
-import html
 from datetime import datetime, timezone
 from typing import Any
 
 from andrea_diag.experiments.accum_check import AccumCheckResult, CheckRow
+from andrea_diag.report.safe import esc
 
 try:  # the project's look when the report stack (plotly) is installed; a bare image still works
     from andrea_diag.report.html import CSS
@@ -70,10 +70,10 @@ def _results(result: AccumCheckResult) -> str:
     for r in result.rows:
         expected = "" if r.expected is None else f"{r.expected:.4g}"
         body.append(
-            f"<tr><td><b>{html.escape(r.method)}</b><br><span class='note'>"
-            f"{html.escape(WHAT.get(r.method, ''))}</span></td><td>{r.kind}</td>"
+            f"<tr><td><b>{esc(r.method)}</b><br><span class='note'>"
+            f"{esc(WHAT.get(r.method, ''))}</span></td><td>{esc(r.kind)}</td>"
             f"<td class='num'>{r.rel_err:.3e}</td><td class='num'>{expected}</td>"
-            f"<td class='nw'>{html.escape(r.criterion)}</td><td>{_verdict(r)}</td></tr>"
+            f"<td class='nw'>{esc(r.criterion)}</td><td>{_verdict(r)}</td></tr>"
         )
     return f"<table><tr>{head}</tr>{''.join(body)}</table>"
 
@@ -101,7 +101,7 @@ def _setup(meta: dict[str, Any]) -> str:
     ]
     return (
         "<table>"
-        + "".join(f"<tr><th>{k}</th><td>{html.escape(v)}</td></tr>" for k, v in rows)
+        + "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in rows)
         + "</table>"
     )
 
@@ -144,10 +144,10 @@ def render_accum_page(result: AccumCheckResult, command: str = "") -> str:
         else '<span class="fail">the toolkit loop is OUTSIDE its tolerance</span>'
     )
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    cmd = f"<p class='note'>{html.escape(command)}</p>" if command else ""
+    cmd = f"<p class='note'>{esc(command)}</p>" if command else ""
     return (
-        f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-        f"<style>{CSS}{PAGE_CSS}</style></head><body><h1>{html.escape(title)}</h1>"
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{esc(title)}</title>"
+        f"<style>{CSS}{PAGE_CSS}</style></head><body><h1>{esc(title)}</h1>"
         f"<p>{verdict}. Generated {when}.</p>{cmd}"
         f"<h2>Gradient accumulation against the full batch</h2>{_results(result)}"
         f"<h2>Setup</h2>{_setup(meta)}<h2>How it is measured</h2>{METHOD}</body></html>\n"

@@ -18,16 +18,18 @@ An arm's state comes from the files it left, in this order of evidence:
 
 from __future__ import annotations
 
-import html
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from andrea_diag.errors import UserError
 from andrea_diag.record import read_jsonl
-from andrea_diag.runlock import holder_alive, read_lock
+from andrea_diag.report.safe import esc
+from andrea_diag.rundir import read_json
+from andrea_diag.runlock import LOCK_NAME, LockInfo, holder_alive, read_lock
+from andrea_diag.runread import clean_table, read_parquet
 
 FINISHED = "finished"
 CRASHED = "crashed"
@@ -89,22 +91,24 @@ def _failure(f: dict[str, Any]) -> str:
 
 def _read_json(path: Path) -> dict[str, Any] | None:
     """A JSON object, or None when absent or unreadable (the banner must never crash)."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+    if not path.exists():
         return None
-    return data if isinstance(data, dict) else None
+    try:
+        return read_json(path, path.name, kind=dict)  # regular files only: a FIFO never ends
+    except UserError:
+        return None
 
 
 def read_metrics(run_dir: Path) -> pd.DataFrame:
     """The metric rows as :func:`andrea_diag.record.load_run` reads them (parquet, else JSONL)."""
     parquet = run_dir / "metrics.parquet"
-    if parquet.exists():
-        try:
-            return pd.read_parquet(parquet)
-        except Exception:
-            pass
-    return read_jsonl(run_dir / "metrics.jsonl")
+    try:
+        if parquet.exists():
+            return clean_table(read_parquet(parquet), "metrics", parquet)
+        path = run_dir / "metrics.jsonl"
+        return clean_table(read_jsonl(path), "metrics", path)
+    except UserError:
+        return pd.DataFrame()  # the banner says what it can; load_run says what is damaged
 
 
 def _last_update(metrics: pd.DataFrame) -> int | None:
@@ -124,6 +128,14 @@ def _steps(run_dir: Path) -> int | None:
     return int(steps) if isinstance(steps, (int, float)) and steps > 0 else None
 
 
+def _lock(run_dir: Path) -> LockInfo | None:
+    """The run's lock; one that is not a regular file (a FIFO would never end) is corrupt."""
+    path = run_dir / LOCK_NAME
+    if (path.exists() or path.is_symlink()) and not path.is_file():
+        return LockInfo(None, None, None)
+    return read_lock(run_dir)
+
+
 def arm_status(run_dir: Path, name: str, metrics: pd.DataFrame | None = None) -> ArmStatus:
     """The state of the run in ``run_dir``; ``metrics``: its rows when already loaded."""
     run_dir = Path(run_dir)
@@ -140,7 +152,7 @@ def arm_status(run_dir: Path, name: str, metrics: pd.DataFrame | None = None) ->
         st.detail = str(partial.get("error") or "error not recorded; see the run's output")
         st.probe_failures = list(partial.get("probe_failures") or [])
     else:
-        lock = read_lock(run_dir)
+        lock = _lock(run_dir)
         if lock is not None and holder_alive(lock):
             st.state = RUNNING
             host = "" if lock.on_this_host else f" on host {lock.host}"
@@ -173,8 +185,8 @@ def banner_html(statuses: list[ArmStatus], run_status: str | None = None) -> str
         lead = "Every arm finished, but the run did not record its own end."
     if odd_status:
         lead += f" cascade.json status: {run_status}."
-    items = "\n".join(f"<li>{html.escape(s.line())}</li>" for s in statuses)
+    items = "\n".join(f"<li>{esc(s.line())}</li>" for s in statuses)
     return (
         "<div class='banner' id='run-status' role='status'>\n"
-        f"<strong>{html.escape(lead)}</strong>\n<ul>\n{items}\n</ul>\n</div>"
+        f"<strong>{esc(lead)}</strong>\n<ul>\n{items}\n</ul>\n</div>"
     )

@@ -9,12 +9,13 @@ embedded, no CDN), in the style of the bench-kernels page.
 
 from __future__ import annotations
 
-import html
 import json
 from typing import Any
 
 import plotly.graph_objects as go
 import plotly.io as pio
+
+from andrea_diag.report.safe import esc
 
 
 def _fmt(x: float | None, spec: str) -> str:
@@ -44,28 +45,28 @@ def render_bench_train_page(result: dict[str, Any]) -> str:
     parts = [pio.to_html(ms, include_plotlyjs=True, full_html=False),
              pio.to_html(cost, include_plotlyjs=False, full_html=False)]  # fmt: skip
     rows = "".join(
-        f"<tr><td>{arm}</td><td>{result[arm]['ms_per_update']:.3f}</td>"
+        f"<tr><td>{esc(arm)}</td><td>{result[arm]['ms_per_update']:.3f}</td>"
         f"<td>{result[arm]['tokens_per_s']:.0f}</td>"
         f"<td>{_fmt(result[arm]['mfu'] and 100 * result[arm]['mfu'], '.1f')}</td></tr>"
         for arm in ("engine", "plain")
     )
     where = meta.get("gpu") or "CPU"
     mfu_note = (
-        f"MFU: {html.escape(meta['mfu_formula'])}; peak {meta['peak_tflops']} TFLOPs "
-        f"({html.escape(meta['peak_source'])})."
+        f"MFU: {esc(meta['mfu_formula'])}; peak {esc(meta['peak_tflops'])} TFLOPs "
+        f"({esc(meta['peak_source'])})."
         if meta.get("peak_tflops")
         else "MFU n/a: no peak FLOPs for this device (CPU, or a GPU not in the table)."
     )
     return (
         "<!doctype html><html><head><meta charset='utf-8'><title>andrea-diag bench-train</title>"
         "</head><body style='font-family:sans-serif;max-width:1200px;margin:auto'>"
-        f"<h1>bench-train: {html.escape(where)}, {meta['size']} {meta['precision']}</h1>"
+        f"<h1>bench-train: {esc(where)}, {esc(meta['size'])} {esc(meta['precision'])}</h1>"
         f"<p>engine / plain: <b>{result['engine_over_plain']:.3f}x</b> the time per update "
         f"(speed {result['speed_vs_plain']:.3f}x the plain loop's). Plain loop: "
-        f"{html.escape(meta['plain_loop'])}. {mfu_note}</p>"
+        f"{esc(meta['plain_loop'])}. {mfu_note}</p>"
         "<table border='1' cellpadding='4'><tr><th>loop</th><th>ms/update</th><th>tokens/s</th>"
         f"<th>MFU %</th></tr>{rows}</table>"
         + "".join(parts)
-        + f"<h2>Run metadata</h2><pre>{html.escape(json.dumps(meta, indent=1))}</pre>"
+        + f"<h2>Run metadata</h2><pre>{esc(json.dumps(meta, indent=1))}</pre>"
         "</body></html>"
     )

@@ -19,7 +19,7 @@ import math
 
 import pandas as pd
 
-from andrea_diag.config import ProbeConfig
+from andrea_diag.config import SOURCE_NAMES, ProbeConfig
 from andrea_diag.probes.verdict import FALLBACK_DIVERGE_NATS as DIVERGE_NATS
 from andrea_diag.probes.verdict import loss_collapse_reason
 from andrea_diag.report.arm_comparison import best_arm_finding
@@ -200,6 +200,18 @@ def clip_cost_findings(arms: list[Arm]) -> list[str]:
     return out
 
 
+def source_loss_columns(arm: Arm) -> list[str]:
+    """The per-source loss columns, ``loss_<source>``, for the run's own sources (from its
+    ``w_<source>`` columns or data.json; the defaults when neither says). Not every ``loss_*``
+    column: ``loss_z``, ``loss_scale`` (fp16) and ``loss_excess`` are not sources."""
+    cols = arm.metrics.columns
+    sources = [c[2:] for c in cols if c.startswith("w_")]
+    data = arm.data.get("sources", arm.data) if isinstance(arm.data, dict) else {}
+    sources += [str(s) for s in (data if isinstance(data, dict) else {})]
+    sources = list(dict.fromkeys(sources)) or list(SOURCE_NAMES)
+    return [f"loss_{s}" for s in sources if f"loss_{s}" in cols]
+
+
 def collapse_reason(arm: Arm) -> str | None:
     """Why the run counts as collapsed (None if it did not): a lock-in verdict, a non-finite
     final loss, or a smoothed final loss DIVERGE_NATS above the smoothed minimum (learned, then
@@ -217,8 +229,9 @@ def collapse_reason(arm: Arm) -> str | None:
         return None  # nothing recorded: not a collapse (expectation_findings says so)
     if not math.isfinite(fl):
         return "final loss is not finite"
-    # the fallback rule is the verdict module's (one owner): per-source smoothed losses
-    cols = [c for c in arm.metrics.columns if c.startswith("loss_") and c != "loss_z"] or ["loss"]
+    # the fallback rule is the verdict module's (one owner): per-source smoothed losses, of
+    # the run's own sources only (not loss_scale, loss_excess, loss_z)
+    cols = source_loss_columns(arm) or ["loss"]
     return loss_collapse_reason({c: arm.metrics[c].tolist() for c in cols if c in arm.metrics})
 
 
@@ -310,7 +323,8 @@ def probe_failure_findings(arms: list[Arm]) -> list[str]:
     """A probe that raised was disabled mid-run: the reader must know its columns stop there."""
     out = []
     for a in arms:
-        for f in a.summary.get("probe_failures") or a.probe_failures:
+        failures = a.summary.get("probe_failures") or a.probe_failures
+        for f in [f for f in failures if isinstance(f, dict)]:
             where = f"at update {f['update']}" if f.get("update") is not None else "at close"
             out.append(
                 f"{a.label}: WARNING: probe {f.get('probe')} failed {where} in {f.get('hook')} "

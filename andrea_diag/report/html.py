@@ -11,13 +11,9 @@ off, so the page opens from file:// on an offline machine.
 
 from __future__ import annotations
 
-import html
-import json
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
-
-import plotly.io as pio
 
 from andrea_diag.errors import UserError
 from andrea_diag.record import load_run, read_cascade_meta
@@ -29,7 +25,9 @@ from andrea_diag.report.figures import all_figures
 from andrea_diag.report.findings import all_findings
 from andrea_diag.report.images import figure_slug, write_images
 from andrea_diag.report.plotlyjs import script_tag
+from andrea_diag.report.safe import Html, esc, figure_html, script_json
 from andrea_diag.report.style import Style
+from andrea_diag.rundir import atomic_write_text, child
 
 MAX_SAMPLE_CHARS = 400  # per cell; long generations make the table unreadable and the file big
 PLOT_CONFIG = {"displaylogo": False, "responsive": True}
@@ -117,27 +115,23 @@ def _data_section(arms: list[Arm]) -> str:
         )
     rows = []
     for name, s in seen.items():
-        kind = "<span class='gen'>GENERATED</span>" if s.get("generated") else "real text"
+        kind = Html("<span class='gen'>GENERATED</span>") if s.get("generated") else "real text"
+        sha = s.get("sha256")
         rows.append(
-            [
-                html.escape(name),
-                kind,
-                html.escape(str(s.get("origin", "-"))),
-                fmt(s.get("n_bytes")),
-                fmt(s.get("n_tokens")),
-                html.escape(str(s.get("sha256", "-"))[:16]),
-            ]
-        )
-    return _table(["source", "kind", "origin", "bytes", "tokens", "sha256"], rows, escape=False)
+            [name, kind, s.get("origin", "-"), s.get("n_bytes"), s.get("n_tokens"),
+             sha[:16] if isinstance(sha, str) else "-"]
+        )  # fmt: skip
+    return _table(["source", "kind", "origin", "bytes", "tokens", "sha256"], rows)
 
 
-def _table(head: list[str], rows: list[list[Any]], escape: bool = True) -> str:
+def _table(head: list[str], rows: list[list[Any]]) -> str:
+    """A table; every cell is escaped after formatting (safe.esc) unless it is built markup."""
+
     def cell(v: Any) -> str:
-        text = fmt(v) if not isinstance(v, str) else v
         cls = " class='num'" if isinstance(v, (int, float)) and not isinstance(v, bool) else ""
-        return f"<td{cls}>{html.escape(text) if escape else text}</td>"
+        return f"<td{cls}>{esc(v)}</td>"
 
-    th = "".join(f"<th>{html.escape(h)}</th>" for h in head)
+    th = "".join(f"<th>{esc(h)}</th>" for h in head)
     body = "\n".join("<tr>" + "".join(cell(v) for v in r) + "</tr>" for r in rows)
     return f"<table>\n<tr>{th}</tr>\n{body}\n</table>"
 
@@ -147,12 +141,10 @@ def _summary_table(arms: list[Arm], style: Style) -> str:
     head = list(rows[0].keys())
     out = []
     for a, r in zip(arms, rows, strict=True):
-        sw = f"<span class='swatch' style='background:{style.color[a.arm]}'></span>"
-        vals = [sw + html.escape(a.label)] + [
-            html.escape(v) if isinstance(v, str) else v for k, v in r.items() if k != "arm"
-        ]
-        out.append(vals)
-    return _table(head, out, escape=False)
+        # the colour comes from the palette or a clip mode's registration, never the run dir
+        sw = Html(f"<span class='swatch' style='background:{esc(style.color[a.arm])}'></span>")
+        out.append([Html(sw + esc(a.label)), *[v for k, v in r.items() if k != "arm"]])
+    return _table(head, out)
 
 
 def _samples_table(arms: list[Arm]) -> str:
@@ -180,16 +172,16 @@ def _samples_table(arms: list[Arm]) -> str:
                 if n in r and r[n] == r[n]
             )
             cells[(a.label, *k)] = (
-                f"<div class='sample'>{html.escape(text)}</div>"
-                f"<div class='note'>update {int(r['update'])}; {html.escape(stats)}</div>"
+                f"<div class='sample'>{esc(text)}</div>"
+                f"<div class='note'>update {esc(r['update'])}; {esc(stats)}</div>"
             )
     head = (
         "<tr><th>source</th><th>mode</th>"
-        + "".join(f"<th>{html.escape(a.label)}</th>" for a in have)
+        + "".join(f"<th>{esc(a.label)}</th>" for a in have)
         + "</tr>"
     )
     body = "\n".join(
-        f"<tr><td>{html.escape(src)}</td><td>{html.escape(mode)}</td>"
+        f"<tr><td>{esc(src)}</td><td>{esc(mode)}</td>"
         + "".join(f"<td>{cells.get((a.label, src, mode), '-')}</td>" for a in have)
         + "</tr>"
         for src, mode in keys
@@ -273,16 +265,16 @@ def _render(
     style = Style(arms)
     title = title or "andrea-diag report: " + ", ".join(a.label for a in arms)
 
-    parts = [f"<h1>{html.escape(title)}</h1>", banner_html(statuses, run_status), _header(arms)]
+    parts = [f"<h1>{esc(title)}</h1>", banner_html(statuses, run_status), _header(arms)]
     for n in notes or []:
-        parts.append(f"<p class='note'>{html.escape(n)}</p>")
+        parts.append(f"<p class='note'>{esc(n)}</p>")
     parts.append("<h2>Data sources</h2>\n" + _data_section(arms))
     parts.append("<h2>Summary</h2>\n" + _summary_table(arms, style))
     if sum(a.clipped for a in arms) >= 2:  # several clip rules: what each cost and kept out
         parts.append("<h2>Clip arms compared</h2>\n" + _table(*comparison_rows(arms)))
     parts.append(
         "<h2>Findings</h2>\n<ul class='findings'>\n"
-        + "\n".join(f"<li>{html.escape(f)}</li>" for f in all_findings(arms))
+        + "\n".join(f"<li>{esc(f)}</li>" for f in all_findings(arms))
         + "\n</ul>"
     )
     figs: list[tuple[str, Any]] = []
@@ -291,28 +283,43 @@ def _render(
     generated = datetime.now(timezone.utc).isoformat(timespec="seconds")
     parts.append(
         f"<p class='note'>rendered {generated} from: "
-        + html.escape(", ".join(a.dir for a in arms))
+        + esc(", ".join(a.dir for a in arms))
         + "</p>"
     )
-    meta = json.dumps(
+    meta = script_json(  # an arm name must not end the <script> element
         {
             "figures": n_figs,
             "arms": [a.label for a in arms],
             "status": [{"arm": st.name, "state": st.state} for st in statuses],
         }
-    ).replace("</", "<\\/")  # an arm name must not end the <script> element
+    )
     page = (
         "<!DOCTYPE html>\n<html lang='en'>\n<head>\n<meta charset='utf-8'>\n"
-        f"<title>{html.escape(title)}</title>\n<style>{CSS}{BANNER_CSS}</style>\n"
+        f"<title>{esc(title)}</title>\n<style>{CSS}{BANNER_CSS}</style>\n"
         f"<script type='application/json' id='report-meta'>{meta}</script>\n"
         f"{script_tag(out_html, plotly_dir)}\n"
         "</head>\n<body>\n" + "\n".join(p for p in parts if p) + "\n</body>\n</html>\n"
     )
-    out_html.parent.mkdir(parents=True, exist_ok=True)
-    out_html.write_text(page, encoding="utf-8")
+    write_page(out_html, page)
     if images:  # after the page: a missing exporter still leaves the HTML behind
         write_images(figs, out_html, images)
     return out_html
+
+
+def write_page(path: Path, page: str) -> None:
+    """Write a page atomically (temp file + rename: a link at ``path`` is replaced, never
+    followed, and a full disk leaves no half page); ``path`` must be a regular file or new."""
+    path = Path(path)
+    if path.exists() and not path.is_symlink() and not path.is_file():
+        raise UserError(f"{path} is not a regular file", hint="give a file name, e.g. report.html")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UserError(f"cannot create {path.parent}: {e.strerror}") from None
+    try:
+        atomic_write_text(path, page)
+    except UserError as e:
+        raise UserError(e.message, hint=e.hint or "use --out to write the page elsewhere") from None
 
 
 def _figures_html(arms: list[Arm], parts: list[str], figs: list[tuple[str, Any]]) -> int:
@@ -320,23 +327,15 @@ def _figures_html(arms: list[Arm], parts: list[str], figs: list[tuple[str, Any]]
     number of figures drawn."""
     n_figs = 0
     for section, fig, note in all_figures(arms):
-        parts.append(f"<h2>{html.escape(section)}</h2>")
+        parts.append(f"<h2>{esc(section)}</h2>")
         if fig is None:
-            parts.append(f"<p class='note'>{html.escape(note)}</p>")
+            parts.append(f"<p class='note'>{esc(note)}</p>")
             continue
         n_figs += 1
         figs.append((section, fig))
-        parts.append(
-            pio.to_html(
-                fig,
-                include_plotlyjs=False,  # the bundle is inlined once in <head>
-                include_mathjax=False,
-                full_html=False,
-                # named by section, so a section that has no figure moves no other id
-                div_id="fig-" + figure_slug(section),
-                config=PLOT_CONFIG,
-            )
-        )
+        # without the bundle (inlined once in <head>); named by section, so a section that
+        # has no figure moves no other id
+        parts.append(figure_html(fig, "fig-" + figure_slug(section), PLOT_CONFIG))
     return n_figs
 
 
@@ -357,7 +356,7 @@ def render_cascade(
     runs: list[dict[str, Any]] = []
     statuses: list[ArmStatus] = []
     for name in arms:
-        d = cascade_dir / name
+        d = child(cascade_dir, name, "cascade.json: arm")  # read_cascade_meta checked it too
         if not (d / "config.json").exists():
             why = "no config.json" if d.is_dir() else "no run directory"
             statuses.append(ArmStatus(name, NEVER_STARTED, detail=why))

@@ -81,6 +81,13 @@ def write_images(figures: list[tuple[str, Any]], html_path: Path, formats: list[
             opts = {"format": fmt, "width": WIDTH, "height": height, "scale": SCALE}
             specs.append({"fig": fig.to_dict(), "path": path, "opts": opts})
             paths.append(path)
+    for path in paths:  # kaleido opens the path itself: never through a link out of the run
+        if path.is_symlink():
+            path.unlink()
+        elif path.exists() and not path.is_file():
+            raise UserError(
+                f"{path} is not a regular file", hint="refusing to write an image there"
+            )
     try:
         kaleido.write_fig_from_object_sync(specs, kopts={"mathjax": False}, cancel_on_error=True)
     except ChromeNotFoundError:

@@ -11,19 +11,19 @@ after formatting.
 
 from __future__ import annotations
 
-import html
 import math
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import plotly.graph_objects as go
-import plotly.io as pio
 from plotly.subplots import make_subplots
 
 from andrea_diag.clip.modes import mode_color
 from andrea_diag.report.html import CSS, PLOT_CONFIG
 from andrea_diag.report.plotlyjs import script_tag
+from andrea_diag.report.safe import esc, figure_html
+from andrea_diag.rundir import atomic_write_text
 from andrea_diag.stats import MIN_PAIRS, N_RESAMPLES, TARGET_GAP
 from andrea_diag.tables import GROUP, interval_of
 
@@ -111,10 +111,10 @@ def _cells(r: dict[str, Any]) -> list[str]:
 
 
 def _table(rows: pd.DataFrame) -> str:
-    body = ["<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in _cells(r)) + "</tr>"
+    body = ["<tr>" + "".join(f"<td>{esc(c)}</td>" for c in _cells(r)) + "</tr>"
             for r in rows.to_dict("records")]  # fmt: skip
     return (
-        "<table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in HEAD) + "</tr>\n"
+        "<table><tr>" + "".join(f"<th>{esc(h)}</th>" for h in HEAD) + "</tr>\n"
         + "\n".join(body) + "</table>\n"
     )  # fmt: skip
 
@@ -147,7 +147,7 @@ def _statements(result: dict[str, Any]) -> tuple[list[str], list[str]]:
 
 def _items(lines: list[str]) -> str:
     return "<ul class='findings'>\n" + "\n".join(
-        f"<li>{html.escape(s)}</li>" for s in lines
+        f"<li>{esc(s)}</li>" for s in lines
     ) + "\n</ul>\n"  # fmt: skip
 
 
@@ -157,21 +157,19 @@ def render_ladder(out: Path, rows: pd.DataFrame, result: dict[str, Any]) -> Path
     shared = out if result.get("plotly") == "shared" else None
     fig_html = "<p class='note'>no finished arm yet</p>"
     if len(rows):
-        fig_html = pio.to_html(ladder_figure(rows), include_plotlyjs=False, include_mathjax=False,
-                               full_html=False, div_id="fig-ladder", config=PLOT_CONFIG)  # fmt: skip
+        fig_html = figure_html(ladder_figure(rows), "fig-ladder", PLOT_CONFIG)
     statements, claims = _statements(result)
     title = f"capacity ladder: {', '.join(result['rungs'])}"
     lrs = ", ".join(f"{x:g}" for x in result["lrs"])
     seeds = ", ".join(map(str, result["seeds"]))
-    esc = html.escape
     html_text = (
         "<!DOCTYPE html>\n<html lang='en'>\n<head>\n<meta charset='utf-8'>\n"
         f"<title>{esc(title)}</title>\n<style>{CSS}</style>\n"
         f"{script_tag(page, shared)}\n</head>\n<body>\n<h1>{esc(title)}</h1>\n"
-        f"<p class='note'>command: {esc(str(result.get('command', '')))}; "
-        f"{esc(str(result['steps']))} updates per arm, recipe {esc(str(result['recipe']))}, "
-        f"lr {esc(lrs)}, seeds {esc(seeds)}; {esc(str(result['finished_arms']))} of "
-        f"{esc(str(result['arms_in_table']))} arms finished. Every cell: "
+        f"<p class='note'>command: {esc(result.get('command', ''))}; "
+        f"{esc(result.get('steps'))} updates per arm, recipe {esc(result.get('recipe'))}, "
+        f"lr {esc(lrs)}, seeds {esc(seeds)}; {esc(result.get('finished_arms'))} of "
+        f"{esc(result.get('arms_in_table'))} arms finished. Every cell: "
         "<a href='sweep.html'>sweep.html</a>.</p>\n"
         "<h2>Thresholds</h2>\n" + _items(statements)
         + f"<p class='note'>method: {esc(METHOD)}</p>\n"
@@ -179,5 +177,5 @@ def render_ladder(out: Path, rows: pd.DataFrame, result: dict[str, Any]) -> Path
         + "<h2>Against size</h2>\n" + fig_html
         + "\n<h2>By size and arm</h2>\n" + _table(rows) + "</body>\n</html>\n"
     )  # fmt: skip
-    page.write_text(html_text, encoding="utf-8")
+    atomic_write_text(page, html_text)
     return page

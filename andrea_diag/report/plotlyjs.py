@@ -14,6 +14,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from andrea_diag.rundir import atomic_write_bytes
+
 PLOTLY_MODES = ("inline", "shared")
 BUNDLE = "plotly.min.js"
 
@@ -28,8 +30,9 @@ def script_tag(page: Path, shared_dir: Path | None = None) -> str:
     bundle = Path(shared_dir) / BUNDLE
     data = js.encode("utf-8")
     # written once per folder; rewritten only if another plotly version left a different one
-    if not bundle.is_file() or bundle.stat().st_size != len(data):
+    # (a link there is replaced, never written through: the folder may be someone else's)
+    if bundle.is_symlink() or not bundle.is_file() or bundle.stat().st_size != len(data):
         bundle.parent.mkdir(parents=True, exist_ok=True)
-        bundle.write_bytes(data)
+        atomic_write_bytes(bundle, data)
     rel = Path(os.path.relpath(bundle, Path(page).parent)).as_posix()
     return f"<script type='text/javascript' src='{rel}'></script>"

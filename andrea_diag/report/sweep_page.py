@@ -13,25 +13,22 @@ formatting.
 
 from __future__ import annotations
 
-import html
-import json
 import math
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import plotly.graph_objects as go
-import plotly.io as pio
 from plotly.subplots import make_subplots
 
 from andrea_diag.clip.modes import mode_color
 from andrea_diag.config import VOCAB_SIZE
-from andrea_diag.errors import UserError
 from andrea_diag.experiments.aggregate import arm_rates, gap_call, interval_findings, paired_gaps
-from andrea_diag.experiments.sweep import shared_plotly
 from andrea_diag.probes.verdict import COLLAPSE_VERDICTS, LOCKED_VERDICTS
-from andrea_diag.report.html import CSS, PLOT_CONFIG, render_cascade
+from andrea_diag.report.html import CSS, PLOT_CONFIG
 from andrea_diag.report.plotlyjs import script_tag
+from andrea_diag.report.safe import esc, figure_html, href, join
+from andrea_diag.rundir import atomic_write_text
 from andrea_diag.stats import MIN_PAIRS, insufficient, paired_test
 
 MATTERS = 0.25  # nats: a final-loss gap this large between arms is called a difference
@@ -197,9 +194,9 @@ def _throughput_note(tp: dict[str, Any] | None) -> str:
     if not tp or not tp.get("updates_per_s"):
         return ""
     return (
-        f"<p class='note'>throughput: {tp['updates_per_s']:.3g} updates/s aggregate "
-        f"({html.escape(str(tp['updates']))} updates in {tp['wall_s']:.1f} s; executor "
-        f"{html.escape(str(tp['executor']))}, --jobs {html.escape(str(tp['jobs']))})</p>\n"
+        f"<p class='note'>throughput: {esc(tp['updates_per_s'], '.3g')} updates/s aggregate "
+        f"({esc(tp.get('updates'))} updates in {esc(tp.get('wall_s'), '.1f')} s; executor "
+        f"{esc(tp.get('executor'))}, --jobs {esc(tp.get('jobs'))})</p>\n"
     )
 
 
@@ -216,73 +213,52 @@ def intervals_section(table: pd.DataFrame) -> str:
         f"{MIN_PAIRS} pairs; collapse rates: Fisher's exact test, Wilson intervals for display; "
         "detectable gap: 80% power, t-based; a pollution event: the spikes still held at least "
         "half of ‖v‖ at the end of the run.</p>\n<ul class='findings'>\n"
-        + "\n".join(f"<li>{html.escape(x)}</li>" for x in lines) + "\n</ul>\n"
+        + "\n".join(f"<li>{esc(x)}</li>" for x in lines) + "\n</ul>\n"
     )  # fmt: skip
 
 
 def render_sweep(out: Path, table: pd.DataFrame, meta: dict[str, Any]) -> Path:
     """Write ``out/sweep.html``: findings, the regime chart, the table with report links."""
     fig = regime_figure(table)
-    fig_html = pio.to_html(fig, include_plotlyjs=False, include_mathjax=False, full_html=False,
-                           div_id="fig-regime", config=PLOT_CONFIG)  # fmt: skip
+    fig_html = figure_html(fig, "fig-regime", PLOT_CONFIG)
     cols = ["cell", "clip", "final_eval_loss", "final_loss", "min_loss", "max_grad_norm",
             "pct_clipped", "n_spikes", "spike_score_grad", "max_m_share", "recovery_m",
             "final_v_share", "lockin", "collapse", "status"]  # fmt: skip
     cols = [c for c in cols if c in table or c in ("cell", "clip")]  # older tables lack some
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in cols)
+    head = "".join(f"<th>{esc(c)}</th>" for c in cols)
     body = []
     for r in table.to_dict("records"):
         cells = []
         for c in cols:
             v = r.get(c)
             if c == "cell":
-                cells.append(
-                    f"<td><a href='{html.escape(v)}/report.html'>{html.escape(v)}</a></td>"
-                )
+                cells.append(f"<td><a href='{href(v, 'report.html')}'>{esc(v)}</a></td>")
             elif isinstance(v, float):
-                text = "" if math.isnan(v) else f"{v:.4g}"
-                cells.append(f"<td class='num'>{html.escape(text)}</td>")
+                cells.append(f"<td class='num'>{'' if math.isnan(v) else esc(v, '.4g')}</td>")
             else:
-                cells.append(f"<td>{html.escape('' if v is None else str(v))}</td>")
+                cells.append(f"<td>{esc('' if v is None else str(v))}</td>")
         body.append("<tr>" + "".join(cells) + "</tr>")
     title = (
-        f"sweep: sizes {', '.join(meta['sizes'])}; lr {', '.join(f'{x:g}' for x in meta['lrs'])}"
+        f"sweep: sizes {join(meta.get('sizes') or [])}; lr "
+        f"{', '.join(esc(x, 'g') for x in meta.get('lrs') or [])}"
     )
     page = (
         "<!DOCTYPE html>\n<html lang='en'>\n<head>\n<meta charset='utf-8'>\n"
-        f"<title>{html.escape(title)}</title>\n<style>{CSS}</style>\n"
+        f"<title>{title}</title>\n<style>{CSS}</style>\n"
         f"{script_tag(out / 'sweep.html', out if meta.get('plotly') == 'shared' else None)}\n"
         "</head>\n<body>\n"
-        f"<h1>{html.escape(title)}</h1>\n"
-        f"<p class='note'>command: {html.escape(meta.get('command', ''))}; "
-        f"{html.escape(str(meta['steps']))} updates per arm, recipe "
-        f"{html.escape(str(meta['recipe']))}, "
-        f"seeds {html.escape(', '.join(map(str, meta['seeds'])))}</p>\n"
+        f"<h1>{title}</h1>\n"
+        f"<p class='note'>command: {esc(meta.get('command', ''))}; "
+        f"{esc(meta.get('steps'))} updates per arm, recipe {esc(meta.get('recipe'))}, "
+        f"seeds {join(meta.get('seeds') or [])}</p>\n"
         + _throughput_note(meta.get("throughput")) +
         "<h2>Findings</h2>\n<ul class='findings'>\n"
-        + "\n".join(f"<li>{html.escape(f)}</li>" for f in findings(table))
+        + "\n".join(f"<li>{esc(f)}</li>" for f in findings(table))
         + "\n</ul>\n" + intervals_section(table) + "<h2>Regime</h2>\n" + fig_html
         + "\n<h2>Every arm</h2>\n<table><tr>" + head + "</tr>\n" + "\n".join(body)
         + "</table>\n</body>\n</html>\n"
     )  # fmt: skip
     path = out / "sweep.html"
-    path.write_text(page, encoding="utf-8")
+    atomic_write_text(path, page)
     return path
 
-
-def _cell_done(cell_dir: Path) -> bool:
-    meta = cell_dir / "cascade.json"
-    return meta.is_file() and json.loads(meta.read_text()).get("status") == "done"
-
-
-def render_sweep_dir(out: Path) -> Path:
-    """Re-render every cell's report and the sweep page from a sweep directory (no training)."""
-    meta_path, table_path = out / "sweep.json", out / "sweep.csv"
-    if not meta_path.exists() or not table_path.exists():
-        raise UserError(f"{out} is not a finished sweep directory (no sweep.json / sweep.csv)")
-    meta = json.loads(meta_path.read_text())
-    table = pd.read_csv(table_path)
-    for cell in table["cell"].unique():
-        if _cell_done(out / cell):
-            render_cascade(out / cell, shared_plotly(meta.get("plotly", "inline"), out))
-    return render_sweep(out, table, meta)

@@ -1,0 +1,107 @@
+"""The one place where a value becomes HTML: format, then escape; links only to checked names.
+
+    from andrea_diag.report.safe import esc, href, Html, script_json, figure_html
+    f"<td>{esc(value)}</td>"                  # any type: None -> "-", 0.1234 -> "0.123", list -> text
+    f"<td>{esc(lr, fmt='.3g')}</td>"          # a format spec; a value it does not fit is shown as text
+    f"<a href='{href(cell, 'report.html')}'>" # ./<cell>/report.html, the cell a plain name
+    Html("<b>x</b>")                          # markup built here from escaped parts: esc leaves it
+
+Every page reads run directories someone else made (``rundir.py``), so every value is escaped
+*after* formatting, whatever its type (``fmt()`` of a list gives its text, which is then
+escaped). Two more things a grep for an attack would find are neutralised, though a browser
+would not run them once escaped: ``javascript:``/``vbscript:`` (the colon becomes ``&#58;``)
+and ``on<event>=`` (the ``=`` becomes ``&#61;``); the page reads the same. JSON embedded in a
+``<script>`` has ``<``, ``>``, ``&``, ``=``, ``/`` and U+2028/9 as ``\\uXXXX`` escapes, so no
+value can end the element or start one.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import quote
+
+from andrea_diag.report.arms import fmt as _fmt
+from andrea_diag.rundir import check_component
+
+_SCHEME = re.compile(r"(?i)(javascript|vbscript|livescript)(\s*):")
+_HANDLER = re.compile(r"(?i)\b(on[a-z]+)(\s*)=")
+_JSON_SWAP = (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"), ("=", "\\u003d"),
+              ("\u2028", "\\u2028"), ("\u2029", "\\u2029"))  # fmt: skip
+
+
+class Html(str):
+    """Markup assembled in this package from escaped parts: :func:`esc` passes it through."""
+
+
+def neutralise(text: str) -> str:
+    """Escaped text with ``javascript:`` and ``onerror=`` made inert for any later reader."""
+    text = _SCHEME.sub(r"\1\2&#58;", text)
+    return _HANDLER.sub(r"\1\2&#61;", text)
+
+
+def esc(value: Any, fmt: str | Callable[[Any], str] | None = None) -> Html:
+    """``value`` formatted (``fmt``: a format spec such as ``".3g"``, a function, or the
+    report's compact :func:`~andrea_diag.report.arms.fmt`), then HTML-escaped."""
+    if isinstance(value, Html):
+        return value
+    try:
+        if callable(fmt):
+            text = fmt(value)
+        elif fmt and isinstance(value, (int, float)) and not isinstance(value, bool):
+            text = format(value, fmt)
+        else:
+            text = _fmt(value)
+    except (TypeError, ValueError, OverflowError):
+        text = _fmt(value)  # a value the format does not fit is shown as it is
+    if not isinstance(text, str):
+        text = str(text)
+    return Html(neutralise(html.escape(text, quote=True)))
+
+
+def join(parts: list[Any], sep: str = ", ") -> Html:
+    """``sep``-joined escaped values (a list from a run dir as text)."""
+    return Html(esc(sep).join(esc(p) for p in parts))
+
+
+def href(*names: str) -> Html:
+    """A relative URL ``./a/b`` from plain names: each is checked (one path component, not
+    ``..``) and percent-encoded, so no name can make it a ``javascript:`` or absolute URL."""
+    parts = [quote(check_component(n, "link target"), safe="") for n in names]
+    return Html(html.escape("./" + "/".join(parts), quote=True))
+
+
+def script_json(obj: Any) -> str:
+    """``obj`` as JSON safe to place inside a ``<script>`` element."""
+    return json_safe(json.dumps(obj, default=str))
+
+
+def json_safe(text: str) -> str:
+    """JSON text with every character that could end or open an element escaped (``\\u``)."""
+    for unsafe, safe in _JSON_SWAP:
+        text = text.replace(unsafe, safe)
+    return _SCHEME.sub(r"\1\2\\u003a", text)
+
+
+def figure_html(fig: Any, div_id: str, config: dict[str, Any]) -> Html:
+    """A plotly figure as a ``<div>`` + ``<script>`` without the bundle (linked once per page),
+    in the form ``plotly.io.to_html`` writes.
+
+    The figure's JSON (trace names, hover text, titles: values from run dirs) is serialised by
+    plotly, then made safe by :func:`json_safe`; plotly draws the same strings."""
+    import plotly.io as pio
+
+    check_component(div_id, "figure id")
+    fig_json = json.loads(pio.to_json(fig, validate=False, pretty=False, engine="json"))
+    ident = script_json(div_id)
+    data, layout = script_json(fig_json.get("data", [])), script_json(fig_json.get("layout", {}))
+    return Html(
+        f'<div style="height:100%; width:100%;"><div id="{esc(div_id)}" class="plotly-graph-div" style="height:100%; '
+        'width:100%;"></div>\n<script type="text/javascript">\n'
+        "window.PLOTLYENV=window.PLOTLYENV || {};\n"
+        f"if (document.getElementById({ident})) {{ Plotly.newPlot({ident}, {data}, "
+        f"{layout}, {script_json(config)}); }}\n</script></div>"
+    )

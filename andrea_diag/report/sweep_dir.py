@@ -1,0 +1,103 @@
+"""Re-render a sweep directory someone else made: every finished cell's report, then the page.
+
+    from andrea_diag.report.sweep_dir import render_sweep_dir
+    render_sweep_dir(Path("runs/sweep-tiny"))      # what `andrea-diag report runs/sweep-tiny` does
+
+The sweep directory is untrusted input (:mod:`andrea_diag.rundir`): ``sweep.json`` must be a JSON
+object whose fields have the types the page formats (:data:`andrea_diag.runread.SWEEP`; a wrong
+one is dropped and shown as "-"), ``sweep.csv`` must parse and its columns are made the kind
+the page computes on, and every cell name must be one plain component inside the sweep, so a
+cell named ``../victim`` is refused before anything is read or written.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from andrea_diag.errors import UserError
+from andrea_diag.record import read_cascade_meta
+from andrea_diag.report.html import render_cascade
+from andrea_diag.rundir import child, read_json, regular_file
+from andrea_diag.runread import SWEEP, clean
+
+TEXT = ("cell", "size", "precision", "clip", "lockin", "status", "error")
+FLAGS = ("collapse",)
+
+
+def read_sweep_meta(out: Path) -> dict[str, Any]:
+    """sweep.json as a cleaned dict, its lists holding only values of the listed kind."""
+    path = out / "sweep.json"
+    meta = clean(read_json(path, "sweep.json", kind=dict), SWEEP, str(path))
+    for key, kind in (("sizes", str), ("clips", str), ("precisions", str), ("cells", str)):
+        meta[key] = [v for v in meta.get(key) or [] if isinstance(v, kind)]
+    for key in ("lrs", "max_norms", "seeds"):
+        meta[key] = [v for v in meta.get(key) or []
+                     if isinstance(v, (int, float)) and not isinstance(v, bool)]  # fmt: skip
+    if not isinstance(meta.get("throughput"), dict):
+        meta.pop("throughput", None)
+    return meta
+
+
+def _number(v: Any) -> float:
+    try:
+        x = float(v)
+    except (TypeError, ValueError):
+        return math.nan
+    return x
+
+
+def read_sweep_table(out: Path) -> pd.DataFrame:
+    """sweep.csv with text columns as text, number columns as numbers (a bad value: NaN)."""
+    path = regular_file(out / "sweep.csv", "sweep.csv")
+    try:
+        table = pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[""])
+    except (ValueError, UnicodeDecodeError, csv.Error, pd.errors.ParserError) as e:
+        raise UserError(f"sweep.csv {path} is not a readable table ({type(e).__name__})") from None
+    if "cell" not in table or "clip" not in table or table.empty:
+        raise UserError(f"sweep.csv {path} has no cell/clip rows", hint="the file is damaged")
+    for col in table.columns:
+        if col in TEXT:
+            table[col] = table[col].where(table[col].notna(), None)
+        elif col in FLAGS:
+            table[col] = table[col].map(lambda v: None if v is None else str(v).lower() == "true")
+        else:
+            table[col] = table[col].map(_number).astype("float64")
+    for col in ("cell", "clip", "size"):
+        if col in table and table[col].isna().any():
+            raise UserError(f"sweep.csv {path} has a row without a {col}")
+    keys = [
+        c for c in ("cell", "size", "lr", "max_norm", "precision", "seed", "clip") if c in table
+    ]
+    if table.duplicated(subset=keys).any() or table.duplicated(subset=keys[1:]).any():
+        raise UserError(f"sweep.csv {path} lists the same arm twice", hint="the file is damaged")
+    for cell in table["cell"].unique():
+        child(out, cell, "sweep.csv: cell")  # before anything is read or written
+    return table
+
+
+def _finished(cell_dir: Path) -> bool:
+    if not (cell_dir / "cascade.json").exists():
+        return False
+    return read_cascade_meta(cell_dir).get("status") == "done"
+
+
+def render_sweep_dir(out: Path) -> Path:
+    """Re-render every finished cell's report and the sweep page (no training)."""
+    from andrea_diag.report.sweep_page import render_sweep
+
+    out = Path(out)
+    if not (out / "sweep.json").exists() or not (out / "sweep.csv").exists():
+        raise UserError(f"{out} is not a finished sweep directory (no sweep.json / sweep.csv)")
+    meta = read_sweep_meta(out)
+    table = read_sweep_table(out)
+    shared = out if meta.get("plotly") == "shared" else None
+    for cell in table["cell"].unique():
+        cell_dir = child(out, cell, "sweep.csv: cell")
+        if _finished(cell_dir):
+            render_cascade(cell_dir, shared)
+    return render_sweep(out, table, meta)

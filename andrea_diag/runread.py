@@ -1,0 +1,357 @@
+"""Validated reading of a run directory's files: each file kind has the shape its readers expect.
+
+    from andrea_diag.runread import clean, CONFIG, read_parquet, clean_table
+    config = clean(read_json(run_dir / "config.json", "config.json", kind=dict), CONFIG, "config.json")
+    metrics = clean_table(read_parquet(run_dir / "metrics.parquet"), "metrics", path)
+
+A run directory is untrusted input (:mod:`andrea_diag.rundir`). The report and the export do
+arithmetic and formatting on what they read, so a field of the wrong type (a list where a number
+belongs, ``"steps": "16"``) must not reach them: :func:`clean` drops every field whose type is
+not the declared one (the page then shows "-", and a warning names the field), and
+:func:`clean_table` makes every column of a metrics, events or samples table the kind its
+readers expect (numbers, text, flags). What cannot be repaired, a row of metrics without an
+update number or a parquet file that is not parquet, is one :class:`UserError` line.
+
+Fields not declared here pass unchanged: a reader of one must check its type itself.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import numbers
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from andrea_diag.errors import UserError
+from andrea_diag.rundir import child, read_json, regular_file
+
+log = logging.getLogger("andrea_diag.record")
+
+MAX_UPDATE = 2**53  # an update number a float holds exactly; past it, a table is damaged
+NUM, INT, STR, BOOL, LIST, DICT = "num", "int", "str", "bool", "list", "dict"
+_NONFINITE = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan, "NaN": math.nan}
+
+CONFIG: dict[str, Any] = {
+    "size": STR, "recipe": STR, "clip": STR, "arm": STR, "precision": STR, "device": STR,
+    "max_norm": NUM, "lr": NUM, "steps": INT, "micro_batch": INT, "accum": INT,
+    "seq_len": INT, "seed": INT, "replicas": INT, "eval_every": INT, "boundary_k": INT,
+    "probes": {"boundary_k": INT}, "clip_params": DICT, "model_config": {"n_params": INT},
+    "effective_batch": {"m": INT, "A": INT, "D": INT, "examples": INT, "tokens": INT},
+}  # fmt: skip
+ENV: dict[str, Any] = {
+    "andrea_diag": STR, "python": STR, "platform": STR, "torch": STR, "cuda": STR,
+    "gpu": STR, "cpu_threads": INT, "git_commit": STR, "started": STR,
+}  # fmt: skip
+SOURCE: dict[str, Any] = {
+    "generated": BOOL, "origin": STR, "n_bytes": INT, "n_tokens": INT, "sha256": STR,
+    "n_docs": INT,
+}  # fmt: skip
+SUMMARY: dict[str, Any] = {
+    "final_loss": NUM, "final_eval_loss": NUM, "min_loss": NUM, "max_grad_norm": NUM,
+    "median_grad_norm": NUM, "pct_clipped": NUM, "pct_skipped": NUM, "clip_ms_median": NUM,
+    "wall_s": NUM, "n_updates": INT, "n_boundaries": INT, "nonfinite_updates": INT,
+    "status": STR, "error": STR, "probe_failures": LIST,
+    "spikes": {
+        "n_spikes": INT, "n_grad_spikes": INT, "n_loss_spikes": INT, "n_cascades": INT,
+        "spike_score_loss": NUM, "spike_score_grad": NUM, "by_cause": DICT,
+        "spike_updates": LIST, "thresholds": {"boundary_k": INT},
+    },
+    "pollution": {
+        "max_m_share": NUM, "max_v_share": NUM, "recovery_m": NUM, "recovery_v": NUM,
+        "shadow_bytes": INT, "has_moments": BOOL, "shadow": BOOL,
+    },
+    "lockin": {"verdict": STR, "reason": STR, "reasons": LIST, "thresholds": DICT},
+}  # fmt: skip
+CASCADE: dict[str, Any] = {
+    "size": STR, "seed": INT, "status": STR, "command": STR, "arms": LIST,
+}  # fmt: skip
+SWEEP: dict[str, Any] = {
+    "sizes": LIST, "lrs": LIST, "max_norms": LIST, "seeds": LIST, "clips": LIST,
+    "precisions": LIST, "steps": INT, "recipe": STR, "plotly": STR, "command": STR,
+    "cells": LIST, "status": STR,
+    "throughput": {"updates_per_s": NUM, "updates": INT, "wall_s": NUM, "executor": STR,
+                   "jobs": INT},
+}  # fmt: skip
+
+# Table columns that hold text, flags or lists; every other column is a number.
+TEXT_COLUMNS = {
+    "metrics": {"batch_hash", "injected", "phase_name", "source"},
+    "events": {"metric", "cause", "outlier_source", "kind", "probe", "hook", "error",
+               "close_error"},
+    "samples": {"source", "mode", "text", "prompt"},
+}  # fmt: skip
+FLAG_COLUMNS = {"metrics": {"boundary", "nonfinite", "applied", "skipped", "eval"}}
+LIST_COLUMNS = {"events": {"causes", "cascade"}}
+
+
+def _number(v: Any, integer: bool) -> tuple[bool, Any]:
+    """(ok, value) for a JSON number field: non-finite floats arrive as strings."""
+    if isinstance(v, str) and v in _NONFINITE and not integer:
+        return True, _NONFINITE[v]
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return False, None
+    if integer:
+        if isinstance(v, float) and not v.is_integer():
+            return False, None
+        return True, int(v)
+    return True, v
+
+
+def _fits(v: Any, kind: Any) -> tuple[bool, Any]:
+    if v is None:
+        return True, None  # null: "not measured", every reader handles it
+    if kind in (NUM, INT):
+        return _number(v, kind == INT)
+    want = {STR: str, BOOL: bool, LIST: list, DICT: dict}[kind]
+    return isinstance(v, want), v
+
+
+def clean(obj: Any, spec: dict[str, Any], what: str) -> dict[str, Any]:
+    """``obj`` with every declared field of the wrong type dropped (nested dicts cleaned too)."""
+    if not isinstance(obj, dict):
+        return {}
+    out = dict(obj)
+    for key, kind in spec.items():
+        if key not in out:
+            continue
+        v = out[key]
+        if isinstance(kind, dict):
+            ok, v = isinstance(v, dict) or v is None, clean(v, kind, f"{what} {key}")
+        else:
+            ok, v = _fits(v, kind)
+        if ok:
+            out[key] = v
+        else:
+            log.warning("%s: field %r has the wrong type (%s); shown as -", what, key,
+                        type(out[key]).__name__)  # fmt: skip
+            del out[key]
+    return out
+
+
+def clean_data(obj: Any, what: str = "data.json") -> dict[str, Any]:
+    """data.json: its ``sources`` (or, in old runs, the top level) as name -> clean source."""
+    if not isinstance(obj, dict):
+        return {}
+    out = dict(obj)
+    sources = obj.get("sources", obj)
+    if not isinstance(sources, dict):
+        sources = {}
+    cleaned = {str(k): clean(v, SOURCE, f"{what} {k}") for k, v in sources.items()
+               if isinstance(v, dict)}  # fmt: skip
+    if "sources" in obj:
+        out["sources"] = cleaned
+        return out
+    return cleaned
+
+
+def read_parquet(path: Path, what: str = "metrics.parquet") -> pd.DataFrame:
+    """A parquet table from a regular file, or one line when it is not one."""
+    regular_file(path, what)
+    try:
+        return pd.read_parquet(path)
+    except ImportError:
+        raise
+    except Exception as e:  # pyarrow raises several types for a damaged file
+        raise UserError(
+            f"{what} {path} is not a readable parquet file ({type(e).__name__})",
+            hint="the file is damaged; delete it to read metrics.jsonl instead",
+        ) from None
+
+
+NUMERIC_PREFIXES = (
+    "update",
+    "loss",
+    "grad_norm",
+    "clip_",
+    "lr",
+    "w_",
+    "layer_gn/",
+    "eval_",
+    "m_",
+    "v_",
+    "value",
+    "z",
+    "distinct_",
+    "top_token",
+    "longest",
+    "time_s",
+)
+
+
+def _numeric_name(col: str) -> bool:
+    """A column every reader does arithmetic on (a column of text under it is damage)."""
+    return col.startswith(NUMERIC_PREFIXES)
+
+
+def _to_float(v: Any) -> float:
+    if isinstance(v, str):
+        v = _NONFINITE.get(v, v)
+        try:
+            return float(v)
+        except ValueError:
+            return math.nan
+    if isinstance(v, bool) or not isinstance(v, numbers.Real):
+        return math.nan
+    return float(v)
+
+
+def _text(v: Any) -> str | None:
+    if isinstance(v, str):
+        return v
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return None  # a gap in a text column stays a gap
+    return str(v)
+
+
+def _flag(v: Any) -> bool:
+    if isinstance(v, str):
+        return v.strip().lower() in ("true", "1", "yes")
+    try:
+        return bool(v) and v == v  # NaN is not a flag
+    except (TypeError, ValueError):
+        return False
+
+
+def clean_table(df: pd.DataFrame, kind: str, path: Path) -> pd.DataFrame:
+    """``df`` with every column of the type its readers expect (``kind``: metrics, events,
+    samples). A metrics row without an update number is refused: rows are placed by it."""
+    if df.empty:
+        return df
+    df = df.copy()
+    df.columns = [str(c) for c in df.columns]
+    df = df.loc[:, ~df.columns.duplicated()]
+    text, flags, lists = (TEXT_COLUMNS.get(kind, set()), FLAG_COLUMNS.get(kind, set()),
+                          LIST_COLUMNS.get(kind, set()))  # fmt: skip
+    for col in df.columns:
+        s = df[col]
+        if col in text:
+            df[col] = s.map(_text)
+        elif col in flags:
+            df[col] = s.map(_flag).astype(bool)
+        elif col in lists:
+            df[col] = s.map(lambda v: [str(x) for x in v] if isinstance(v, (list, tuple)) else None)
+        elif pd.api.types.is_bool_dtype(s) or pd.api.types.is_numeric_dtype(s):
+            continue
+        elif _numeric_name(col) or not s.map(lambda v: isinstance(v, str) or v is None).all():
+            df[col] = s.map(_to_float).astype("float64")  # a wrong value is a gap, not a crash
+    if "update" in df:
+        u = df["update"]
+        bad = u.isna() | (u != u.round()) | (u.abs() > MAX_UPDATE)  # inf is above it too
+        if bad.any() and kind == "metrics":
+            raise UserError(
+                f"{path}: {int(bad.sum())} row(s) have no valid update number",
+                hint="the file is damaged or not from andrea-diag",
+            )
+        if kind == "events" and "kind" in df:  # a probe failure at close has no update
+            bad &= ~(df["update"].isna() & (df["kind"] == "probe_failure"))
+        df = df[~bad].copy()
+        if not df["update"].isna().any():
+            df["update"] = df["update"].astype("int64")
+    return df.reset_index(drop=True)
+
+
+def read_jsonl(path: Path) -> pd.DataFrame:
+    """Read a JSONL table, skipping undecodable lines (a torn row from a crash) with a warning:
+    every intact row is kept, before and after it. Only a regular file is opened (a FIFO
+    would hang the reader), and a row that is not a JSON object counts as undecodable."""
+    rows, bad = [], 0
+    if path.exists() or path.is_symlink():
+        regular_file(path, path.name)
+        with open(path, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                line = line.strip()
+                if not line:
+                    continue
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError:
+                    row = None
+                if isinstance(row, dict):
+                    rows.append(row)
+                else:
+                    bad += 1
+    if bad:
+        log.warning("%s: skipped %d unreadable line(s) (a torn row from a crash?)", path, bad)
+    df = pd.DataFrame(rows)
+    for col in df.columns:  # "inf"/"-inf" strings back to floats in numeric columns
+        if df[col].dtype == object and df[col].isin(["inf", "-inf"]).any():
+            df[col] = pd.to_numeric(
+                df[col].replace({"inf": math.inf, "-inf": -math.inf}), errors="coerce"
+            )
+    return df
+
+
+def _opt_json(run_dir: Path, name: str, spec: dict[str, Any] | None) -> Any:
+    """A side file as a cleaned dict (runread.py), or None when absent."""
+    p = run_dir / name
+    if not (p.exists() or p.is_symlink()):
+        return None
+    value = read_json(p, name, kind=dict)
+    if name == "data.json":
+        return clean_data(value, str(p))
+    return clean(value, spec, str(p)) if spec is not None else value
+
+
+def load_run(run_dir: str | Path) -> dict[str, Any]:
+    """Everything the report needs from a run directory, each file checked for the shape its
+    readers expect (:mod:`andrea_diag.runread`): a damaged file is one UserError line."""
+    run_dir = Path(run_dir)
+    if not (run_dir / "config.json").exists():
+        raise UserError(
+            f"{run_dir} is not a run directory (no config.json)",
+            hint="pass a directory written by `andrea-diag train` or `cascade`",
+        )
+    table = run_dir / "metrics.parquet"
+    if table.exists() or table.is_symlink():
+        metrics = read_parquet(table)
+    else:
+        table = run_dir / "metrics.jsonl"
+        metrics = read_jsonl(table)
+    metrics = clean_table(metrics, "metrics", table)
+    events = clean_table(read_jsonl(run_dir / "events.jsonl"), "events", run_dir / "events.jsonl")
+    # events.jsonl holds spike events and, rarely, probe-failure warnings (probes/driver.py)
+    failures: list[dict[str, Any]] = []
+    if "kind" in events:
+        failed = events["kind"] == "probe_failure"
+        failure_cols = ["kind", "probe", "hook", "error", "close_error"]
+        failures = [
+            {k: v for k, v in r.items() if k in ("update", *failure_cols) and pd.notna(v)}
+            for r in events[failed].to_dict("records")
+        ]
+        events = events[~failed].drop(columns=failure_cols, errors="ignore")
+    samples = read_jsonl(run_dir / "samples.jsonl")
+    return {
+        "dir": run_dir,
+        "config": _opt_json(run_dir, "config.json", CONFIG),
+        "env": _opt_json(run_dir, "env.json", ENV),
+        "data": _opt_json(run_dir, "data.json", None),
+        "summary": _opt_json(run_dir, "summary.json", SUMMARY),
+        "schedule": _opt_json(run_dir, "schedule.json", {}),
+        "metrics": metrics,
+        "events": events.reset_index(drop=True),
+        "probe_failures": failures,
+        "samples": clean_table(samples, "samples", run_dir / "samples.jsonl"),
+    }
+
+
+def read_cascade_meta(cascade_dir: Path) -> dict[str, Any]:
+    """cascade.json, or a one-line UserError when it is absent, corrupt or lists no arms.
+    Every arm is a plain name that stays inside ``cascade_dir`` (rundir.child)."""
+    meta_path = cascade_dir / "cascade.json"
+    if not (meta_path.exists() or meta_path.is_symlink()):
+        raise UserError(
+            f"{cascade_dir} is not a cascade or train run directory (no cascade.json)",
+            hint="pass the --out directory of `andrea-diag cascade` or `train`",
+        )
+    meta = clean(read_json(meta_path, "cascade.json", kind=dict), CASCADE, str(meta_path))
+    if not meta.get("arms"):
+        raise UserError(f"{meta_path} lists no arms")
+    for arm in meta["arms"]:
+        if not isinstance(arm, str):
+            raise UserError(f"{meta_path} lists an arm that is not a name: {arm!r}"[:200])
+        child(cascade_dir, arm, f"{meta_path.name}: arm")
+    return meta

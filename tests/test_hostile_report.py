@@ -1,0 +1,258 @@
+"""`report` and `export` on run directories someone else made (issue 18): nothing in them runs,
+nothing outside them is read or written, and every page write is atomic and inside the run.
+
+The runs are synthetic (conftest's ``make_run``, through the real Recorder) and then edited the
+way an attacker would (tests/hostile_dirs.py). Damaged files: test_report_damaged.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from hostile_dirs import (
+    ATTR,
+    HOSTILE,
+    JS,
+    XSS,
+    N,
+    assert_safe,
+    cli,
+    edit,
+    make_cascade,
+    make_sweep,
+    one_line_error,
+)
+
+from andrea_diag.errors import UserError
+from andrea_diag.report import render_cascade, render_report
+from andrea_diag.report.safe import esc, href, json_safe, script_json
+from andrea_diag.report.sweep_page import render_sweep
+
+
+@pytest.fixture
+def run(tmp_path: Path, make_run: Callable[..., Path]) -> Path:
+    return make_run(tmp_path / "run" / "none", clip="none", n_updates=N)
+
+
+@pytest.fixture
+def cascade(tmp_path: Path, make_run: Callable[..., Path]) -> Path:
+    return make_cascade(tmp_path / "cascade", make_run)
+
+
+# ---- the one escaping place ----
+
+
+@pytest.mark.parametrize("value", [*HOSTILE, 1.5, None, True, float("nan")])
+def test_esc_formats_then_escapes_any_type(value: object) -> None:
+    out = esc(value)
+    assert "<" not in out and ">" not in out and '"' not in out
+    assert "javascript:" not in out and "onerror=" not in out
+
+
+def test_esc_format_spec_that_does_not_fit_shows_the_value() -> None:
+    assert esc(0.123456, ".3g") == "0.123" and esc("16", ".3g") == "16"
+    assert esc([1, 2], ".1f") == "[1, 2]"
+
+
+@pytest.mark.parametrize("name", ["../victim", "/abs", "..", "", "a/b"])
+def test_href_refuses_names_that_are_not_one_component(name: str) -> None:
+    with pytest.raises(UserError):
+        href(name, "report.html")
+
+
+def test_href_of_a_javascript_name_is_a_relative_link() -> None:
+    link = href(JS, "report.html")
+    assert link.startswith("./") and "javascript:" not in link
+
+
+def test_embedded_json_cannot_end_its_script_element() -> None:
+    text = script_json({"arms": ["</script><script>alert(1)</script>", ATTR, JS]})
+    assert "<" not in text and ">" not in text and "javascript:" not in text
+    assert json.loads(text)["arms"][1] == ATTR  # the same value, only escaped
+    assert "onerror=" not in json_safe(json.dumps(ATTR))
+
+
+# ---- hostile values in the files a page shows ----
+
+
+@pytest.mark.parametrize("value", HOSTILE)
+def test_hostile_summary_fields_render_escaped(run: Path, value: object) -> None:
+    edit(run / "summary.json", lockin__verdict=value, max_grad_norm=value, final_loss=value,
+          spikes__n_spikes=value, pollution__max_v_share=value)  # fmt: skip
+    page = render_report([run], run / "report.html").read_text()
+    assert_safe(page)
+
+
+@pytest.mark.parametrize("value", HOSTILE)
+def test_hostile_config_data_env_fields_render_escaped(run: Path, value: object) -> None:
+    edit(run / "config.json", recipe=value, lr=value, steps=value, size=value, arm=value,
+          effective_batch__m=value, model_config__n_params=value, clip=value)  # fmt: skip
+    edit(run / "data.json", **{"sources__repo-docs__n_bytes": value,
+          "sources__repo-docs__origin": value, "sources__repo-docs__sha256": value})  # fmt: skip
+    edit(run / "env.json", gpu=value, torch=value, git_commit=value)
+    page = render_report([run], run / "report.html").read_text()
+    assert_safe(page)
+
+
+def test_hostile_table_values_render_escaped(run: Path) -> None:
+    with open(run / "events.jsonl", "a") as f:
+        f.write(json.dumps({"update": 3, "metric": "grad_norm", "value": 9.0, "cause": ATTR,
+                            "causes": [XSS]}) + "\n")  # fmt: skip
+    with open(run / "samples.jsonl", "a") as f:
+        f.write(json.dumps({"update": N, "source": XSS, "mode": ATTR, "text": JS}) + "\n")
+    (run / "metrics.parquet").unlink()  # the JSONL is read, with the hostile cells
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    rows[4].update({"loss": XSS, "injected": ATTR, "grad_norm": [1, 2]})
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    page = render_report([run], run / "report.html").read_text()
+    assert_safe(page)
+
+
+def test_hostile_arm_and_title_in_cascade_json(cascade: Path) -> None:
+    edit(cascade / "cascade.json", size=XSS, command=ATTR + JS, status=XSS)
+    assert_safe(render_cascade(cascade).read_text())
+
+
+def test_hostile_sweep_json_and_cell_names_render_escaped(tmp_path: Path, cascade: Path) -> None:
+    sweep = make_sweep(tmp_path, cascade, JS)
+    code, out = cli("report", str(sweep))
+    assert code == 0, out
+    page = (sweep / "sweep.html").read_text()
+    assert_safe(page)
+    assert "href='./javascript%3Aalert%281%29/report.html'" in page
+
+
+def test_sweep_page_rendered_live_escapes_its_meta(tmp_path: Path) -> None:
+    """render_sweep from the sweep itself (not re-read) escapes the same fields."""
+    table = pd.DataFrame([{"cell": JS, "size": "tiny", "lr": 1e-3, "max_norm": 1.0, "seed": 0,
+                           "clip": c, "final_loss": 3.0, "min_loss": 2.5, "n_spikes": 1.0,
+                           "max_grad_norm": 2.0, "lockin": "healthy"}
+                          for c in ("none", "global")])  # fmt: skip
+    meta = {"sizes": [XSS], "lrs": [1e-3], "seeds": [ATTR], "steps": XSS, "recipe": XSS,
+            "command": JS, "throughput": {"updates_per_s": 1.0, "updates": XSS, "wall_s": 1.0,
+                                          "executor": ATTR, "jobs": JS}}  # fmt: skip
+    assert_safe(render_sweep(tmp_path, table, meta).read_text())
+
+
+# ---- names from a run dir stay inside it ----
+
+
+def test_cascade_arm_outside_the_cascade_is_refused_and_not_read(
+    tmp_path: Path, cascade: Path, make_run: Callable[..., Path]
+) -> None:
+    outside = make_run(tmp_path / "outside" / "none", clip="none", n_updates=N)
+    rel = os.path.relpath(outside, cascade)
+    edit(cascade / "cascade.json", arms=["none", rel])
+    before = {p: p.stat().st_atime_ns for p in outside.iterdir()}
+    out = one_line_error("report", str(cascade))
+    assert "arm" in out and "plain name" in out
+    assert not (outside / "report.html").exists()
+    assert {p: p.stat().st_atime_ns for p in outside.iterdir()} == before
+    one_line_error("export", "--tensorboard", str(cascade), "--out", str(tmp_path / "tb"))
+
+
+def test_cascade_arm_linked_outside_is_refused(
+    tmp_path: Path, cascade: Path, make_run: Callable[..., Path]
+) -> None:
+    outside = make_run(tmp_path / "outside" / "x", clip="none", n_updates=N)
+    (cascade / "evil").symlink_to(outside)
+    edit(cascade / "cascade.json", arms=["none", "evil"])
+    assert "outside" in one_line_error("report", str(cascade))
+
+
+def test_sweep_cell_outside_the_sweep_is_refused_and_nothing_written(
+    tmp_path: Path, cascade: Path
+) -> None:
+    sweep = make_sweep(tmp_path, cascade, "../victim")
+    victim = tmp_path / "victim"
+    shutil.copytree(cascade, victim)
+    before = sorted(p.name for p in victim.iterdir())
+    one_line_error("report", str(sweep))
+    assert sorted(p.name for p in victim.iterdir()) == before
+    assert not (sweep / "sweep.html").exists() and not (sweep / "c0" / "report.html").exists()
+
+
+# ---- writes: atomic, inside the run ----
+
+
+def test_symlinked_report_html_is_replaced_not_written_through(tmp_path: Path, run: Path) -> None:
+    outside = tmp_path / "precious.txt"
+    outside.write_text("keep me")
+    (run / "report.html").symlink_to(outside)
+    code, out = cli("report", str(run))
+    assert code == 0, out
+    assert outside.read_text() == "keep me"
+    assert (run / "report.html").is_file() and not (run / "report.html").is_symlink()
+
+
+def test_report_of_one_run_dir_writes_inside_it(run: Path) -> None:
+    assert cli("report", str(run))[0] == 0
+    assert (run / "report.html").is_file() and not (run.parent / "report.html").exists()
+
+
+def test_report_to_dev_full_is_one_line() -> None:
+    if not Path("/dev/full").exists():
+        pytest.skip("no /dev/full")
+    out = one_line_error("report", "/dev/null", "--out", "/dev/full")
+    assert Path("/dev/full").exists()
+    del out
+
+
+def test_report_out_dev_full_of_a_real_run_is_one_line(run: Path) -> None:
+    if not Path("/dev/full").exists():
+        pytest.skip("no /dev/full")
+    one_line_error("report", str(run), "--out", "/dev/full")
+    assert Path("/dev/full").is_char_device()
+
+
+def test_full_disk_leaves_no_partial_report(run: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import andrea_diag.rundir as rundir
+
+    real = rundir.os.fsync
+
+    def full(fd: int) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(rundir.os, "fsync", full)
+    out = one_line_error("report", str(run))
+    monkeypatch.setattr(rundir.os, "fsync", real)
+    assert "no space left" in out
+    assert not (run / "report.html").exists()
+    assert not [p for p in run.iterdir() if p.name.endswith(".tmp")]
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
+def test_read_only_run_dir_says_it_cannot_write(tmp_path: Path, run: Path) -> None:
+    run.chmod(0o555)
+    try:
+        out = one_line_error("report", str(run))
+        assert "cannot write" in out and "--out" in out
+        assert cli("report", str(run), "--out", str(tmp_path / "r.html"))[0] == 0
+    finally:
+        run.chmod(0o755)
+
+
+def test_unwritable_run_dir_says_it_cannot_write_and_names_out(
+    tmp_path: Path, run: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The read-only case as root sees it too: the temp file cannot be created in the run."""
+    import andrea_diag.rundir as rundir
+
+    real = rundir.tempfile.mkstemp
+
+    def refuse(*args: object, dir: str | Path | None = None, **kw: object) -> tuple[int, str]:
+        if Path(str(dir)) == run:
+            raise PermissionError(13, "Permission denied")
+        return real(*args, dir=dir, **kw)
+
+    monkeypatch.setattr(rundir.tempfile, "mkstemp", refuse)
+    out = one_line_error("report", str(run))
+    assert "cannot write" in out and "--out" in out
+    assert cli("report", str(run), "--out", str(tmp_path / "r.html"))[0] == 0
+    assert (tmp_path / "r.html").is_file()
