@@ -261,4 +261,3 @@ def render_sweep(out: Path, table: pd.DataFrame, meta: dict[str, Any]) -> Path:
     path = out / "sweep.html"
     atomic_write_text(path, page)
     return path
-
