@@ -12,17 +12,16 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from andrea_diag.commands.options import SHARED, RunOptions, base_config, run_options
+from andrea_diag.commands.options import RunArgs, run_options
 from andrea_diag.commands.publish import PlotlyMode, plotly_mode
-from andrea_diag.commands.run import _arms
-from andrea_diag.commands.run import _csv as comma_list
+from andrea_diag.commands.run import _arms, grid_axes, grid_base
 from andrea_diag.errors import UserError
 from andrea_diag.experiments.ladder import LADDER_CLIPS, LADDER_LRS, LADDER_SIZES, LADDER_STEPS
 
 console = Console(stderr=True)
 
 
-@run_options(SHARED)
+@run_options(one_cell=False, defaults={"steps": LADDER_STEPS})
 def ladder(
     size: Annotated[
         str, typer.Option(help="Comma list of rungs (ordered by parameter count).")
@@ -37,12 +36,12 @@ def ladder(
     ),
     plotly: PlotlyMode = "shared",
     *,
-    opts: RunOptions,
+    run: RunArgs,
 ) -> None:
     """The capacity ladder: the smallest size where clipping measurably helps (harm) and where
     unclipped runs collapse more often (collapse), each with its interval, or "none".
 
-    --steps defaults to 1500 here (the gap between arms needs time to settle); --precision
+    --steps has a longer default here (the gap between arms needs time to settle); --precision
     takes a comma list. Re-running with the same --out resumes: finished cells are kept.
     """
     from andrea_diag.experiments.ladder import LadderSpec, run_ladder
@@ -51,15 +50,11 @@ def ladder(
     if "none" not in arms or len(arms) < 2:
         raise UserError("the ladder compares arm none with at least one clipped arm",
                         hint="e.g. --clip none,global")  # fmt: skip
-    precisions = comma_list(opts["precision"], str, "--precision")
-    if opts["steps"] is None:
-        opts = {**opts, "steps": LADDER_STEPS}
-    sizes = comma_list(size, str, "--size")
+    axes = grid_axes(run, size=size, lr=lr, max_norm=max_norm, seed=seed)
     spec = LadderSpec(
-        base=base_config(opts, size=sizes[0], precision=precisions[0]), sizes=sizes,
-        lrs=comma_list(lr, float, "--lr"), seeds=comma_list(seed, int, "--seed"),
-        precisions=precisions, max_norms=comma_list(max_norm, float, "--max-norm"),
-        clips=arms, out=opts["out"], plotly=plotly_mode(plotly),
+        base=grid_base(run.config, axes), sizes=axes["size"], lrs=axes["lr"],
+        seeds=axes["seed"], precisions=axes["precision"], max_norms=axes["max_norm"],
+        clips=arms, out=run.out, plotly=plotly_mode(plotly),
     )  # fmt: skip
     out, result = run_ladder(spec, console)
     for t in result["thresholds"]:
