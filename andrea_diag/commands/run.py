@@ -121,8 +121,8 @@ def grid_base(base: RunConfig, axes: dict[str, list]) -> RunConfig:
 
 
 def grid_axes(run: RunArgs, **lists: str) -> dict[str, list]:
-    """The comma lists of a grid command, read with the type of their config field; the
-    ``--precision`` option's value is one more axis."""
+    """The comma lists of a grid command by config field name (``--precision``'s value is one
+    more axis), each named in errors by its field's flag."""
     casts = {"size": str, "lr": float, "max_norm": float, "seed": int, "precision": str}
     lists = {**lists, "precision": run.config.precision}
     return {name: _csv(value, casts[name], BY_NAME[name].flag) for name, value in lists.items()}
