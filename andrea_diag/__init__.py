@@ -13,6 +13,18 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from andrea_diag.clip.api import ClipResult, clip_grad_norm_, clip_grad_norm_with_stats
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from andrea_diag.clip.api import ClipResult, clip_grad_norm_, clip_grad_norm_with_stats
 
 __all__ = ["ClipResult", "__version__", "clip_grad_norm_", "clip_grad_norm_with_stats"]
+
+
+def __getattr__(name: str) -> Any:
+    # the clip API on first use (PEP 562): `import andrea_diag.config` must not import torch
+    if name in ("ClipResult", "clip_grad_norm_", "clip_grad_norm_with_stats"):
+        from andrea_diag.clip import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'andrea_diag' has no attribute {name!r}")

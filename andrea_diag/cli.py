@@ -12,22 +12,57 @@ andrea-diag ladder --seed 0,1,2            # where clipping becomes mandatory, 1
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+from typer.core import TyperCommand, TyperGroup
 
 from andrea_diag import __version__
 from andrea_diag.commands.accum_check import accum_check
 from andrea_diag.commands.bench_kernels import bench_kernels
 from andrea_diag.commands.bench_train import bench_train
 from andrea_diag.commands.doctor import doctor
-from andrea_diag.commands.errors import friendly_errors
+from andrea_diag.commands.errors import friendly_errors, one_line
 from andrea_diag.commands.export import export
 from andrea_diag.commands.ladder import ladder
 from andrea_diag.commands.report import report
 from andrea_diag.commands.run import cascade, sweep, train
+from andrea_diag.errors import UserError
+
+
+class _Flags:
+    """Help and parsing shared by the app and its commands.
+
+    - A flag (``--shadow/--no-shadow``, ``--png``, ``--help``) takes no value, so its help row
+      shows no ``<bool>`` type.
+    - A value typer cannot read (``--seed abc``, ``--reps 10**12`` past its bound) ends in the
+      same one line as every other user error (``commands/errors.py``), not a usage panel.
+    """
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        for param in self.get_params(ctx):  # type: ignore[attr-defined]
+            if getattr(param, "is_flag", False):
+                param.metavar = ""
+        super().format_help(ctx, formatter)  # type: ignore[misc]
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)  # type: ignore[misc]
+        except typer.BadParameter as e:  # a bad value, a bound, a missing argument
+            one_line(UserError(e.format_message().replace("\n", " ")))
+            raise typer.Exit(2) from None
+
+
+class Command(_Flags, TyperCommand):
+    pass
+
+
+class Group(_Flags, TyperGroup):
+    pass
+
 
 app = typer.Typer(
+    cls=Group,
     name="andrea-diag",
     help="Diagnose and benchmark transformer training stability: clipped vs unclipped arms "
     "under bandit phase switches, spike attribution, Adam-state pollution, lock-in, and a "
@@ -53,17 +88,12 @@ def main(
     """andrea-diag: does this run need clipping, where do spikes come from, what does it cost."""
 
 
-app.command("cascade")(friendly_errors(cascade))
-app.command("train")(friendly_errors(train))
-app.command("sweep")(friendly_errors(sweep))
-app.command("report")(friendly_errors(report))
-
-app.command("bench-kernels")(friendly_errors(bench_kernels))
-app.command("bench-train")(friendly_errors(bench_train))
-app.command("accum-check")(friendly_errors(accum_check))
-app.command("doctor")(friendly_errors(doctor))
-app.command("ladder")(friendly_errors(ladder))
-app.command("export")(friendly_errors(export))
+for _name, _fn in {
+    "cascade": cascade, "train": train, "sweep": sweep, "report": report,
+    "bench-kernels": bench_kernels, "bench-train": bench_train, "accum-check": accum_check,
+    "doctor": doctor, "ladder": ladder, "export": export,
+}.items():  # fmt: skip
+    app.command(_name, cls=Command)(friendly_errors(_fn))
 
 if __name__ == "__main__":
     app()

@@ -84,7 +84,6 @@ def test_run_config_resolves_defaults_and_rejects_bad_values() -> None:
     for bad in (
         RunConfig(size="huge"),
         RunConfig(recipe="v3"),
-        RunConfig(clip="sometimes"),
         RunConfig(lr=-1.0),
         RunConfig(max_norm=0.0),
         RunConfig(steps=0),
@@ -93,6 +92,37 @@ def test_run_config_resolves_defaults_and_rejects_bad_values() -> None:
     ):
         with pytest.raises(UserError):
             bad.resolve()
+
+
+def test_an_unknown_clip_mode_is_refused_by_the_clipper_registry_in_one_line() -> None:
+    # the config does not know the modes (that would import torch); the registry refuses it
+    from andrea_diag.clip.modes import make_clipper
+
+    with pytest.raises(UserError, match="unknown clip mode 'sometimes'"):
+        make_clipper("sometimes")
+
+
+def test_importing_the_config_imports_no_torch_and_no_clip_mode() -> None:
+    import subprocess
+    import sys
+
+    code = "import andrea_diag.config, sys; assert 'torch' not in sys.modules, 'torch'; " \
+        "assert 'andrea_diag.clip.modes' not in sys.modules, 'modes'"  # fmt: skip
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-500:]
+
+
+def test_every_preset_carries_its_run_defaults_and_120m_alone_defaults_the_shadow_off() -> None:
+    from andrea_diag.config import PRESETS, ProbeConfig
+
+    for name, preset in PRESETS.items():
+        cfg = RunConfig(size=name).resolve()
+        assert (cfg.steps, cfg.micro_batch, cfg.accum, cfg.seq_len) == (
+            preset.steps, preset.micro_batch, preset.accum, preset.seq_len,
+        )  # fmt: skip
+        assert cfg.probes.shadow is preset.shadow
+    assert [n for n, p in PRESETS.items() if not p.shadow] == ["120m"]  # behaviour kept
+    assert ProbeConfig().resolve(steps=None).shadow is True  # no size (SpikeMonitor): on
 
 
 def test_v2_recipe_is_adamw_with_decay_and_warmup() -> None:

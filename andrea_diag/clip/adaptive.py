@@ -65,7 +65,6 @@ import torch
 from andrea_diag.clip.api import ClipResult, _notice_once, _scale_stage, clip_grad_norm_with_stats
 from andrea_diag.clip.registry import Clipper, register
 
-ADAPTIVE_MODES = ("zclip", "agc", "spam", "skip")
 TINY = 1e-6  # the denominators' floor, as in the papers' code
 
 

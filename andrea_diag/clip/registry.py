@@ -6,8 +6,9 @@ that needs memory across updates (an adaptive threshold, say) keeps it on the ob
 it through ``state_dict`` / ``load_state_dict``, which the trainer's checkpoints call. A mode
 that reads the optimizer's state (SPAM reads Adam's ``v``) gets it through ``bind``.
 
-The fixed modes live in ``modes.py``, the adaptive ones in ``adaptive.py``; both import this
-module, so neither imports the other.
+The fixed modes (``none``, ``global``, ``per-tensor``) are registered here, so they come first
+in the ``--clip`` help whatever imports what; the adaptive ones live in ``adaptive.py``, with
+their parameters in ``params.py``. ``modes.py`` imports both and is the public entry point.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import torch
 
 from andrea_diag.clip.api import ClipResult, clip_grad_norm_with_stats
 from andrea_diag.clip.params import ClipParams
+from andrea_diag.errors import UserError
 
 
 class Clipper:
@@ -58,3 +60,28 @@ def register(cls: type[Clipper]) -> type[Clipper]:
     """Class decorator: make ``cls`` available as ``--clip cls.name``."""
     CLIPPERS[cls.name] = cls
     return cls
+
+
+class UnknownClipMode(UserError, ValueError):
+    """``--clip NAME`` that no class registered: one line at the CLI, a ValueError to callers."""
+
+
+@register
+class NoClip(Clipper):
+    """Measure only: the norms are recorded, no gradient changes (the unclipped arm)."""
+
+    name, label, color, kernel_mode = "none", "unclipped", "#d62728", "none"
+
+
+@register
+class GlobalNormClip(Clipper):
+    """torch's ``clip_grad_norm_``: every gradient scaled by min(1, max_norm / total norm)."""
+
+    name, label, color, kernel_mode = "global", "global-norm clip", "#1f77b4", "global"
+
+
+@register
+class PerTensorClip(Clipper):
+    """Each gradient tensor scaled by min(1, max_norm / its own norm)."""
+
+    name, label, color, kernel_mode = "per-tensor", "per-tensor clip", "#2ca02c", "per-tensor"

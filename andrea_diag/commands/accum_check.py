@@ -22,22 +22,35 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from andrea_diag.config import MODEL_PRESETS
 from andrea_diag.errors import UserError
+from andrea_diag.fields import MAX_SEED
 
 if TYPE_CHECKING:
     from andrea_diag.experiments.accum_check import AccumCheckResult
 
-SizeOpt = Annotated[str, typer.Option("--size", help="Model preset: tiny, 12m or 120m")]
-MicroOpt = Annotated[int, typer.Option("--micro-batch", help="m: sequences per microbatch")]
-AccumOpt = Annotated[int, typer.Option("--accum", help="A: microbatches per group (>= 2)")]
+SizeOpt = Annotated[str, typer.Option("--size", help=f"Model preset: {', '.join(MODEL_PRESETS)}")]
+MicroOpt = Annotated[
+    int, typer.Option("--micro-batch", help="m: sequences per microbatch", max=2**20)
+]
+AccumOpt = Annotated[
+    int, typer.Option("--accum", help="A: microbatches per group (>= 2)", max=2**20)
+]
 ReplicasOpt = Annotated[
-    int, typer.Option("--replicas", help="D: data-parallel replicas, simulated in one process")
+    int,
+    typer.Option(
+        "--replicas", help="D: data-parallel replicas, simulated in one process", max=1024
+    ),
 ]
 PrecisionOpt = Annotated[
     str, typer.Option("--precision", help="fp32, bf16 or fp16 (autocast; fp16 loss-scaled)")
 ]
-SeqOpt = Annotated[int, typer.Option("--seq-len", help="Tokens per sequence (before padding)")]
-SeedOpt = Annotated[int, typer.Option("--seed", help="Initial weights and random batch")]
+SeqOpt = Annotated[
+    int, typer.Option("--seq-len", help="Tokens per sequence (before padding)", max=2**20)
+]
+SeedOpt = Annotated[
+    int, typer.Option("--seed", help="Initial weights and random batch", min=0, max=MAX_SEED)
+]
 DeviceOpt = Annotated[str, typer.Option("--device", help="cpu, auto, cuda or cuda:N")]
 OutOpt = Annotated[
     Path | None,

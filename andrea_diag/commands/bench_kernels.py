@@ -31,9 +31,22 @@ OutOpt = Annotated[
         help="Folder for bench-kernels.json / .html (default: runs/bench-kernels-<sizes>-<time>)",
     ),
 ]
-SizesOpt = Annotated[str, typer.Option("--sizes", help="Comma list of presets (tiny, 12m, 120m)")]
+GPU_REPS, CPU_REPS, MAX_REPS = 100, 3, 10**6
+SizesOpt = Annotated[
+    str,
+    typer.Option(
+        "--sizes", help=f"Comma list of presets ({', '.join(MODEL_PRESETS)})",
+        show_default="12m,120m on CUDA, tiny on CPU",
+    ),
+]  # fmt: skip
 DtypesOpt = Annotated[str, typer.Option("--dtypes", help="Comma list of fp32, bf16, fp16")]
-RepsOpt = Annotated[int, typer.Option("--reps", help="Timed repetitions per variant (median)")]
+RepsOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--reps", help="Timed repetitions per variant (median)", min=1, max=MAX_REPS,
+        show_default=f"{GPU_REPS} on CUDA, {CPU_REPS} on CPU",
+    ),
+]  # fmt: skip
 DeviceOpt = Annotated[str, typer.Option("--device", help="auto, cuda, cuda:N or cpu")]
 CasesOpt = Annotated[
     str,
@@ -60,7 +73,7 @@ def bench_kernels(
     out: OutOpt = None,
     sizes: SizesOpt = "",
     dtypes: DtypesOpt = "fp32,bf16",
-    reps: RepsOpt = 0,
+    reps: RepsOpt = None,
     device: DeviceOpt = "auto",
     cases: CasesOpt = ",".join(bench.CASES),
 ) -> None:
@@ -71,9 +84,7 @@ def bench_kernels(
     size_list = _split(sizes or ("12m,120m" if on_gpu else "tiny"), list(MODEL_PRESETS), "size")
     dtype_list = _split(dtypes, list(bench.DTYPES), "dtype")
     case_list = _split(cases, list(bench.CASES), "case")
-    reps = reps or (100 if on_gpu else 3)
-    if reps < 1:
-        raise UserError("--reps must be at least 1")
+    reps = reps or (GPU_REPS if on_gpu else CPU_REPS)
     if on_gpu:
         from andrea_diag.clip import cuda
 

@@ -18,23 +18,42 @@ from rich.console import Console
 
 from andrea_diag.config import RunConfig
 from andrea_diag.device import resolve_device
+from andrea_diag.fields import MAX_UPDATES
 
 
 def bench_train(
     size: Annotated[
-        str | None, typer.Option(help="Preset (default: 12m on CUDA, tiny on CPU).")
+        str | None, typer.Option(help="Preset.", show_default="12m on CUDA, tiny on CPU")
     ] = None,
     precision: Annotated[str, typer.Option(help="fp32, bf16 or fp16.")] = "fp32",
     clip: Annotated[str, typer.Option(help="Clip mode of both loops.")] = "global",
     clip_impl: Annotated[str, typer.Option(help="auto, cuda, reference or torch.")] = "auto",
     updates: Annotated[
-        int | None, typer.Option(help="Timed updates per loop (default 200 CUDA, 6 CPU).")
+        int | None,
+        typer.Option(
+            help="Timed updates per loop.",
+            show_default="200 on CUDA, 6 on CPU",
+            min=1,
+            max=MAX_UPDATES,
+        ),
     ] = None,
     warmup: Annotated[
-        int | None, typer.Option(help="Untimed updates per loop first (default 20 CUDA, 2 CPU).")
+        int | None,
+        typer.Option(
+            help="Untimed updates per loop first.",
+            show_default="20 on CUDA, 2 on CPU",
+            min=0,
+            max=MAX_UPDATES,
+        ),
     ] = None,
     block: Annotated[
-        int | None, typer.Option(help="Updates per timed block; blocks alternate.")
+        int | None,
+        typer.Option(
+            help="Updates per timed block; blocks alternate.",
+            show_default="20 on CUDA, 2 on CPU",
+            min=1,
+            max=MAX_UPDATES,
+        ),
     ] = None,
     device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
     out: Annotated[Path | None, typer.Option(help="Folder for bench-train.json / .html.")] = None,

@@ -16,6 +16,14 @@ F = TypeVar("F", bound=Callable[..., Any])
 err_console = Console(stderr=True)
 
 
+def one_line(e: UserError) -> None:
+    """Print ``error: <message>`` (and ``hint: ...``) on stderr."""
+    # escaped: a message may hold brackets (pip extras, paths) that are not markup
+    err_console.print(f"[bold red]error:[/] {escape(e.message)}", highlight=False, soft_wrap=True)
+    if e.hint:
+        err_console.print(f"[dim]hint:[/] {escape(e.hint)}", highlight=False, soft_wrap=True)
+
+
 def friendly_errors(fn: F) -> F:
     """Decorator for typer commands: UserError -> ``error: ...`` (+ hint) and exit code."""
 
@@ -24,14 +32,7 @@ def friendly_errors(fn: F) -> F:
         try:
             return fn(*args, **kwargs)
         except UserError as e:
-            # escaped: a message may hold brackets (pip extras, paths) that are not markup
-            err_console.print(
-                f"[bold red]error:[/] {escape(e.message)}", highlight=False, soft_wrap=True
-            )
-            if e.hint:
-                err_console.print(
-                    f"[dim]hint:[/] {escape(e.hint)}", highlight=False, soft_wrap=True
-                )
+            one_line(e)
             raise typer.Exit(e.exit_code) from None
         except KeyboardInterrupt:
             err_console.print("[yellow]interrupted[/]: everything recorded so far is kept")

@@ -2,7 +2,7 @@
 mandatory (the harm and collapse thresholds with their test, n, p-value and 95% intervals, or
 "insufficient seeds" below 6 pairs per rung, which is not an error: the exit status stays 0).
 
-    andrea-diag ladder --seed 0,1,2 --out runs/ladder                 # 12m, 30m, 60m, 120m
+    andrea-diag ladder --jobs 8 --out runs/ladder                     # 12m..120m, 8 seeds
     andrea-diag ladder --size tiny,tiny2 --seed 0,1 --steps 4         # a CPU smoke run
 """
 
@@ -22,11 +22,10 @@ from andrea_diag.commands.executor_options import (
     SlurmTime,
     executor_config,
 )
-from andrea_diag.commands.options import SHARED, RunOptions, base_config, run_options
+from andrea_diag.commands.options import RunArgs, run_options
 from andrea_diag.commands.pages import render_ladder_pages
 from andrea_diag.commands.publish import PlotlyMode, plotly_mode
-from andrea_diag.commands.run import _arms
-from andrea_diag.commands.run import _csv as comma_list
+from andrea_diag.commands.run import _arms, grid_axes, grid_base
 from andrea_diag.errors import UserError
 from andrea_diag.experiments.ladder import LADDER_CLIPS, LADDER_LRS, LADDER_SIZES, LADDER_STEPS
 from andrea_diag.stats import MIN_PAIRS
@@ -34,7 +33,7 @@ from andrea_diag.stats import MIN_PAIRS
 console = Console(stderr=True)
 
 
-@run_options(SHARED)
+@run_options(one_cell=False, defaults={"steps": LADDER_STEPS})
 def ladder(
     size: Annotated[
         str, typer.Option(help="Comma list of rungs (ordered by parameter count).")
@@ -45,7 +44,7 @@ def ladder(
     max_norm: Annotated[str, typer.Option(help="Comma list of clip thresholds.")] = "1.0",
     seed: Annotated[
         str, typer.Option(help=f"Comma list of seeds ({MIN_PAIRS} or more for a threshold).")
-    ] = "0,1,2",
+    ] = "0,1,2,3,4,5,6,7",  # 8: the published protocol; 6 is the least a threshold needs
     clip: Annotated[str, typer.Option(help="Arms: none and the clipped ones.")] = ",".join(
         LADDER_CLIPS
     ),
@@ -57,13 +56,13 @@ def ladder(
     slurm_gpus: SlurmGpus = 1,
     slurm_time: SlurmTime = 240,
     *,
-    opts: RunOptions,
+    run: RunArgs,
 ) -> None:
     """The capacity ladder: the smallest size where clipping measurably helps (harm) and where
     unclipped runs collapse more often (collapse), each with its test, n, p-value and interval,
     or "none" with the smallest detectable gap, or "insufficient seeds" below 6 per rung.
 
-    --steps defaults to 1500 here (the gap between arms needs time to settle); --precision
+    --steps has a longer default here (the gap between arms needs time to settle); --precision
     takes a comma list. Re-running with the same --out resumes: finished cells are kept.
     The largest rung runs first; --jobs N runs N cells at once per GPU (under CUDA MPS by
     default, --mps), as in sweep.
@@ -75,21 +74,17 @@ def ladder(
     if "none" not in arms or len(arms) < 2:
         raise UserError("the ladder compares arm none with at least one clipped arm",
                         hint="e.g. --clip none,global")  # fmt: skip
-    precisions = comma_list(opts["precision"], str, "--precision")
-    if opts["steps"] is None:
-        opts = {**opts, "steps": LADDER_STEPS}
-    sizes = comma_list(size, str, "--size")
+    axes = grid_axes(run, size=size, lr=lr, max_norm=max_norm, seed=seed)
     spec = LadderSpec(
-        base=base_config(opts, size=sizes[0], precision=precisions[0]), sizes=sizes,
-        lrs=comma_list(lr, float, "--lr"), seeds=comma_list(seed, int, "--seed"),
-        precisions=precisions, max_norms=comma_list(max_norm, float, "--max-norm"),
-        clips=arms, out=opts["out"], plotly=plotly_mode(plotly), executor=ex,
+        base=grid_base(run.config, axes), sizes=axes["size"], lrs=axes["lr"],
+        seeds=axes["seed"], precisions=axes["precision"], max_norms=axes["max_norm"],
+        clips=arms, out=run.out, plotly=plotly_mode(plotly), executor=ex,
     )  # fmt: skip
-    run = run_ladder(spec, console)
-    page = render_ladder_pages(run, console)
-    for t in run.result["thresholds"]:
+    done = run_ladder(spec, console)
+    page = render_ladder_pages(done, console)
+    for t in done.result["thresholds"]:
         for key in ("harm_text", "collapse_text", "claim_text"):
             console.print(t[key], highlight=False, markup=False, soft_wrap=True)  # one line each
-    console.print(f"[bold green]ladder:[/] {page or run.out / 'ladder.json'}")
-    if run.failure is not None:
-        raise run.failure  # crashed cells: after the pages, which show them
+    console.print(f"[bold green]ladder:[/] {page or done.out / 'ladder.json'}")
+    if done.failure is not None:
+        raise done.failure  # crashed cells: after the pages, which show them

@@ -1,12 +1,14 @@
-"""The options that ``cascade``, ``train`` and ``sweep`` share, declared once.
+"""The options that ``cascade``, ``train``, ``sweep`` and ``ladder`` share, generated from the config.
 
-    @run_options(SHARED, ONE_CELL)
-    def cascade(clip: ..., opts: RunOptions) -> None:
-        base = base_config(opts)
+    @run_options(one_cell=True)
+    def cascade(clip: ..., *, run: RunArgs) -> None:
+        base = checked(run.config)
 
-``run_options`` appends the listed options to a typer command's signature and hands them to the
-command as one dict (``opts``). Defaults come from :class:`~andrea_diag.config.RunConfig` and
-:class:`~andrea_diag.config.ProbeConfig`, so the CLI never restates a library default.
+Every field of :class:`~andrea_diag.config.RunConfig`, :class:`~andrea_diag.config.ProbeConfig`
+and :class:`~andrea_diag.clip.params.ClipParams` declared with ``fields.option`` becomes a typer
+option: its flag, help, default and bounds are read from the field, so the CLI restates none of
+them. ``run_options`` appends those options to a command's signature and hands the command the
+(unresolved) ``RunConfig`` they make, plus ``--out``, ``--resume`` and what the user typed.
 """
 
 from __future__ import annotations
@@ -14,96 +16,98 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import types
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal, Union, get_args, get_origin, get_type_hints
 
 import typer
+from rich.markup import escape
 
-from andrea_diag.clip.params import ClipParams
-from andrea_diag.config import MODEL_PRESETS, ProbeConfig, RunConfig
+from andrea_diag.clip.params import MODE_PARAMS, ClipParams
+from andrea_diag.config import ProbeConfig, RunConfig
 from andrea_diag.data.corpus import parse_source_overrides
 from andrea_diag.errors import UserError
+from andrea_diag.fields import Cli, cli_fields, cli_of
 
-RunOptions = dict[str, Any]
-_RUN, _PROBES, _CLIP = RunConfig(), ProbeConfig(), ClipParams()
+# The config's nested dataclasses whose CLI fields are options too, and their help panels.
+NESTED: dict[str, tuple[type, str | None]] = {
+    "probes": (ProbeConfig, None),
+    "clip_params": (ClipParams, f"Adaptive clip modes (--clip {','.join(MODE_PARAMS)})"),
+}
+# What a typed value becomes in the config, where the option's type is not the field's.
+CONVERT: dict[str, Callable[[Any], Any]] = {
+    "sources": lambda v: parse_source_overrides(v or []),
+    "inject": lambda v: list(v or []),
+}
 
-Size = Annotated[str, typer.Option(help=f"Model preset: {', '.join(MODEL_PRESETS)}.")]
-MaxNorm = Annotated[float, typer.Option(help="Global (or per-tensor) clipping threshold.")]
-Lr = Annotated[
-    float | None,
-    typer.Option(
-        help="Peak learning rate; overrides the recipe's 3e-4. Cascades appear "
-        "under lr stress (a pilot saw one at 1e-2 on 120m), so sweep it."
-    ),
-]
-Steps = Annotated[int | None, typer.Option(help="Optimizer updates per arm (default: per size).")]
-Recipe = Annotated[str, typer.Option(help="v1: Adam, no decay, no warmup. v2: AdamW 0.1 + warmup.")]
-Seed = Annotated[int, typer.Option(help="Seed for init, data, bandit schedule (shared by arms).")]
-Device = Annotated[str, typer.Option(help="auto (CUDA when present), cpu or cuda.")]
+
+@dataclass(frozen=True)
+class ConfigOption:
+    """One config field as a command-line option."""
+
+    name: str  # the field's name, which is also the typer parameter's
+    nested: str | None  # None: a RunConfig field; else the RunConfig field holding it ("probes")
+    type: Any  # the field's resolved type hint
+    default: Any
+    cli: Cli
+    panel: str | None
+
+    @property
+    def flag(self) -> str:
+        return self.cli.flag(self.name)
+
+    def get(self, cfg: RunConfig) -> Any:
+        return getattr(getattr(cfg, self.nested) if self.nested else cfg, self.name)
+
+    def annotation(self, default: Any) -> Any:
+        shown = self.cli.shown if default is None and self.cli.shown else True
+        opt = typer.Option(
+            *self.cli.flags, help=escape(self.cli.help), show_default=shown,
+            rich_help_panel=self.cli.panel or self.panel,
+        )  # fmt: skip
+        return Annotated[_cli_type(self.type), opt]
+
+
+def _cli_type(hint: Any) -> Any:
+    """The option's type: Literal -> str, a dict or list field -> a repeatable ``list[str]``."""
+    if get_origin(hint) in (list, dict):
+        return list[str] | None
+    args = get_args(hint) if get_origin(hint) in (Union, types.UnionType) else (hint,)
+    base = next(a for a in args if a is not type(None))
+    if get_origin(base) is Literal:
+        base = str
+    return base | None if type(None) in args else base
+
+
+def _options() -> list[ConfigOption]:
+    """Every CLI field, in RunConfig's order, a nested config's fields where it sits."""
+    out: list[ConfigOption] = []
+    hints = get_type_hints(RunConfig)
+    for f in dataclasses.fields(RunConfig):
+        if f.name in NESTED:
+            cls, panel = NESTED[f.name]
+            sub = get_type_hints(cls)
+            out += [ConfigOption(g.name, f.name, sub[g.name], _default(g), m, panel)
+                    for g, m in cli_fields(cls)]  # fmt: skip
+        elif (meta := cli_of(f)) is not None:
+            out.append(ConfigOption(f.name, None, hints[f.name], _default(f), meta, None))
+    return out
+
+
+def _default(f: dataclasses.Field) -> Any:
+    return None if f.default is dataclasses.MISSING else f.default  # a list or dict: none typed
+
+
+OPTIONS: list[ConfigOption] = _options()
+BY_NAME = {o.name: o for o in OPTIONS}
+assert not {f.name for f in dataclasses.fields(RunConfig)} & {
+    f.name for cls, _ in NESTED.values() for f in dataclasses.fields(cls)
+}, "a nested config field shadows a RunConfig field: their options would collide"
+
 Out = Annotated[
-    Path | None, typer.Option(help="Output directory (default: runs/<kind>-<size>-<time>).")
-]
-Source = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--source",
-        help="Replace a source: NAME=PATH (folder of .txt/.md, or .jsonl with a 'text' "
-        "field), or NAME=generated for the seeded generator (gutenberg, hermes3-general). "
-        "Repeatable.",
-    ),
-]
-Inject = Annotated[
-    list[str] | None,
-    typer.Option("--inject", help="Cause a spike: outlier@UPDATE or nonfinite@UPDATE. Repeatable."),
-]
-Micro = Annotated[
-    int | None, typer.Option("--micro-batch", "-m", help="Examples per microbatch (m).")
-]
-Accum = Annotated[int | None, typer.Option("--accum", "-A", help="Microbatches per update (A).")]
-SeqLen = Annotated[int | None, typer.Option(help="Tokens per sequence.")]
-Mixer = Annotated[
-    str, typer.Option(help="seeded: a fixed phase schedule. exp3: a loss-rewarded bandit.")
-]
-ClipImpl = Annotated[str, typer.Option(help="Clipper: auto, cuda, reference or torch.")]
-Precision = Annotated[
-    str,
-    typer.Option(
-        help="fp32; bf16 (autocast); fp16 (autocast + GradScaler: an overflow skips the "
-        "update and halves the scale, both recorded)."
-    ),
-]
-BoundaryK = Annotated[
-    int,
-    typer.Option(
-        help="A spike up to this many updates after a phase boundary is "
-        "attributed to the phase transition."
-    ),
-]
-Shadow = Annotated[
-    bool | None,
-    typer.Option(
-        "--shadow/--no-shadow",
-        help="Shadow buffers for exact Adam-state pollution "
-        "(2 fp32 copies of the parameters) (default: on for tiny and 12m).",
-    ),
-]
-
-Nproc = Annotated[
-    int,
-    typer.Option(
-        "--nproc",
-        help="Data-parallel replicas D: worker processes (gloo on CPU, NCCL on GPUs), each "
-        "training m of every microbatch's m*D sequences.",
-    ),
-]
-
-CheckpointEvery = Annotated[
-    int | None,
-    typer.Option(
-        help="Updates between checkpoints (default: about every 10% of the run, and at least "
-        "every 10 minutes); 0: none."
-    ),
+    Path | None, typer.Option(help="Output directory.", show_default="runs/<kind>-<size>-<time>")
 ]
 Resume = Annotated[
     Path | None,
@@ -114,135 +118,67 @@ Resume = Annotated[
 ]
 
 
-def _adaptive(help: str) -> Any:
-    return typer.Option(
-        help=help, rich_help_panel="Adaptive clip modes (--clip zclip,agc,spam,skip)"
-    )
+@dataclass(frozen=True)
+class RunArgs:
+    """What a run command was given: the config its options make, and the rest."""
+
+    config: RunConfig  # as typed, unresolved: ``checked`` validates it
+    out: Path | None = None
+    resume: Path | None = None
+    explicit: frozenset[str] = frozenset()  # the parameters typed on the command line
 
 
-# The papers' defaults come from ClipParams (clip/params.py); only the help is written here.
-ADAPTIVE: list[tuple[str, Any, Any]] = [
-    ("zclip_alpha", Annotated[float, _adaptive("ZClip: EMA factor of the norm's mean/variance.")],
-     _CLIP.zclip_alpha),
-    ("zclip_z", Annotated[float, _adaptive("ZClip: z-score above which an update is clipped.")],
-     _CLIP.zclip_z),
-    ("zclip_warmup", Annotated[int, _adaptive("ZClip: updates that initialise the EMA.")],
-     _CLIP.zclip_warmup),
-    ("agc_lambda", Annotated[float, _adaptive("AGC: max unit gradient/weight norm ratio.")],
-     _CLIP.agc_lambda),
-    ("agc_eps", Annotated[float, _adaptive("AGC: floor of the unit weight norm.")],
-     _CLIP.agc_eps),
-    ("spam_theta", Annotated[float, _adaptive("SPAM: clip elements with g^2 > theta * v.")],
-     _CLIP.spam_theta),
-    ("spam_reset", Annotated[int, _adaptive("SPAM: updates between resets of Adam's m and v.")],
-     _CLIP.spam_reset),
-    ("spam_warmup", Annotated[int, _adaptive("SPAM: updates after a reset with no clipping.")],
-     _CLIP.spam_warmup),
-    ("skip_z", Annotated[float, _adaptive("skip: skip a step whose norm is this many rolling "
-                                          "standard deviations above the rolling mean.")],
-     _CLIP.skip_z),
-    ("skip_window", Annotated[int, _adaptive("skip: updates in the rolling window.")],
-     _CLIP.skip_window),
-]  # fmt: skip
-CLIP_PARAM_FIELDS = tuple(name for name, _, _ in ADAPTIVE)
-
-FlushEvery = Annotated[
-    int,
-    typer.Option(
-        help="Metric rows per write to metrics.jsonl (also at checkpoints, the end and a crash): "
-        "a kill -9 loses at most this many minus one finished updates' rows; 1: every row."
-    ),
-]
-ModelFactory = Annotated[
-    str | None,
-    typer.Option(
-        "--model",
-        help="Your model: package.module:factory; factory(size preset) returns an nn.Module "
-        "mapping token ids (B, T) to logits (B, T, vocab). See the README.",
-    ),
-]
-DataFactory = Annotated[
-    str | None,
-    typer.Option(
-        "--data",
-        help="Your data: package.module:factory; factory() returns {source name: [documents]} "
-        "for any of the three sources. See the README.",
-    ),
-]
-HfConfig = Annotated[
-    str | None,
-    typer.Option(
-        help="A Hugging Face causal LM from a local config.json (no download; the toolkit's "
-        "vocabulary). Needs the hf extra."
-    ),
-]
-
-Option = tuple[str, Any, Any]  # (parameter name, Annotated type, default)
-# Every run command: how to train and probe, where to write.
-SHARED: list[Option] = [
-    ("steps", Steps, _RUN.steps),
-    ("recipe", Recipe, _RUN.recipe),
-    ("device", Device, _RUN.device),
-    ("out", Out, None),
-    ("source", Source, None),
-    ("micro_batch", Micro, _RUN.micro_batch),
-    ("accum", Accum, _RUN.accum),
-    ("seq_len", SeqLen, _RUN.seq_len),
-    ("mixer", Mixer, _RUN.mixer),
-    ("clip_impl", ClipImpl, _RUN.clip_impl),
-    ("precision", Precision, _RUN.precision),
-    ("boundary_k", BoundaryK, _PROBES.boundary_k),
-    ("shadow", Shadow, _PROBES.shadow),
-    ("checkpoint_every", CheckpointEvery, _RUN.checkpoint_every),
-    ("flush_every", FlushEvery, _RUN.flush_every),
-    *ADAPTIVE,
-    ("model_factory", ModelFactory, _RUN.model_factory),
-    ("data_factory", DataFactory, _RUN.data_factory),
-    ("hf_config", HfConfig, _RUN.hf_config),
-]
-# Commands that run one cell (cascade, train); sweep takes lists of these instead.
-ONE_CELL: list[Option] = [
-    ("size", Size, _RUN.size),
-    ("max_norm", MaxNorm, _RUN.max_norm),
-    ("lr", Lr, _RUN.lr),
-    ("seed", Seed, _RUN.seed),
-    ("inject", Inject, None),
-    ("nproc", Nproc, _RUN.replicas),
-    ("resume", Resume, None),
-]
-PROBE_FIELDS = ("boundary_k", "shadow")  # options that are ProbeConfig fields
-NOT_CONFIG = ("out", "source", "inject", "resume", "explicit")  # not RunConfig fields as given
+def config_from(values: dict[str, Any]) -> RunConfig:
+    """A ``RunConfig`` from option values by field name (the nested ones routed to their class)."""
+    top: dict[str, Any] = {}
+    nested: dict[str, dict[str, Any]] = {name: {} for name in NESTED}
+    for name, value in values.items():
+        value = CONVERT[name](value) if name in CONVERT else value
+        where = BY_NAME[name].nested
+        (nested[where] if where else top)[name] = value
+    return RunConfig(**top, **{n: NESTED[n][0](**kw) for n, kw in nested.items()})
 
 
-def run_options(*groups: list[Option]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Append ``groups`` of options to a command; it receives them as ``opts``."""
-    options = [o for group in groups for o in group]
+def run_options(
+    *, one_cell: bool, defaults: dict[str, Any] | None = None
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Append the config's options (and ``--out``; ``--resume`` for a one-cell command) to a
+    command; it receives them as ``run: RunArgs``. ``defaults`` overrides a field's default for
+    this command (shown in its help)."""
+    defaults = defaults or {}
 
     def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
         sig = inspect.signature(fn, eval_str=True)
-        own = [p for p in sig.parameters.values() if p.name != "opts"]
-        extra = [
-            inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=ann)
-            for name, ann, default in options
-        ]
+        own = [p for p in sig.parameters.values() if p.name != "run"]
+        taken = {p.name for p in own}
+        opts = [o for o in OPTIONS if (one_cell or not o.cli.one_cell) and o.name not in taken]
+        extra = [(o.name, o.annotation(defaults.get(o.name, o.default)),
+                  defaults.get(o.name, o.default)) for o in opts]  # fmt: skip
+        extra += [("out", Out, None)] + ([("resume", Resume, None)] if one_cell else [])
 
         @functools.wraps(fn)
         def wrapper(**kwargs: Any) -> Any:
             ctx: typer.Context = kwargs.pop("typer_ctx")
-            opts = {name: kwargs.pop(name) for name, _, _ in options}
             # what the user typed, as opposed to defaults: --resume compares only these
-            opts["explicit"] = {
-                name
-                for name in [*opts, *kwargs]
-                # by name: typer may carry its own copy of click's ParameterSource enum
+            # (by name: typer may carry its own copy of click's ParameterSource enum)
+            explicit = frozenset(
+                name for name in kwargs
                 if getattr(ctx.get_parameter_source(name), "name", None) == "COMMANDLINE"
-            }
-            return fn(**kwargs, opts=opts)
+            )  # fmt: skip
+            values = {o.name: kwargs.pop(o.name) for o in opts}
+            run = RunArgs(config_from(values), out=kwargs.pop("out"),
+                          resume=kwargs.pop("resume", None), explicit=explicit)  # fmt: skip
+            return fn(**kwargs, run=run)
 
         ctx_param = inspect.Parameter(
             "typer_ctx", inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context
         )
-        params = [*own, *extra, ctx_param]
+        params = [
+            *own,
+            *(inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=d, annotation=a)
+              for n, a, d in extra),
+            ctx_param,
+        ]  # fmt: skip
         wrapper.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
         wrapper.__annotations__ = {p.name: p.annotation for p in params}
         return wrapper
@@ -250,54 +186,36 @@ def run_options(*groups: list[Option]) -> Callable[[Callable[..., Any]], Callabl
     return decorate
 
 
-def resumed(opts: RunOptions, clip: str) -> tuple[RunConfig, str]:
-    """``--resume DIR``: the run's own base config and arms, checked against what was typed."""
-    from andrea_diag.experiments.resume import RUNTIME_KEYS, run_configs
+def checked(cfg: RunConfig) -> RunConfig:
+    """``cfg`` itself, once it resolves: bad options fail before any work starts."""
+    cfg.resolve()
+    return cfg
 
-    out = Path(opts["resume"])
+
+def resumed(run: RunArgs, clip: str) -> tuple[RunConfig, str]:
+    """``--resume DIR``: the run's own base config and arms, checked against what was typed."""
+    from andrea_diag.experiments.resume import run_configs
+
+    out = Path(run.resume)  # type: ignore[arg-type]
     meta, saved = run_configs(out)
     if not saved:
         raise UserError(f"{out} has no started arm to continue", hint="start it again instead")
     arms = ",".join(meta["arms"])
-    typed = base_config(opts) if opts["explicit"] - {"resume"} else None
     base = dataclasses.replace(saved[0], clip="none", arm="")  # each arm sets its own
-    if typed is not None:
-        for name in sorted(opts["explicit"] - {"resume", "out", "clip"}):
-            field = {"nproc": "replicas", "source": "sources"}.get(name, name)
-            if field in PROBE_FIELDS:
-                old, new = getattr(base.probes, field), getattr(typed.probes, field)
-            elif field in CLIP_PARAM_FIELDS:
-                old, new = getattr(base.clip_params, field), getattr(typed.clip_params, field)
-            else:
-                old, new = getattr(base, field, None), getattr(typed, field, None)
-            if old != new and field not in RUNTIME_KEYS:
+    typed_names = sorted(run.explicit & BY_NAME.keys())
+    if run.explicit - {"resume"}:
+        typed = checked(run.config)
+        for name in typed_names:
+            opt = BY_NAME[name]
+            old, new = opt.get(base), opt.get(typed)
+            if old != new and not opt.cli.runtime:
                 raise UserError(
-                    f"--{name.replace('_', '-')} {new!r} differs from the run's {old!r} in {out}",
+                    f"{opt.flag} {new!r} differs from the run's {old!r} in {out}",
                     hint="resume with only --resume DIR (the run keeps its own options)",
                 )
-        for field in sorted(RUNTIME_KEYS):  # how, not what: may change
-            if field in opts["explicit"]:
-                base = dataclasses.replace(base, **{field: getattr(typed, field)})
-    if "clip" in opts["explicit"] and clip != arms:
+        # how, not what: may change (the runtime fields are RunConfig's own)
+        runtime = {n: getattr(typed, n) for n in typed_names if BY_NAME[n].cli.runtime}
+        base = dataclasses.replace(base, **runtime)
+    if "clip" in run.explicit and clip != arms:
         raise UserError(f"--clip {clip} differs from the run's arms {arms} in {out}")
     return base, arms
-
-
-def base_config(opts: RunOptions, **overrides: Any) -> RunConfig:
-    """The shared RunConfig of a command's arms, validated before any work starts."""
-    values = {**opts, **overrides}
-    probes = ProbeConfig(**{k: values[k] for k in PROBE_FIELDS if k in values})
-    clip_params = ClipParams(**{k: values[k] for k in CLIP_PARAM_FIELDS if k in values})
-    if "nproc" in values:
-        values["replicas"] = values.pop("nproc")
-    skip = (*PROBE_FIELDS, *CLIP_PARAM_FIELDS, *NOT_CONFIG)
-    fields = {k: v for k, v in values.items() if k not in skip}
-    cfg = RunConfig(
-        sources=parse_source_overrides(values.get("source") or []),
-        inject=list(values.get("inject") or []),
-        probes=probes,
-        clip_params=clip_params,
-        **fields,
-    )
-    cfg.resolve()
-    return cfg

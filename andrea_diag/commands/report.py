@@ -24,7 +24,8 @@ def report(
         ),
     ],
     out: Annotated[
-        Path | None, typer.Option(help="HTML file to write [default: next to the runs].")
+        Path | None,
+        typer.Option(help="HTML file to write.", show_default="report.html next to the runs"),
     ] = None,
     title: Annotated[str | None, typer.Option(help="Report title.")] = None,
     png: Annotated[

@@ -5,11 +5,13 @@ Their shared options are declared once, in ``options.py``.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Annotated
 
 import typer
 from rich.console import Console
 
+from andrea_diag.clip.modes import clip_modes
 from andrea_diag.commands.executor_options import (
     Executor,
     Jobs,
@@ -19,17 +21,10 @@ from andrea_diag.commands.executor_options import (
     SlurmTime,
     executor_config,
 )
-from andrea_diag.commands.options import (
-    ONE_CELL,
-    SHARED,
-    RunOptions,
-    base_config,
-    resumed,
-    run_options,
-)
+from andrea_diag.commands.options import BY_NAME, RunArgs, checked, resumed, run_options
 from andrea_diag.commands.pages import sweep_page_after
 from andrea_diag.commands.publish import PlotlyMode, plotly_mode
-from andrea_diag.config import CLIP_MODES
+from andrea_diag.config import RunConfig
 from andrea_diag.errors import UserError
 from andrea_diag.experiments.cascade import CascadeSpec, default_out, run_cascade
 from andrea_diag.train.distributed import env_rank
@@ -37,15 +32,18 @@ from andrea_diag.train.distributed import env_rank
 console = Console(stderr=True)
 
 
-def _spec(clip: str, opts: RunOptions) -> CascadeSpec:
+CLIP_MODES = clip_modes()  # the clipper registry (clip/modes.py) is the one list of modes
+
+
+def _spec(clip: str, run: RunArgs) -> CascadeSpec:
     """What to run: from the options, or with --resume from the run directory itself."""
     console.quiet = env_rank() != 0  # torchrun: one voice, rank 0's
-    if opts["resume"] is not None:
-        if opts["out"] is not None and opts["out"] != opts["resume"]:
+    if run.resume is not None:
+        if run.out is not None and run.out != run.resume:
             raise UserError("--out and --resume name different directories", hint="give one")
-        base, arms = resumed(opts, clip)
-        return CascadeSpec(base=base, clips=_arms(arms), out=opts["resume"], resume=True)
-    return CascadeSpec(base=base_config(opts), clips=_arms(clip), out=opts["out"])
+        base, arms = resumed(run, clip)
+        return CascadeSpec(base=base, clips=_arms(arms), out=run.resume, resume=True)
+    return CascadeSpec(base=checked(run.config), clips=_arms(clip), out=run.out)
 
 
 def _arms(clip: str) -> list[str]:
@@ -58,20 +56,20 @@ def _arms(clip: str) -> list[str]:
     return arms
 
 
-@run_options(ONE_CELL, SHARED)
+@run_options(one_cell=True)
 def cascade(
     clip: Annotated[
         str, typer.Option(help=f"Comma-separated arms, from {', '.join(CLIP_MODES)}.")
     ] = "none,global",
     *,
-    opts: RunOptions,
+    run: RunArgs,
 ) -> None:
     """Train clipped and unclipped arms on identical batches and write an HTML report.
 
     Only the clip mode differs between arms: same seed, same initial weights, same bandit
     schedule and token batches (checked by per-update hashes).
     """
-    res = run_cascade(_spec(clip, opts), console)
+    res = run_cascade(_spec(clip, run), console)
     for arm, s in res.summaries.items():
         console.print(
             f"  {arm:<11} final loss {s.get('final_loss') or float('nan'):.3f}  "
@@ -85,15 +83,15 @@ def cascade(
         console.print(f"[bold green]report:[/] {res.report}")
 
 
-@run_options(ONE_CELL, SHARED)
+@run_options(one_cell=True)
 def train(
     clip: Annotated[str, typer.Option(help=f"Clip mode: {', '.join(CLIP_MODES)}.")] = "global",
     *,
-    opts: RunOptions,
+    run: RunArgs,
 ) -> None:
     """Train one arm and write its run directory and report."""
 
-    spec = _spec(clip, opts)
+    spec = _spec(clip, run)
     if len(spec.clips) != 1:
         raise UserError("train runs one arm", hint="use `andrea-diag cascade` for several")
     spec.out = spec.out or default_out("train", spec.base.size)
@@ -104,17 +102,43 @@ def train(
 
 
 def _csv(value: str, cast: type, option: str) -> list:
-    """Parse a comma list for ``option``; a bad item is one clear error."""
+    """Parse a comma list for ``option``; a bad or repeated item is one clear error (a repeated
+    value would make two cells of one, found only after both had trained)."""
     items = [v.strip() for v in value.split(",") if v.strip()]
     if not items:
         raise UserError(f"{option} needs at least one value")
     try:
-        return [cast(v) for v in items]
+        values = [cast(v) for v in items]
     except ValueError:
         raise UserError(f"{option}: cannot read {value!r} as a list of {cast.__name__}") from None
+    seen: set = set()
+    for item, v in zip(items, values, strict=True):
+        if v in seen:
+            raise UserError(f"{option} lists {item} twice: {value}", hint="give each value once")
+        seen.add(v)
+    return values
 
 
-@run_options(SHARED)
+def grid_base(base: RunConfig, axes: dict[str, list]) -> RunConfig:
+    """``base`` at the first size and precision, once every value of every axis (``size``,
+    ``seed``, ...) has passed the checks a cell's config gets: a bad value fails before any
+    cell trains."""
+    first = dataclasses.replace(base, **{name: values[0] for name, values in axes.items()})
+    for name, values in axes.items():
+        for v in values:
+            checked(dataclasses.replace(first, **{name: v}))
+    return checked(dataclasses.replace(base, size=axes["size"][0], precision=axes["precision"][0]))
+
+
+def grid_axes(run: RunArgs, **lists: str) -> dict[str, list]:
+    """The comma lists of a grid command by config field name (``--precision``'s value is one
+    more axis), each named in errors by its field's flag."""
+    casts = {"size": str, "lr": float, "max_norm": float, "seed": int, "precision": str}
+    lists = {**lists, "precision": run.config.precision}
+    return {name: _csv(value, casts[name], BY_NAME[name].flag) for name, value in lists.items()}
+
+
+@run_options(one_cell=False)
 def sweep(
     size: Annotated[str, typer.Option(help="Comma list of presets, e.g. tiny,12m.")] = "tiny",
     lr: Annotated[str, typer.Option(help="Comma list of peak lrs.")] = "3e-4,1e-3,1e-2",
@@ -129,7 +153,7 @@ def sweep(
     slurm_time: SlurmTime = 240,
     plotly: PlotlyMode = "inline",
     *,
-    opts: RunOptions,
+    run: RunArgs,
 ) -> None:
     """Find the regime: one cascade per (size, lr, max_norm, precision, seed) cell, one page.
 
@@ -145,14 +169,12 @@ def sweep(
     ex = executor_config(jobs, executor, mps, slurm_partition, slurm_gpus, slurm_time)
 
     arms = _arms(clip)
-    sizes = _csv(size, str, "--size")
-    precisions = _csv(opts["precision"], str, "--precision")
-    spec = SweepSpec(base=base_config(opts, size=sizes[0], precision=precisions[0]), sizes=sizes,
-                     lrs=_csv(lr, float, "--lr"), max_norms=_csv(max_norm, float, "--max-norm"),
-                     seeds=_csv(seed, int, "--seed"), clips=arms, out=opts["out"],
-                     executor=ex, precisions=precisions,
+    axes = grid_axes(run, size=size, lr=lr, max_norm=max_norm, seed=seed)
+    spec = SweepSpec(base=grid_base(run.config, axes), sizes=axes["size"], lrs=axes["lr"],
+                     max_norms=axes["max_norm"], seeds=axes["seed"], clips=arms, out=run.out,
+                     executor=ex, precisions=axes["precision"],
                      plotly=plotly_mode(plotly))  # fmt: skip
-    spec.out = spec.out or default_out("sweep", "-".join(sizes))  # the page is rendered here
+    spec.out = spec.out or default_out("sweep", "-".join(axes["size"]))  # the page is rendered here
     with sweep_page_after(spec.out, console):  # also when cells crashed: the page shows them
         path, table = run_sweep(spec, console)
     page = path / "sweep.html"

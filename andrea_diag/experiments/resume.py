@@ -15,13 +15,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from andrea_diag.config import RunConfig
+from andrea_diag.config import RUNTIME_KEYS, RunConfig  # RUNTIME_KEYS: what a resume may change
 from andrea_diag.errors import UserError
 from andrea_diag.record import read_cascade_meta
 from andrea_diag.train.checkpoint import latest_checkpoint
-
-# config.json keys that describe where or how fast a run goes, not what it computes
-RUNTIME_KEYS = {"device", "clip_impl", "checkpoint_every", "flush_every"}
 
 
 def move_aside(path: Path) -> Path:

@@ -1,0 +1,85 @@
+"""Config fields that are also command-line options: the flag, the help, the bounds, in one place.
+
+A dataclass field declared with ``field(..., metadata=cli(...))`` carries a :class:`Cli` record.
+``commands/options.py`` turns every such field into a typer option (so the CLI never restates a
+default or a help text), ``RunConfig.resolve`` checks its bounds, and ``--resume`` reads which
+fields are *runtime* (how fast or where a run goes, not what it computes).
+
+    >>> import dataclasses
+    >>> @dataclasses.dataclass
+    ... class Knobs:
+    ...     steps: int = dataclasses.field(default=10, metadata=cli(help="Updates.", lo=1, hi=1000))
+    >>> check_bounds(Knobs(steps=0), ValueError)
+    Traceback (most recent call last):
+    ...
+    ValueError: --steps must be at least 1, got 0
+
+This module imports only the standard library: the config layer sits at the bottom.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+# An upper bound for counts of updates and the like: far past any run, far below the integer
+# sizes at which torch, numpy or a tensor allocation raise instead of refusing in one line.
+MAX_UPDATES = 10**9
+MAX_SEED = 2**32 - 1  # numpy's SeedSequence and most samplers take 32-bit seeds
+
+
+@dataclass(frozen=True)
+class Cli:
+    """How a config field appears on the command line."""
+
+    help: str
+    flags: tuple[str, ...] = ()  # typer declarations; () means --<field-name>
+    runtime: bool = False  # how or where a run goes, not what it computes: --resume may change it
+    lo: float | None = None  # inclusive bounds, checked by check_bounds (ints and floats)
+    hi: float | None = None
+    shown: str | None = None  # the help's [default: ...] when the field's default is None
+    panel: str | None = None  # rich help panel
+    one_cell: bool = False  # only commands that run one cell take it (sweep/ladder give lists)
+    positive: bool = False  # a float that must be finite and > 0
+
+    def flag(self, name: str) -> str:
+        """The long flag, e.g. ``--micro-batch``."""
+        longs = [f for f in self.flags if f.startswith("--")]
+        return longs[0].split("/")[0] if longs else "--" + name.replace("_", "-")
+
+
+def cli(**kw: Any) -> dict[str, Cli]:
+    """Field metadata that makes the field a CLI option (keywords: the fields of :class:`Cli`)."""
+    return {"cli": Cli(**kw)}
+
+
+def cli_of(f: dataclasses.Field) -> Cli | None:
+    return f.metadata.get("cli")
+
+
+def cli_fields(cls: Any) -> Iterator[tuple[dataclasses.Field, Cli]]:
+    """``(field, Cli)`` for every field of ``cls`` that is a CLI option, in declaration order."""
+    for f in dataclasses.fields(cls):
+        meta = cli_of(f)
+        if meta is not None:
+            yield f, meta
+
+
+def check_bounds(obj: Any, error: type[Exception]) -> None:
+    """Raise ``error`` naming the flag for the first CLI field of ``obj`` outside its bounds."""
+    import math
+
+    for f, meta in cli_fields(type(obj)):
+        value = getattr(obj, f.name)
+        if value is None or isinstance(value, (bool, str, list, dict)):
+            continue
+        flag = meta.flag(f.name)
+        if meta.positive and not (math.isfinite(value) and value > 0):
+            raise error(f"{flag} must be a positive number, got {value}")
+        if meta.lo is not None and value < meta.lo:
+            least = "0 or more" if meta.lo == 0 else f"at least {meta.lo:g}"
+            raise error(f"{flag} must be {least}, got {value}")
+        if meta.hi is not None and value > meta.hi:
+            raise error(f"{flag} must be at most {meta.hi:.0f}, got {value}")

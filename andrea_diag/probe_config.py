@@ -1,0 +1,80 @@
+"""Every probe default, in one place (``RunConfig.probes``; ``config.py`` re-exports it).
+
+    >>> from andrea_diag.probe_config import ProbeConfig
+    >>> ProbeConfig().resolve(steps=240, size="120m").shadow   # the size's preset decides
+    False
+
+This module imports only the standard library and the config layer's leaves.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from andrea_diag.errors import UserError
+from andrea_diag.fields import MAX_UPDATES, check_bounds, cli
+from andrea_diag.presets import PRESETS
+
+LOCKIN_SAMPLES_PER_RUN = 1  # lock-in samples when not given: the final state only (issue 19)
+LOCKIN_EVERY_OPEN_ENDED = 100  # ... and for a loop of unknown length (SpikeMonitor)
+
+
+@dataclass(frozen=True)
+class ProbeConfig:
+    """Every probe default, in one place: the trainer, ``SpikeMonitor``, the CLI and the report
+    read these fields (the report from the run's own ``config.json``)."""
+
+    spike_window: int = field(
+        default=50,
+        metadata=cli(
+            help="Trailing updates of the spike detector's robust z-score.", lo=1, hi=MAX_UPDATES
+        ),
+    )
+    spike_z: float = field(
+        default=6.0,
+        metadata=cli(
+            help="Robust z-score above which an update's gradient norm is a spike.", positive=True
+        ),
+    )
+    boundary_k: int = field(
+        default=3,
+        metadata=cli(
+            help="A spike up to this many updates after a phase boundary is attributed to the "
+            "phase transition.",
+            lo=0,
+            hi=MAX_UPDATES,
+        ),
+    )
+    shadow: bool | None = field(
+        default=None,
+        metadata=cli(
+            flags=("--shadow/--no-shadow",),
+            help="Shadow buffers for exact Adam-state pollution (2 fp32 copies of the parameters).",
+            shown="on, except for " + ", ".join(n for n, p in PRESETS.items() if not p.shadow),
+        ),
+    )
+    lockin_every: int | None = None  # None: about LOCKIN_SAMPLES_PER_RUN samples per run
+    per_layer: bool = True  # per-layer grad / m / v norms
+    update_stats: bool = True  # update RMS and its cosine with the gradient (a param snapshot)
+    lockin: bool = True
+
+    def resolve(self, steps: int | None, size: str | None = None) -> ProbeConfig:
+        """Concrete ``shadow`` and ``lockin_every`` for a run of ``steps`` updates."""
+        check_bounds(self, UserError)
+        every = self.lockin_every
+        if every is None:
+            every = max(1, steps // LOCKIN_SAMPLES_PER_RUN) if steps else LOCKIN_EVERY_OPEN_ENDED
+        every = max(1, every)
+        if every > MAX_UPDATES:
+            raise UserError(f"lockin_every must be at most {MAX_UPDATES}, got {every}")
+        shadow = self.shadow
+        if shadow is None:  # a loop of no preset size (SpikeMonitor) keeps them on
+            shadow = PRESETS[size].shadow if size in PRESETS else True
+        return dataclasses.replace(self, shadow=shadow, lockin_every=every)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ProbeConfig:
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
