@@ -46,9 +46,40 @@ import torch
 
 from andrea_diag.probes.base import UpdateContext
 from andrea_diag.probes.layers import GroupIndex, group_index_for
-from andrea_diag.probes.shadow import GroupInfo, ShadowBuffers, SpikeTerm, final_v_share
+from andrea_diag.probes.shadow import (
+    GroupInfo,
+    ShadowBuffers,
+    ShadowView,
+    SpikeTerm,
+    final_v_share,
+)
 
 RECOVERY_SHARE = 0.1
+
+
+class _Pending:
+    """One update whose host part waits for :meth:`OptStateProbe.resolve`."""
+
+    def __init__(
+        self,
+        update: int,
+        row: dict[str, Any],
+        names: list[str],
+        n_elem: int,
+        applied: bool,
+        spike_now: bool,
+        reset: bool,
+        flat: torch.Tensor | None,
+        slots: dict[str, slice],
+        betas: list[tuple[float, float]],
+    ) -> None:
+        self.update, self.row, self.names, self.n_elem = update, row, names, n_elem
+        self.applied, self.spike_now, self.reset = applied, spike_now, reset
+        self.flat, self.slots, self.betas = flat, slots, betas
+        self.vals: list[float] = []
+        self.view: ShadowView | None = None
+        # at a spike (resolved in its own update): what the shadow add needs
+        self.spike: tuple[list[torch.Tensor], list[torch.Tensor], list[int]] | None = None
 
 
 class OptStateProbe:
@@ -84,6 +115,10 @@ class OptStateProbe:
         self.has_moments: bool | None = None
         self.optimizer_name = ""
         self.last_update = 0
+        # updates whose scalars are still on the device (resolve() reads them in one copy);
+        # the driver sets defer_reads under the trainer, else every update resolves at once
+        self._queue: list[_Pending] = []
+        self.defer_reads = False
 
     # -- helpers ---------------------------------------------------------------------------
     def _with_grad(self, ctx: UpdateContext) -> tuple[list[str], list[torch.Tensor]]:
@@ -164,12 +199,44 @@ class OptStateProbe:
         self._param_ids = [id(p) for p in params]  # the order a checkpoint names buffers by
         g_eff = self._g_eff if self._g_eff is not None else self._effective_grads(ctx, params)
         self._g_eff = None
-        row = ctx.row
         state = ctx.optimizer.state
         ms = [state[p].get("exp_avg") if p in state else None for p in params]
         vs = [state[p].get("exp_avg_sq") if p in state else None for p in params]
         self.has_moments = all(m is not None for m in ms) and all(v is not None for v in vs)
-        scalars: list[torch.Tensor] = []  # gathered for one host transfer
+        spike_now = bool(ctx.spike and ctx.applied)
+        flat, slots = self._device_scalars(ctx, params, ms, vs, g_eff, spike_now)
+        ginfo = self._group_info(ctx.optimizer)
+        reset = bool(ctx.clip is not None and ctx.clip.moments_reset) and self.has_moments
+        if self.has_moments:  # the buffers change now; the spike terms' bookkeeping at resolve
+            if reset:  # SPAM zeroed m, v: their spike terms are gone
+                self._shadow.clear(ginfo, [], ctx.update)
+            if ctx.applied:
+                self._shadow.decay(ginfo, self._gid_of)
+        entry = _Pending(ctx.update, ctx.row, names, sum(p.numel() for p in params), ctx.applied,
+                         spike_now, reset, flat, slots, [(i.beta1, i.beta2) for i in ginfo])  # fmt: skip
+        if spike_now and self.has_moments:
+            # host sync, at a spike only: its terms, and the shadow add, need its norms now
+            entry.spike = (params, g_eff, [self._gid_of.get(id(p), 0) for p in params])
+            self._queue.append(entry)
+            self.resolve()
+            return
+        if self.shadow and self.has_moments:
+            entry.view = self._shadow.view(ginfo, self._gid_of)
+        self._queue.append(entry)
+        if not self.defer_reads:
+            self.resolve()
+
+    def _device_scalars(
+        self,
+        ctx: UpdateContext,
+        params: list[torch.Tensor],
+        ms: list[torch.Tensor | None],
+        vs: list[torch.Tensor | None],
+        g_eff: list[torch.Tensor],
+        spike_now: bool,
+    ) -> tuple[torch.Tensor | None, dict[str, slice]]:
+        """This update's scalars as one float64 device vector (no host read), and their slots."""
+        scalars: list[torch.Tensor] = []
         slots: dict[str, slice] = {}
 
         def push(key: str, tensors: list[torch.Tensor]) -> None:
@@ -194,55 +261,78 @@ class OptStateProbe:
             post = self._post_clip_norms(ctx, g_eff)
             push("g", [post] if post is not None else list(torch._foreach_norm(g_eff)))
             self._snap_valid = False
-        spike_now = bool(ctx.spike and ctx.applied)
         if spike_now and self.has_moments:
             push("gs", list(torch._foreach_norm(g_eff)))
             push("gs4", list(torch._foreach_norm(g_eff, 4.0)))  # ‖g²‖₂ = ‖g‖₄²
-        vals = torch.cat(scalars).tolist() if scalars else []  # host sync: once per update
+        return (torch.cat(scalars) if scalars else None), slots
+
+    def resolve(self) -> None:
+        """Finish the waiting updates' columns and pollution bookkeeping, in update order, from
+        one host copy of all their device scalars (the trainer: at the recorder's flush)."""
+        if not self._queue:
+            return
+        queue, self._queue = self._queue, []
+        views = {id(e.view): e.view for e in queue if e.view is not None}
+        parts = [e.flat for e in queue if e.flat is not None]
+        parts += [t for v in views.values() for t in (v.bm, v.bv)]
+        vals = torch.cat(parts).tolist()  # host sync: one per resolve
+        pos, at = 0, {}
+        for e in queue:
+            n = e.flat.numel() if e.flat is not None else 0
+            e.vals, pos = vals[pos : pos + n], pos + n
+        for key, v in views.items():
+            n = v.bm.numel()
+            at[key] = (vals[pos : pos + n], vals[pos + n : pos + 2 * n])
+            pos += 2 * n
+        for e in queue:
+            self._finish(e, at.get(id(e.view)))
+
+    def _finish(self, e: _Pending, view_vals: tuple[list[float], list[float]] | None) -> None:
+        """One update's host part: its columns in ``e.row``, then the spike bookkeeping."""
+        row = e.row
 
         def get(key: str) -> list[float]:
-            return vals[slots[key]] if key in slots else []
+            return e.vals[e.slots[key]] if key in e.slots else []
 
-        if "d" in slots:
+        if "d" in e.slots:
             d, g = get("d"), get("g")
-            n_elem = sum(p.numel() for p in params)
             d_norm = math.sqrt(sum(x * x for x in d))
             g_norm = math.sqrt(sum(x * x for x in g))
-            row["update_rms"] = d_norm / math.sqrt(max(n_elem, 1))
+            row["update_rms"] = d_norm / math.sqrt(max(e.n_elem, 1))
             denom = d_norm * g_norm
             row["cos_update_grad"] = get("dot")[0] / denom if denom > 0 else None
-        elif self.update_stats and not ctx.applied:
+        elif self.update_stats and not e.applied:
             row["update_rms"] = 0.0
             row["cos_update_grad"] = None
-        if not self.has_moments:
+        if "m" not in e.slots:  # no moments (not Adam): update columns only
             return
         m_pt, v_pt = get("m"), get("v")
         m_norm = math.sqrt(sum(x * x for x in m_pt))
         v_norm = math.sqrt(sum(x * x for x in v_pt))
         row["m_norm"], row["v_norm"] = m_norm, v_norm
         if self.per_layer:
-            gi = group_index_for(self._groups_idx, names)
+            gi = group_index_for(self._groups_idx, e.names)
             row.update(gi.columns("layer_m", torch.tensor(m_pt, dtype=torch.float64)))
             row.update(gi.columns("layer_v", torch.tensor(v_pt, dtype=torch.float64)))
-        ginfo = self._group_info(ctx.optimizer)
-        gids = [self._gid_of.get(id(p), 0) for p in params]
-        if ctx.clip is not None and ctx.clip.moments_reset:  # SPAM zeroed m, v: terms gone
-            self._shadow.clear(ginfo, self.spikes, ctx.update)
-        if ctx.applied:
-            self._advance(ginfo)
-        if spike_now:
-            self._add_spike(ctx.update, ginfo, gids, params, g_eff, get("gs"), get("gs4"))
-        self._per_spike_shares(ctx.update, ginfo, m_norm, v_norm)
+        ginfo = self._ginfo or []
+        if e.reset:
+            for sp in self.spikes:
+                sp.forget(e.update)
+        if e.applied:  # every spike term decays by β (the buffers' c decayed at the update)
+            for sp in self.spikes:
+                sp.k += 1
+        if e.spike is not None:
+            params, g_eff, gids = e.spike
+            self._add_spike(e.update, ginfo, gids, params, g_eff, get("gs"), get("gs4"))
+            e.view = self._shadow.view(ginfo, self._gid_of) if self.shadow else None
+            if e.view is not None:  # host sync: the spike's own shadow norms (rare)
+                both = torch.cat([e.view.bm, e.view.bv]).tolist()
+                view_vals = (both[: e.view.bm.numel()], both[e.view.bm.numel() :])
+        self._per_spike_shares(e.update, e.betas, m_norm, v_norm)
         if self.shadow:
-            self._shadow_columns(ctx.update, row, ginfo, m_norm, v_norm)
+            self._shadow_columns(e.update, row, ginfo, m_norm, v_norm, e.view, view_vals)
 
     # -- pollution -------------------------------------------------------------------------
-    def _advance(self, ginfo: list[GroupInfo]) -> None:
-        """One applied update: every spike term decays by β (scalars only, until renormalised)."""
-        for sp in self.spikes:
-            sp.k += 1
-        self._shadow.decay(ginfo, self._gid_of)
-
     def _add_spike(
         self,
         update: int,
@@ -269,16 +359,16 @@ class OptStateProbe:
         self._shadow.add(params, g_eff, gids, ginfo, self._gid_of)
 
     def _per_spike_shares(
-        self, update: int, ginfo: list[GroupInfo], m_norm: float, v_norm: float
+        self, update: int, betas: list[tuple[float, float]], m_norm: float, v_norm: float
     ) -> None:
         for sp in self.spikes:
             if sp.recovery_m is not None and sp.recovery_v is not None:
                 continue
             own_m = math.sqrt(
-                sum((a * info.beta1**sp.k) ** 2 for a, info in zip(sp.am, ginfo, strict=True))
+                sum((a * b1**sp.k) ** 2 for a, (b1, _) in zip(sp.am, betas, strict=True))
             )
             own_v = math.sqrt(
-                sum((a * info.beta2**sp.k) ** 2 for a, info in zip(sp.av, ginfo, strict=True))
+                sum((a * b2**sp.k) ** 2 for a, (_, b2) in zip(sp.av, betas, strict=True))
             )
             sm = own_m / m_norm if m_norm > 0 else None
             sv = own_v / v_norm if v_norm > 0 else None
@@ -300,11 +390,13 @@ class OptStateProbe:
         ginfo: list[GroupInfo],
         m_norm: float,
         v_norm: float,
+        view: ShadowView | None,
+        view_vals: tuple[list[float], list[float]] | None,
     ) -> None:
-        if not self._shadow:  # no spike yet, or a moment reset emptied the buffers
+        if view is None or view_vals is None:  # no spike yet, or a reset emptied the buffers
             row["m_spike_share"] = row["v_spike_share"] = self.last_v_share = 0.0
             return
-        ms, vs = self._shadow.norms(ginfo)
+        ms, vs = view.norms(ginfo, *view_vals)
         sm = ms / m_norm if m_norm > 0 else None
         sv = vs / v_norm if v_norm > 0 else None
         row["m_spike_share"], row["v_spike_share"] = sm, sv
@@ -329,9 +421,12 @@ class OptStateProbe:
         "_gid_of",
         "_shadow",
         "_param_ids",
+        "_queue",
+        "defer_reads",
     )
 
     def state_dict(self) -> dict[str, Any]:
+        self.resolve()  # the waiting updates' bookkeeping belongs to the state
         state = {k: v for k, v in vars(self).items() if k not in self.TRANSIENT}
         state["_shadow_by_position"] = self._shadow.by_position(getattr(self, "_param_ids", []))
         return state
@@ -340,6 +435,7 @@ class OptStateProbe:
         vars(self).update({k: v for k, v in state.items() if k != "_shadow_by_position"})
         self._pending_shadow = state.get("_shadow_by_position")
         self._gid_of = {}  # rebuilt from the optimizer on first use
+        self._queue = []
 
     def _rebind(self, ctx: UpdateContext, params: list[torch.Tensor]) -> None:
         """After a resume: attach the saved state to this process's parameter objects."""
@@ -359,6 +455,7 @@ class OptStateProbe:
         return self._shadow.nbytes()
 
     def close(self, run_dir: Path, results: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        self.resolve()
         per = self.per_spike()
 
         def worst(key: str) -> tuple[int | None, bool]:
