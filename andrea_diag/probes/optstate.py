@@ -46,40 +46,17 @@ import torch
 
 from andrea_diag.probes.base import UpdateContext
 from andrea_diag.probes.layers import GroupIndex, group_index_for
+from andrea_diag.probes.optstate_reads import Pending, Scalars, read_queue
 from andrea_diag.probes.shadow import (
     GroupInfo,
     ShadowBuffers,
     ShadowView,
     SpikeTerm,
-    final_v_share,
+    pollution_summary,
+    spike_shares,
 )
 
 RECOVERY_SHARE = 0.1
-
-
-class _Pending:
-    """One update whose host part waits for :meth:`OptStateProbe.resolve`."""
-
-    def __init__(
-        self,
-        update: int,
-        row: dict[str, Any],
-        names: list[str],
-        n_elem: int,
-        applied: bool,
-        spike_now: bool,
-        reset: bool,
-        flat: torch.Tensor | None,
-        slots: dict[str, slice],
-        betas: list[tuple[float, float]],
-    ) -> None:
-        self.update, self.row, self.names, self.n_elem = update, row, names, n_elem
-        self.applied, self.spike_now, self.reset = applied, spike_now, reset
-        self.flat, self.slots, self.betas = flat, slots, betas
-        self.vals: list[float] = []
-        self.view: ShadowView | None = None
-        # at a spike (resolved in its own update): what the shadow add needs
-        self.spike: tuple[list[torch.Tensor], list[torch.Tensor], list[int]] | None = None
 
 
 class OptStateProbe:
@@ -117,7 +94,7 @@ class OptStateProbe:
         self.last_update = 0
         # updates whose scalars are still on the device (resolve() reads them in one copy);
         # the driver sets defer_reads under the trainer, else every update resolves at once
-        self._queue: list[_Pending] = []
+        self._queue: list[Pending] = []
         self.defer_reads = False
 
     # -- helpers ---------------------------------------------------------------------------
@@ -212,7 +189,7 @@ class OptStateProbe:
                 self._shadow.clear(ginfo, [], ctx.update)
             if ctx.applied:
                 self._shadow.decay(ginfo, self._gid_of)
-        entry = _Pending(ctx.update, ctx.row, names, sum(p.numel() for p in params), ctx.applied,
+        entry = Pending(ctx.update, ctx.row, names, sum(p.numel() for p in params), ctx.applied,
                          spike_now, reset, flat, slots, [(i.beta1, i.beta2) for i in ginfo])  # fmt: skip
         if spike_now and self.has_moments:
             # host sync, at a spike only: its terms, and the shadow add, need its norms now
@@ -236,16 +213,8 @@ class OptStateProbe:
         spike_now: bool,
     ) -> tuple[torch.Tensor | None, dict[str, slice]]:
         """This update's scalars as one float64 device vector (no host read), and their slots."""
-        scalars: list[torch.Tensor] = []
-        slots: dict[str, slice] = {}
-
-        def push(key: str, tensors: list[torch.Tensor]) -> None:
-            start = sum(t.numel() for t in scalars)
-            flat = torch.stack(tensors).reshape(-1).double() if tensors else None  # one cast
-            if flat is not None:
-                scalars.append(flat)
-                slots[key] = slice(start, start + flat.numel())
-
+        out = Scalars()
+        push = out.push
         if self.has_moments:
             mv = torch._foreach_norm(ms + vs)  # one multi-tensor call for both moments
             push("m", list(mv[: len(ms)]))
@@ -264,7 +233,7 @@ class OptStateProbe:
         if spike_now and self.has_moments:
             push("gs", list(torch._foreach_norm(g_eff)))
             push("gs4", list(torch._foreach_norm(g_eff, 4.0)))  # ‖g²‖₂ = ‖g‖₄²
-        return (torch.cat(scalars) if scalars else None), slots
+        return out.flat(), out.slots
 
     def resolve(self) -> None:
         """Finish the waiting updates' columns and pollution bookkeeping, in update order, from
@@ -272,22 +241,11 @@ class OptStateProbe:
         if not self._queue:
             return
         queue, self._queue = self._queue, []
-        views = {id(e.view): e.view for e in queue if e.view is not None}
-        parts = [e.flat for e in queue if e.flat is not None]
-        parts += [t for v in views.values() for t in (v.bm, v.bv)]
-        vals = torch.cat(parts).tolist()  # host sync: one per resolve
-        pos, at = 0, {}
-        for e in queue:
-            n = e.flat.numel() if e.flat is not None else 0
-            e.vals, pos = vals[pos : pos + n], pos + n
-        for key, v in views.items():
-            n = v.bm.numel()
-            at[key] = (vals[pos : pos + n], vals[pos + n : pos + 2 * n])
-            pos += 2 * n
+        at = read_queue(queue)  # host sync: one per resolve
         for e in queue:
             self._finish(e, at.get(id(e.view)))
 
-    def _finish(self, e: _Pending, view_vals: tuple[list[float], list[float]] | None) -> None:
+    def _finish(self, e: Pending, view_vals: tuple[list[float], list[float]] | None) -> None:
         """One update's host part: its columns in ``e.row``, then the spike bookkeeping."""
         row = e.row
 
@@ -328,7 +286,7 @@ class OptStateProbe:
             if e.view is not None:  # host sync: the spike's own shadow norms (rare)
                 both = torch.cat([e.view.bm, e.view.bv]).tolist()
                 view_vals = (both[: e.view.bm.numel()], both[e.view.bm.numel() :])
-        self._per_spike_shares(e.update, e.betas, m_norm, v_norm)
+        spike_shares(self, e.update, e.betas, m_norm, v_norm)
         if self.shadow:
             self._shadow_columns(e.update, row, ginfo, m_norm, v_norm, e.view, view_vals)
 
@@ -357,31 +315,6 @@ class OptStateProbe:
         if not self.shadow or not all(math.isfinite(x) for x in gs + gs4):
             return  # a non-finite gradient would poison the buffers for good
         self._shadow.add(params, g_eff, gids, ginfo, self._gid_of)
-
-    def _per_spike_shares(
-        self, update: int, betas: list[tuple[float, float]], m_norm: float, v_norm: float
-    ) -> None:
-        for sp in self.spikes:
-            if sp.recovery_m is not None and sp.recovery_v is not None:
-                continue
-            own_m = math.sqrt(
-                sum((a * b1**sp.k) ** 2 for a, (b1, _) in zip(sp.am, betas, strict=True))
-            )
-            own_v = math.sqrt(
-                sum((a * b2**sp.k) ** 2 for a, (_, b2) in zip(sp.av, betas, strict=True))
-            )
-            sm = own_m / m_norm if m_norm > 0 else None
-            sv = own_v / v_norm if v_norm > 0 else None
-            sp.share_v_last = sv
-            if sp.share_m0 is None:
-                sp.share_m0, sp.share_v0 = sm, sv
-                if not self.shadow:
-                    self.max_m_share = max(self.max_m_share, sm or 0.0)
-                    self.max_v_share = max(self.max_v_share, sv or 0.0)
-            if sp.recovery_m is None and sm is not None and sm < self.recovery_share:
-                sp.recovery_m = update - sp.update
-            if sp.recovery_v is None and sv is not None and sv < self.recovery_share:
-                sp.recovery_v = update - sp.update
 
     def _shadow_columns(
         self,
@@ -456,39 +389,4 @@ class OptStateProbe:
 
     def close(self, run_dir: Path, results: Mapping[str, Any] | None = None) -> dict[str, Any]:
         self.resolve()
-        per = self.per_spike()
-
-        def worst(key: str) -> tuple[int | None, bool]:
-            vals = [r[f"recovery_{key}"] for r in per.values()]
-            if not vals:
-                return None, False
-            if any(v is None for v in vals):
-                return None, True
-            return max(vals), False
-
-        rec_m, cen_m = worst("m")
-        rec_v, cen_v = worst("v")
-        any_spike = bool(self.spikes)
-        return {
-            "pollution": {
-                "optimizer": self.optimizer_name,
-                "has_moments": bool(self.has_moments),
-                "shadow": self.shadow,
-                "n_spikes_tracked": len(self.spikes),
-                "max_m_share": self.max_m_share if any_spike else 0.0,
-                "max_v_share": self.max_v_share if any_spike else 0.0,
-                # a pollution event: the spikes still hold half of ‖v‖ at the end
-                **final_v_share(self.has_moments, self.shadow, self.last_v_share, self.spikes),
-                "recovery_m": rec_m,
-                "recovery_v": rec_v,
-                "recovery_m_censored": cen_m,
-                "recovery_v_censored": cen_v,
-                "recovery_m_all": self.recovery_m_all if self.shadow else None,
-                "recovery_v_all": self.recovery_v_all if self.shadow else None,
-                "recovery_share": self.recovery_share,
-                "last_update": self.last_update,
-                "per_spike": [{"update": u, **r} for u, r in per.items()],
-                "shadow_bytes": self.shadow_bytes(),
-                "snapshot_bytes": sum(t.numel() * t.element_size() for t in self._snap or []),
-            }
-        }
+        return {"pollution": pollution_summary(self)}

@@ -221,3 +221,65 @@ def final_v_share(
     # a spike restored from an older checkpoint has no share_v_last yet
     shares = [getattr(sp, "share_v_last", None) or 0.0 for sp in spikes]
     return {"final_v_share": max(shares, default=0.0), "final_v_share_exact": False}
+
+
+def _worst(per: dict[int, dict[str, Any]], key: str) -> tuple[int | None, bool]:
+    """The slowest recovery over spikes, and whether any spike is censored (then None)."""
+    vals = [r[f"recovery_{key}"] for r in per.values()]
+    if not vals:
+        return None, False
+    if any(v is None for v in vals):
+        return None, True
+    return max(vals), False
+
+
+def pollution_summary(probe: Any) -> dict[str, Any]:
+    """The optimizer-state probe's summary (``pollution``), from its final state."""
+    per = probe.per_spike()
+    rec_m, cen_m = _worst(per, "m")
+    rec_v, cen_v = _worst(per, "v")
+    any_spike = bool(probe.spikes)
+    return {
+        "optimizer": probe.optimizer_name,
+        "has_moments": bool(probe.has_moments),
+        "shadow": probe.shadow,
+        "n_spikes_tracked": len(probe.spikes),
+        "max_m_share": probe.max_m_share if any_spike else 0.0,
+        "max_v_share": probe.max_v_share if any_spike else 0.0,
+        # a pollution event: the spikes still hold half of ‖v‖ at the end
+        **final_v_share(probe.has_moments, probe.shadow, probe.last_v_share, probe.spikes),
+        "recovery_m": rec_m,
+        "recovery_v": rec_v,
+        "recovery_m_censored": cen_m,
+        "recovery_v_censored": cen_v,
+        "recovery_m_all": probe.recovery_m_all if probe.shadow else None,
+        "recovery_v_all": probe.recovery_v_all if probe.shadow else None,
+        "recovery_share": probe.recovery_share,
+        "last_update": probe.last_update,
+        "per_spike": [{"update": u, **r} for u, r in per.items()],
+        "shadow_bytes": probe.shadow_bytes(),
+        "snapshot_bytes": sum(t.numel() * t.element_size() for t in probe._snap or []),
+    }
+
+
+def spike_shares(
+    probe: Any, update: int, betas: list[tuple[float, float]], m_norm: float, v_norm: float
+) -> None:
+    """Each unrecovered spike's own share of ‖m‖, ‖v‖ at ``update``: first shares, recovery."""
+    for sp in probe.spikes:
+        if sp.recovery_m is not None and sp.recovery_v is not None:
+            continue
+        own_m = math.sqrt(sum((a * b1**sp.k) ** 2 for a, (b1, _) in zip(sp.am, betas, strict=True)))
+        own_v = math.sqrt(sum((a * b2**sp.k) ** 2 for a, (_, b2) in zip(sp.av, betas, strict=True)))
+        sm = own_m / m_norm if m_norm > 0 else None
+        sv = own_v / v_norm if v_norm > 0 else None
+        sp.share_v_last = sv
+        if sp.share_m0 is None:
+            sp.share_m0, sp.share_v0 = sm, sv
+            if not probe.shadow:
+                probe.max_m_share = max(probe.max_m_share, sm or 0.0)
+                probe.max_v_share = max(probe.max_v_share, sv or 0.0)
+        if sp.recovery_m is None and sm is not None and sm < probe.recovery_share:
+            sp.recovery_m = update - sp.update
+        if sp.recovery_v is None and sv is not None and sv < probe.recovery_share:
+            sp.recovery_v = update - sp.update
