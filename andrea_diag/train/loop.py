@@ -7,15 +7,16 @@ The body of one update (:meth:`Trainer.train_update`) is the order of operations
 depends on, top to bottom:
 
 1. batch: the plan's tokens for this update (identical in every arm), plus any injection;
-2. accumulate: grads zeroed (only here, between groups), forward + token-weighted backward per
-   microbatch inside the precision's autocast and the reducer's microbatch context;
+2. accumulate: denominator from the host tokens, grads zeroed (only here, between groups),
+   forward + token-weighted backward per microbatch (autocast, the reducer's context);
 3. reduce: gradients made global across replicas (one process: nothing to do);
 4. unscale: gradients back in true units (fp32: nothing to do);
 5. clip: after the last microbatch, before the optimizer touches ``m``/``v``;
-6. measure: one host sync for the loss, gradient norm and non-finite flag (probes and the
-   skip decision need them now); the row's other scalars stay on the device;
+6. measure: the update's one host sync (``rows.read_update``: loss, grad norm, non-finite and
+   skip flags, per-example losses); the row's other scalars stay 0-dim device tensors;
 7. probes ``after_clip``, optimizer step (if applied), scheduler step (per update), probes
-   ``after_step``; then evaluation and one metrics row, written every ``flush_every`` rows.
+   ``after_step``; then evaluation and one metrics row, written every ``flush_every`` rows, when
+   the probes' device scalars are read too (``ProbeDriver(defer=True)``).
 
 Each part is a component with ``state_dict``/``load_state_dict`` (``components.py``, the clipper
 registry in ``clip/modes.py``, the probe driver in ``probes/driver.py``); run state lives in
@@ -45,22 +46,11 @@ from andrea_diag.probes import ProbeDriver, UpdateContext, build_probes
 from andrea_diag.record import NullRecorder, Recorder
 from andrea_diag.train.accumulation import IGNORE, GroupResult, accumulate_group
 from andrea_diag.train.checkpoint import Checkpointer, load_checkpoint, rng_state, set_rng_state
-from andrea_diag.train.components import (
-    ClipTimer,
-    Evaluator,
-    Reducer,
-    TrainState,
-    make_precision,
-)
-from andrea_diag.train.distributed import (
-    DDPReducer,
-    gather_examples,
-    init_from_env,
-    replica_slice,
-)
+from andrea_diag.train.components import ClipTimer, Evaluator, Reducer, TrainState, make_precision
+from andrea_diag.train.distributed import DDPReducer, gather_examples, init_from_env, replica_slice
 from andrea_diag.train.evaluation import build_evaluator
 from andrea_diag.train.optim import build_optimizer, build_scheduler
-from andrea_diag.train.rows import overflow_last, per_source_loss, read_scalars, to_device
+from andrea_diag.train.rows import overflow_last, per_source_loss, read_update, to_device
 from andrea_diag.train.summary import oom_advice, run_sheet, summarize, unigram_entropy
 
 ProgressFn = Callable[[int, dict[str, Any]], None]
@@ -129,7 +119,8 @@ class Trainer:
 
     # -- one update ----------------------------------------------------------------------------
     def train_update(self, update: int) -> dict[str, Any]:
-        """Run optimizer update ``update`` (1-based) and return its metrics row."""
+        """Run optimizer update ``update`` (1-based) and return its metrics row. Columns the
+        probes keep on the device (optimizer-state norms) join the row at the recorder's flush."""
         t0 = time.perf_counter()
         batch, injected = self._batch(update)
         group = self._accumulate(batch, injected)
@@ -211,18 +202,11 @@ class Trainer:
         accum = batch.tokens.size(0)
         example_loss = gather_examples(group.example_loss, self.dist, accum)
         example_tokens = gather_examples(group.example_tokens, self.dist, accum)
-        # host sync: the update's one read, for the loss and grad norm (the spike probe's online
-        # z, its per-example losses), non-finiteness and the mode's skip (step or not); every
-        # other scalar of the row stays a 0-dim device tensor until the flush.
-        host = read_scalars(
-            self.reducer.all_reduce_sum(group.loss),  # every replica: the global loss
-            clip.total_norm,
-            clip.nonfinite,
-            clip.skip,  # None for modes that never skip
-            example_loss,
+        # host sync: the update's one read (the spike probe's z, the step-or-not decision)
+        *head, example_loss_host = read_update(  # every replica: the global loss
+            self.reducer.all_reduce_sum(group.loss), clip, example_loss
         )
-        loss, grad_norm, clip_nonfinite, clip_skip = host[:4]
-        example_loss_host = torch.tensor(host[4:], dtype=example_loss.dtype)  # values exact
+        loss, grad_norm, clip_nonfinite, clip_skip = head
         post = clip.post_norm.double()  # float64: clip_coef as exact as Python floats made it
         nonfinite = bool(clip_nonfinite) or not math.isfinite(loss)
         skipped = clip.skip is not None and bool(clip_skip) and not nonfinite  # the mode's choice

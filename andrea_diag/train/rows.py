@@ -14,6 +14,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
+from andrea_diag.clip.api import ClipResult
 from andrea_diag.config import SOURCE_NAMES
 
 
@@ -42,6 +43,16 @@ def read_scalars(*values: torch.Tensor | None) -> list[float | None]:
         out.extend(flat[pos : pos + v.numel()])
         pos += v.numel()
     return out
+
+
+def read_update(
+    loss: torch.Tensor, clip: ClipResult, example_loss: torch.Tensor
+) -> tuple[float, float, float, float | None, torch.Tensor]:
+    """The update's one host read: (loss, grad norm, non-finite, skip or None, the per-example
+    losses as a host tensor of their own dtype, values exact)."""
+    host = read_scalars(loss, clip.total_norm, clip.nonfinite, clip.skip, example_loss)
+    ex = torch.tensor(host[4:], dtype=example_loss.dtype)
+    return host[0], host[1], host[2], host[3], ex  # type: ignore[return-value]
 
 
 def to_device(tokens: torch.Tensor, device: torch.device) -> torch.Tensor:
