@@ -46,7 +46,13 @@ import torch
 
 from andrea_diag.probes.base import UpdateContext
 from andrea_diag.probes.layers import GroupIndex, group_index_for
-from andrea_diag.probes.optstate_reads import Pending, Scalars, read_queue
+from andrea_diag.probes.optstate_reads import (
+    Pending,
+    Scalars,
+    read_queue,
+    snapshot_buffers,
+    update_grad_dot,
+)
 from andrea_diag.probes.shadow import (
     GroupInfo,
     ShadowBuffers,
@@ -77,6 +83,10 @@ class OptStateProbe:
         self.recovery_share = recovery_share
         self._groups_idx: dict[tuple[str, ...], GroupIndex] = {}
         self._snap: list[torch.Tensor] | None = None
+        self._snap_flat: torch.Tensor | None = None  # one buffer under the views (flat_dot)
+        # Δθ·g as one product pass + one sum (CUDA: 2 launches, not one dot per tensor); the CPU
+        # keeps the per-tensor dots, the arithmetic tests/test_golden.py pins. None: CUDA only.
+        self.flat_dot: bool | None = None
         self._snap_valid = False
         self._g_eff: list[torch.Tensor] | None = None
         self._ginfo: list[GroupInfo] | None = None
@@ -161,7 +171,7 @@ class OptStateProbe:
             or len(self._snap) != len(params)
             or any(s.shape != p.shape for s, p in zip(self._snap, params, strict=True))
         ):
-            self._snap = [torch.empty_like(p, memory_format=torch.preserve_format) for p in params]
+            self._snap, self._snap_flat = snapshot_buffers(params, self.flat_dot)
         with torch.no_grad():
             torch._foreach_copy_(self._snap, [p.detach() for p in params])
         self._snap_valid = True
@@ -222,11 +232,7 @@ class OptStateProbe:
         if self._snap_valid and self._snap is not None:
             torch._foreach_sub_(self._snap, [p.detach() for p in params])  # θ_prev - θ = -Δθ
             push("d", list(torch._foreach_norm(self._snap)))
-            dots = [
-                torch.dot(s.reshape(-1).float(), g.reshape(-1).float())
-                for s, g in zip(self._snap, g_eff, strict=True)
-            ]
-            push("dot", [torch.stack(dots).sum()])
+            push("dot", [update_grad_dot(self._snap, self._snap_flat, g_eff)])
             post = self._post_clip_norms(ctx, g_eff)
             push("g", [post] if post is not None else list(torch._foreach_norm(g_eff)))
             self._snap_valid = False
@@ -349,6 +355,7 @@ class OptStateProbe:
     TRANSIENT = (
         "_groups_idx",
         "_snap",
+        "_snap_flat",
         "_snap_valid",
         "_g_eff",
         "_gid_of",

@@ -1,4 +1,4 @@
-"""The optimizer-state probe's deferred reads: each update's scalars as one float64 device
+"""The optimizer-state probe's deferred reads and its update-direction buffers: each update's scalars as one float64 device
 vector (:class:`Scalars`), kept with what the host part needs (:class:`Pending`), and read for
 many updates at once (:func:`read_queue`: one host copy), at the recorder's flush under the
 trainer. The arithmetic that follows (optstate.py ``_finish``) is the same Python float math as
@@ -76,3 +76,36 @@ def read_queue(queue: list[Pending]) -> dict[int, tuple[list[float], list[float]
         out[key] = (vals[pos : pos + n], vals[pos + n : pos + 2 * n])
         pos += 2 * n
     return out
+
+
+def snapshot_buffers(
+    params: list[torch.Tensor], flat_dot: bool | None
+) -> tuple[list[torch.Tensor], torch.Tensor | None]:
+    """Buffers for the pre-step parameter copy. ``flat_dot`` (None: on CUDA) makes them views of
+    one flat buffer, so :func:`update_grad_dot` sums all products in one launch."""
+    flat = flat_dot if flat_dot is not None else params[0].device.type == "cuda"
+    if not flat or {p.dtype for p in params} != {torch.float32}:  # fp32 products only
+        return [torch.empty_like(p, memory_format=torch.preserve_format) for p in params], None
+    buf = torch.empty(sum(p.numel() for p in params), dtype=params[0].dtype,
+                      device=params[0].device)  # fmt: skip
+    views, start = [], 0
+    for p in params:
+        views.append(buf[start : start + p.numel()].view(p.shape))
+        start += p.numel()
+    return views, buf
+
+
+def update_grad_dot(
+    snap: list[torch.Tensor], flat: torch.Tensor | None, g_eff: list[torch.Tensor]
+) -> torch.Tensor:
+    """0-dim ``Σ (θ_prev - θ)·g`` over every tensor. With a flat buffer: one in-place product
+    pass and one sum (the snapshot is spent; it is refilled before the next step); else one
+    ``dot`` per tensor, summed (the CPU's arithmetic)."""
+    if flat is not None and all(g.dtype == flat.dtype for g in g_eff):
+        torch._foreach_mul_(snap, g_eff)
+        return flat.sum()
+    dots = [
+        torch.dot(s.reshape(-1).float(), g.reshape(-1).float())
+        for s, g in zip(snap, g_eff, strict=True)
+    ]
+    return torch.stack(dots).sum()
