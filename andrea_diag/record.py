@@ -34,6 +34,7 @@ import os
 import platform
 import subprocess
 import sys
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -200,6 +201,8 @@ class Recorder:
             raise UserError(f"--flush-every must be at least 1, got {flush_every}")
         self.flush_every = flush_every
         self._pending: list[dict[str, Any]] = []  # metric rows not yet in metrics.jsonl
+        # called first in every flush: probes that defer device reads fill their columns there
+        self.before_flush: list[Callable[[], None]] = []
         self.run_dir = Path(run_dir)
         if self.run_dir.exists() and any(self.run_dir.iterdir()) and not resume:
             raise UserError(
@@ -223,6 +226,8 @@ class Recorder:
 
     def flush(self) -> None:
         """Write the waiting metric rows (their tensors reach the host here, all at once)."""
+        for hook in self.before_flush:
+            hook()
         rows, self._pending = self._pending, []
         self._metrics.write_many(rows)
 

@@ -5,7 +5,9 @@
 Builds the engine and the plain loop exactly as ``bench-train`` does (andrea_diag/bench/train.py),
 warms both up, then profiles ``updates`` updates of each and writes, per loop: the top ops by
 self CUDA time and by CPU time, and the host-sync counts per update (cudaStreamSynchronize,
-cudaMemcpy*, aten::_local_scalar_dense = ``.item()``). GPU-only: run it on the device machine.
+cudaMemcpy*, aten::_local_scalar_dense = ``.item()``), all aten ops and kernel launches per update.
+On the CPU (``--device cpu --size tiny``) the op counts are a proxy; tests/test_engine_syncs.py
+counts the device reads themselves.
 """
 
 from __future__ import annotations
@@ -31,6 +33,11 @@ def _summary(prof: profile, updates: int, label: str) -> str:
     for name in SYNC_OPS:
         n = sum(e.count for e in ka if e.key == name)
         lines.append(f"  {name:<30} {n / updates:8.2f} per update")
+    # every aten op the host dispatched (nested ones included): the CPU proxy of launch cost
+    n_aten = sum(e.count for e in ka if e.key.startswith("aten::"))
+    n_launch = sum(e.count for e in ka if e.key in ("cudaLaunchKernel", "cudaLaunchKernelExC"))
+    lines.append(f"  {'aten ops (all)':<30} {n_aten / updates:8.2f} per update")
+    lines.append(f"  {'kernel launches':<30} {n_launch / updates:8.2f} per update")
     lines.append(ka.table(sort_by="self_cuda_time_total", row_limit=30, max_name_column_width=70))
     lines.append(ka.table(sort_by="cpu_time_total", row_limit=40, max_name_column_width=70))
     return "\n".join(lines)
@@ -73,7 +80,13 @@ def main() -> None:
         engine.recorder.close()
         engine.recorder.release()
     a.out.write_text("\n\n".join(out))
-    print("\n".join(line for line in "\n\n".join(out).splitlines() if "per update" in line or "=====" in line))
+    print(
+        "\n".join(
+            line
+            for line in "\n\n".join(out).splitlines()
+            if "per update" in line or "=====" in line
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -33,13 +33,16 @@ def _setup(opt_cls, betas=BETAS, **kw):
     return [a, b, c], opt_cls(groups, lr=1e-2, **kw)
 
 
-def _train(opt_cls, steps=30, shadow=True, spikes=SPIKES, betas=BETAS, keep_state=True, **kw):
+def _train(
+    opt_cls, steps=30, shadow=True, spikes=SPIKES, betas=BETAS, keep_state=True, defer=False, **kw
+):
     """Adam(W) on three tensors; big gradients at ``spikes``. Returns rows, probe, received grads.
 
     ``keep_state=False`` keeps m and v (for the closed form) only from the first spike on.
     """
     params, opt = _setup(opt_cls, betas, **kw)
     probe = OptStateProbe(shadow=shadow)
+    probe.defer_reads = defer  # True: what the trainer's driver sets (read at the flush)
     gen = torch.Generator().manual_seed(1)
     rows, received, snaps = [], [], []
     for t in range(1, steps + 1):
@@ -74,6 +77,7 @@ def _train(opt_cls, steps=30, shadow=True, spikes=SPIKES, betas=BETAS, keep_stat
             row["_v"] = [opt.state[p]["exp_avg_sq"].clone() for p in params]
         row["_delta"] = [p.detach() - s for p, s in zip(params, snaps[-1], strict=True)]
         rows.append(row)
+    probe.resolve()  # deferred: the flush
     return rows, probe, received, params
 
 
@@ -250,3 +254,36 @@ def test_final_v_share_is_the_spikes_share_of_v_at_the_last_update():
 def test_final_v_share_is_zero_without_a_spike():
     _, probe, _, _ = _train(torch.optim.Adam, steps=12, spikes=())
     assert probe.close(None)["pollution"]["final_v_share"] == 0.0  # type: ignore[arg-type]
+
+
+COLUMNS = ("m_norm", "v_norm", "m_spike_share", "v_spike_share", "update_rms", "cos_update_grad")
+
+
+@pytest.mark.parametrize("shadow", [True, False])
+def test_reads_deferred_to_the_flush_give_the_same_columns_and_summary(shadow):
+    now, probe_now, _, _ = _train(torch.optim.Adam, steps=40, shadow=shadow)
+    later, probe_later, _, _ = _train(torch.optim.Adam, steps=40, shadow=shadow, defer=True)
+    for a, b in zip(now, later, strict=True):
+        assert {k: a.get(k) for k in COLUMNS} == {k: b.get(k) for k in COLUMNS}
+        assert {k: v for k, v in a.items() if k.startswith("layer_")} == {
+            k: v for k, v in b.items() if k.startswith("layer_")
+        }
+    assert "m_norm" in later[-1]  # resolved, not missing
+    assert probe_now.close(None) == probe_later.close(None)  # type: ignore[arg-type]
+
+
+def test_one_flat_product_pass_gives_the_per_tensor_dots_total():
+    from andrea_diag.probes.optstate_reads import snapshot_buffers, update_grad_dot
+
+    torch.manual_seed(0)
+    params = [torch.randn(5, 4), torch.randn(7), torch.randn(3, 3)]
+    grads = [torch.randn_like(p) for p in params]
+    per, no_flat = snapshot_buffers(params, flat_dot=False)
+    views, flat = snapshot_buffers(params, flat_dot=True)
+    assert no_flat is None and flat is not None and flat.numel() == 20 + 7 + 9
+    assert [v.shape for v in views] == [p.shape for p in params]
+    for bufs in (per, views):
+        torch._foreach_copy_(bufs, params)
+    want = update_grad_dot(per, None, grads)
+    got = update_grad_dot(views, flat, grads)
+    assert torch.allclose(got, want, rtol=1e-5) and got.dim() == 0

@@ -103,6 +103,8 @@ class UpdateContext:
 
     def grads_nonfinite(self) -> bool:
         """True when the gradient norm is NaN/Inf (from ``clip.nonfinite`` when available)."""
+        if "grads_nonfinite" in self.cache:  # the loop read it already, in its one host sync
+            return bool(self.cache["grads_nonfinite"])
         if self.clip is not None:
             return bool(self.clip.nonfinite)
         return not math.isfinite(self.grad_norm())

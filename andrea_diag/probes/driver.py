@@ -15,6 +15,10 @@ What it owns, so no caller restates it:
   (``close_reads``, e.g. the spike events' recovery columns read ``pollution``) closes after
   the probe that returns that key (``summary_key``). A cycle is a programming error.
 - **Phase boundaries**, detected once: the first update whose phase differs from the last one.
+- **Deferred reads** (``defer=True``, the trainer): probes with a ``resolve()`` (optstate) keep
+  their per-update scalars on the device and finish their host arithmetic at the recorder's
+  flush (``Recorder.before_flush``), so an update needs no host sync of theirs; with
+  ``defer=False`` (the monitor) the driver resolves at the end of every ``after_step``.
 - **Isolation.** A probe that raises is disabled for the rest of the run: training goes on,
   ``events.jsonl`` gets a ``{"kind": "probe_failure", ...}`` row, stderr gets one line, and the
   summary's ``probe_failures`` says which probe failed, where and why. A probe is a
@@ -75,9 +79,18 @@ class ProbeDriver:
         probes: Sequence[Probe],
         recorder: Recorder,
         warn: Callable[[str], None] | None = None,
+        *,
+        defer: bool = False,
     ) -> None:
         self.probes = _ordered(probes, _reads_from)
         self.recorder = recorder
+        # deferring needs a flush to resolve at; a recorder without the hook resolves per update
+        self.defer = defer and hasattr(recorder, "before_flush")
+        for probe in self.probes:
+            if hasattr(probe, "defer_reads"):
+                probe.defer_reads = self.defer
+        if self.defer:
+            recorder.before_flush.append(self.resolve)
         self.failures: list[dict[str, Any]] = []
         self._failed: set[int] = set()  # id() of disabled probes
         self._warn = warn or (lambda line: print(line, file=sys.stderr))
@@ -136,6 +149,18 @@ class ProbeDriver:
 
     def after_step(self, ctx: UpdateContext) -> None:
         self._run("after_step", ctx)
+        if not self.defer:
+            self.resolve()
+
+    def resolve(self) -> None:
+        """Finish every probe's deferred device reads (one host sync per probe that has any)."""
+        for probe in self.probes:
+            if id(probe) in self._failed or not hasattr(probe, "resolve"):
+                continue
+            try:
+                probe.resolve()
+            except Exception as exc:  # isolated like a hook
+                self._fail(probe, "resolve", None, exc)
 
     def _run(self, hook: str, ctx: UpdateContext) -> None:
         for probe in self.probes:
@@ -195,6 +220,7 @@ class ProbeDriver:
 
     def probe_states(self) -> dict[str, Any]:
         """Every probe's own state (windows, buffers, samples), by probe name."""
+        self.resolve()
         return {probe_name(p): p.state_dict() for p in self.probes if hasattr(p, "state_dict")}
 
     def load_probe_states(self, states: Mapping[str, Any]) -> None:
@@ -217,6 +243,7 @@ class ProbeDriver:
         """
         if self.summary is not None:
             return self.summary
+        self.resolve()
         summary: dict[str, Any] = {}
         for probe in _ordered(self.probes, _closes_after):
             try:

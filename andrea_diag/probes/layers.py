@@ -6,8 +6,10 @@ gradients, ``sqrt(sum of squares of the member tensors' norms)``. Groups come fr
 :func:`andrea_diag.model.param_group_of`.
 
 No second pass over the gradients: ``ctx.clip.per_tensor_norm`` comes from the clip pass, and
-the grouping is one ``index_add`` on that small vector plus one host transfer. Only when the
-loop does not clip through us (``ctx.clip is None``) are the norms computed from the grads.
+the grouping is one ``index_add`` on that small vector. Under the trainer (``defer_reads``) the
+columns are 0-dim device tensors, read with the rest of the row at the recorder's flush; else
+one host transfer per update. Only when the loop does not clip through us (``ctx.clip is
+None``) are the norms computed from the grads.
 """
 
 from __future__ import annotations
@@ -50,9 +52,13 @@ class GroupIndex:
         out = torch.zeros(len(self.keys), dtype=sq.dtype, device=sq.device)
         return out.index_add_(0, self.index_on(sq.device), sq).sqrt()
 
-    def columns(self, prefix: str, per_tensor: torch.Tensor) -> dict[str, float]:
-        """``{prefix/<layer>.<kind>: norm}``; one host transfer for the whole vector."""
-        vals = self.group_norms(per_tensor).tolist()  # host sync (one per call)
+    def columns(
+        self, prefix: str, per_tensor: torch.Tensor, on_device: bool = False
+    ) -> dict[str, Any]:
+        """``{prefix/<layer>.<kind>: norm}``: floats in one host transfer for the whole vector,
+        or (``on_device``) 0-dim views of the device vector, for the recorder's flush to read."""
+        norms = self.group_norms(per_tensor)
+        vals = norms.unbind() if on_device else norms.tolist()  # tolist: host sync
         return {f"{prefix}/{k}": v for k, v in zip(self.keys, vals, strict=True)}
 
 
@@ -69,10 +75,11 @@ class LayerGradNormProbe(ProbeState):
     """Adds ``layer_gn/<layer>.<kind>`` columns every update (pre-clip norms)."""
 
     name = "layers"
-    transient = ("_groups",)  # rebuilt from the parameter names on first use
+    transient = ("_groups", "defer_reads")  # rebuilt on first use; set by the driver
 
     def __init__(self) -> None:
         self._groups: dict[tuple[str, ...], GroupIndex] = {}
+        self.defer_reads = False  # set by the ProbeDriver: columns stay on the device
 
     def _names_with_grad(self, ctx: UpdateContext) -> list[str]:
         # clip.per_tensor_norm covers only parameters that have a gradient, in order
@@ -85,7 +92,7 @@ class LayerGradNormProbe(ProbeState):
         if per.numel() == 0:
             return
         gi = group_index_for(self._groups, self._names_with_grad(ctx))
-        ctx.row.update(gi.columns("layer_gn", per))
+        ctx.row.update(gi.columns("layer_gn", per, on_device=self.defer_reads))
 
     def after_step(self, ctx: UpdateContext) -> None:
         return None

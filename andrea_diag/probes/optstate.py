@@ -46,7 +46,21 @@ import torch
 
 from andrea_diag.probes.base import UpdateContext
 from andrea_diag.probes.layers import GroupIndex, group_index_for
-from andrea_diag.probes.shadow import GroupInfo, ShadowBuffers, SpikeTerm, final_v_share
+from andrea_diag.probes.optstate_reads import (
+    Pending,
+    Scalars,
+    read_queue,
+    snapshot_buffers,
+    update_grad_dot,
+)
+from andrea_diag.probes.shadow import (
+    GroupInfo,
+    ShadowBuffers,
+    ShadowView,
+    SpikeTerm,
+    pollution_summary,
+    spike_shares,
+)
 
 RECOVERY_SHARE = 0.1
 
@@ -69,6 +83,10 @@ class OptStateProbe:
         self.recovery_share = recovery_share
         self._groups_idx: dict[tuple[str, ...], GroupIndex] = {}
         self._snap: list[torch.Tensor] | None = None
+        self._snap_flat: torch.Tensor | None = None  # one buffer under the views (flat_dot)
+        # Δθ·g as one product pass + one sum (CUDA: 2 launches, not one dot per tensor); the CPU
+        # keeps the per-tensor dots, the arithmetic tests/test_golden.py pins. None: CUDA only.
+        self.flat_dot: bool | None = None
         self._snap_valid = False
         self._g_eff: list[torch.Tensor] | None = None
         self._ginfo: list[GroupInfo] | None = None
@@ -84,6 +102,10 @@ class OptStateProbe:
         self.has_moments: bool | None = None
         self.optimizer_name = ""
         self.last_update = 0
+        # updates whose scalars are still on the device (resolve() reads them in one copy);
+        # the driver sets defer_reads under the trainer, else every update resolves at once
+        self._queue: list[Pending] = []
+        self.defer_reads = False
 
     # -- helpers ---------------------------------------------------------------------------
     def _with_grad(self, ctx: UpdateContext) -> tuple[list[str], list[torch.Tensor]]:
@@ -149,7 +171,7 @@ class OptStateProbe:
             or len(self._snap) != len(params)
             or any(s.shape != p.shape for s, p in zip(self._snap, params, strict=True))
         ):
-            self._snap = [torch.empty_like(p, memory_format=torch.preserve_format) for p in params]
+            self._snap, self._snap_flat = snapshot_buffers(params, self.flat_dot)
         with torch.no_grad():
             torch._foreach_copy_(self._snap, [p.detach() for p in params])
         self._snap_valid = True
@@ -164,21 +186,45 @@ class OptStateProbe:
         self._param_ids = [id(p) for p in params]  # the order a checkpoint names buffers by
         g_eff = self._g_eff if self._g_eff is not None else self._effective_grads(ctx, params)
         self._g_eff = None
-        row = ctx.row
         state = ctx.optimizer.state
         ms = [state[p].get("exp_avg") if p in state else None for p in params]
         vs = [state[p].get("exp_avg_sq") if p in state else None for p in params]
         self.has_moments = all(m is not None for m in ms) and all(v is not None for v in vs)
-        scalars: list[torch.Tensor] = []  # gathered for one host transfer
-        slots: dict[str, slice] = {}
+        spike_now = bool(ctx.spike and ctx.applied)
+        flat, slots = self._device_scalars(ctx, params, ms, vs, g_eff, spike_now)
+        ginfo = self._group_info(ctx.optimizer)
+        reset = bool(ctx.clip is not None and ctx.clip.moments_reset) and self.has_moments
+        if self.has_moments:  # the buffers change now; the spike terms' bookkeeping at resolve
+            if reset:  # SPAM zeroed m, v: their spike terms are gone
+                self._shadow.clear(ginfo, [], ctx.update)
+            if ctx.applied:
+                self._shadow.decay(ginfo, self._gid_of)
+        entry = Pending(ctx.update, ctx.row, names, sum(p.numel() for p in params), ctx.applied,
+                         spike_now, reset, flat, slots, [(i.beta1, i.beta2) for i in ginfo])  # fmt: skip
+        if spike_now and self.has_moments:
+            # host sync, at a spike only: its terms, and the shadow add, need its norms now
+            entry.spike = (params, g_eff, [self._gid_of.get(id(p), 0) for p in params])
+            self._queue.append(entry)
+            self.resolve()
+            return
+        if self.shadow and self.has_moments:
+            entry.view = self._shadow.view(ginfo, self._gid_of)
+        self._queue.append(entry)
+        if not self.defer_reads:
+            self.resolve()
 
-        def push(key: str, tensors: list[torch.Tensor]) -> None:
-            start = sum(t.numel() for t in scalars)
-            flat = torch.stack(tensors).reshape(-1).double() if tensors else None  # one cast
-            if flat is not None:
-                scalars.append(flat)
-                slots[key] = slice(start, start + flat.numel())
-
+    def _device_scalars(
+        self,
+        ctx: UpdateContext,
+        params: list[torch.Tensor],
+        ms: list[torch.Tensor | None],
+        vs: list[torch.Tensor | None],
+        g_eff: list[torch.Tensor],
+        spike_now: bool,
+    ) -> tuple[torch.Tensor | None, dict[str, slice]]:
+        """This update's scalars as one float64 device vector (no host read), and their slots."""
+        out = Scalars()
+        push = out.push
         if self.has_moments:
             mv = torch._foreach_norm(ms + vs)  # one multi-tensor call for both moments
             push("m", list(mv[: len(ms)]))
@@ -186,63 +232,71 @@ class OptStateProbe:
         if self._snap_valid and self._snap is not None:
             torch._foreach_sub_(self._snap, [p.detach() for p in params])  # θ_prev - θ = -Δθ
             push("d", list(torch._foreach_norm(self._snap)))
-            dots = [
-                torch.dot(s.reshape(-1).float(), g.reshape(-1).float())
-                for s, g in zip(self._snap, g_eff, strict=True)
-            ]
-            push("dot", [torch.stack(dots).sum()])
+            push("dot", [update_grad_dot(self._snap, self._snap_flat, g_eff)])
             post = self._post_clip_norms(ctx, g_eff)
             push("g", [post] if post is not None else list(torch._foreach_norm(g_eff)))
             self._snap_valid = False
-        spike_now = bool(ctx.spike and ctx.applied)
         if spike_now and self.has_moments:
             push("gs", list(torch._foreach_norm(g_eff)))
             push("gs4", list(torch._foreach_norm(g_eff, 4.0)))  # ‖g²‖₂ = ‖g‖₄²
-        vals = torch.cat(scalars).tolist() if scalars else []  # host sync: once per update
+        return out.flat(), out.slots
+
+    def resolve(self) -> None:
+        """Finish the waiting updates' columns and pollution bookkeeping, in update order, from
+        one host copy of all their device scalars (the trainer: at the recorder's flush)."""
+        if not self._queue:
+            return
+        queue, self._queue = self._queue, []
+        at = read_queue(queue)  # host sync: one per resolve
+        for e in queue:
+            self._finish(e, at.get(id(e.view)))
+
+    def _finish(self, e: Pending, view_vals: tuple[list[float], list[float]] | None) -> None:
+        """One update's host part: its columns in ``e.row``, then the spike bookkeeping."""
+        row = e.row
 
         def get(key: str) -> list[float]:
-            return vals[slots[key]] if key in slots else []
+            return e.vals[e.slots[key]] if key in e.slots else []
 
-        if "d" in slots:
+        if "d" in e.slots:
             d, g = get("d"), get("g")
-            n_elem = sum(p.numel() for p in params)
             d_norm = math.sqrt(sum(x * x for x in d))
             g_norm = math.sqrt(sum(x * x for x in g))
-            row["update_rms"] = d_norm / math.sqrt(max(n_elem, 1))
+            row["update_rms"] = d_norm / math.sqrt(max(e.n_elem, 1))
             denom = d_norm * g_norm
             row["cos_update_grad"] = get("dot")[0] / denom if denom > 0 else None
-        elif self.update_stats and not ctx.applied:
+        elif self.update_stats and not e.applied:
             row["update_rms"] = 0.0
             row["cos_update_grad"] = None
-        if not self.has_moments:
+        if "m" not in e.slots:  # no moments (not Adam): update columns only
             return
         m_pt, v_pt = get("m"), get("v")
         m_norm = math.sqrt(sum(x * x for x in m_pt))
         v_norm = math.sqrt(sum(x * x for x in v_pt))
         row["m_norm"], row["v_norm"] = m_norm, v_norm
         if self.per_layer:
-            gi = group_index_for(self._groups_idx, names)
+            gi = group_index_for(self._groups_idx, e.names)
             row.update(gi.columns("layer_m", torch.tensor(m_pt, dtype=torch.float64)))
             row.update(gi.columns("layer_v", torch.tensor(v_pt, dtype=torch.float64)))
-        ginfo = self._group_info(ctx.optimizer)
-        gids = [self._gid_of.get(id(p), 0) for p in params]
-        if ctx.clip is not None and ctx.clip.moments_reset:  # SPAM zeroed m, v: terms gone
-            self._shadow.clear(ginfo, self.spikes, ctx.update)
-        if ctx.applied:
-            self._advance(ginfo)
-        if spike_now:
-            self._add_spike(ctx.update, ginfo, gids, params, g_eff, get("gs"), get("gs4"))
-        self._per_spike_shares(ctx.update, ginfo, m_norm, v_norm)
+        ginfo = self._ginfo or []
+        if e.reset:
+            for sp in self.spikes:
+                sp.forget(e.update)
+        if e.applied:  # every spike term decays by β (the buffers' c decayed at the update)
+            for sp in self.spikes:
+                sp.k += 1
+        if e.spike is not None:
+            params, g_eff, gids = e.spike
+            self._add_spike(e.update, ginfo, gids, params, g_eff, get("gs"), get("gs4"))
+            e.view = self._shadow.view(ginfo, self._gid_of) if self.shadow else None
+            if e.view is not None:  # host sync: the spike's own shadow norms (rare)
+                both = torch.cat([e.view.bm, e.view.bv]).tolist()
+                view_vals = (both[: e.view.bm.numel()], both[e.view.bm.numel() :])
+        spike_shares(self, e.update, e.betas, m_norm, v_norm)
         if self.shadow:
-            self._shadow_columns(ctx.update, row, ginfo, m_norm, v_norm)
+            self._shadow_columns(e.update, row, ginfo, m_norm, v_norm, e.view, view_vals)
 
     # -- pollution -------------------------------------------------------------------------
-    def _advance(self, ginfo: list[GroupInfo]) -> None:
-        """One applied update: every spike term decays by β (scalars only, until renormalised)."""
-        for sp in self.spikes:
-            sp.k += 1
-        self._shadow.decay(ginfo, self._gid_of)
-
     def _add_spike(
         self,
         update: int,
@@ -268,31 +322,6 @@ class OptStateProbe:
             return  # a non-finite gradient would poison the buffers for good
         self._shadow.add(params, g_eff, gids, ginfo, self._gid_of)
 
-    def _per_spike_shares(
-        self, update: int, ginfo: list[GroupInfo], m_norm: float, v_norm: float
-    ) -> None:
-        for sp in self.spikes:
-            if sp.recovery_m is not None and sp.recovery_v is not None:
-                continue
-            own_m = math.sqrt(
-                sum((a * info.beta1**sp.k) ** 2 for a, info in zip(sp.am, ginfo, strict=True))
-            )
-            own_v = math.sqrt(
-                sum((a * info.beta2**sp.k) ** 2 for a, info in zip(sp.av, ginfo, strict=True))
-            )
-            sm = own_m / m_norm if m_norm > 0 else None
-            sv = own_v / v_norm if v_norm > 0 else None
-            sp.share_v_last = sv
-            if sp.share_m0 is None:
-                sp.share_m0, sp.share_v0 = sm, sv
-                if not self.shadow:
-                    self.max_m_share = max(self.max_m_share, sm or 0.0)
-                    self.max_v_share = max(self.max_v_share, sv or 0.0)
-            if sp.recovery_m is None and sm is not None and sm < self.recovery_share:
-                sp.recovery_m = update - sp.update
-            if sp.recovery_v is None and sv is not None and sv < self.recovery_share:
-                sp.recovery_v = update - sp.update
-
     def _shadow_columns(
         self,
         update: int,
@@ -300,11 +329,13 @@ class OptStateProbe:
         ginfo: list[GroupInfo],
         m_norm: float,
         v_norm: float,
+        view: ShadowView | None,
+        view_vals: tuple[list[float], list[float]] | None,
     ) -> None:
-        if not self._shadow:  # no spike yet, or a moment reset emptied the buffers
+        if view is None or view_vals is None:  # no spike yet, or a reset emptied the buffers
             row["m_spike_share"] = row["v_spike_share"] = self.last_v_share = 0.0
             return
-        ms, vs = self._shadow.norms(ginfo)
+        ms, vs = view.norms(ginfo, *view_vals)
         sm = ms / m_norm if m_norm > 0 else None
         sv = vs / v_norm if v_norm > 0 else None
         row["m_spike_share"], row["v_spike_share"] = sm, sv
@@ -324,14 +355,18 @@ class OptStateProbe:
     TRANSIENT = (
         "_groups_idx",
         "_snap",
+        "_snap_flat",
         "_snap_valid",
         "_g_eff",
         "_gid_of",
         "_shadow",
         "_param_ids",
+        "_queue",
+        "defer_reads",
     )
 
     def state_dict(self) -> dict[str, Any]:
+        self.resolve()  # the waiting updates' bookkeeping belongs to the state
         state = {k: v for k, v in vars(self).items() if k not in self.TRANSIENT}
         state["_shadow_by_position"] = self._shadow.by_position(getattr(self, "_param_ids", []))
         return state
@@ -340,6 +375,7 @@ class OptStateProbe:
         vars(self).update({k: v for k, v in state.items() if k != "_shadow_by_position"})
         self._pending_shadow = state.get("_shadow_by_position")
         self._gid_of = {}  # rebuilt from the optimizer on first use
+        self._queue = []
 
     def _rebind(self, ctx: UpdateContext, params: list[torch.Tensor]) -> None:
         """After a resume: attach the saved state to this process's parameter objects."""
@@ -359,39 +395,5 @@ class OptStateProbe:
         return self._shadow.nbytes()
 
     def close(self, run_dir: Path, results: Mapping[str, Any] | None = None) -> dict[str, Any]:
-        per = self.per_spike()
-
-        def worst(key: str) -> tuple[int | None, bool]:
-            vals = [r[f"recovery_{key}"] for r in per.values()]
-            if not vals:
-                return None, False
-            if any(v is None for v in vals):
-                return None, True
-            return max(vals), False
-
-        rec_m, cen_m = worst("m")
-        rec_v, cen_v = worst("v")
-        any_spike = bool(self.spikes)
-        return {
-            "pollution": {
-                "optimizer": self.optimizer_name,
-                "has_moments": bool(self.has_moments),
-                "shadow": self.shadow,
-                "n_spikes_tracked": len(self.spikes),
-                "max_m_share": self.max_m_share if any_spike else 0.0,
-                "max_v_share": self.max_v_share if any_spike else 0.0,
-                # a pollution event: the spikes still hold half of ‖v‖ at the end
-                **final_v_share(self.has_moments, self.shadow, self.last_v_share, self.spikes),
-                "recovery_m": rec_m,
-                "recovery_v": rec_v,
-                "recovery_m_censored": cen_m,
-                "recovery_v_censored": cen_v,
-                "recovery_m_all": self.recovery_m_all if self.shadow else None,
-                "recovery_v_all": self.recovery_v_all if self.shadow else None,
-                "recovery_share": self.recovery_share,
-                "last_update": self.last_update,
-                "per_spike": [{"update": u, **r} for u, r in per.items()],
-                "shadow_bytes": self.shadow_bytes(),
-                "snapshot_bytes": sum(t.numel() * t.element_size() for t in self._snap or []),
-            }
-        }
+        self.resolve()
+        return {"pollution": pollution_summary(self)}

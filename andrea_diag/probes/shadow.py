@@ -6,6 +6,9 @@ scalars ``c`` by β, and ``B`` changes only at a spike (``B += (1-β)·g / c``) 
 renormalisation (``B ← c·B``, ``c ← 1``). So the shadow costs two fp32 copies of the parameters
 and a few passes per *spike*, not per update.
 
+Reads: ``‖B‖`` is kept as device vectors (:class:`ShadowView`), refreshed at a spike or a
+renormalisation and read with the probe's other scalars, so the buffers never sync per update.
+
 Range (issue 11): ``c`` stays 1 until the first spike allocates ``B`` (nothing to decay before
 it), and ``B`` is renormalised in the update in which ``c`` drops below ``RENORM_BELOW``.
 """
@@ -47,6 +50,8 @@ class ShadowBuffers:
     def __init__(self) -> None:
         self.bm: dict[int, torch.Tensor] = {}
         self.bv: dict[int, torch.Tensor] = {}
+        # per-buffer norms on the device, from the last refresh: (group id per key, ‖Bm‖, ‖Bv‖)
+        self._norms: tuple[list[int], torch.Tensor, torch.Tensor] | None = None
 
     def __bool__(self) -> bool:
         return bool(self.bm)
@@ -79,11 +84,15 @@ class ShadowBuffers:
             self.bv[id(p)].addcmul_(g32, g32, value=(1 - info.beta2) / info.cv)
         self._refresh_norms(ginfo, gid_of)
 
-    def norms(self, ginfo: list[GroupInfo]) -> tuple[float, float]:
-        """(‖m_spike‖, ‖v_spike‖) over all groups, from the cached ``‖B‖`` (no tensor pass)."""
-        ms = math.sqrt(sum(i.cm * i.cm * i.bm_sq for i in ginfo))
-        vs = math.sqrt(sum(i.cv * i.cv * i.bv_sq for i in ginfo))
-        return ms, vs
+    def view(self, ginfo: list[GroupInfo], gid_of: dict[int, int]) -> ShadowView | None:
+        """This update's ``c`` per group and ``‖B‖`` (device), for :meth:`ShadowView.norms`
+        later; None without buffers."""
+        if not self.bm:
+            return None
+        if self._norms is None:  # bound from a checkpoint: norms not computed in this process
+            self._refresh_norms(ginfo, gid_of)
+        assert self._norms is not None
+        return ShadowView([(i.cm, i.cv) for i in ginfo], *self._norms)
 
     def by_position(self, param_ids: list[int]) -> tuple[list, list]:
         """The buffers in parameter order (ids do not survive a restart; positions do)."""
@@ -94,13 +103,14 @@ class ShadowBuffers:
         bm, bv = by_position
         self.bm = {id(p): t for p, t in zip(params, bm, strict=True) if t is not None}
         self.bv = {id(p): t for p, t in zip(params, bv, strict=True) if t is not None}
+        self._norms = None
 
     def clear(self, ginfo: list[GroupInfo], spikes: list[SpikeTerm], update: int) -> None:
         """The optimizer's moments were reset at ``update``: drop every buffer (``c`` back to
         1), and every spike term left with the moments (:meth:`SpikeTerm.forget`)."""
         for sp in spikes:
             sp.forget(update)
-        self.bm, self.bv = {}, {}
+        self.bm, self.bv, self._norms = {}, {}, None
         for info in ginfo:
             info.cm = info.cv = 1.0
             info.bm_sq = info.bv_sq = 0.0
@@ -109,17 +119,15 @@ class ShadowBuffers:
         return sum(t.numel() * t.element_size() for t in [*self.bm.values(), *self.bv.values()])
 
     def _refresh_norms(self, ginfo: list[GroupInfo], gid_of: dict[int, int]) -> None:
-        for info in ginfo:
-            info.bm_sq = info.bv_sq = 0.0
+        """Per-buffer ``‖B‖`` on the device (no host read: :class:`ShadowView` reads them)."""
+        del ginfo
         keys = list(self.bm)
         if not keys:
+            self._norms = None
             return
-        bm = torch.stack(torch._foreach_norm([self.bm[k] for k in keys])).double().tolist()
-        bv = torch.stack(torch._foreach_norm([self.bv[k] for k in keys])).double().tolist()
-        for k, a, b in zip(keys, bm, bv, strict=True):
-            info = ginfo[gid_of.get(k, 0)]
-            info.bm_sq += a * a
-            info.bv_sq += b * b
+        bm = torch.stack(torch._foreach_norm([self.bm[k] for k in keys])).double()
+        bv = torch.stack(torch._foreach_norm([self.bv[k] for k in keys])).double()
+        self._norms = ([gid_of.get(k, 0) for k in keys], bm, bv)
 
     def _renormalise(self, ginfo: list[GroupInfo], gid_of: dict[int, int]) -> None:
         if not any(i.cm < RENORM_BELOW or i.cv < RENORM_BELOW for i in ginfo):
@@ -136,6 +144,29 @@ class ShadowBuffers:
             if info.cv < RENORM_BELOW:
                 info.cv = 1.0
         self._refresh_norms(ginfo, gid_of)
+
+
+class ShadowView:
+    """The shadow at one update: ``c`` per group (host) and ``‖B‖`` per buffer (device)."""
+
+    def __init__(
+        self, c: list[tuple[float, float]], gids: list[int], bm: torch.Tensor, bv: torch.Tensor
+    ) -> None:
+        self.c, self.gids, self.bm, self.bv = c, gids, bm, bv
+
+    def norms(
+        self, ginfo: list[GroupInfo], bm: list[float], bv: list[float]
+    ) -> tuple[float, float]:
+        """(‖m_spike‖, ‖v_spike‖) from the host values of :attr:`bm`, :attr:`bv`; also leaves
+        each group's ``‖B‖²`` in ``ginfo`` (what a checkpoint stores)."""
+        for info in ginfo:
+            info.bm_sq = info.bv_sq = 0.0
+        for gid, a, b in zip(self.gids, bm, bv, strict=True):
+            ginfo[gid].bm_sq += a * a
+            ginfo[gid].bv_sq += b * b
+        ms = math.sqrt(sum(cm * cm * i.bm_sq for (cm, _), i in zip(self.c, ginfo, strict=True)))
+        vs = math.sqrt(sum(cv * cv * i.bv_sq for (_, cv), i in zip(self.c, ginfo, strict=True)))
+        return ms, vs
 
 
 class SpikeTerm:
@@ -190,3 +221,65 @@ def final_v_share(
     # a spike restored from an older checkpoint has no share_v_last yet
     shares = [getattr(sp, "share_v_last", None) or 0.0 for sp in spikes]
     return {"final_v_share": max(shares, default=0.0), "final_v_share_exact": False}
+
+
+def _worst(per: dict[int, dict[str, Any]], key: str) -> tuple[int | None, bool]:
+    """The slowest recovery over spikes, and whether any spike is censored (then None)."""
+    vals = [r[f"recovery_{key}"] for r in per.values()]
+    if not vals:
+        return None, False
+    if any(v is None for v in vals):
+        return None, True
+    return max(vals), False
+
+
+def pollution_summary(probe: Any) -> dict[str, Any]:
+    """The optimizer-state probe's summary (``pollution``), from its final state."""
+    per = probe.per_spike()
+    rec_m, cen_m = _worst(per, "m")
+    rec_v, cen_v = _worst(per, "v")
+    any_spike = bool(probe.spikes)
+    return {
+        "optimizer": probe.optimizer_name,
+        "has_moments": bool(probe.has_moments),
+        "shadow": probe.shadow,
+        "n_spikes_tracked": len(probe.spikes),
+        "max_m_share": probe.max_m_share if any_spike else 0.0,
+        "max_v_share": probe.max_v_share if any_spike else 0.0,
+        # a pollution event: the spikes still hold half of ‖v‖ at the end
+        **final_v_share(probe.has_moments, probe.shadow, probe.last_v_share, probe.spikes),
+        "recovery_m": rec_m,
+        "recovery_v": rec_v,
+        "recovery_m_censored": cen_m,
+        "recovery_v_censored": cen_v,
+        "recovery_m_all": probe.recovery_m_all if probe.shadow else None,
+        "recovery_v_all": probe.recovery_v_all if probe.shadow else None,
+        "recovery_share": probe.recovery_share,
+        "last_update": probe.last_update,
+        "per_spike": [{"update": u, **r} for u, r in per.items()],
+        "shadow_bytes": probe.shadow_bytes(),
+        "snapshot_bytes": sum(t.numel() * t.element_size() for t in probe._snap or []),
+    }
+
+
+def spike_shares(
+    probe: Any, update: int, betas: list[tuple[float, float]], m_norm: float, v_norm: float
+) -> None:
+    """Each unrecovered spike's own share of ‖m‖, ‖v‖ at ``update``: first shares, recovery."""
+    for sp in probe.spikes:
+        if sp.recovery_m is not None and sp.recovery_v is not None:
+            continue
+        own_m = math.sqrt(sum((a * b1**sp.k) ** 2 for a, (b1, _) in zip(sp.am, betas, strict=True)))
+        own_v = math.sqrt(sum((a * b2**sp.k) ** 2 for a, (_, b2) in zip(sp.av, betas, strict=True)))
+        sm = own_m / m_norm if m_norm > 0 else None
+        sv = own_v / v_norm if v_norm > 0 else None
+        sp.share_v_last = sv
+        if sp.share_m0 is None:
+            sp.share_m0, sp.share_v0 = sm, sv
+            if not probe.shadow:
+                probe.max_m_share = max(probe.max_m_share, sm or 0.0)
+                probe.max_v_share = max(probe.max_v_share, sv or 0.0)
+        if sp.recovery_m is None and sm is not None and sm < probe.recovery_share:
+            sp.recovery_m = update - sp.update
+        if sp.recovery_v is None and sv is not None and sv < probe.recovery_share:
+            sp.recovery_v = update - sp.update

@@ -58,6 +58,7 @@ def accumulate_group(
     context: Callable[[int], AbstractContextManager[Any]] | None = None,
     backward: Callable[[torch.Tensor], None] | None = None,
     denominator: Callable[[int], int] | None = None,
+    local_tokens: int | None = None,
 ) -> GroupResult:
     """Forward + backward every microbatch of one group; gradients accumulate in ``.grad``.
 
@@ -67,14 +68,20 @@ def accumulate_group(
     backward (the trainer's precision and reducer: autocast, DDP ``no_sync``); ``backward(loss)``
     replaces ``loss.backward()`` (fp16: through the loss scaler; the recorded loss stays
     unscaled). ``denominator(local_tokens)`` gives the tokens to divide by: data-parallel replicas
-    pass the all-reduced global count, so each replica's share sums to the full-batch loss. The
-    caller zeroes grads before and steps after.
+    pass the all-reduced global count, so each replica's share sums to the full-batch loss.
+    ``local_tokens``: the group's supervised tokens when the caller counted them on the host
+    tokens (the trainer does, before the copy to the device); otherwise they are counted here,
+    one host sync per microbatch. The caller zeroes grads before and steps after.
     """
     if not microbatches:
         raise ValueError("an accumulation group needs at least one microbatch")
     # Fix the denominator first: the group's supervised tokens, padding excluded.
-    # host sync: one per group, to know the denominator as a Python int (recorded in metrics).
-    group_tokens = int(sum(int((y != IGNORE).sum()) for _, y in microbatches))
+    # A Python int (recorded in metrics): from the caller's host count, else read here (syncs).
+    group_tokens = (
+        local_tokens
+        if local_tokens is not None
+        else int(sum(int((y != IGNORE).sum()) for _, y in microbatches))
+    )
     if denominator is not None:
         group_tokens = denominator(group_tokens)
     if group_tokens == 0:

@@ -7,15 +7,16 @@ The body of one update (:meth:`Trainer.train_update`) is the order of operations
 depends on, top to bottom:
 
 1. batch: the plan's tokens for this update (identical in every arm), plus any injection;
-2. accumulate: grads zeroed (only here, between groups), forward + token-weighted backward per
-   microbatch inside the precision's autocast and the reducer's microbatch context;
+2. accumulate: denominator from the host tokens, grads zeroed (only here, between groups),
+   forward + token-weighted backward per microbatch (autocast, the reducer's context);
 3. reduce: gradients made global across replicas (one process: nothing to do);
 4. unscale: gradients back in true units (fp32: nothing to do);
 5. clip: after the last microbatch, before the optimizer touches ``m``/``v``;
-6. measure: one host sync for the loss, gradient norm and non-finite flag (probes and the
-   skip decision need them now); the row's other scalars stay on the device;
+6. measure: the update's one host sync (``rows.read_update``: loss, grad norm, non-finite and
+   skip flags, per-example losses); the row's other scalars stay 0-dim device tensors;
 7. probes ``after_clip``, optimizer step (if applied), scheduler step (per update), probes
-   ``after_step``; then evaluation and one metrics row, written every ``flush_every`` rows.
+   ``after_step``; then evaluation and one metrics row, written every ``flush_every`` rows, when
+   the probes' device scalars are read too (``ProbeDriver(defer=True)``).
 
 Each part is a component with ``state_dict``/``load_state_dict`` (``components.py``, the clipper
 registry in ``clip/modes.py``, the probe driver in ``probes/driver.py``); run state lives in
@@ -43,24 +44,13 @@ from andrea_diag.errors import UserError
 from andrea_diag.factories import build_model, config_record, run_sheet_origins
 from andrea_diag.probes import ProbeDriver, UpdateContext, build_probes
 from andrea_diag.record import NullRecorder, Recorder
-from andrea_diag.train.accumulation import GroupResult, accumulate_group
+from andrea_diag.train.accumulation import IGNORE, GroupResult, accumulate_group
 from andrea_diag.train.checkpoint import Checkpointer, load_checkpoint, rng_state, set_rng_state
-from andrea_diag.train.components import (
-    ClipTimer,
-    Evaluator,
-    Reducer,
-    TrainState,
-    make_precision,
-)
-from andrea_diag.train.distributed import (
-    DDPReducer,
-    gather_examples,
-    init_from_env,
-    replica_slice,
-)
+from andrea_diag.train.components import ClipTimer, Evaluator, Reducer, TrainState, make_precision
+from andrea_diag.train.distributed import DDPReducer, gather_examples, init_from_env, replica_slice
 from andrea_diag.train.evaluation import build_evaluator
 from andrea_diag.train.optim import build_optimizer, build_scheduler
-from andrea_diag.train.rows import overflow_last, per_source_loss
+from andrea_diag.train.rows import overflow_last, per_source_loss, read_update, to_device
 from andrea_diag.train.summary import oom_advice, run_sheet, summarize, unigram_entropy
 
 ProgressFn = Callable[[int, dict[str, Any]], None]
@@ -121,14 +111,16 @@ class Trainer:
             tokenizer=data.tokenizer,
             unigram_entropy=unigram_entropy(data.token_counts),
         )
-        self.probes = ProbeDriver(probes if self.dist.is_main else [], self.recorder)
+        # defer: the probes' per-update device scalars are read at the recorder's flush
+        self.probes = ProbeDriver(probes if self.dist.is_main else [], self.recorder, defer=True)
         self.rare_ids = data.rare_token_ids()
         self.state = TrainState()
         self.checkpointer = Checkpointer(run_dir, cfg.checkpoint_every if self.dist.is_main else 0)
 
     # -- one update ----------------------------------------------------------------------------
     def train_update(self, update: int) -> dict[str, Any]:
-        """Run optimizer update ``update`` (1-based) and return its metrics row."""
+        """Run optimizer update ``update`` (1-based) and return its metrics row. Columns the
+        probes keep on the device (optimizer-state norms) join the row at the recorder's flush."""
         t0 = time.perf_counter()
         batch, injected = self._batch(update)
         group = self._accumulate(batch, injected)
@@ -175,7 +167,10 @@ class Trainer:
         return batch, injected
 
     def _accumulate(self, batch: Any, injected: str | None) -> GroupResult:
-        tokens = replica_slice(batch.tokens, self.dist).to(self.device)  # (A, m, T+1)
+        host = replica_slice(batch.tokens, self.dist)  # (A, m, T+1), on the host
+        # the denominator from the host tokens: no device read before the first forward
+        local_tokens = int((host[:, :, 1:] != IGNORE).sum())
+        tokens = to_device(host, self.device)  # pinned + non_blocking on CUDA
         micro = [(tokens[a, :, :-1], tokens[a, :, 1:]) for a in range(tokens.size(0))]
         self.optimizer.zero_grad(set_to_none=True)  # between groups only
         hook = overflow_last(len(micro)) if injected == "nonfinite" else None
@@ -198,25 +193,27 @@ class Trainer:
             context=context,
             backward=backward,
             denominator=lambda n: self.reducer.global_tokens(n, self.device),
+            local_tokens=local_tokens,
         )
 
     def _measure(
         self, update: int, batch: Any, injected: str | None, group: GroupResult, clip: ClipResult
     ) -> tuple[dict[str, Any], UpdateContext]:
-        # host sync: once per update, for the loss and grad norm (the spike probe's online z) and
-        # non-finiteness (step or not); other scalars stay 0-dim tensors until the flush.
-        loss = float(self.reducer.all_reduce_sum(group.loss))  # every replica: the global loss
         accum = batch.tokens.size(0)
         example_loss = gather_examples(group.example_loss, self.dist, accum)
         example_tokens = gather_examples(group.example_tokens, self.dist, accum)
-        grad_norm = float(clip.total_norm)
+        # host sync: the update's one read (the spike probe's z, the step-or-not decision)
+        *head, example_loss_host = read_update(  # every replica: the global loss
+            self.reducer.all_reduce_sum(group.loss), clip, example_loss
+        )
+        loss, grad_norm, clip_nonfinite, clip_skip = head
         post = clip.post_norm.double()  # float64: clip_coef as exact as Python floats made it
-        nonfinite = bool(clip.nonfinite) or not math.isfinite(loss)
-        skipped = clip.skip is not None and bool(clip.skip) and not nonfinite  # the mode's choice
-        example_source = batch.source_idx.reshape(-1).to(self.device)
+        nonfinite = bool(clip_nonfinite) or not math.isfinite(loss)
+        skipped = clip.skip is not None and bool(clip_skip) and not nonfinite  # the mode's choice
+        example_source = batch.source_idx.reshape(-1)  # host: the spike probe reads it there
         st = self.state
         st.microbatches += group.microbatches
-        st.examples += int(example_loss.numel())
+        st.examples += example_loss.numel()
         st.tokens += group.tokens
         row: dict[str, Any] = {}
         ctx = self.probes.context(
@@ -226,7 +223,7 @@ class Trainer:
             param_names=self.names,
             params=self.params,
             loss=loss,
-            example_loss=example_loss,
+            example_loss=example_loss_host,
             example_source=example_source,
             clip=clip,
             row=row,
@@ -236,6 +233,7 @@ class Trainer:
             applied=not (nonfinite or skipped),
             skipped=skipped,
         )
+        ctx.cache["grads_nonfinite"] = bool(clip_nonfinite)  # read above: no second sync
         row |= {
             "update": update,
             **st.counts(),

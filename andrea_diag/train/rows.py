@@ -1,5 +1,6 @@
 """Pieces of one update's work that are pure functions of tensors: the non-finite fault
-injection (a loss hook) and the per-source losses of a metrics row.
+injection (a loss hook), the per-source losses of a metrics row, the update's one host read
+(:func:`read_scalars`) and the host-to-device copy of the batch (:func:`to_device`).
 
 Kept out of ``loop.py`` so the trainer reads as its pipeline; both are exercised by every
 trainer test (and pinned bit-for-bit by ``tests/test_golden.py``).
@@ -10,8 +11,10 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+import numpy as np
 import torch
 
+from andrea_diag.clip.api import ClipResult
 from andrea_diag.config import SOURCE_NAMES
 
 
@@ -24,15 +27,58 @@ def overflow_last(n_micro: int) -> Callable[[int, torch.Tensor], torch.Tensor]:
     return hook
 
 
+def read_scalars(*values: torch.Tensor | None) -> list[float | None]:
+    """Device scalars and vectors as Python floats, in order, in ONE copy to the host (the
+    update's host sync). A 0-dim value gives one float, a vector its elements, None stays None.
+    float64 holds every float32/bf16 value and bool exactly, so each float equals ``.item()``'s.
+    """
+    present = [v.detach().reshape(-1).double() for v in values if v is not None]
+    flat = torch.cat(present).tolist() if present else []  # host sync
+    out: list[float | None] = []
+    pos = 0
+    for v in values:
+        if v is None:
+            out.append(None)
+            continue
+        out.extend(flat[pos : pos + v.numel()])
+        pos += v.numel()
+    return out
+
+
+def read_update(
+    loss: torch.Tensor, clip: ClipResult, example_loss: torch.Tensor
+) -> tuple[float, float, float, float | None, torch.Tensor]:
+    """The update's one host read: (loss, grad norm, non-finite, skip or None, the per-example
+    losses as a host tensor of their own dtype, values exact)."""
+    host = read_scalars(loss, clip.total_norm, clip.nonfinite, clip.skip, example_loss)
+    ex = torch.tensor(host[4:], dtype=example_loss.dtype)
+    return host[0], host[1], host[2], host[3], ex  # type: ignore[return-value]
+
+
+def to_device(tokens: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """The batch on ``device``: on CUDA from pinned memory with ``non_blocking`` (no host
+    sync, the CPU queues on); elsewhere ``.to`` (a no-op on the CPU)."""
+    if device.type != "cuda":
+        return tokens.to(device)
+    return tokens.pin_memory().to(device, non_blocking=True)
+
+
 def per_source_loss(
     example_loss: torch.Tensor, example_tokens: torch.Tensor, source_idx: torch.Tensor
 ) -> dict[str, torch.Tensor | float]:
     """Token-weighted loss of each source's sequences in this group (NaN when absent). 0-dim
-    device tensors, no host sync: rows picked on the CPU from ``source_idx`` (boolean indexing
-    on the device syncs), summed in the order that indexing used, so the values are unchanged."""
+    device tensors, no host sync: the rows of each source are picked on the host from
+    ``source_idx`` (a host tensor: boolean indexing on the device syncs) and reach the device in
+    one copy; summed in the order that indexing used, so the values are unchanged."""
+    src = source_idx.reshape(-1).numpy()  # refuses a device tensor: this must stay host-side
+    picks = [np.flatnonzero(src == i) for i in range(len(SOURCE_NAMES))]
+    flat = torch.from_numpy(np.concatenate(picks).astype(np.int64))
+    flat = to_device(flat, example_loss.device)
     out: dict[str, torch.Tensor | float] = {}
-    for i, name in enumerate(SOURCE_NAMES):
-        idx = (source_idx == i).nonzero().flatten().to(example_loss.device)
+    start = 0
+    for name, pick in zip(SOURCE_NAMES, picks, strict=True):
+        idx = flat[start : start + len(pick)]
+        start += len(pick)
         loss, tok = example_loss.index_select(0, idx), example_tokens.index_select(0, idx)
-        out[f"loss_{name}"] = (loss * tok).sum() / tok.sum() if idx.numel() else math.nan
+        out[f"loss_{name}"] = (loss * tok).sum() / tok.sum() if len(pick) else math.nan
     return out

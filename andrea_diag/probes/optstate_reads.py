@@ -1,0 +1,111 @@
+"""The optimizer-state probe's deferred reads and its update-direction buffers: each update's scalars as one float64 device
+vector (:class:`Scalars`), kept with what the host part needs (:class:`Pending`), and read for
+many updates at once (:func:`read_queue`: one host copy), at the recorder's flush under the
+trainer. The arithmetic that follows (optstate.py ``_finish``) is the same Python float math as
+before, only later, so the columns are bit-identical.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from andrea_diag.probes.shadow import ShadowView
+
+
+class Scalars:
+    """Named groups of 0-dim device scalars, concatenated into one float64 vector."""
+
+    def __init__(self) -> None:
+        self.parts: list[torch.Tensor] = []
+        self.slots: dict[str, slice] = {}
+        self.size = 0
+
+    def push(self, key: str, tensors: list[torch.Tensor]) -> None:
+        if not tensors:
+            return
+        flat = torch.stack(tensors).reshape(-1).double()  # one cast
+        self.parts.append(flat)
+        self.slots[key] = slice(self.size, self.size + flat.numel())
+        self.size += flat.numel()
+
+    def flat(self) -> torch.Tensor | None:
+        return torch.cat(self.parts) if self.parts else None
+
+
+class Pending:
+    """One update whose host part waits for :meth:`OptStateProbe.resolve`."""
+
+    def __init__(
+        self,
+        update: int,
+        row: dict[str, Any],
+        names: list[str],
+        n_elem: int,
+        applied: bool,
+        spike_now: bool,
+        reset: bool,
+        flat: torch.Tensor | None,
+        slots: dict[str, slice],
+        betas: list[tuple[float, float]],
+    ) -> None:
+        self.update, self.row, self.names, self.n_elem = update, row, names, n_elem
+        self.applied, self.spike_now, self.reset = applied, spike_now, reset
+        self.flat, self.slots, self.betas = flat, slots, betas
+        self.vals: list[float] = []
+        self.view: ShadowView | None = None
+        # at a spike (resolved in its own update): what the shadow add needs
+        self.spike: tuple[list[torch.Tensor], list[torch.Tensor], list[int]] | None = None
+
+
+def read_queue(queue: list[Pending]) -> dict[int, tuple[list[float], list[float]]]:
+    """Bring every entry's scalars (into ``entry.vals``) and every distinct shadow view's
+    ``‖B‖`` to the host in one copy; returns the views' values by ``id(view)``."""
+    views = {id(e.view): e.view for e in queue if e.view is not None}
+    parts = [e.flat for e in queue if e.flat is not None]
+    parts += [t for v in views.values() for t in (v.bm, v.bv)]
+    vals = torch.cat(parts).tolist() if parts else []  # host sync
+    pos = 0
+    for e in queue:
+        n = e.flat.numel() if e.flat is not None else 0
+        e.vals, pos = vals[pos : pos + n], pos + n
+    out: dict[int, tuple[list[float], list[float]]] = {}
+    for key, v in views.items():
+        n = v.bm.numel()
+        out[key] = (vals[pos : pos + n], vals[pos + n : pos + 2 * n])
+        pos += 2 * n
+    return out
+
+
+def snapshot_buffers(
+    params: list[torch.Tensor], flat_dot: bool | None
+) -> tuple[list[torch.Tensor], torch.Tensor | None]:
+    """Buffers for the pre-step parameter copy. ``flat_dot`` (None: on CUDA) makes them views of
+    one flat buffer, so :func:`update_grad_dot` sums all products in one launch."""
+    flat = flat_dot if flat_dot is not None else params[0].device.type == "cuda"
+    if not flat or {p.dtype for p in params} != {torch.float32}:  # fp32 products only
+        return [torch.empty_like(p, memory_format=torch.preserve_format) for p in params], None
+    buf = torch.empty(sum(p.numel() for p in params), dtype=params[0].dtype,
+                      device=params[0].device)  # fmt: skip
+    views, start = [], 0
+    for p in params:
+        views.append(buf[start : start + p.numel()].view(p.shape))
+        start += p.numel()
+    return views, buf
+
+
+def update_grad_dot(
+    snap: list[torch.Tensor], flat: torch.Tensor | None, g_eff: list[torch.Tensor]
+) -> torch.Tensor:
+    """0-dim ``Σ (θ_prev - θ)·g`` over every tensor. With a flat buffer: one in-place product
+    pass and one sum (the snapshot is spent; it is refilled before the next step); else one
+    ``dot`` per tensor, summed (the CPU's arithmetic)."""
+    if flat is not None and all(g.dtype == flat.dtype for g in g_eff):
+        torch._foreach_mul_(snap, g_eff)
+        return flat.sum()
+    dots = [
+        torch.dot(s.reshape(-1).float(), g.reshape(-1).float())
+        for s, g in zip(snap, g_eff, strict=True)
+    ]
+    return torch.stack(dots).sum()
