@@ -11,11 +11,13 @@ export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 TORCH_EXTENSIONS_DIR=$PWD/.t
 {
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
   python3 -c "from andrea_diag.clip import cuda; print('extension', cuda.available())"
+  echo "== the engine's CUDA sync count (tests/test_engine_syncs.py)"
+  timeout 90 python3 -m pytest -q -p no:cacheprovider -m cuda tests/test_engine_syncs.py 2>&1 | tail -3
   for sp in ${BT_CONFIGS:-12m:fp32 12m:bf16 120m:fp32 120m:bf16}; do
     s=${sp%%:*}; p=${sp##*:}
     echo "== bench-train $s $p"
-    timeout 150 python3 -m andrea_diag.cli bench-train --size "$s" --precision "$p" --updates 100 \
-      --warmup 15 --block 20 --device cuda --out "/tmp/bt-$s-$p" 2>&1 | grep -v "timed\|warm-up" \
+    timeout 150 python3 -m andrea_diag.cli bench-train --size "$s" --precision "$p" --updates ${BT_UPDATES:-80} \
+      --warmup 10 --block 20 --device cuda --out "/tmp/bt-$s-$p" 2>&1 | grep -v "timed\|warm-up" \
       && cp "/tmp/bt-$s-$p/bench-train.json" "$OUT/bt-$s-$p.json"
   done
   echo "== profile 12m fp32"
