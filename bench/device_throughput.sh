@@ -9,6 +9,7 @@ set -o pipefail
 SIZE=${1:?size}
 CONFIGS=${2:?configs}
 STEPS=${STEPS:-1500}
+EXTRA=${EXTRA:-}  # more sweep options, e.g. --shadow (the ladder's protocol at every rung)
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 TORCH_EXTENSIONS_DIR=$PWD/.torch_extensions MAX_JOBS=16
 LOG=$OUT/log-$SIZE.txt
@@ -21,8 +22,11 @@ LOG=$OUT/log-$SIZE.txt
     echo "== sweep $SIZE --jobs $jobs --mps $mps --seed $seeds ($(date +%T))"
     python3 -m andrea_diag.cli sweep --size "$SIZE" --lr 3e-4 --recipe v1 --steps "$STEPS" \
       --seed "$seeds" --clip none,global --jobs "$jobs" --mps "$mps" --device cuda \
-      --checkpoint-every 0 --plotly shared --out "$out" 2>&1 | grep -vE "^\s*(cell .* started|update)" | tail -12
+      --checkpoint-every 0 --plotly shared $EXTRA --out "$out" 2>&1 | grep -vE "^\s*(cell .* started|update)" | tail -12
     cp "$out/sweep.json" "$OUT/sweep-$SIZE-j$jobs-$mps.json"
+    # the cells as a ladder keeps them (issue 21: no per-update metrics, checkpoints or pages)
+    [ -n "$KEEP_CELLS" ] && tar czf "$OUT/cells-$SIZE-j$jobs-$mps.tgz" --exclude=metrics.jsonl \
+      --exclude='*.html' --exclude=checkpoints --exclude=plotly.min.js --exclude=cells -C "$out" .
   done
   python3 - "$OUT" "$SIZE" <<'PY'
 import json, pathlib, sys
