@@ -107,6 +107,19 @@ def check_rows(arm_dir: Path, ckpt: Path, positions: Any) -> None:
             )
 
 
+def check_run_dir(out_dir: Path) -> None:
+    """``out_dir`` is a directory that can be looked at, or one line (too long a name, ...)."""
+    try:
+        is_dir = Path(out_dir).is_dir()
+    except OSError as exc:  # ENAMETOOLONG, ELOOP, EACCES
+        raise UserError(f"cannot open {str(out_dir)[:80]!r}... ({exc.strerror})") from None
+    if not is_dir:
+        raise UserError(
+            f"{out_dir} is not a directory",
+            hint="pass the --out directory of `andrea-diag cascade` or `train`",
+        )
+
+
 def cascade_arms(out_dir: Path, meta: dict[str, Any]) -> list[str]:
     """cascade.json's arm names, each one plain name that resolves inside ``out_dir``."""
     arms = meta.get("arms")
@@ -124,6 +137,7 @@ def run_configs(out_dir: Path) -> tuple[dict[str, Any], list[RunConfig]]:
 
     Factory specs read from them are marked as recorded: imported only from installed
     packages, never from the working directory or the run (factories.py)."""
+    check_run_dir(out_dir)
     meta = read_cascade_meta(out_dir)
     configs = []
     for arm in cascade_arms(out_dir, meta):

@@ -34,6 +34,7 @@ ALLOWED_CLASSES = frozenset(
         "andrea_diag.data.bandit.Phase",
         "andrea_diag.data.generators.Rng",
         "andrea_diag.probes.shadow.GroupInfo",
+        "andrea_diag.probes.shadow.SpikeTerm",
     }
 )
 NUMPY_KINDS = "biuf"  # bool, int, unsigned, float: numpy scalars and arrays a state may hold
