@@ -35,7 +35,7 @@ from types import TracebackType
 from typing import Any
 
 from andrea_diag.errors import UserError
-from andrea_diag.rundir import atomic_write_bytes
+from andrea_diag.rundir import atomic_write_bytes, file_mode
 
 LOCK_NAME = "run.lock"
 MAX_LOCK_BYTES = 4096  # a lock is one short JSON line
@@ -138,6 +138,7 @@ def _create_exclusive(path: Path, payload: bytes) -> None:
     fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     tmp = Path(name)  # a fresh name (O_EXCL): never a link planted in the run dir
     try:
+        os.fchmod(fd, file_mode())  # others may read a lock (the report does)
         with os.fdopen(fd, "wb") as f:
             f.write(payload)
         os.link(tmp, path)

@@ -14,6 +14,7 @@ import contextlib
 import dataclasses
 import shlex
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -121,11 +122,12 @@ def run_arms(
     data: PreparedData,
     console: Console | None = None,
     resume: bool = False,
+    states: dict[str, tuple[str, Any]] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Train each resolved config as an arm under ``out_dir/<arm>``, on one shared batch plan.
 
     ``resume``: finished arms are kept, a stopped one continues from its newest checkpoint
-    (``resume.py``)."""
+    (``resume.py``); ``states``: each arm's state, when the caller already checked them."""
     console = console or Console(stderr=True)
     first = configs[0]
     info = init_from_env(resolve_device(first.device).type)  # D > 1: join the replicas
@@ -143,13 +145,15 @@ def run_arms(
     plan_path = out_dir / "batch_plan.json"
     summaries: dict[str, dict[str, Any]] = {}
 
-    def warn(message: str) -> None:  # a torn newest checkpoint passed over, said once
-        console.print(f"[yellow]{escape(message)}[/]", highlight=False)
-
     with _progress(console) as progress:
         for i, cfg in enumerate(configs):
             arm_dir = child(out_dir, cfg.arm, "arm")
-            status, found = arm_state(arm_dir, cfg, warn=warn) if resume else ("new", None)
+            if states is not None and cfg.arm in states:
+                status, found = states[cfg.arm]
+            else:
+                status, found = (
+                    arm_state(arm_dir, cfg, _warner(console)) if resume else ("new", None)
+                )
             if i == 1 and info.is_main and not plan_path.exists():
                 _complete_plan(plan, first.steps).save(plan_path)
             if i == 1 and info.world_size > 1:
@@ -191,6 +195,13 @@ def run_arms(
     if len(configs) == 1 and info.is_main:
         _complete_plan(plan, first.steps).save(plan_path)
     return summaries
+
+
+def _warner(console: Console) -> Callable[[str], None]:
+    def warn(message: str) -> None:  # a torn newest checkpoint passed over
+        console.print(f"[yellow]{escape(message)}[/]", highlight=False, soft_wrap=True)
+
+    return warn
 
 
 def _complete_plan(plan: BatchPlan, steps: int) -> BatchPlan:
@@ -293,8 +304,12 @@ def _run_locked(
 ) -> CascadeResult:
     """run_cascade's work once the cascade's lock is held (by rank 0)."""
     world, main = env_world_size(), env_rank() == 0
+    states = None
     if spec.resume:
         check_same_run(out_dir, spec.clips, configs)
+        # every arm checked (its checkpoint read, its rows counted) before anything is written
+        warn = _warner(console)
+        states = {c.arm: arm_state(child(out_dir, c.arm, "arm"), c, warn) for c in configs}
     meta = {
         "arms": spec.clips,
         "size": configs[0].size,
@@ -317,7 +332,7 @@ def _run_locked(
     if configs[0].replicas > 1 and world == 1:
         summaries = _launch_replicas(configs, out_dir, data, spec.resume)  # launch and wait
     else:
-        summaries = run_arms(configs, out_dir, data, console, resume=spec.resume)
+        summaries = run_arms(configs, out_dir, data, console, resume=spec.resume, states=states)
     if not main:
         return CascadeResult(out_dir, None, {}, True)
     identical = hashes_identical(out_dir, spec.clips)

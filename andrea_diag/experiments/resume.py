@@ -18,6 +18,7 @@ anything is moved, and an arm whose own lock is held by a live process is never 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -142,7 +143,7 @@ def run_configs(out_dir: Path) -> tuple[dict[str, Any], list[RunConfig]]:
     configs = []
     for arm in cascade_arms(out_dir, meta):
         path = child(out_dir, arm, "arm") / "config.json"
-        if path.is_file() or path.is_symlink():
+        if os.path.lexists(path):  # a FIFO or a link too: refused by saved_config, not skipped
             configs.append(saved_config(path, arm))
     for cfg in configs:
         for spec in (cfg.model_factory, cfg.data_factory):

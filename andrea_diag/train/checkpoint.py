@@ -43,7 +43,7 @@ import torch
 
 from andrea_diag.errors import UserError
 from andrea_diag.record import _jsonable
-from andrea_diag.rundir import read_json, regular_file
+from andrea_diag.rundir import file_mode, read_json, regular_file
 from andrea_diag.train.state_codec import StateFormatError, decode, encode
 
 FORMAT = "andrea-diag-checkpoint/2"  # /1 was a torch pickle: refused, never loaded
@@ -161,6 +161,7 @@ def _write_atomic(path: Path, tensors: dict[str, torch.Tensor], meta: dict[str, 
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        os.fchmod(fd, file_mode())
         os.close(fd)
         safetensors.torch.save_file(tensors, tmp, metadata=meta)
         with open(tmp, "rb") as f:
