@@ -154,18 +154,24 @@ class Recorder:
 
     def close(self, summary: dict[str, Any] | None = None) -> None:
         """Flush the JSONL files, write metrics.parquet and summary.json."""
-        self.flush()  # nothing waiting (a second close): no write
-        for w in (self._metrics, self._events, self._samples):
-            w.close()
-        df = read_jsonl(self.run_dir / "metrics.jsonl")
-        if len(df):  # to memory, then atomically: a full disk leaves no 0-byte parquet
-            buf = io.BytesIO()
-            df.to_parquet(buf, index=False)
-            atomic_write_bytes(self.run_dir / "metrics.parquet", buf.getvalue())
-        if summary is not None:
-            self.write("summary.json", summary)
-        if summary is not None:  # a crashed run releases after its partial summary (release())
-            self._lock.release()
+        try:
+            self.flush()  # nothing waiting (a second close): no write
+        finally:
+            for w in (self._metrics, self._events, self._samples):
+                w.close()
+        try:
+            df = read_jsonl(self.run_dir / "metrics.jsonl")
+            if len(df):  # to memory, then atomically: a full disk leaves no 0-byte parquet
+                buf = io.BytesIO()
+                df.to_parquet(buf, index=False)
+                atomic_write_bytes(self.run_dir / "metrics.parquet", buf.getvalue())
+            if summary is not None:
+                self.write("summary.json", summary)
+        finally:
+            # a finished run gives the directory up even when a write failed (a full disk);
+            # a crashed one releases after its partial summary (release())
+            if summary is not None:
+                self._lock.release()
 
     def release(self) -> None:
         """Give the directory up (after ``partial_summary.json``, or when a run stops early)."""
