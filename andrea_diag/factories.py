@@ -10,7 +10,8 @@ current directory. They are recorded in ``config.json`` (``model_factory``, ``da
 A spec read back from a run directory (``--resume``) is untrusted: the run may come from
 someone else, with a ``payload.py`` beside its ``config.json``. It is imported from installed
 packages and ``PYTHONPATH`` only, never from the current directory or from inside the run
-(:func:`mark_recorded`); ``pip install`` the module, or put its folder on ``PYTHONPATH``.
+(:func:`mark_recorded`); ``pip install`` the module, put its folder on ``PYTHONPATH``, or give
+the spec again on the command line (``--resume DIR --model mod:make``: :func:`trust_spec`).
 
 **Model factory.** ``factory(config)`` is called with the size preset, a frozen
 :class:`~andrea_diag.config.ModelConfig` with the fields ``name`` (a preset of ``MODEL_PRESETS``),
@@ -68,6 +69,12 @@ _RECORDED: dict[str, Path] = {}
 def mark_recorded(spec: str, run_dir: Path) -> None:
     """``spec`` came from ``run_dir``'s own files: never import it from the cwd or the run."""
     _RECORDED[spec] = Path(run_dir)
+
+
+def trust_spec(spec: str | None) -> None:
+    """``spec`` was given again on the command line: imported as a fresh run's would be."""
+    if spec:
+        _RECORDED.pop(spec, None)
 
 
 def _untrusted_entry(entry: str, roots: list[Path]) -> bool:

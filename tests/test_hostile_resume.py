@@ -138,6 +138,11 @@ def test_resume_never_imports_a_factory_module_shipped_in_the_run(
             assert res.returncode != 0 and "Traceback" not in res.stderr, res.stderr[-2000:]
             assert "cannot import 'payload'" in res.stderr
         assert not marker.exists()
+    # given again on the command line, it is the user's own choice: imported as in a fresh run
+    cmd = [sys.executable, "-m", "andrea_diag.cli", "cascade", "--resume", ".", "--model",
+           "payload:make"]  # fmt: skip
+    res = subprocess.run(cmd, cwd=out, env=env, capture_output=True, text=True)
+    assert marker.exists() and "returned a NoneType" in res.stderr, res.stderr[-2000:]
 
 
 @pytest.mark.slow

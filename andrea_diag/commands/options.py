@@ -253,6 +253,7 @@ def run_options(*groups: list[Option]) -> Callable[[Callable[..., Any]], Callabl
 def resumed(opts: RunOptions, clip: str) -> tuple[RunConfig, str]:
     """``--resume DIR``: the run's own base config and arms, checked against what was typed."""
     from andrea_diag.experiments.resume import RUNTIME_KEYS, run_configs
+    from andrea_diag.factories import trust_spec
 
     out = Path(opts["resume"])
     meta, saved = run_configs(out)
@@ -278,6 +279,9 @@ def resumed(opts: RunOptions, clip: str) -> tuple[RunConfig, str]:
         for field in sorted(RUNTIME_KEYS):  # how, not what: may change
             if field in opts["explicit"]:
                 base = dataclasses.replace(base, **{field: getattr(typed, field)})
+        for field in ("model_factory", "data_factory"):  # typed again: the user's own choice
+            if field in opts["explicit"]:
+                trust_spec(getattr(typed, field))
     if "clip" in opts["explicit"] and clip != arms:
         raise UserError(f"--clip {clip} differs from the run's arms {arms} in {out}")
     return base, arms
