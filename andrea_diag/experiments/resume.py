@@ -31,6 +31,7 @@ from andrea_diag.record import read_cascade_meta
 from andrea_diag.rundir import child, read_json
 from andrea_diag.runlock import holder_alive, read_lock
 from andrea_diag.train.checkpoint import (
+    FOLDER,
     UnreadableCheckpoint,
     check_identity,
     checkpoints,
@@ -71,6 +72,8 @@ def arm_state(
     docstring); ``warn`` hears about a torn newest checkpoint that was passed over."""
     if (arm_dir / "summary.json").exists():
         return "done", read_json(arm_dir / "summary.json", "the arm's summary", kind=dict)
+    if os.path.lexists(arm_dir / FOLDER):  # linked out of the run: refused before any read
+        child(arm_dir, FOLDER, "the checkpoints folder")
     found = checkpoints(arm_dir)
     if found and cfg is None:
         return "checkpoint", found[-1]

@@ -43,7 +43,7 @@ import torch
 
 from andrea_diag.errors import UserError
 from andrea_diag.record import _jsonable
-from andrea_diag.rundir import file_mode, read_json, regular_file
+from andrea_diag.rundir import child, file_mode, read_json, regular_file
 from andrea_diag.train.state_codec import StateFormatError, decode, encode
 
 FORMAT = "andrea-diag-checkpoint/2"  # /1 was a torch pickle: refused, never loaded
@@ -138,7 +138,13 @@ class Checkpointer:
         return self._run
 
     def save(self, state: dict[str, Any], update: int) -> Path:
+        # a checkpoints folder linked out of the run would take the writes (and the deletes
+        # of old checkpoints) with it
+        child(self.folder.parent, FOLDER, "the checkpoints folder")
         path = self.folder / f"ckpt-{update:07d}.pt"
+        for stale in self.folder.glob(".ckpt-*.tmp"):  # left by a kill during a save
+            if _is_file(stale):
+                stale.unlink(missing_ok=True)
         full = {"format": FORMAT, **state, "run": self._identity()}
         try:
             tree, tensors = encode(full)
