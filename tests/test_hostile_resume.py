@@ -207,6 +207,20 @@ def test_an_arm_linked_out_of_the_run_is_refused(finished: Path, tmp_path: Path)
 
 
 @pytest.mark.slow
+def test_a_checkpoints_folder_linked_out_of_the_run_is_refused(
+    finished: Path, tmp_path: Path
+) -> None:
+    out = _stopped(finished, tmp_path)
+    outside = tmp_path / "outside"
+    shutil.move(out / "none" / "checkpoints", outside)
+    (out / "none" / "checkpoints").symlink_to(outside)
+    before = _snapshot(outside)
+    code, output = _invoke("cascade", "--resume", str(out))
+    assert code != 0 and "the checkpoints folder 'checkpoints' points outside" in output
+    assert _snapshot(outside) == before
+
+
+@pytest.mark.slow
 def test_a_foreign_arms_checkpoint_is_refused_in_one_line(finished: Path, tmp_path: Path) -> None:
     out = _stopped(finished, tmp_path)
     ckpts = out / "none" / "checkpoints"
