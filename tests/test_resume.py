@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-import torch
 from typer.testing import CliRunner
 
 from andrea_diag.cli import app
