@@ -301,7 +301,9 @@ def test_a_resumed_trainer_continues_the_adaptive_modes_state(mode: str, tmp_pat
         first.train_update(u)
     path = first.checkpointer.save(first.checkpoint_state(), 6)
     # the stopped run's own directory, as --resume finds it (its rows up to the checkpoint)
-    shutil.copytree(tmp_path / "first", tmp_path / "resumed", ignore=shutil.ignore_patterns("*.lock"))
+    shutil.copytree(
+        tmp_path / "first", tmp_path / "resumed", ignore=shutil.ignore_patterns("*.lock")
+    )
     resumed = trainer("resumed", resume=True)
     resumed.restore(path)
     for u in range(7, 11):
