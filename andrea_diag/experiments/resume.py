@@ -147,7 +147,10 @@ def run_configs(out_dir: Path) -> tuple[dict[str, Any], list[RunConfig]]:
     for arm in cascade_arms(out_dir, meta):
         path = child(out_dir, arm, "arm") / "config.json"
         if os.path.lexists(path):  # a FIFO or a link too: refused by saved_config, not skipped
-            configs.append(saved_config(path, arm))
+            try:
+                configs.append(saved_config(path, arm))
+            except UserError as exc:  # said as before: which kind of trouble, then where
+                raise UserError(f"a run file is corrupt: {exc.message}", hint=exc.hint) from None
     for cfg in configs:
         for spec in (cfg.model_factory, cfg.data_factory):
             if spec:
