@@ -7,6 +7,12 @@ Both are import specs, ``package.module:attribute`` (the attribute may be dotted
 current directory. They are recorded in ``config.json`` (``model_factory``, ``data_factory``), so
 ``--resume``, checkpoints and every sweep cell rebuild the same thing.
 
+A spec read back from a run directory (``--resume``) is untrusted: the run may come from
+someone else, with a ``payload.py`` beside its ``config.json``. It is imported from installed
+packages and ``PYTHONPATH`` only, never from the current directory or from inside the run
+(:func:`mark_recorded`); ``pip install`` the module, put its folder on ``PYTHONPATH``, or give
+the spec again on the command line (``--resume DIR --model mod:make``: :func:`trust_spec`).
+
 **Model factory.** ``factory(config)`` is called with the size preset, a frozen
 :class:`~andrea_diag.config.ModelConfig` with the fields ``name`` (a preset of ``MODEL_PRESETS``),
 ``d_model``, ``n_layer``, ``n_head``, ``block_size`` (the longest sequence the run feeds:
@@ -38,8 +44,10 @@ import dataclasses
 import functools
 import importlib
 import importlib.metadata
+import os
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -53,6 +61,54 @@ if TYPE_CHECKING:
 
 CHECK_BATCH = 2  # rows of the shape check's ids
 CHECK_TOKENS = 8  # tokens per row of the shape check (or seq_len, when shorter)
+# specs read back from a run directory's config.json, with that directory: imported from
+# installed packages and PYTHONPATH only (see the module docstring)
+_RECORDED: dict[str, Path] = {}
+
+
+def mark_recorded(spec: str, run_dir: Path) -> None:
+    """``spec`` came from ``run_dir``'s own files: never import it from the cwd or the run."""
+    _RECORDED[spec] = Path(run_dir)
+
+
+def trust_spec(spec: str | None) -> None:
+    """``spec`` was given again on the command line: imported as a fresh run's would be."""
+    if spec:
+        _RECORDED.pop(spec, None)
+
+
+def _untrusted_entry(entry: str, roots: list[Path]) -> bool:
+    """A sys.path entry that is the working directory, or lies inside one of ``roots``."""
+    if entry in ("", "."):
+        return True
+    try:
+        real = Path(entry).resolve()
+    except (OSError, RuntimeError, ValueError):
+        return True
+    return any(real == r or r in real.parents for r in roots)
+
+
+@contextmanager
+def _installed_only(run_dir: Path) -> Iterator[None]:
+    """sys.path without the working directory and without anything inside ``run_dir``."""
+    roots = [Path(os.getcwd()).resolve(), Path(run_dir).resolve()]
+    saved = list(sys.path)
+    sys.path[:] = [e for e in saved if not _untrusted_entry(e, roots)]
+    try:
+        yield
+    finally:
+        sys.path[:] = saved
+
+
+def _import(module_name: str, spec: str) -> Any:
+    recorded = _RECORDED.get(spec)
+    if recorded is not None:
+        with _installed_only(recorded):
+            return importlib.import_module(module_name)
+    if "" not in sys.path and "." not in sys.path:
+        # the console script does not put the working directory on sys.path; `python -m` does
+        sys.path.insert(0, "")
+    return importlib.import_module(module_name)
 
 
 def load_factory(spec: str, option: str) -> Callable[..., Any]:
@@ -63,15 +119,18 @@ def load_factory(spec: str, option: str) -> Callable[..., Any]:
             f"{option} {spec!r} is not an import spec",
             hint=f"write {option} package.module:factory, e.g. {option} mymodels:make_model",
         )
-    if "" not in sys.path and "." not in sys.path:
-        # the console script does not put the working directory on sys.path; `python -m` does
-        sys.path.insert(0, "")
     try:
-        obj: Any = importlib.import_module(module_name.strip())
+        obj: Any = _import(module_name.strip(), spec)
     except ImportError as exc:
+        where = (
+            "a factory recorded in a run is imported from installed packages and PYTHONPATH "
+            "only, never from the working directory or the run: pip install it or put its "
+            "folder on PYTHONPATH"
+            if spec in _RECORDED
+            else "run from the folder that holds it, or put it on PYTHONPATH"
+        )
         raise UserError(
-            f"{option} {spec!r}: cannot import {module_name!r} ({exc})",
-            hint="run from the folder that holds it, or put it on PYTHONPATH",
+            f"{option} {spec!r}: cannot import {module_name!r} ({exc})", hint=where
         ) from None
     except Exception as exc:  # the user's module raised while importing
         raise UserError(

@@ -27,10 +27,8 @@ and samples are rare and still written (and fsync'd) per row. :func:`load_run` r
 
 from __future__ import annotations
 
-import json
+import io
 import logging
-import math
-import os
 import platform
 import subprocess
 import sys
@@ -42,6 +40,8 @@ from typing import Any
 import torch
 
 from andrea_diag.errors import UserError
+from andrea_diag.jsonl import JsonlWriter, _jsonable, rows_to_host, write_json  # noqa: F401 - re-exported
+from andrea_diag.rundir import atomic_write_bytes
 from andrea_diag.runlock import RunLock
 
 # the reading side lives in runread.py (validated loaders); these names stay importable here
@@ -54,43 +54,6 @@ log = logging.getLogger("andrea_diag.record")
 # and its resumed copy), so comparisons of runs leave them out.
 WALL_CLOCK_COLUMNS = ("time_s", "clip_ms")
 WALL_CLOCK_SUMMARY = ("wall_s", "clip_ms_median")
-
-
-def _jsonable(value: Any) -> Any:
-    """Turn tensors / numpy scalars / non-finite floats into plain JSON values."""
-    if isinstance(value, torch.Tensor):
-        value = value.item() if value.numel() == 1 else value.tolist()
-    if hasattr(value, "item") and not isinstance(value, (list, dict, str)):
-        value = value.item()
-    if isinstance(value, float) and not math.isfinite(value):
-        return None if math.isnan(value) else ("inf" if value > 0 else "-inf")
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    return value
-
-
-def rows_to_host(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The rows with every 0-dim floating tensor replaced by its Python float, brought over
-    in one copy per device (one host sync per flush, not one per value). float64 holds every
-    float32/bf16/fp16 value exactly, so the floats equal ``tensor.item()``'s."""
-    where = [
-        (i, k, v)
-        for i, row in enumerate(rows)
-        for k, v in row.items()
-        if isinstance(v, torch.Tensor) and v.dim() == 0 and v.is_floating_point()
-    ]
-    if not where:
-        return rows
-    out = [dict(row) for row in rows]
-    for device in {v.device for _, _, v in where}:
-        mine = [(i, k, v) for i, k, v in where if v.device == device]
-        # host sync: the flush's one copy of this device's scalars
-        values = torch.stack([v.detach().double() for _, _, v in mine]).tolist()
-        for (i, k, _), value in zip(mine, values, strict=True):
-            out[i][k] = value
-    return out
 
 
 def _git_commit() -> str | None:
@@ -123,65 +86,6 @@ def environment() -> dict[str, Any]:
         "git_commit": _git_commit(),
         "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
-
-
-def write_json(path: Path, obj: Any) -> None:
-    """Write JSON atomically (temp file + rename), so a crash never leaves half a file."""
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(_jsonable(obj), indent=2, sort_keys=False) + "\n")
-    os.replace(tmp, path)
-
-
-def _drop_torn_tail(path: Path) -> None:
-    """Cut a file back to its last complete line (a crash can leave half a row)."""
-    if not path.exists() or path.stat().st_size == 0:
-        return
-    data = path.read_bytes()
-    if not data.endswith(b"\n"):
-        path.write_bytes(data[: data.rfind(b"\n") + 1])
-
-
-class JsonlWriter:
-    """Append-only JSONL; each :meth:`write` / :meth:`write_many` ends with flush + fsync."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        _drop_torn_tail(path)  # appending after a torn line would merge the next row into it
-        self._f = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
-
-    def write(self, row: dict[str, Any]) -> None:
-        self.write_many([row])
-
-    def write_many(self, rows: list[dict[str, Any]]) -> None:
-        """Append ``rows`` with one write and one fsync (the batch is one string)."""
-        if not rows:
-            return
-        text = "".join(json.dumps(_jsonable(row)) + "\n" for row in rows_to_host(rows))
-        try:
-            self._f.write(text)
-            self._f.flush()
-            os.fsync(self._f.fileno())
-        except OSError as exc:  # a full disk: say what is kept, not a traceback
-            raise UserError(
-                f"cannot write {self.path} ({exc.strerror or exc})",
-                hint=f"every row written before this one is kept in {self.path.parent}; "
-                "free space and resume with --resume",
-            ) from None
-
-    def position(self) -> int:
-        """Bytes written so far (every row is flushed): where a resume cuts the file back to."""
-        return self._f.tell() if not self._f.closed else self.path.stat().st_size
-
-    def rewind(self, size: int) -> None:
-        """Cut the file back to ``size`` bytes: rows written after a checkpoint are dropped."""
-        self._f.close()
-        with open(self.path, "r+b") as f:
-            f.truncate(size)
-        self._f = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
-
-    def close(self) -> None:
-        if not self._f.closed:
-            self._f.close()
 
 
 class Recorder:
@@ -257,16 +161,24 @@ class Recorder:
 
     def close(self, summary: dict[str, Any] | None = None) -> None:
         """Flush the JSONL files, write metrics.parquet and summary.json."""
-        self.flush()  # nothing waiting (a second close): no write
-        for w in (self._metrics, self._events, self._samples):
-            w.close()
-        df = read_jsonl(self.run_dir / "metrics.jsonl")
-        if len(df):
-            df.to_parquet(self.run_dir / "metrics.parquet", index=False)
-        if summary is not None:
-            self.write("summary.json", summary)
-        if summary is not None:  # a crashed run releases after its partial summary (release())
-            self._lock.release()
+        try:
+            self.flush()  # nothing waiting (a second close): no write
+        finally:
+            for w in (self._metrics, self._events, self._samples):
+                w.close()
+        try:
+            df = read_jsonl(self.run_dir / "metrics.jsonl")
+            if len(df):  # to memory, then atomically: a full disk leaves no 0-byte parquet
+                buf = io.BytesIO()
+                df.to_parquet(buf, index=False)
+                atomic_write_bytes(self.run_dir / "metrics.parquet", buf.getvalue())
+            if summary is not None:
+                self.write("summary.json", summary)
+        finally:
+            # a finished run gives the directory up even when a write failed (a full disk);
+            # a crashed one releases after its partial summary (release())
+            if summary is not None:
+                self._lock.release()
 
     def release(self) -> None:
         """Give the directory up (after ``partial_summary.json``, or when a run stops early)."""

@@ -100,6 +100,14 @@ def _write_error(path: Path, e: OSError) -> UserError:
     return UserError(f"cannot write {path}: {e.strerror}")
 
 
+def file_mode() -> int:
+    """The mode a plain ``open(path, "w")`` would give (0666 less the umask); mkstemp's 0600
+    would hide a shared run's files from its readers."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` via a temp file in the same folder and a rename.
 
@@ -110,6 +118,7 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     fd, tmp = -1, None
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name[:40]}.", suffix=".tmp", dir=path.parent)
+        os.fchmod(fd, file_mode())
         with os.fdopen(fd, "wb") as f:
             fd = -1  # owned by f now
             f.write(data)

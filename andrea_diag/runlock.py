@@ -26,6 +26,8 @@ import errno
 import json
 import os
 import socket
+import stat
+import tempfile
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -33,8 +35,10 @@ from types import TracebackType
 from typing import Any
 
 from andrea_diag.errors import UserError
+from andrea_diag.rundir import atomic_write_bytes, file_mode
 
 LOCK_NAME = "run.lock"
+MAX_LOCK_BYTES = 4096  # a lock is one short JSON line
 
 
 @dataclass(frozen=True)
@@ -69,11 +73,27 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
+def _read_small(path: Path) -> str:
+    """A lock file's text. A link, a FIFO or a device is never read through (it could point
+    out of the run or hang): OSError; so is a file too big to be a lock."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        raw = os.read(fd, MAX_LOCK_BYTES + 1)
+    finally:
+        os.close(fd)
+    if len(raw) > MAX_LOCK_BYTES:
+        raise OSError(errno.EFBIG, "too big for a lock")
+    return raw.decode("utf-8")
+
+
 def read_lock(run_dir: str | Path) -> LockInfo | None:
-    """The lock of ``run_dir``: None when there is none, ``pid=None`` when it is corrupt."""
+    """The lock of ``run_dir``: None when there is none, ``pid=None`` when it is corrupt (or a
+    link, a FIFO, anything but a small regular file)."""
     path = Path(run_dir) / LOCK_NAME
     try:
-        raw = path.read_text(encoding="utf-8")
+        raw = _read_small(path)
     except FileNotFoundError:
         return None
     except (OSError, UnicodeDecodeError):
@@ -83,7 +103,7 @@ def read_lock(run_dir: str | Path) -> LockInfo | None:
         pid = data["pid"]
         if not isinstance(pid, int) or isinstance(pid, bool):
             raise TypeError(pid)
-    except (json.JSONDecodeError, KeyError, TypeError):
+    except (json.JSONDecodeError, KeyError, TypeError, RecursionError):
         return LockInfo(None, None, None)
     host, started = data.get("host"), data.get("started")
     return LockInfo(pid, str(host) if host else None, str(started) if started else None)
@@ -115,9 +135,12 @@ def _create_exclusive(path: Path, payload: bytes) -> None:
     empty lock would read as corrupt and be taken over). Filesystems without hard links get
     O_CREAT|O_EXCL and a write straight after.
     """
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(payload)
+    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    tmp = Path(name)  # a fresh name (O_EXCL): never a link planted in the run dir
     try:
+        os.fchmod(fd, file_mode())  # others may read a lock (the report does)
+        with os.fdopen(fd, "wb") as f:
+            f.write(payload)
         os.link(tmp, path)
         return
     except FileExistsError:
@@ -134,10 +157,8 @@ def _create_exclusive(path: Path, payload: bytes) -> None:
 
 
 def _replace(path: Path, payload: bytes) -> None:
-    """Write ``payload`` to ``path`` atomically (temp file + rename)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(payload)
-    os.replace(tmp, path)
+    """Write ``payload`` to ``path`` atomically (temp file + rename: a link is replaced)."""
+    atomic_write_bytes(path, payload)
 
 
 class RunLock:
@@ -158,13 +179,20 @@ class RunLock:
         """Take the lock; raises :class:`UserError` when a live process holds it."""
         if self.held:
             return self
-        self.run_dir.mkdir(parents=True, exist_ok=True)
         self._mine = {"pid": os.getpid(), "host": socket.gethostname(), "started": _now()}
         payload = (json.dumps(self._mine) + "\n").encode()
         try:
-            _create_exclusive(self.path, payload)
-        except FileExistsError:
-            self._take_over(payload)
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            try:
+                _create_exclusive(self.path, payload)
+            except FileExistsError:
+                self._take_over(payload)
+        except OSError as e:  # a read-only run dir, a full disk: one line, nothing taken
+            why = "no space left on the device" if e.errno == errno.ENOSPC else e.strerror
+            raise UserError(
+                f"cannot take the lock {self.path} ({why})",
+                hint="the run dir must be writable to run or resume in it",
+            ) from None
         self.held = True
         return self
 
@@ -212,7 +240,7 @@ class RunLock:
             and info.pid == self._mine["pid"]
             and info.started == self._mine["started"]
         ):
-            with contextlib.suppress(FileNotFoundError):
+            with contextlib.suppress(OSError):  # gone already, or the dir turned read-only
                 self.path.unlink()
 
     def __enter__(self) -> RunLock:

@@ -4,6 +4,7 @@ state each mode carries across updates, and the library contract (ClipResult, st
 from __future__ import annotations
 
 import math
+import shutil
 
 import pytest
 import torch
@@ -309,10 +310,10 @@ def test_a_resumed_trainer_continues_the_adaptive_modes_state(mode: str, tmp_pat
                     checkpoint_every=0, eval_every=0).resolve()  # fmt: skip
     data = prepare_data(cfg.sources, seed=cfg.corpus_seed)
 
-    def trainer(name: str) -> Trainer:
+    def trainer(name: str, resume: bool = False) -> Trainer:
         plan = BatchPlan(data, Mixer(seed=0), seed=0, micro_batch=cfg.micro_batch,
                          accum=cfg.accum, seq_len=cfg.seq_len)  # fmt: skip
-        return Trainer(cfg, tmp_path / name, data, plan)
+        return Trainer(cfg, tmp_path / name, data, plan, resume=resume)
 
     straight = trainer("straight")
     rows = [straight.train_update(u) for u in range(1, 11)]
@@ -320,7 +321,11 @@ def test_a_resumed_trainer_continues_the_adaptive_modes_state(mode: str, tmp_pat
     for u in range(1, 7):
         first.train_update(u)
     path = first.checkpointer.save(first.checkpoint_state(), 6)
-    resumed = trainer("resumed")
+    # the stopped run's own directory, as --resume finds it (its rows up to the checkpoint)
+    shutil.copytree(
+        tmp_path / "first", tmp_path / "resumed", ignore=shutil.ignore_patterns("*.lock")
+    )
+    resumed = trainer("resumed", resume=True)
     resumed.restore(path)
     for u in range(7, 11):
         row = resumed.train_update(u)

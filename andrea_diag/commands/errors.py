@@ -1,4 +1,9 @@
-"""Turn user-caused errors into one clear line and a non-zero exit code, never a traceback."""
+"""Turn user-caused errors into one clear line and a non-zero exit code, never a traceback.
+
+Ctrl-C, SIGTERM and SIGHUP end the same way: what was recorded is kept (the trainer's crash
+path flushes and writes ``partial_summary.json``, the locks are released on the way out), one
+line, and the shell's code for the signal (130, 143, 129).
+"""
 
 from __future__ import annotations
 
@@ -11,6 +16,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from andrea_diag.errors import UserError
+from andrea_diag.signals import Terminated, stop_on_signals
 
 F = TypeVar("F", bound=Callable[..., Any])
 err_console = Console(stderr=True)
@@ -30,12 +36,20 @@ def friendly_errors(fn: F) -> F:
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
-            return fn(*args, **kwargs)
+            with stop_on_signals():
+                return fn(*args, **kwargs)
         except UserError as e:
             one_line(e)
             raise typer.Exit(e.exit_code) from None
         except KeyboardInterrupt:
             err_console.print("[yellow]interrupted[/]: everything recorded so far is kept")
             raise typer.Exit(130) from None
+        except Terminated as e:
+            err_console.print(
+                f"[yellow]stopped by {e.name}[/]: everything recorded so far is kept; "
+                "continue with --resume",
+                highlight=False,
+            )
+            raise typer.Exit(e.exit_code) from None
 
     return wrapper  # type: ignore[return-value]

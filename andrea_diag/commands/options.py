@@ -195,6 +195,7 @@ def checked(cfg: RunConfig) -> RunConfig:
 def resumed(run: RunArgs, clip: str) -> tuple[RunConfig, str]:
     """``--resume DIR``: the run's own base config and arms, checked against what was typed."""
     from andrea_diag.experiments.resume import run_configs
+    from andrea_diag.factories import trust_spec
 
     out = Path(run.resume)  # type: ignore[arg-type]
     meta, saved = run_configs(out)
@@ -216,6 +217,9 @@ def resumed(run: RunArgs, clip: str) -> tuple[RunConfig, str]:
         # how, not what: may change (the runtime fields are RunConfig's own)
         runtime = {n: getattr(typed, n) for n in typed_names if BY_NAME[n].cli.runtime}
         base = dataclasses.replace(base, **runtime)
+        for name in ("model_factory", "data_factory"):  # typed again: the user's own choice
+            if name in run.explicit:
+                trust_spec(getattr(typed, name))
     if "clip" in run.explicit and clip != arms:
         raise UserError(f"--clip {clip} differs from the run's arms {arms} in {out}")
     return base, arms

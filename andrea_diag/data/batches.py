@@ -31,6 +31,7 @@ from andrea_diag.data.bandit import Mixer
 from andrea_diag.data.heldout import training_part
 from andrea_diag.data.prepare import PreparedData
 from andrea_diag.errors import UserError
+from andrea_diag.rundir import atomic_write_text, read_json
 
 PLAN_FORMAT = "andrea-diag-batch-plan-v1"
 
@@ -239,9 +240,8 @@ class BatchPlan:
         """Write the per-update schedule (phase, weights, sources, offsets, hash) as JSON."""
         p = Path(path)
         p.parent.mkdir(parents=True, exist_ok=True)
-        tmp = p.with_name(p.name + ".tmp")
-        tmp.write_text(json.dumps(self.to_dict(), separators=(",", ":")))
-        tmp.replace(p)  # atomic: a replaying arm never reads half a plan
+        # atomic: a replaying arm never reads half a plan; a link at the name is replaced
+        atomic_write_text(p, json.dumps(self.to_dict(), separators=(",", ":")))
         return p
 
     @classmethod
@@ -250,23 +250,23 @@ class BatchPlan:
         p = Path(path)
         if not p.is_file():
             raise UserError(f"batch plan {str(p)!r} does not exist")
-        try:
-            d = json.loads(p.read_text())
-        except json.JSONDecodeError as exc:
-            raise UserError(f"batch plan {str(p)!r} is not valid JSON ({exc.msg})") from None
+        d = read_json(p, "batch plan", kind=dict)  # a run dir's file: checked for its shape
         if d.get("format") != PLAN_FORMAT:
             raise UserError(f"{str(p)!r} is not a batch plan (format {d.get('format')!r})")
-        if d["sources"] != list(SOURCE_NAMES):
-            raise UserError(f"batch plan sources {d['sources']} differ from {SOURCE_NAMES}")
+        if d.get("sources") != list(SOURCE_NAMES):
+            raise UserError(f"batch plan sources {d.get('sources')} differ from {SOURCE_NAMES}")
         key = data.key if isinstance(data, PreparedData) else None
         if key and d.get("data_key") and key != d["data_key"]:
             raise UserError(
                 "the batch plan was recorded on different data",
                 hint="replay with the same sources (and overrides) the plan was recorded with",
             )
-        plan = cls(data, None, seed=d["seed"], micro_batch=d["micro_batch"], accum=d["accum"],
-                   seq_len=d["seq_len"])  # fmt: skip
-        plan.records = {int(r["update"]): r for r in d["records"]}
+        try:
+            plan = cls(data, None, seed=d["seed"], micro_batch=d["micro_batch"],
+                       accum=d["accum"], seq_len=d["seq_len"])  # fmt: skip
+            plan.records = {int(r["update"]): r for r in d["records"]}
+        except (KeyError, TypeError, ValueError) as exc:
+            raise UserError(f"batch plan {str(p)!r} is damaged ({type(exc).__name__})") from None
         plan.replaying = True
         return plan
 

@@ -271,48 +271,80 @@ def generated_source(name: str, seed: int, target_bytes: int, why: str = "") -> 
     return Source(name, tuple(make(seed, target_bytes)), origin, generated=True)
 
 
+def _source_text(path: Path, name: str) -> str:
+    """A source file's text: a regular file of UTF-8 text without NUL bytes, or one line.
+
+    A binary file (an archive, a model, a tokenizer cache) would otherwise train silently on
+    its bytes read as replacement characters."""
+    try:
+        if not path.is_file():
+            raise UserError(f"source {name}: {str(path)!r} is not a regular file")
+        data = path.read_bytes()
+    except OSError as exc:
+        raise UserError(f"source {name}: cannot read {str(path)!r} ({exc.strerror})") from None
+    if b"\0" in data:
+        raise UserError(
+            f"source {name}: {str(path)!r} contains NUL bytes: a binary file, not text",
+            hint="a source is UTF-8 text: .txt/.md files, or a .jsonl with a 'text' field",
+        )
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UserError(
+            f"source {name}: {str(path)!r} is not UTF-8 text (byte {exc.start})",
+            hint="convert it to UTF-8 (e.g. iconv -f latin1 -t utf-8)",
+        ) from None
+
+
 def _read_jsonl(path: Path, name: str) -> list[str]:
     docs = []
-    with path.open(encoding="utf-8", errors="replace") as fh:  # like .txt/.md: never crash on bytes
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise UserError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from None
-            if not isinstance(row, dict) or not isinstance(row.get("text"), str):
-                raise UserError(
-                    f"{path}:{lineno}: no string field 'text'",
-                    hint=f'every line of a .jsonl source for {name} must look like {{"text": "..."}}',
-                )
-            docs.append(row["text"])
+    for lineno, line in enumerate(_source_text(path, name).splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except (json.JSONDecodeError, RecursionError) as exc:
+            msg = getattr(exc, "msg", type(exc).__name__)
+            raise UserError(f"{path}:{lineno}: not valid JSON ({msg})") from None
+        if not isinstance(row, dict) or not isinstance(row.get("text"), str):
+            raise UserError(
+                f"{path}:{lineno}: no string field 'text'",
+                hint=f'every line of a .jsonl source for {name} must look like {{"text": "..."}}',
+            )
+        docs.append(row["text"])
     return docs
+
+
+def _text_files(p: Path, name: str) -> list[Path]:
+    """A folder's .txt/.md files, sorted by relative path (the same order anywhere)."""
+    try:
+        files = [f for f in p.rglob("*") if f.suffix.lower() in (".txt", ".md") and f.is_file()]
+    except OSError as exc:
+        raise UserError(f"source {name}: cannot list {str(p)!r} ({exc.strerror})") from None
+    if not files:
+        raise UserError(
+            f"source {name}: folder {str(p)!r} has no .txt or .md files",
+            hint="put text files in it, or pass a .jsonl file with a 'text' field",
+        )
+    return sorted(files, key=lambda f: f.relative_to(p).as_posix())
 
 
 def load_override(name: str, path: str | Path) -> Source:
     """Read a user's replacement for source ``name`` from a folder, .txt/.md file or .jsonl."""
     _check_name(name)
     p = Path(path).expanduser()
-    if not p.exists():
+    try:
+        exists, is_dir = p.exists(), p.is_dir()
+    except OSError as exc:  # a name too long, a loop of links
+        raise UserError(f"source {name}: path {str(p)[:80]!r} ({exc.strerror})") from None
+    if not exists:
         raise UserError(f"source {name}: path {str(p)!r} does not exist")
-    if p.is_dir():
-        files = sorted(
-            (f for f in p.rglob("*") if f.is_file() and f.suffix.lower() in (".txt", ".md")),
-            key=lambda f: f.relative_to(
-                p
-            ).as_posix(),  # sorted by relative path: same order anywhere
-        )
-        if not files:
-            raise UserError(
-                f"source {name}: folder {str(p)!r} has no .txt or .md files",
-                hint="put text files in it, or pass a .jsonl file with a 'text' field",
-            )
-        docs = [f.read_text(encoding="utf-8", errors="replace") for f in files]
+    if is_dir:
+        docs = [_source_text(f, name) for f in _text_files(p, name)]
     elif p.suffix.lower() == ".jsonl":
         docs = _read_jsonl(p, name)
     elif p.suffix.lower() in (".txt", ".md"):
-        docs = [p.read_text(encoding="utf-8", errors="replace")]
+        docs = [_source_text(p, name)]
     else:
         raise UserError(
             f"source {name}: unsupported file {str(p)!r}",

@@ -10,10 +10,11 @@ batch hashes' agreement. Only the clip mode differs.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-import json
 import shlex
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -21,6 +22,7 @@ from typing import Any
 
 import torch
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from andrea_diag.config import RunConfig
@@ -29,7 +31,9 @@ from andrea_diag.device import resolve_device
 from andrea_diag.errors import UserError
 from andrea_diag.experiments.resume import arm_state, check_same_run, move_aside
 from andrea_diag.factories import build_model, factory_sources
-from andrea_diag.record import write_json
+from andrea_diag.record import read_cascade_meta, write_json
+from andrea_diag.rundir import child, read_json
+from andrea_diag.runlock import RunLock
 from andrea_diag.train.distributed import env_rank, env_world_size, init_from_env, launch
 from andrea_diag.train.loop import train_arm
 
@@ -118,11 +122,12 @@ def run_arms(
     data: PreparedData,
     console: Console | None = None,
     resume: bool = False,
+    states: dict[str, tuple[str, Any]] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Train each resolved config as an arm under ``out_dir/<arm>``, on one shared batch plan.
 
     ``resume``: finished arms are kept, a stopped one continues from its newest checkpoint
-    (``resume.py``)."""
+    (``resume.py``); ``states``: each arm's state, when the caller already checked them."""
     console = console or Console(stderr=True)
     first = configs[0]
     info = init_from_env(resolve_device(first.device).type)  # D > 1: join the replicas
@@ -139,9 +144,16 @@ def run_arms(
     )
     plan_path = out_dir / "batch_plan.json"
     summaries: dict[str, dict[str, Any]] = {}
+
     with _progress(console) as progress:
         for i, cfg in enumerate(configs):
-            status, found = arm_state(out_dir / cfg.arm) if resume else ("new", None)
+            arm_dir = child(out_dir, cfg.arm, "arm")
+            if states is not None and cfg.arm in states:
+                status, found = states[cfg.arm]
+            else:
+                status, found = (
+                    arm_state(arm_dir, cfg, _warner(console)) if resume else ("new", None)
+                )
             if i == 1 and info.is_main and not plan_path.exists():
                 _complete_plan(plan, first.steps).save(plan_path)
             if i == 1 and info.world_size > 1:
@@ -185,6 +197,13 @@ def run_arms(
     return summaries
 
 
+def _warner(console: Console) -> Callable[[str], None]:
+    def warn(message: str) -> None:  # a torn newest checkpoint passed over
+        console.print(f"[yellow]{escape(message)}[/]", highlight=False, soft_wrap=True)
+
+    return warn
+
+
 def _complete_plan(plan: BatchPlan, steps: int) -> BatchPlan:
     """The recording plan with every update drawn. After a resume that found the first arm
     already finished, the plan was never drawn in this process: a seeded schedule draws the
@@ -219,12 +238,21 @@ def _launch_replicas(
             f"a replica process failed: {last}",
             hint=f"{out_dir} keeps what rank 0 recorded before the failure",
         ) from None
-    return {c.arm: json.loads((out_dir / c.arm / "summary.json").read_text()) for c in configs}
+    return {
+        c.arm: read_json(out_dir / c.arm / "summary.json", "the arm's summary", kind=dict)
+        for c in configs
+    }
 
 
 def hashes_identical(out_dir: Path, arms: list[str]) -> bool:
     """True when every arm's per-update batch hashes are the same list."""
-    lists = [json.loads((out_dir / a / "schedule.json").read_text())["batch_hashes"] for a in arms]
+    lists = []
+    for arm in arms:
+        path = child(out_dir, arm, "arm") / "schedule.json"
+        hashes = read_json(path, "the arm's schedule", kind=dict).get("batch_hashes")
+        if not isinstance(hashes, list):
+            raise UserError(f"{path} holds no list of batch hashes", hint="the file is damaged")
+        lists.append(hashes)
     return all(h == lists[0] for h in lists[1:])
 
 
@@ -256,10 +284,32 @@ def run_cascade(
     if not main:  # under torchrun every rank runs this: rank 0 alone speaks, as it alone writes
         console = Console(stderr=True, quiet=True)
     if spec.resume:
-        check_same_run(out_dir, spec.clips, configs)
+        read_cascade_meta(out_dir)  # a cascade dir (not created by the lock below), or one line
     elif main:
         _check_out_dir(out_dir)
         _make_out_dir(out_dir)
+    # One process per cascade: taken before anything is read to continue or moved aside, and
+    # released however this ends (an error, Ctrl-C, SIGTERM).
+    with RunLock(out_dir) if main else contextlib.nullcontext():
+        return _run_locked(spec, configs, out_dir, data, console, render)
+
+
+def _run_locked(
+    spec: CascadeSpec,
+    configs: list[RunConfig],
+    out_dir: Path,
+    data: PreparedData,
+    console: Console,
+    render: bool,
+) -> CascadeResult:
+    """run_cascade's work once the cascade's lock is held (by rank 0)."""
+    world, main = env_world_size(), env_rank() == 0
+    states = None
+    if spec.resume:
+        check_same_run(out_dir, spec.clips, configs)
+        # every arm checked (its checkpoint read, its rows counted) before anything is written
+        warn = _warner(console)
+        states = {c.arm: arm_state(child(out_dir, c.arm, "arm"), c, warn) for c in configs}
     meta = {
         "arms": spec.clips,
         "size": configs[0].size,
@@ -273,15 +323,16 @@ def run_cascade(
         "status": "running",
     }
     if spec.resume:  # keep how the run was started; say how it was continued
-        old = json.loads((out_dir / "cascade.json").read_text())
-        meta = {**old, "status": "running",
-                "resumed_with": [*old.get("resumed_with", []), meta["command"]]}  # fmt: skip
+        old = read_json(out_dir / "cascade.json", "the cascade's record", kind=dict)
+        before = old.get("resumed_with")
+        before = [str(c) for c in before] if isinstance(before, list) else []
+        meta = {**old, "status": "running", "resumed_with": [*before, meta["command"]]}
     if main:
         write_json(out_dir / "cascade.json", meta)
     if configs[0].replicas > 1 and world == 1:
         summaries = _launch_replicas(configs, out_dir, data, spec.resume)  # launch and wait
     else:
-        summaries = run_arms(configs, out_dir, data, console, resume=spec.resume)
+        summaries = run_arms(configs, out_dir, data, console, resume=spec.resume, states=states)
     if not main:
         return CascadeResult(out_dir, None, {}, True)
     identical = hashes_identical(out_dir, spec.clips)

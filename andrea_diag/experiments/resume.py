@@ -4,53 +4,154 @@ whether the command asks for the run that is on disk.
     andrea-diag cascade --resume runs/cascade-tiny-20261129-2200   # the run's own options
     andrea-diag train --resume runs/train-12m-...                  # one arm
 
-Per arm: ``summary.json`` present → done, kept; a checkpoint → continue from the newest (rows
+Per arm: ``summary.json`` present → done, kept; a checkpoint → continue from the newest one
+that reads (a torn newest one falls back to the one before it, with a line saying so; rows
 after it are cut, so none is duplicated); rows but no checkpoint (killed before the first one)
 → the partial arm is moved aside, never deleted, and the arm starts again.
+
+The run directory is untrusted input: every arm name resolves inside it, every file is checked
+for its shape, a checkpoint must belong to this arm (arm, clip mode and its parameters, seed,
+lr, size, precision) and its metrics file must still hold every row the checkpoint counts, else
+one line and nothing changed. The caller holds the cascade's lock (``cascade.py``) before
+anything is moved, and an arm whose own lock is held by a live process is never touched.
 """
 
 from __future__ import annotations
 
-import json
+import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from andrea_diag.config import RUNTIME_KEYS, RunConfig  # RUNTIME_KEYS: what a resume may change
 from andrea_diag.errors import UserError
+from andrea_diag.experiments.saved_config import saved_config
+from andrea_diag.factories import mark_recorded
 from andrea_diag.record import read_cascade_meta
-from andrea_diag.train.checkpoint import latest_checkpoint
+from andrea_diag.rundir import child, read_json
+from andrea_diag.runlock import holder_alive, read_lock
+from andrea_diag.train.checkpoint import (
+    FOLDER,
+    UnreadableCheckpoint,
+    check_identity,
+    checkpoints,
+    read_checkpoint,
+    run_identity,
+)
 
 
 def move_aside(path: Path) -> Path:
-    """An unfinished directory is kept (renamed ``<name>.incomplete-<n>``), never deleted."""
+    """An unfinished directory is kept (renamed ``<name>.incomplete-<n>``), never deleted.
+
+    Refused while a live process holds the arm's own lock (it is still writing there)."""
+    info = read_lock(path)
+    if holder_alive(info):
+        raise UserError(
+            f"{path} is in use by process {info.pid if info else '?'}",
+            hint="wait for it to finish; nothing was moved",
+        )
     n = 1
     while (aside := path.with_name(f"{path.name}.incomplete-{n}")).exists():
         n += 1
-    path.rename(aside)
+    try:
+        path.rename(aside)
+    except OSError as exc:
+        raise UserError(f"cannot move {path} aside ({exc.strerror})") from None
     return aside
 
 
-def arm_state(arm_dir: Path) -> tuple[str, Any]:
-    """("done", summary) | ("checkpoint", path) | ("restart", None) | ("new", None)."""
+def arm_state(
+    arm_dir: Path, cfg: RunConfig | None = None, warn: Callable[[str], None] | None = None
+) -> tuple[str, Any]:
+    """("done", summary) | ("checkpoint", path) | ("restart", None) | ("new", None).
+
+    With ``cfg``, a checkpoint is read and checked before it is chosen (see the module
+    docstring); ``warn`` hears about a torn newest checkpoint that was passed over."""
     if (arm_dir / "summary.json").exists():
-        return "done", json.loads((arm_dir / "summary.json").read_text())
-    ckpt = latest_checkpoint(arm_dir)
-    if ckpt is not None:
+        return "done", read_json(arm_dir / "summary.json", "the arm's summary", kind=dict)
+    if os.path.lexists(arm_dir / FOLDER):  # linked out of the run: refused before any read
+        child(arm_dir, FOLDER, "the checkpoints folder")
+    found = checkpoints(arm_dir)
+    if found and cfg is None:
+        return "checkpoint", found[-1]
+    for i, ckpt in enumerate(reversed(found)):
+        try:
+            state = read_checkpoint(ckpt)
+        except UnreadableCheckpoint as exc:
+            if i == len(found) - 1:  # the oldest kept one too: nothing to fall back to
+                raise
+            if warn is not None:
+                warn(f"{exc.message}; continuing from the checkpoint before it")
+            continue
+        assert cfg is not None
+        check_identity(state, ckpt, run_identity(cfg.to_dict()))
+        check_rows(arm_dir, ckpt, state.get("recorder"))
         return "checkpoint", ckpt
     return ("restart", None) if arm_dir.exists() else ("new", None)
 
 
-def run_configs(out_dir: Path) -> tuple[dict[str, Any], list[RunConfig]]:
-    """The cascade's meta and each started arm's saved config (a bad file: one clear line)."""
-    meta = read_cascade_meta(out_dir)
+def check_rows(arm_dir: Path, ckpt: Path, positions: Any) -> None:
+    """Every JSONL table must still hold the bytes the checkpoint counts (a shorter one lost
+    rows; truncate() would pad it with NUL bytes): one line, nothing changed."""
+    if not isinstance(positions, dict):
+        raise UserError(f"checkpoint {ckpt} holds no recorder position", hint="it is damaged")
+    for name, size in positions.items():
+        path = child(arm_dir, str(name), "a table of the checkpoint")
+        have = path.stat().st_size if path.is_file() else 0
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            raise UserError(f"checkpoint {ckpt} holds a bad position for {name}: {size!r}")
+        if have < size:
+            raise UserError(
+                f"{path} is shorter ({have} bytes) than checkpoint {ckpt.name} says ({size} bytes)",
+                hint="rows were lost after the checkpoint; restore the file, or delete the "
+                "arm's checkpoints to restart it (nothing was changed)",
+            )
+
+
+def check_run_dir(out_dir: Path) -> None:
+    """``out_dir`` is a directory that can be looked at, or one line (too long a name, ...)."""
     try:
-        configs = [
-            RunConfig.from_dict(json.loads((out_dir / arm / "config.json").read_text()))
-            for arm in meta["arms"]
-            if (out_dir / arm / "config.json").is_file()
-        ]
-    except (json.JSONDecodeError, KeyError, TypeError, UnicodeDecodeError) as exc:
-        raise UserError(f"{out_dir}: a run file is corrupt ({type(exc).__name__}: {exc})") from None
+        is_dir = Path(out_dir).is_dir()
+    except OSError as exc:  # ENAMETOOLONG, ELOOP, EACCES
+        raise UserError(f"cannot open {str(out_dir)[:80]!r}... ({exc.strerror})") from None
+    if not is_dir:
+        raise UserError(
+            f"{out_dir} is not a directory",
+            hint="pass the --out directory of `andrea-diag cascade` or `train`",
+        )
+
+
+def cascade_arms(out_dir: Path, meta: dict[str, Any]) -> list[str]:
+    """cascade.json's arm names, each one plain name that resolves inside ``out_dir``."""
+    arms = meta.get("arms")
+    if not isinstance(arms, list) or not all(isinstance(a, str) for a in arms):
+        raise UserError(f"{out_dir / 'cascade.json'}: arms is not a list of names")
+    if len(set(arms)) != len(arms):
+        raise UserError(f"{out_dir / 'cascade.json'} lists an arm twice")
+    for arm in arms:
+        child(out_dir, arm, "arm")
+    return arms
+
+
+def run_configs(out_dir: Path) -> tuple[dict[str, Any], list[RunConfig]]:
+    """The cascade's meta and each started arm's saved config (a bad file: one clear line).
+
+    Factory specs read from them are marked as recorded: imported only from installed
+    packages, never from the working directory or the run (factories.py)."""
+    check_run_dir(out_dir)
+    meta = read_cascade_meta(out_dir)
+    configs = []
+    for arm in cascade_arms(out_dir, meta):
+        path = child(out_dir, arm, "arm") / "config.json"
+        if os.path.lexists(path):  # a FIFO or a link too: refused by saved_config, not skipped
+            try:
+                configs.append(saved_config(path, arm))
+            except UserError as exc:  # said as before: which kind of trouble, then where
+                raise UserError(f"a run file is corrupt: {exc.message}", hint=exc.hint) from None
+    for cfg in configs:
+        for spec in (cfg.model_factory, cfg.data_factory):
+            if spec:
+                mark_recorded(spec, out_dir)
     return meta, configs
 
 

@@ -1,34 +1,69 @@
-"""Checkpoints: everything a run needs to continue exactly where it stopped.
+"""Checkpoints: everything a run needs to continue exactly where it stopped, and no pickle.
 
     ckpt = Checkpointer(run_dir, every=cfg.checkpoint_every_resolved)
     if ckpt.due(update): ckpt.save(trainer.checkpoint_state(), update)
-    state = load_checkpoint(latest_checkpoint(run_dir), expect=cfg)   # on --resume
+    state = load_checkpoint(path, expect=trainer.identity())          # on --resume
 
 A checkpoint (``<run_dir>/checkpoints/ckpt-<update>.pt``, the last ``KEEP`` kept) holds the
 model, optimizer, scheduler and loss-scaler state; every RNG (Python, numpy, torch CPU and
 CUDA); the batch plan and mixer position; every probe's state; and the recorder's position (the
-size of each JSONL table), so a resume cuts rows written after it. It is written atomically:
-temporary file, fsync, rename, fsync of the folder, so a kill at any instant leaves either the
-previous checkpoint or the new one, never half of one.
+size of each JSONL table), so a resume cuts rows written after it.
+
+The file is a safetensors file, not a torch pickle (the ``.pt`` name is kept so tools and
+scripts that list checkpoints still find them): the tensors as safetensors, everything else as
+one JSON document (``train/state_codec.py``) stored as a uint8 tensor, and a CRC-32 of every
+tensor's bytes in the header's metadata. Reading one runs no code, whoever wrote it. The old
+pickle format is refused with one line, never unpickled.
+
+A checkpoint carries the identity of the arm that wrote it (arm, clip mode and its parameters,
+seed, lr, size, precision, batch shape: :data:`RUN_IDENTITY_KEYS`, from the run's own
+``config.json``), so another arm's or run's checkpoint copied into a run is refused. It is
+written atomically: temporary file, fsync, rename, fsync of the folder, so a kill at any instant
+leaves the previous checkpoints and the new one or no new one, never half of one. The previous
+checkpoint is kept: a newest one torn by something else falls back to it (``resume.py``).
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import random
+import tempfile
 import time
+import zlib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import safetensors
+import safetensors.torch
 import torch
 
 from andrea_diag.errors import UserError
+from andrea_diag.record import _jsonable
+from andrea_diag.rundir import child, file_mode, read_json, regular_file
+from andrea_diag.train.state_codec import StateFormatError, decode, encode
 
-FORMAT = "andrea-diag-checkpoint/1"
+FORMAT = "andrea-diag-checkpoint/2"  # /1 was a torch pickle: refused, never loaded
 KEEP = 2  # the newest two: if the newest is somehow unreadable, the one before still is
 EVERY_SECONDS = 600.0  # at least this often, whatever the update cadence
 FOLDER = "checkpoints"
+STATE_KEY = "state"  # the JSON document's tensor
+# config.json keys a checkpoint must share with the run resuming from it (steps may grow)
+RUN_IDENTITY_KEYS = ("arm", "clip", "max_norm", "clip_params", "seed", "lr", "size", "recipe",
+                     "precision", "micro_batch", "accum", "seq_len", "corpus_seed", "mixer",
+                     "model_factory", "hf_config")  # fmt: skip
+OLD_HINT = (
+    "move {folder} aside and run --resume again: the arm restarts from its first update "
+    "(its rows so far are kept aside)"
+)
+
+
+class UnreadableCheckpoint(UserError):
+    """A checkpoint that cannot be read at all (torn, truncated, garbage): the one before it
+    may still be; unlike another run's checkpoint, which is refused outright."""
 
 
 def rng_state() -> dict[str, Any]:
@@ -49,13 +84,33 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 
 def checkpoints(run_dir: Path) -> list[Path]:
-    """This run's checkpoints, oldest first."""
-    return sorted((Path(run_dir) / FOLDER).glob("ckpt-*.pt"))
+    """This run's checkpoints, oldest first (regular files only: a link or a FIFO is skipped)."""
+    return sorted(p for p in (Path(run_dir) / FOLDER).glob("ckpt-*.pt") if _is_file(p))
+
+
+def _is_file(path: Path) -> bool:
+    with contextlib.suppress(OSError):
+        return path.is_file() and not path.is_symlink()
+    return False
 
 
 def latest_checkpoint(run_dir: Path) -> Path | None:
     found = checkpoints(run_dir)
     return found[-1] if found else None
+
+
+def run_identity(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The keys of a run's config a checkpoint must match, as JSON values (config.json's)."""
+    return json.loads(json.dumps(_jsonable({k: config.get(k) for k in RUN_IDENTITY_KEYS})))
+
+
+def _crc(tensors: Mapping[str, torch.Tensor]) -> str:
+    crc = 0
+    for name in sorted(tensors):
+        t = tensors[name]
+        if t.numel():
+            crc = zlib.crc32(t.reshape(-1).view(torch.uint8).numpy().data, crc)
+    return f"{crc:08x}"
 
 
 class Checkpointer:
@@ -66,6 +121,7 @@ class Checkpointer:
         self.every, self.every_s = every, every_s
         self._last_time = time.monotonic()
         self.last_bytes = 0
+        self._run: dict[str, Any] | None = None
 
     def due(self, update: int, steps: int) -> bool:
         """Every ``every`` updates and every ``every_s`` seconds; never at the last update (the
@@ -74,27 +130,29 @@ class Checkpointer:
             return False
         return update % self.every == 0 or time.monotonic() - self._last_time >= self.every_s
 
+    def _identity(self) -> dict[str, Any]:
+        """The writing arm's identity, from the config.json this process wrote at its start."""
+        if self._run is None:
+            cfg = read_json(self.folder.parent / "config.json", "the run's config", kind=dict)
+            self._run = run_identity(cfg)
+        return self._run
+
     def save(self, state: dict[str, Any], update: int) -> Path:
-        self.folder.mkdir(parents=True, exist_ok=True)
+        # a checkpoints folder linked out of the run would take the writes (and the deletes
+        # of old checkpoints) with it
+        child(self.folder.parent, FOLDER, "the checkpoints folder")
         path = self.folder / f"ckpt-{update:07d}.pt"
-        tmp = path.with_name(path.name + ".tmp")
+        for stale in self.folder.glob(".ckpt-*.tmp"):  # left by a kill during a save
+            if _is_file(stale):
+                stale.unlink(missing_ok=True)
+        full = {"format": FORMAT, **state, "run": self._identity()}
         try:
-            with open(tmp, "wb") as f:
-                torch.save({"format": FORMAT, **state}, f)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-            dir_fd = os.open(self.folder, os.O_RDONLY)
-            try:
-                os.fsync(dir_fd)  # the rename itself survives a power cut
-            finally:
-                os.close(dir_fd)
-        except OSError as exc:
-            tmp.unlink(missing_ok=True)
-            raise UserError(
-                f"cannot write checkpoint {path} ({exc.strerror or exc})",
-                hint="the run's rows so far are kept; free space and resume with --resume",
-            ) from None
+            tree, tensors = encode(full)
+        except StateFormatError as exc:  # a bug of ours, not the user's: say what it was
+            raise RuntimeError(f"checkpoint state cannot be written: it holds {exc}") from None
+        named = {f"t{i:06d}": t for i, t in enumerate(tensors)}
+        named[STATE_KEY] = torch.frombuffer(bytearray(json.dumps(tree).encode()), dtype=torch.uint8)
+        _write_atomic(path, named, {"format": FORMAT, "crc32": _crc(named)})
         for old in checkpoints(self.folder.parent)[:-KEEP]:
             old.unlink(missing_ok=True)
         self.last_bytes = path.stat().st_size
@@ -102,29 +160,104 @@ class Checkpointer:
         return path
 
 
-def load_checkpoint(path: Path, expect: dict[str, Any]) -> dict[str, Any]:
-    """Read a checkpoint and check it belongs to this run (``expect``: size, vocab, n_params).
-
-    A corrupt file, another size or vocabulary, or another checkpoint format is one clear
-    ``UserError``, never a traceback.
-    """
+def _write_atomic(path: Path, tensors: dict[str, torch.Tensor], meta: dict[str, str]) -> None:
+    """safetensors to a temp file in the folder, fsync, rename, fsync the folder; on any error
+    (a full disk) the temp file is removed and one line raised."""
+    tmp: str | None = None
     try:
-        # our own file, written by torch.save: it holds Python objects (probe state), not only
-        # tensors, so weights_only loading cannot read it
-        state = torch.load(path, map_location="cpu", weights_only=False)
-    except Exception as exc:  # truncated zip, garbage bytes, unpickling errors
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        os.fchmod(fd, file_mode())
+        os.close(fd)
+        safetensors.torch.save_file(tensors, tmp, metadata=meta)
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)  # replaces a link at ``path``: never writes through it
+        tmp = None
+        dir_fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)  # the rename itself survives a power cut
+        finally:
+            os.close(dir_fd)
+    except (OSError, safetensors.SafetensorError) as exc:
+        full = (isinstance(exc, OSError) and exc.errno == 28) or "No space" in str(exc)
+        why = "no space left on the device" if full else getattr(exc, "strerror", None) or exc
         raise UserError(
-            f"checkpoint {path} cannot be read ({type(exc).__name__})",
-            hint="delete it to resume from the one before (the last two are kept)",
+            f"cannot write checkpoint {path} ({why})",
+            hint="the run's rows so far are kept; free space and resume with --resume",
         ) from None
-    if not isinstance(state, dict) or state.get("format") != FORMAT:
-        fmt = state.get("format") if isinstance(state, dict) else type(state).__name__
-        raise UserError(f"{path} is not an andrea-diag checkpoint of format {FORMAT} ({fmt})")
-    for key, want in expect.items():
-        if state.get("identity", {}).get(key) != want:
+    finally:
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+
+
+def _old_format(path: Path) -> bool:
+    """A torch pickle (zip or legacy): the format before /2, refused unread."""
+    with open(path, "rb") as f:
+        head = f.read(4)
+    return head.startswith(b"PK\x03\x04") or head[:1] == b"\x80"
+
+
+def read_checkpoint(path: Path) -> dict[str, Any]:
+    """The state in a checkpoint file; :class:`UnreadableCheckpoint` if it cannot be read, a
+    :class:`UserError` for the old pickle format (never unpickled)."""
+    regular_file(path, "checkpoint")
+    unreadable = UnreadableCheckpoint(
+        f"checkpoint {path} cannot be read",
+        hint="it is torn or damaged; delete it to resume from the one before (two are kept)",
+    )
+    try:
+        if _old_format(path):
             raise UserError(
-                f"checkpoint {path} is from another run: {key} "
-                f"{state.get('identity', {}).get(key)!r}, this run {want!r}",
-                hint="resume with the options the run was started with",
+                f"checkpoint {path} is in the old pickle format, which is never loaded "
+                "(reading it could run code)",
+                hint=OLD_HINT.format(folder=path.parent),
             )
+        with safetensors.safe_open(str(path), framework="pt") as f:
+            meta = f.metadata() or {}
+            tensors = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 - not a dict
+    except UserError:
+        raise
+    except Exception:  # SafetensorError, OSError, a truncated header: all "cannot be read"
+        raise unreadable from None
+    if meta.get("format") != FORMAT:
+        raise UserError(f"{path} is not an andrea-diag checkpoint of format {FORMAT}")
+    doc = tensors.pop(STATE_KEY, None)
+    if meta.get("crc32") != _crc({**tensors, STATE_KEY: doc} if doc is not None else tensors):
+        raise unreadable
+    try:
+        tree = json.loads(bytes(doc.numpy()).decode("utf-8")) if doc is not None else None
+        order = sorted(tensors)
+        state = decode(tree, [tensors[k] for k in order])
+    except (ValueError, RecursionError, StateFormatError) as exc:
+        raise UserError(f"checkpoint {path} holds {exc}", hint="it is not one we wrote") from None
+    if not isinstance(state, dict) or state.get("format") != FORMAT:
+        raise UserError(f"{path} is not an andrea-diag checkpoint of format {FORMAT}")
+    return state
+
+
+def check_identity(state: Mapping[str, Any], path: Path, expect: Mapping[str, Any]) -> None:
+    """Refuse, in one line, a checkpoint whose identity differs from ``expect``."""
+    saved = state.get("identity")
+    run = state.get("run")
+    saved = {**(saved if isinstance(saved, dict) else {}), **(run if isinstance(run, dict) else {})}
+    for key, want in expect.items():
+        if saved.get(key) != want:
+            raise UserError(
+                f"checkpoint {path} is from another run: {key} {saved.get(key)!r}, "
+                f"this run {want!r}",
+                hint="resume with the options the run was started with, or delete the "
+                "checkpoint to restart the arm",
+            )
+
+
+def load_checkpoint(path: Path, expect: dict[str, Any]) -> dict[str, Any]:
+    """Read a checkpoint and check it belongs to this run: ``expect`` (the trainer's identity:
+    size, vocab, n_params ...) and the arm's identity in the run's config.json (written by this
+    process before it restores). Every failure is one clear ``UserError``, never a traceback."""
+    state = read_checkpoint(path)
+    config = path.parent.parent / "config.json"
+    run = run_identity(read_json(config, "the run's config", kind=dict)) if config.exists() else {}
+    check_identity(state, path, {**expect, **run})
     return state

@@ -284,7 +284,9 @@ class Trainer:
             partial.update(self.probes.close(self.run_dir))
         with contextlib.suppress(Exception):
             self.recorder.close()
+        with contextlib.suppress(Exception):  # each step on its own: a full disk failing one
             self.recorder.write("partial_summary.json", partial)
+        with contextlib.suppress(Exception):  # must not keep the lock
             self.recorder.release()
 
     def _close(self, wall_s: float) -> dict[str, Any]:

@@ -1,0 +1,488 @@
+"""A run directory is untrusted input to ``--resume`` (issue 18): no code from it runs, no write
+leaves it, a damaged or foreign file is one line with nothing changed, and a run stopped by
+SIGTERM or a full disk continues exactly.
+
+python -m pytest -q tests/test_hostile_resume.py
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from andrea_diag.cli import app
+from andrea_diag.errors import UserError
+from andrea_diag.record import WALL_CLOCK_COLUMNS
+
+ROOT = Path(__file__).resolve().parent.parent
+ARGS = ["cascade", "--clip", "none,global", "--steps", "6", "--checkpoint-every", "2",
+        "--flush-every", "1", "--lr", "3e-3"]  # fmt: skip
+
+
+def _invoke(*args: str) -> tuple[int, str]:
+    res = CliRunner().invoke(app, list(args))
+    assert "Traceback" not in res.output, res.output
+    return res.exit_code, res.output
+
+
+def _metrics(arm_dir: Path) -> pd.DataFrame:
+    return pd.read_parquet(arm_dir / "metrics.parquet").drop(columns=list(WALL_CLOCK_COLUMNS))
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An uninterrupted tiny cascade: checkpoints at updates 2 and 4 are kept in each arm."""
+    out = tmp_path_factory.mktemp("ref") / "c"
+    code, output = _invoke(*ARGS, "--out", str(out))
+    assert code == 0, output
+    return out
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    """The CLI in a fresh process (the built-in repo-docs text differs inside pytest)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, "-m", "andrea_diag.cli", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, env=env)
+
+
+@pytest.fixture(scope="module")
+def finished_sub(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The same uninterrupted cascade, run as a separate process."""
+    out = tmp_path_factory.mktemp("ref-sub") / "c"
+    res = _cli(*ARGS, "--out", str(out))
+    assert res.returncode == 0, res.stderr[-2000:]
+    return out
+
+
+def _stopped(finished: Path, dest: Path) -> Path:
+    """The finished cascade with arm ``none`` made to look stopped after its update 6."""
+    out = dest / "c"
+    shutil.copytree(finished, out)
+    for name in ("summary.json", "metrics.parquet", "schedule.json"):
+        (out / "none" / name).unlink()
+    meta = json.loads((out / "cascade.json").read_text())
+    (out / "cascade.json").write_text(json.dumps({**meta, "status": "running"}))
+    return out
+
+
+def _snapshot(folder: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(folder)): p.read_bytes()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and not p.is_symlink()
+    }
+
+
+class Payload:
+    """Unpickling this creates ``path``: the proof that a pickle ran."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = str(path)
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        return (os.makedirs, (self.path,))
+
+
+@pytest.mark.slow
+def test_a_pickled_checkpoint_is_refused_and_its_payload_never_runs(
+    finished: Path, tmp_path: Path
+) -> None:
+    out = _stopped(finished, tmp_path)
+    marker = tmp_path / "pwned"
+    newest = out / "none" / "checkpoints" / "ckpt-0000005.pt"
+    for data in (pickle.dumps(Payload(marker)), None):
+        if data is None:  # the same payload inside a torch zip, as torch.save writes it
+            import torch
+
+            torch.save({"format": "andrea-diag-checkpoint/1", "x": Payload(marker)}, newest)
+        else:
+            newest.write_bytes(data)
+        code, output = _invoke("cascade", "--resume", str(out))
+        assert code != 0 and "old pickle format, which is never loaded" in output
+        assert "move" in output and "aside" in output  # how to continue
+        assert not marker.exists()
+
+
+@pytest.mark.slow
+def test_resume_never_imports_a_factory_module_shipped_in_the_run(
+    finished: Path, tmp_path: Path
+) -> None:
+    out = _stopped(finished, tmp_path)
+    marker = tmp_path / "imported"
+    for where in (out, out / "none"):
+        (where / "payload.py").write_text(f"open({str(marker)!r}, 'w')\ndef make(cfg): pass\n")
+    for arm in ("none", "global"):
+        path = out / arm / "config.json"
+        path.write_text(
+            json.dumps({**json.loads(path.read_text()), "model_factory": "payload:make"})
+        )
+    # `python -m` from inside the run: the working directory is on sys.path, as an attacker
+    # would hope
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    for cwd in (out, out / "none"):
+        res = subprocess.run([sys.executable, "-m", "andrea_diag.cli", "cascade", "--resume", "."],
+                             cwd=cwd, env=env, capture_output=True, text=True)  # fmt: skip
+        if cwd != out:
+            assert res.returncode != 0  # "." is not a cascade there; nothing imported either
+        else:
+            assert res.returncode != 0 and "Traceback" not in res.stderr, res.stderr[-2000:]
+            assert "cannot import 'payload'" in res.stderr
+        assert not marker.exists()
+    # given again on the command line, it is the user's own choice: imported as in a fresh run
+    cmd = [sys.executable, "-m", "andrea_diag.cli", "cascade", "--resume", ".", "--model",
+           "payload:make"]  # fmt: skip
+    res = subprocess.run(cmd, cwd=out, env=env, capture_output=True, text=True)
+    assert marker.exists() and "returned a NoneType" in res.stderr, res.stderr[-2000:]
+
+
+@pytest.mark.slow
+def test_resume_through_a_symlinked_table_leaves_the_outside_file_unchanged(
+    finished: Path, tmp_path: Path
+) -> None:
+    out = _stopped(finished, tmp_path)
+    outside = tmp_path / "victim.txt"
+    outside.write_text("keep me\n" * 100)
+    (out / "none" / "events.jsonl").unlink()
+    (out / "none" / "events.jsonl").symlink_to(outside)
+    code, output = _invoke("cascade", "--resume", str(out))
+    assert code != 0 and ("is a symbolic link" in output or "points outside" in output)
+    assert outside.read_text() == "keep me\n" * 100
+
+
+def test_an_appended_table_never_follows_a_link(tmp_path: Path) -> None:
+    from andrea_diag.jsonl import JsonlWriter
+
+    inside = tmp_path / "real.jsonl"  # even a link to a file inside the run is refused
+    inside.write_text('{"a": 1}\n{"torn')
+    (tmp_path / "metrics.jsonl").symlink_to(inside)
+    with pytest.raises(UserError, match="is a symbolic link"):
+        JsonlWriter(tmp_path / "metrics.jsonl")
+    assert inside.read_text() == '{"a": 1}\n{"torn'  # not even its torn tail was cut
+
+
+@pytest.mark.slow
+def test_a_symlinked_json_file_is_replaced_not_written_through(
+    finished: Path, tmp_path: Path
+) -> None:
+    out = _stopped(finished, tmp_path)
+    outside = tmp_path / "victim.json"
+    outside.write_text("keep me")
+    (out / "none" / "env.json").unlink()
+    (out / "none" / "env.json").symlink_to(outside)
+    code, output = _invoke("cascade", "--resume", str(out))
+    assert code == 0, output
+    assert outside.read_text() == "keep me"
+    assert not (out / "none" / "env.json").is_symlink()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arm", ["../outside", "/tmp", "..", "a" * 300])
+def test_arm_names_that_leave_the_run_are_refused(finished: Path, tmp_path: Path, arm: str) -> None:
+    out = _stopped(finished, tmp_path)
+    meta = json.loads((out / "cascade.json").read_text())
+    (out / "cascade.json").write_text(json.dumps({**meta, "arms": ["none", arm]}))
+    before = _snapshot(out)
+    code, output = _invoke("cascade", "--resume", str(out))
+    assert code != 0 and "arm" in output
+    assert _snapshot(out) == before
+
+
+@pytest.mark.slow
+def test_an_arm_linked_out_of_the_run_is_refused(finished: Path, tmp_path: Path) -> None:
+    out = _stopped(finished, tmp_path)
+    shutil.move(out / "none", tmp_path / "elsewhere")
+    (out / "none").symlink_to(tmp_path / "elsewhere")
+    code, output = _invoke("cascade", "--resume", str(out))
+    assert code != 0 and "points outside" in output
+
+
+@pytest.mark.slow
+def test_a_checkpoints_folder_linked_out_of_the_run_is_refused(
+    finished: Path, tmp_path: Path
+) -> None:
+    out = _stopped(finished, tmp_path)
+    outside = tmp_path / "outside"
+    shutil.move(out / "none" / "checkpoints", outside)
+    (out / "none" / "checkpoints").symlink_to(outside)
+    before = _snapshot(outside)
+    code, output = _invoke("cascade", "--resume", str(out))
+    assert code != 0 and "the checkpoints folder 'checkpoints' points outside" in output
+    assert _snapshot(outside) == before
+
+
+@pytest.mark.slow
+def test_a_foreign_arms_checkpoint_is_refused_in_one_line(finished: Path, tmp_path: Path) -> None:
+    out = _stopped(finished, tmp_path)
+    ckpts = out / "none" / "checkpoints"
+    shutil.copy(out / "global" / "checkpoints" / "ckpt-0000004.pt", ckpts / "ckpt-0000005.pt")
+    before = _snapshot(out)
+    code, output = _invoke("cascade", "--resume", str(out))
+    assert code != 0 and "is from another run: arm 'global', this run 'none'" in output
+    assert _snapshot(out) == before  # nothing moved, cut or rewritten
+
+
+@pytest.mark.slow
+def test_a_metrics_file_shorter_than_the_checkpoint_is_refused_and_left_unchanged(
+    finished: Path, tmp_path: Path
+) -> None:
+    out = _stopped(finished, tmp_path)
+    metrics = out / "none" / "metrics.jsonl"
+    metrics.write_bytes(b"".join(metrics.read_bytes().splitlines(keepends=True)[:2]))
+    before = _snapshot(out)
+    code, output = _invoke("cascade", "--resume", str(out))
+    assert code != 0 and "is shorter" in output and "than checkpoint ckpt-0000004.pt" in output
+    assert _snapshot(out) == before
+    assert b"\0" not in metrics.read_bytes()
+
+
+@pytest.mark.slow
+def test_a_torn_newest_checkpoint_falls_back_to_the_one_before(
+    finished: Path, tmp_path: Path
+) -> None:
+    out = _stopped(finished, tmp_path)
+    newest = out / "none" / "checkpoints" / "ckpt-0000004.pt"
+    newest.write_bytes(newest.read_bytes()[: newest.stat().st_size // 2])
+    code, output = _invoke("cascade", "--resume", str(out))
+    assert code == 0, output
+    assert "ckpt-0000004.pt cannot be read; continuing from the checkpoint before it" in output
+    assert "none: continuing from ckpt-0000002.pt" in output
+    pd.testing.assert_frame_equal(_metrics(out / "none"), _metrics(finished / "none"))
+
+
+@pytest.mark.slow
+def test_a_bit_flip_in_a_checkpoint_is_caught_by_its_checksum(
+    finished: Path, tmp_path: Path
+) -> None:
+    from andrea_diag.train.checkpoint import UnreadableCheckpoint, read_checkpoint
+
+    path = tmp_path / "ckpt-0000004.pt"
+    data = bytearray((finished / "none" / "checkpoints" / path.name).read_bytes())
+    data[len(data) // 2] ^= 0x01
+    path.write_bytes(bytes(data))
+    with pytest.raises(UnreadableCheckpoint, match="cannot be read"):
+        read_checkpoint(path)
+
+
+@pytest.mark.slow
+def test_a_second_resume_waits_for_the_lock_before_moving_anything(
+    finished: Path, tmp_path: Path
+) -> None:
+    """An arm with rows but no checkpoint is moved aside by a resume: never while another
+    live process holds the cascade."""
+    out = _stopped(finished, tmp_path)
+    shutil.rmtree(out / "none" / "checkpoints")
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from andrea_diag.runlock import RunLock\n"
+         f"with RunLock({str(out)!r}):\n    print('held', flush=True); time.sleep(60)"],
+        stdout=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == b"held"
+        before = _snapshot(out)
+        code, output = _invoke("cascade", "--resume", str(out))
+        assert code != 0 and f"is in use by process {holder.pid}" in output
+        assert _snapshot(out) == before and not list(out.glob("none.incomplete-*"))
+    finally:
+        holder.kill()
+        holder.wait()
+    code, output = _invoke("cascade", "--resume", str(out))  # the holder gone: it continues
+    assert code == 0, output
+    assert list(out.glob("none.incomplete-*"))
+    assert not (out / "run.lock").exists() and not (out / "none" / "run.lock").exists()
+
+
+def _damage_config_steps(out: Path) -> None:
+    path = out / "none" / "config.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "steps": "16"}))
+
+
+DAMAGE = {
+    "steps-a-string": (_damage_config_steps, "steps is '16'"),
+    "config-a-list": (lambda o: (o / "none" / "config.json").write_text("[1, 2]"), "holds a list"),
+    "config-torn": (lambda o: (o / "none" / "config.json").write_text('{"size": "ti'), "not valid"),
+    "config-binary": (lambda o: (o / "none" / "config.json").write_bytes(b"\xff\xfe\0"), "UTF-8"),
+    "config-a-fifo": (lambda o: ((o / "none" / "config.json").unlink(),
+                                 os.mkfifo(o / "none" / "config.json")), "not a regular file"),
+    "summary-a-list": (lambda o: (o / "global" / "summary.json").write_text("[]"), "holds a list"),
+    "summary-torn": (lambda o: (o / "global" / "summary.json").write_text('{"a": '), "not valid"),
+    "seed-huge": (lambda o: (o / "none" / "config.json").write_text(
+        (o / "none" / "config.json").read_text().replace('"seed": 0', '"seed": 18446744073709551617')
+    ), "seed is"),
+}  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("damage", list(DAMAGE))
+def test_a_damaged_saved_file_is_one_line(finished: Path, tmp_path: Path, damage: str) -> None:
+    out = _stopped(finished, tmp_path)
+    make, message = DAMAGE[damage]
+    make(out)
+    code, output = _invoke("cascade", "--resume", str(out))
+    assert code != 0 and message in output, output
+
+
+def test_a_full_disk_during_a_write_is_one_line_and_leaves_no_temp_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import safetensors.torch
+
+    from andrea_diag.jsonl import JsonlWriter
+    from andrea_diag.train.checkpoint import Checkpointer
+
+    def full(*args: object, **kwargs: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    (tmp_path / "config.json").write_text("{}")
+    monkeypatch.setattr(safetensors.torch, "save_file", full)
+    with pytest.raises(UserError, match="no space left on the device"):
+        Checkpointer(tmp_path, every=1).save({"update": 1}, 1)
+    assert list((tmp_path / "checkpoints").iterdir()) == []  # no .tmp left
+    w = JsonlWriter(tmp_path / "metrics.jsonl")
+    w.write({"update": 1})
+    monkeypatch.setattr(os, "fsync", full)
+    with pytest.raises(UserError, match="no space left on the device"):
+        w.write({"update": 2})
+    w.close()
+    assert (tmp_path / "metrics.jsonl").read_text().splitlines()[0] == '{"update": 1}'
+
+
+def test_a_binary_or_overlong_source_is_one_line(tmp_path: Path) -> None:
+    binary = tmp_path / "weights.txt"
+    binary.write_bytes(b"PK\x03\x04\0\0\x80garbage")
+    latin = tmp_path / "latin.txt"
+    latin.write_bytes("caf\xe9".encode("latin-1"))
+    for path, message in [(binary, "contains NUL bytes"), (latin, "is not UTF-8 text"),
+                          (tmp_path / ("x" * 300 + ".txt"), "File name too long")]:  # fmt: skip
+        code, output = _invoke(*ARGS, "--out", str(tmp_path / "o"), "--source", f"repo-docs={path}")
+        assert code != 0 and message in output, output
+    code, output = _invoke("cascade", "--resume", str(tmp_path / ("y" * 300)))
+    assert code != 0 and "File name too long" in output
+
+
+def test_the_state_codec_refuses_classes_outside_its_allow_list() -> None:
+    from andrea_diag.train.state_codec import StateFormatError, decode
+
+    for tree in ({"$object": "os.system", "state": {}}, {"$object": "subprocess.Popen",
+                 "state": {"args": "x"}}, {"$tensor": 3}, {"$npscalar": "O", "value": 1}):  # fmt: skip
+        with pytest.raises(StateFormatError):
+            decode(tree, [])
+
+
+def _mount_tmpfs(path: Path, size: str) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root")
+    path.mkdir()
+    res = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+                         capture_output=True)  # fmt: skip
+    if res.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {res.stderr.decode()[-200:]}")
+
+
+def _umount(path: Path) -> None:
+    subprocess.run(["umount", "-l", str(path)], capture_output=True)
+
+
+@pytest.mark.slow
+def test_a_full_disk_stops_the_run_in_one_line_and_resume_finishes_it(
+    finished: Path, tmp_path: Path
+) -> None:
+    disk = tmp_path / "disk"
+    _mount_tmpfs(disk, "12m")  # rows and a first checkpoint fit; not the second arm's
+    try:
+        out = disk / "c"
+        code, output = _invoke(*ARGS, "--out", str(out))
+        assert code != 0 and "no space left on the device" in output, output
+        files = [p for p in out.rglob("*") if p.is_file()]
+        assert not [p for p in files if p.name.endswith(".tmp")]
+        assert not [p for p in files if p.suffix == ".parquet" and p.stat().st_size == 0]
+        assert not list(out.rglob("run.lock"))  # every lock released
+        assert (out / "none" / "metrics.jsonl").stat().st_size > 0  # the rows written are kept
+        subprocess.run(["mount", "-o", "remount,size=256m", str(disk)], check=True)
+        code, output = _invoke("cascade", "--resume", str(out))
+        assert code == 0, output
+        for arm in ("none", "global"):
+            pd.testing.assert_frame_equal(_metrics(out / arm), _metrics(finished / arm))
+    finally:
+        _umount(disk)
+
+
+@pytest.mark.slow
+def test_a_read_only_run_dir_is_one_line_for_resume(finished: Path, tmp_path: Path) -> None:
+    disk = tmp_path / "disk"
+    _mount_tmpfs(disk, "64m")
+    try:
+        out = _stopped(finished, disk)
+        subprocess.run(["mount", "-o", "remount,ro", str(disk)], check=True)
+        code, output = _invoke("cascade", "--resume", str(out))
+        assert code != 0 and "Read-only file system" in output, output
+    finally:
+        _umount(disk)
+
+
+# The child: the real CLI, parked after each update until the test answers (tests/test_flush.py)
+CHILD = """
+import sys
+from andrea_diag.experiments import cascade
+real = cascade.train_arm
+def parked(*args, progress=None, **kwargs):
+    def tick(update, row):
+        progress(update, row)
+        print(f"reached {update}", flush=True)
+        sys.stdin.readline()
+    return real(*args, progress=tick, **kwargs)
+cascade.train_arm = parked
+from andrea_diag.cli import app
+app(sys.argv[1:], prog_name="andrea-diag")
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("signame", "code"), [("SIGTERM", 143), ("SIGHUP", 129)])
+def test_a_signal_stops_the_cascade_like_ctrl_c_and_resume_finishes_it(
+    finished_sub: Path, tmp_path: Path, signame: str, code: int
+) -> None:
+    import signal
+
+    if signal.getsignal(getattr(signal, signame)) == signal.SIG_IGN:
+        pytest.skip(f"{signame} is ignored here (nohup): the child would inherit that")
+    out = tmp_path / "c"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    log = tmp_path / "stderr.txt"
+    with open(log, "wb") as err:
+        proc = subprocess.Popen([sys.executable, "-c", CHILD, *ARGS, "--out", str(out)],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
+                                env=env)  # fmt: skip
+        assert proc.stdin is not None and proc.stdout is not None
+        seen = 0
+        while seen < 3:  # the first arm parked after update 3 (a checkpoint at 2)
+            line = proc.stdout.readline().decode()
+            assert line, log.read_text()[-2000:]
+            if line.startswith("reached"):
+                seen += 1
+                if seen < 3:
+                    proc.stdin.write(b"go\n")
+                    proc.stdin.flush()
+        proc.send_signal(getattr(signal, signame))
+        deadline = time.monotonic() + 120
+        while proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert proc.wait() == code, log.read_text()[-2000:]
+    text = log.read_text()
+    assert f"stopped by {signame}" in text and "Traceback" not in text
+    assert json.loads((out / "none" / "partial_summary.json").read_text())["status"] == "crashed"
+    assert len((out / "none" / "metrics.jsonl").read_text().splitlines()) == 3  # flushed
+    assert not list(out.rglob("run.lock"))
+    res = _cli("cascade", "--resume", str(out))
+    assert res.returncode == 0, res.stderr[-2000:]
+    for arm in ("none", "global"):
+        pd.testing.assert_frame_equal(_metrics(out / arm), _metrics(finished_sub / arm))
