@@ -85,7 +85,7 @@ Shadow = Annotated[
     typer.Option(
         "--shadow/--no-shadow",
         help="Shadow buffers for exact Adam-state pollution "
-        "(2 fp32 copies of the parameters) (default: on for tiny and 12m).",
+        "(2 fp32 copies of the parameters) (default: on for every size but 120m).",
     ),
 ]
 
