@@ -1,6 +1,6 @@
 """The trainer's swappable parts, each with ``state_dict`` / ``load_state_dict``.
 
-Where the next features plug in (see the README's "Where things plug in"):
+Where the next features plug in (see docs/extending.md, "Where things plug in"):
 
 - :class:`Precision` (fp32), :class:`BF16Precision` (autocast), :class:`FP16Precision` (autocast
   plus a GradScaler): ``autocast()`` around each microbatch, ``backward`` (scaled for fp16),
