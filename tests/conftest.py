@@ -57,6 +57,13 @@ SLOW_TESTS = {
     "test_trainer_components::test_out_of_memory_is_one_line_with_the_same_effective_batch",
     "test_cli::test_a_full_disk_during_a_run_says_what_was_kept",
     "test_real_sources::test_default_cascade_report_names_all_three_sources_real_with_package_provenance",
+    # measured at 20-55 s each on 2 shared cores (pytest --durations):
+    "test_bench_cpu::test_bench_kernels_cpu_tiny",
+    "test_bench_cpu::test_bench_kernels_default_out_is_under_runs",
+    "test_accum_check::test_cli_writes_json_and_html",
+    "test_accum_check::test_cli_exits_nonzero_when_the_toolkit_loop_is_off",
+    "test_data_distinct::test_in_source_loss_clearly_lower",  # trains a tiny model per source
+    "test_sharded_norm::test_sharded_norm_matches_unsharded",  # spawns a gloo process group
 }
 
 
