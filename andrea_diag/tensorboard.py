@@ -23,7 +23,7 @@ grpcio, pillow and a data server: 27 MB downloaded and 79 MB installed beyond th
 own dependencies), tensorboardX only ``protobuf`` (0.4 MB downloaded, 3 MB installed; MIT,
 last release 2026-04). So the ``tensorboard`` extra is tensorboardX, the smaller well-kept
 writer; whoever already has TensorBoard installed needs nothing more. Measured on a fresh venv:
-README, "TensorBoard export and static figures".
+docs/integrations.md, "TensorBoard export and static figures".
 """
 
 from __future__ import annotations

@@ -14,6 +14,14 @@ Gradient clipping, the same cases and tolerance table for the CPU reference
 (test_clip_reference.py) and the CUDA extension (test_clip_cuda.py):
     ``clip_case``, ``clip_dtype``, ``clip_norm_type``  parametrised over CASES, DTYPES, NORM_TYPES
     ``make_grads``, ``grad_holders``, ``check_impl``    gradients, their holders, the bound check
+
+Trainers on CPU (test_precision.py, test_adaptive_clip.py, ...):
+    ``make_trainer``      ``make_trainer(cfg, run_dir, data)``: a Trainer on the usual BatchPlan
+
+Test tiers: ``pytest -m "not slow"`` is the quick tier (under 2 minutes on two cores). A test is
+``slow`` when it trains end to end or takes more than ~20 s; mark it with ``@pytest.mark.slow``
+(or ``pytestmark`` for a whole module), or list its module in ``SLOW_MODULES`` below. CI and the
+README's test command run both tiers.
 """
 
 from __future__ import annotations
@@ -30,6 +38,62 @@ from andrea_diag import clip_grad_norm_, clip_grad_norm_with_stats
 from andrea_diag.clip import reference
 from andrea_diag.config import SOURCE_NAMES, RunConfig
 from andrea_diag.record import Recorder
+
+# ---- test tiers ----
+
+# Modules whose tests all train end to end (cascades, sweeps, ladders, resumes, integrations):
+# marked ``slow`` here, in one place, rather than by a line in each of those files.
+SLOW_MODULES = {
+    "test_byo", "test_callbacks", "test_distributed", "test_flush", "test_ladder",
+    "test_monitor_matches_trainer", "test_report_unfinished", "test_resume", "test_sweep",
+    "test_sweep_jobs", "test_precision", "test_bench_train", "test_heldout_eval",
+}  # fmt: skip
+# Single tests that train, in modules whose other tests are quick.
+SLOW_TESTS = {
+    "test_adaptive_clip::test_a_resumed_trainer_continues_the_adaptive_modes_state",
+    "test_probe_driver::test_a_failing_probe_is_disabled_and_the_run_finishes",
+    "test_probe_driver::test_a_crashed_sweep_cell_does_not_stop_the_others",
+    "test_trainer_components::test_one_train_update_fills_a_row_in_the_documented_order",
+    "test_trainer_components::test_out_of_memory_is_one_line_with_the_same_effective_batch",
+    "test_cli::test_a_full_disk_during_a_run_says_what_was_kept",
+    "test_real_sources::test_default_cascade_report_names_all_three_sources_real_with_package_provenance",
+    # measured at 20-55 s each on 2 shared cores (pytest --durations):
+    "test_bench_cpu::test_bench_kernels_cpu_tiny",
+    "test_bench_cpu::test_bench_kernels_default_out_is_under_runs",
+    "test_accum_check::test_cli_writes_json_and_html",
+    "test_accum_check::test_cli_exits_nonzero_when_the_toolkit_loop_is_off",
+    "test_data_distinct::test_in_source_loss_clearly_lower",  # trains a tiny model per source
+    "test_sharded_norm::test_sharded_norm_matches_unsharded",  # spawns a gloo process group
+}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark what SLOW_MODULES and SLOW_TESTS name ``slow`` (parametrised ids included)."""
+    for item in items:
+        module = Path(str(item.fspath)).stem
+        name = getattr(item, "originalname", item.name)
+        if module in SLOW_MODULES or f"{module}::{name}" in SLOW_TESTS:
+            item.add_marker(pytest.mark.slow)
+
+
+# ---- trainers on CPU ----
+
+
+@pytest.fixture(scope="session")
+def make_trainer() -> Callable[..., object]:
+    """``make_trainer(cfg, run_dir, data)``: a Trainer for a *resolved* ``cfg`` on ``data``, fed
+    by the BatchPlan every trainer test uses (``Mixer(seed=0)``, plan seed 0, the config's m, A
+    and sequence length)."""
+    from andrea_diag.data import BatchPlan, Mixer
+    from andrea_diag.train.loop import Trainer
+
+    def make(cfg: RunConfig, run_dir: Path, data: object) -> Trainer:
+        plan = BatchPlan(data, Mixer(seed=0), seed=0, micro_batch=cfg.micro_batch,
+                         accum=cfg.accum, seq_len=cfg.seq_len)  # fmt: skip
+        return Trainer(cfg, run_dir, data, plan)
+
+    return make
+
 
 # ---- synthetic run directories (the report tests) ----
 #

@@ -13,6 +13,8 @@ from typer.testing import CliRunner
 
 from andrea_diag.cli import app
 
+pytestmark = pytest.mark.slow  # trains a tiny cascade end to end
+
 ARMS = ["none", "global", "zclip", "agc", "spam", "skip"]
 STEPS, OUTLIER = 36, 30
 # short warm-ups and windows so every mode is past its warm-up well before the outlier, and
@@ -52,7 +54,8 @@ def test_each_adaptive_mode_acts_and_records_what_it_did(six_arms: Path) -> None
     agc = _metrics(six_arms, "agc")
     assert (agc["clip_coef"] < 1.0).any()
     skip = _metrics(six_arms, "skip")
-    assert not skip["skipped"].any() or not skip.loc[skip["skipped"], "applied"].any()
+    assert skip["skipped"].any()  # skip-update acted (the outlier at least)...
+    assert not skip.loc[skip["skipped"], "applied"].any()  # ...and a skipped update is not applied
     assert not skip["nonfinite"].any()  # a skip is the mode's choice, not a non-finite update
     assert (skip["clip_coef"] == 1.0).all()  # skip never changes the gradient
     for arm in ARMS:

@@ -13,6 +13,8 @@ from typer.testing import CliRunner
 from andrea_diag.cli import app
 from andrea_diag.record import load_run
 
+pytestmark = pytest.mark.slow  # trains a tiny cascade end to end
+
 STEPS = 40  # crosses several bandit boundaries (phases are 7..42 updates)
 # lr 3e-3 so the tiny model has learned its sources by update 25: before that, rare-token
 # sequences cost about what everything else costs (loss ~ ln V) and are no outlier at all.
@@ -51,7 +53,12 @@ def test_arms_differ_only_in_clipping(cascade_dir: Path) -> None:
     # identical first update: same weights, same batch, clipping only acts on the gradient
     assert m_none["loss"].iloc[0] == pytest.approx(m_glob["loss"].iloc[0], rel=1e-6)
     assert (m_none["clip_coef"] == 1.0).all()
-    assert (m_glob["grad_norm_post"] <= 1.0 + 1e-4).all() or m_glob["nonfinite"].any()
+    # every finite update leaves the global clip at most 1; the injected non-finite one is left
+    # out by name, not by an `or` that the injection makes always true
+    finite = m_glob[m_glob["update"] != NONFINITE_AT]
+    assert not finite["nonfinite"].any()
+    assert (finite["grad_norm_post"] <= 1.0 + 1e-4).all()
+    assert (finite["clip_coef"] < 1.0).any()  # and the clip really acted at least once
 
 
 def test_metrics_have_one_row_per_update_with_named_units(cascade_dir: Path) -> None:

@@ -16,7 +16,7 @@ from andrea_diag.model import GPT
 from andrea_diag.monitor import SpikeMonitor
 from andrea_diag.record import load_run
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+README = Path(__file__).resolve().parents[1] / "docs" / "integrations.md"  # the snippet's home
 
 
 def _snippet() -> str:
@@ -27,7 +27,7 @@ def _snippet() -> str:
 
 def test_readme_snippet_runs_and_writes_a_report_ready_run_dir():
     ns: dict = {}
-    exec(compile(_snippet(), "README.md:monitor-snippet", "exec"), ns)
+    exec(compile(_snippet(), "docs/integrations.md:monitor-snippet", "exec"), ns)
     run = load_run(ns["run_dir"])
     assert run["config"]["kind"] == "monitor"
     df = run["metrics"]

@@ -149,11 +149,6 @@ def test_batch_outlier_finds_the_worst_example_and_nonfinite_wins():
     assert batch_outlier(ex) == (7, math.inf)
 
 
-def _harder_source_spike(loss, gn, ex):
-    """A grad-norm spike in a batch whose source 2 is, as always, ~2 nats harder: no outlier."""
-    return loss, 20.0, ex, True
-
-
 def test_a_source_that_is_always_harder_is_not_an_outlier(tmp_path):
     rec = Recorder(tmp_path / "run", {"kind": "test"})
     probe = SpikeProbe(window=50, z_thresh=6.0, boundary_k=3)

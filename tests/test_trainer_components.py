@@ -11,10 +11,9 @@ import torch
 
 from andrea_diag.clip.modes import CLIPPERS, Clipper, make_clipper, mode_color, register
 from andrea_diag.config import RunConfig
-from andrea_diag.data import BatchPlan, Mixer, prepare_data
+from andrea_diag.data import prepare_data
 from andrea_diag.report.style import PREFERRED
 from andrea_diag.train.components import Evaluator, Precision, Reducer, TrainState
-from andrea_diag.train.loop import Trainer
 
 
 def _params(*grads: list[float]) -> list[torch.nn.Parameter]:
@@ -106,12 +105,10 @@ def test_a_registered_clip_mode_reaches_the_config_choices_and_the_report_colour
         make_clipper("test-half")
 
 
-def test_one_train_update_fills_a_row_in_the_documented_order(tmp_path: Path) -> None:
+def test_one_train_update_fills_a_row_in_the_documented_order(tmp_path: Path, make_trainer) -> None:
     cfg = RunConfig(size="tiny", steps=3, clip="global", device="cpu").resolve()
     data = prepare_data(cfg.sources, seed=cfg.corpus_seed)
-    plan = BatchPlan(data, Mixer(seed=0), seed=0, micro_batch=cfg.micro_batch,
-                     accum=cfg.accum, seq_len=cfg.seq_len)  # fmt: skip
-    trainer = Trainer(cfg, tmp_path / "run", data, plan)
+    trainer = make_trainer(cfg, tmp_path / "run", data)
     before = [p.detach().clone() for p in trainer.params]
     row = trainer.train_update(1)
     assert trainer.state.update == 1 and trainer.state.batch_hashes == [row["batch_hash"]]

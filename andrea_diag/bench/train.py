@@ -1,7 +1,8 @@
 """The training loop against a plain one: what the engine (every default probe on) costs.
 
     from andrea_diag.bench.train import bench_train
-    result = bench_train(RunConfig(size="12m", precision="bf16").resolve(), updates=200)
+    result = bench_train(RunConfig(size="12m", precision="bf16").resolve(), updates=200,
+                         warmup=20, block=10)
 
 Both loops train the same model (same seed, preset, ``m``/``A``/``seq_len``, precision,
 matmul precision, clip mode and clip implementation) on the same token batches, in one process:

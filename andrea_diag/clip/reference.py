@@ -8,7 +8,9 @@ The CUDA kernels in ``kernels/clip.cu`` implement exactly these stages; keep the
 2. ``grad_norm_final``: partials -> per-tensor sums (segment sums over each tensor's chunks) and
    the total, in a fixed order (deterministic), then the root, a non-finite flag and
    ``scale = min(1, max_norm / (norm + EPS))``.
-3. ``grad_scale_``: multiply every gradient in place by ``scale``; skipped when scale == 1.
+3. ``grad_scale_``: multiply every gradient in place by ``scale``, always (even when scale ==
+   1: skipping would need a host read; the CUDA kernel reads the scale on the device and
+   returns early instead).
 
 Nothing here syncs with the host: every result stays a tensor on the gradients' device.
 """

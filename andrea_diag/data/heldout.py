@@ -1,7 +1,7 @@
 """Held-out text: the tail of every source that training never samples, and the fixed eval set.
 
     train = training_part(stream)             # what the batch plan draws from
-    es = eval_set(data, seq_len=64, seed=0)    # (S, K, T+1) tokens, the same for every arm
+    es = eval_set(data.streams, seq_len=64, seed=0)   # es.tokens (S, K, T+1), same for every arm
 
 Every comparison between arms reads the held-out evaluation, never the last training batches:
 under the bandit, a training batch mostly tells which source is being sampled (ARCHITECTURE.md).

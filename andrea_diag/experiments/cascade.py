@@ -1,7 +1,8 @@
 """A controlled cascade experiment: the same model, data and bandit schedule, one arm per clip mode.
 
+    from andrea_diag.config import RunConfig
     from andrea_diag.experiments.cascade import CascadeSpec, run_cascade
-    result = run_cascade(CascadeSpec(size="tiny", clips=["none", "global"]))
+    result = run_cascade(CascadeSpec(base=RunConfig(size="tiny"), clips=["none", "global"]))
 
 Every arm starts from the same seed (same initial weights) and replays the same recorded batch
 plan, so the token batches are identical across arms; ``cascade.json`` records the per-update

@@ -6,7 +6,8 @@ Drawn by kaleido (plotly's own image exporter, version 1 or later) in an install
 Chromium: the system one when there is one on PATH (Debian's ``chromium`` works), or the one
 ``BROWSER_PATH`` names, or one fetched with kaleido's ``kaleido_get_chrome``. kaleido 1.x is
 about 0.6 MB downloaded (3 MB installed); 0.2.x bundled its own Chromium (an 80 MB wheel) and
-plotly 6.1+ no longer drives it. Measured: see the README's "Static figures".
+plotly 6.1+ no longer drives it. Measured: see docs/integrations.md, "TensorBoard export and
+static figures".
 
 kaleido is called directly, not through ``plotly.io.write_images``, for two reasons: plotly's
 call cannot turn MathJax off, so the browser would fetch it from a CDN (the HTML page has it off

@@ -1,8 +1,8 @@
 """Checkpoints: everything a run needs to continue exactly where it stopped, and no pickle.
 
     ckpt = Checkpointer(run_dir, every=cfg.checkpoint_every_resolved)
-    if ckpt.due(update): ckpt.save(trainer.checkpoint_state(), update)
-    state = load_checkpoint(path, expect=trainer.identity())          # on --resume
+    if ckpt.due(update, cfg.steps): ckpt.save(trainer.checkpoint_state(), update)
+    state = load_checkpoint(latest_checkpoint(run_dir), expect=trainer.identity())  # --resume
 
 A checkpoint (``<run_dir>/checkpoints/ckpt-<update>.pt``, the last ``KEEP`` kept) holds the
 model, optimizer, scheduler and loss-scaler state; every RNG (Python, numpy, torch CPU and

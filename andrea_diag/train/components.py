@@ -1,16 +1,17 @@
 """The trainer's swappable parts, each with ``state_dict`` / ``load_state_dict``.
 
-Where the next features plug in (see the README's "Where things plug in"):
+Where the next features plug in (see docs/extending.md, "Where things plug in"):
 
 - :class:`Precision` (fp32), :class:`BF16Precision` (autocast), :class:`FP16Precision` (autocast
   plus a GradScaler): ``autocast()`` around each microbatch, ``backward`` (scaled for fp16),
   ``unscale_`` before the clipper (both our clipper and torch's see true units), ``step`` skipped
   when the gradients are non-finite, ``update`` after it. :func:`make_precision` picks one.
-- :class:`Reducer`: one process today. Data-parallel replicas replace it: ``no_sync`` on every
-  microbatch but the last, ``reduce`` for the global token denominator and sharded norms,
-  ``world_size`` for D in the run sheet.
-- :class:`Evaluator`: none today. Held-out evaluation replaces it: ``maybe_evaluate`` every N
-  updates on fixed batches, writing its own table.
+- :class:`Reducer`: one process (D = 1); ``distributed.DDPReducer`` replaces it for D > 1
+  replicas: ``microbatch(last)`` skips the all-reduce on every microbatch but the last,
+  ``global_tokens`` gives the global token denominator, ``reduce`` sums the gradients, and
+  ``world_size`` is D in the run sheet.
+- :class:`Evaluator`: the no-op base; ``evaluation.HeldOutEvaluator`` is the held-out
+  evaluation (``maybe_evaluate`` every N updates on the fixed eval set).
 - :class:`TrainState`: the run state a checkpoint must save, beside the model, optimizer,
   scheduler, clipper and probes.
 
@@ -168,7 +169,7 @@ class Reducer:
 
 
 class Evaluator:
-    """No held-out evaluation yet: the seam where it plugs in."""
+    """No held-out evaluation (the no-op seam); ``evaluation.HeldOutEvaluator`` is the real one."""
 
     def maybe_evaluate(self, update: int, model: torch.nn.Module) -> dict[str, Any]:
         del update, model

@@ -1,28 +1,50 @@
-"""Re-record ``cascade_tiny_metrics.json``, the pin of ``test_golden_cascade``.
+"""Re-record ``cascade_tiny_metrics.json``, the pin of ``tests/test_golden.py``.
 
     python tests/golden/record_golden.py
 
 Only when a change is *meant* to alter training numbers: the file proves that refactors of the
 trainer leave every metric bit-identical on CPU. Say in the commit why it was re-recorded.
+
+The cascade always runs in a child process under ``PINNED_ENV``, both when recording and when
+testing, because CPU float arithmetic is not the same everywhere: the intra-op thread count
+changes how reductions are split, ATen picks AVX-512, AVX2 or scalar kernels from the CPU it
+finds (different vector widths sum in a different order), and MKL's GEMM dispatches on the CPU
+model and vendor. One thread, ATen's AVX2 kernels (every x86-64 CPU that CI could use has AVX2)
+and MKL's conditional numerical reproducibility in its ``COMPATIBLE`` branch (the only branch
+MKL promises is the same on Intel and non-Intel CPUs) make the numbers independent of the
+machine and of the parent's environment.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+REPO = HERE.parent.parent
 GOLDEN = HERE / "cascade_tiny_metrics.json"
-# a few dozen updates crossing bandit boundaries, every clip mode, both injected spike causes
+# a few dozen updates crossing bandit boundaries, all seven clip modes (the three fixed ones and
+# the four adaptive ones), both injected spike causes
 ARGS = {
     "steps": 40,
     "lr": 3e-3,
     "seed": 0,
-    "clips": ["none", "global", "per-tensor"],
+    "clips": ["none", "global", "per-tensor", "zclip", "agc", "spam", "skip"],
     "inject": ["outlier@25", "nonfinite@32"],
 }
+# Set in the child before torch is imported, overriding whatever the parent has.
+PINNED_ENV = {
+    "OMP_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+    "ATEN_CPU_CAPABILITY": "avx2",
+    "MKL_CBWR": "COMPATIBLE",
+    "ONEDNN_MAX_CPU_ISA": "AVX2",
+}
+PINNED_CAPABILITY = "AVX2"  # what torch must report in the child for the pin to hold
 # The built-in repo-docs source reads the installed packages' READMEs and stdlib docstrings,
 # which differ between machines and under pytest: a committed copy keeps the tokens fixed.
 REPO_DOCS = HERE / "repo-docs.md"
@@ -30,7 +52,10 @@ SKIP_COLUMNS = {"time_s", "clip_ms"}  # wall clock (record.WALL_CLOCK_COLUMNS), 
 
 
 def run_golden_cascade(out: Path) -> dict[str, dict[str, list]]:
-    """Run the pinned tiny cascade into ``out``; return {arm: {column: values}}."""
+    """Run the pinned tiny cascade into ``out`` in this process; return {arm: {column: values}}.
+
+    Only bit-reproducible under ``PINNED_ENV``: call ``run_pinned`` instead.
+    """
     from rich.console import Console
 
     from andrea_diag.config import RunConfig
@@ -51,8 +76,38 @@ def run_golden_cascade(out: Path) -> dict[str, dict[str, list]]:
     return result
 
 
+def run_pinned(out: Path, extra_env: dict[str, str] | None = None) -> dict:
+    """Run the cascade in a child under ``PINNED_ENV``; return {"capability", "metrics"}.
+
+    ``extra_env`` is applied *before* the pin (it plays a different parent environment).
+    """
+    out.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, **(extra_env or {}), **PINNED_ENV}
+    result = out / "golden.json"
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", str(out / "c"), str(result)]
+    subprocess.run(cmd, env=env, check=True, cwd=REPO)
+    return json.loads(result.read_text())
+
+
+def _child(out: Path, result: Path) -> None:
+    sys.path.insert(0, str(REPO))  # the checkout this script belongs to, not another install
+    import torch
+
+    torch.set_num_threads(1)
+    metrics = run_golden_cascade(out)
+    capability = torch.backends.cpu.get_cpu_capability()
+    payload = {"capability": capability, "metrics": metrics}
+    result.write_text(json.dumps(payload, allow_nan=True))
+
+
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--child"]:
+        _child(Path(sys.argv[2]), Path(sys.argv[3]))
+        sys.exit(0)
     with tempfile.TemporaryDirectory() as tmp:
-        metrics = run_golden_cascade(Path(tmp) / "c")
-    GOLDEN.write_text(json.dumps(metrics, allow_nan=True) + "\n")
-    print(f"wrote {GOLDEN} ({sum(len(v) for v in metrics.values())} columns)", file=sys.stderr)
+        got = run_pinned(Path(tmp))
+    if got["capability"] != PINNED_CAPABILITY:
+        sys.exit(f"torch ran {got['capability']} kernels, not {PINNED_CAPABILITY}: not recorded")
+    GOLDEN.write_text(json.dumps(got["metrics"], allow_nan=True) + "\n")
+    n = sum(len(v) for v in got["metrics"].values())
+    print(f"wrote {GOLDEN} ({n} columns)", file=sys.stderr)
