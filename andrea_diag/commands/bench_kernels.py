@@ -84,6 +84,8 @@ def bench_kernels(
     size_list = _split(sizes or ("12m,120m" if on_gpu else "tiny"), list(MODEL_PRESETS), "size")
     dtype_list = _split(dtypes, list(bench.DTYPES), "dtype")
     case_list = _split(cases, list(bench.CASES), "case")
+    if reps is not None and not 1 <= reps <= MAX_REPS:  # the library call, not only typer, checks
+        raise UserError(f"--reps must be between 1 and {MAX_REPS}, got {reps}")
     reps = reps or (GPU_REPS if on_gpu else CPU_REPS)
     if on_gpu:
         from andrea_diag.clip import cuda
