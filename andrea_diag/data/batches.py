@@ -30,6 +30,7 @@ from andrea_diag.config import SOURCE_NAMES
 from andrea_diag.data.bandit import Mixer
 from andrea_diag.data.heldout import training_part
 from andrea_diag.data.prepare import PreparedData
+from andrea_diag.data.seeds import batch_seed
 from andrea_diag.errors import UserError
 from andrea_diag.rundir import atomic_write_text, read_json
 
@@ -65,12 +66,6 @@ class Batch:
         """(inputs (m, T), targets (m, T), source_idx (m,)) of microbatch ``i``."""
         t = self.tokens[i]  # (m, T+1)
         return t[:, :-1], t[:, 1:], self.source_idx[i]
-
-
-def batch_seed(seed: int, update: int, tag: str = "batch") -> int:
-    """A 63-bit generator seed derived from (tag, seed, update) only."""
-    digest = hashlib.sha256(f"{tag}:{seed}:{update}".encode()).digest()
-    return int.from_bytes(digest[:8], "little") & (2**63 - 1)
 
 
 def tokens_hash(tokens: torch.Tensor) -> str:

@@ -4,16 +4,12 @@
     >>> sources = build_sources(seed=0)
     >>> {n: (s.generated, s.n_bytes) for n, s in sources.items()}   # doctest: +SKIP
 
-- ``repo-docs`` is **real** documentation that exists on every machine where the toolkit is
-  installed: the README-style long descriptions of the toolkit's own dependencies
-  (``importlib.metadata``) followed by list-structured API listings of a fixed set of stdlib
-  modules (``inspect`` docstrings). Installed versions differ between machines, so the bytes may
-  too; each Source records a sha256 so two runs can be checked for comparability.
-- ``gutenberg`` (narrative prose) and ``hermes3-general`` (Q&A dialogue) are **real** text from
-  pip-installed data packages (:mod:`andrea_diag.data.real_sources`: the King James Bible;
-  chatterbot-corpus and the BYU Chit-Chat conversations). Where a package is absent, seeded
-  grammars in :mod:`andrea_diag.data.generators` make the source (``generated=True``) and its
-  origin says which package was missing.
+- By default every source is the **pinned** real text shipped in the package
+  (:mod:`andrea_diag.data.pinned`): the same bytes on every machine and in every venv.
+- The readers it was frozen from stay here: ``repo-docs`` (dependency READMEs via
+  ``importlib.metadata`` plus stdlib API listings) and, in :mod:`andrea_diag.data.real_sources`,
+  ``gutenberg`` and ``hermes3-general`` from data packages; seeded grammars
+  (:mod:`andrea_diag.data.generators`) make a source with no text (``generated=True``).
 
 Overrides replace any source with the user's text: ``NAME=PATH`` where PATH is a folder of
 .txt/.md files (recursive, sorted), a single .txt/.md file, or a .jsonl file with a ``text``

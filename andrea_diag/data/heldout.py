@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import torch
 
 from andrea_diag.config import SOURCE_NAMES
+from andrea_diag.data.seeds import batch_seed
 from andrea_diag.errors import UserError
 
 HELDOUT_FRACTION = 0.05  # of each source's tokens: about 50k tokens of a 1 MB source
@@ -74,6 +75,4 @@ def eval_set(
 
 
 def _seed(seed: int, name: str) -> int:
-    from andrea_diag.data.batches import batch_seed  # the plan's own seed derivation
-
-    return batch_seed(seed, 0, tag=f"eval-{name}")
+    return batch_seed(seed, 0, tag=f"eval-{name}")  # the plan's own seed derivation
