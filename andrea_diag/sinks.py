@@ -2,7 +2,6 @@
 
     from andrea_diag.sinks import WandbSink, MLflowSink
     mon = SpikeMonitor(model, opt, "runs/mine", loggers=[WandbSink(project="mine")])
-    andrea-diag export --wandb runs/cascade-tiny-*/          # or --mlflow, --tensorboard
 
 One small protocol, :class:`MetricSink`: ``log(row)`` once per optimizer update (step =
 ``row["update"]``), ``events(frame)`` and ``summary(dict)`` at the end, ``close()``. Every sink

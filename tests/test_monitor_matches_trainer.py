@@ -63,10 +63,10 @@ def test_monitor_in_a_user_loop_records_the_trainers_probe_rows(tmp_path: Path) 
             mon.after_step()
     monitored = pd.read_json(tmp_path / "m" / "metrics.jsonl", lines=True)
 
-    per_source = {c for c in trained if c.startswith(("w_", "loss_", "eval_loss"))} - {
+    per_source = {c for c in trained if c.startswith(("w_", "loss_", "eval_"))} - {
         "loss_z",
         "loss_excess",
-    }  # the loop's own per-source and held-out columns
+    }  # the loop's own per-source and held-out (evaluator) columns
     probe_cols = sorted(set(trained.columns) - LOOP_COLUMNS - per_source)
     assert {"spike", "grad_norm_z", "m_spike_share", "layer_gn/h00.attention"} <= set(probe_cols)
     assert set(probe_cols) <= set(monitored.columns)

@@ -352,5 +352,17 @@ def throughput(updates: int, wall_s: float, cfg: ExecutorConfig) -> dict[str, An
     }
 
 
+def main(job_path: str) -> None:
+    """A cell's process: SIGTERM/SIGHUP (from the sweep stopping it, or a scheduler) end the
+    cell as Ctrl-C does: rows flushed, partial summary written, lock released, exit 143/129."""
+    from andrea_diag.signals import Terminated, stop_on_signals
+
+    try:
+        with stop_on_signals():
+            run_cell(job_path)
+    except Terminated as stop:
+        sys.exit(stop.exit_code)
+
+
 if __name__ == "__main__":  # one cell's process (run_cells starts it)
-    run_cell(sys.argv[1])
+    main(sys.argv[1])
