@@ -34,7 +34,9 @@ def share(folder: Path) -> None:
         elif js != bundle:
             sys.exit(f"{page}: a different plotly.js than {bundle_path}")
         rel = Path(os.path.relpath(bundle_path, page.parent)).as_posix()
-        page.write_text(s[:start] + f"<script type='text/javascript' src='{rel}'>" + s[end:], "utf-8")
+        page.write_text(
+            s[:start] + f"<script type='text/javascript' src='{rel}'>" + s[end:], "utf-8"
+        )
         print(f"{page}: {len(s) / 1e6:.1f} MB -> {page.stat().st_size / 1e6:.2f} MB")
 
 

@@ -1,7 +1,7 @@
 """What a finished (or stopped) arm adds to its summary: loop-level numbers and the run sheet.
 
-    summary = summarize(recorder, cfg, wall_s)
-    summary["run_sheet"] = run_sheet(cfg, device, state.tokens, precision="fp32", replicas=1)
+summary = summarize(recorder, cfg, wall_s)
+summary["run_sheet"] = run_sheet(cfg, device, state.tokens, precision="fp32", replicas=1)
 """
 
 from __future__ import annotations
