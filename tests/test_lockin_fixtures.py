@@ -34,6 +34,8 @@ VERDICT_NOW = {
     "tiny-burst-lr-330-x30-at270": "diverged",
     "tiny-burst-repeat-330-at300-recovered": "diverged",
     "tiny-burst-repeat-318-at300": "locked-in",
+    # the H200 run (bench/device_speed.sh): the sample-based verdict called it locked-in
+    "60m-300-v1-lr3e-4-none": "still-learning",
 }
 # made on the GPU by the lead (the command is in the issue-19 report); judged when present
 DEVICE_LABELS = {"60m-300-v1-lr3e-4-none": "negative"}
