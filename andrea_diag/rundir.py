@@ -52,7 +52,13 @@ def child(root: Path, name: str, what: str = "name") -> Path:
 
 
 def regular_file(path: Path, what: str) -> Path:
-    """``path`` if it is a regular file (not a FIFO, device or directory), else one line."""
+    """``path`` if it is a regular file (not a FIFO, device or directory) that is not a link
+    out of its own folder (a run dir's ``summary.json`` pointing at another file would read
+    that file into a page), else one line."""
+    if os.path.islink(path):
+        home, real = Path(path).parent.resolve(), Path(path).resolve()
+        if home not in real.parents:
+            raise UserError(f"{what} {path} is a link out of its run", hint="refusing to read it")
     try:
         mode = os.stat(path).st_mode
     except FileNotFoundError:

@@ -70,3 +70,13 @@ def test_append_refuses_a_symlink(tmp_path):
     with pytest.raises(UserError, match="symbolic link"), open_append(tmp_path / "events.jsonl"):
         pass
     assert victim.read_text() == "keep me"
+
+
+def test_a_file_linked_out_of_its_run_is_not_read(tmp_path):
+    secret = tmp_path / "secret.json"
+    secret.write_text('{"token": "do not show"}')
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "summary.json").symlink_to(secret)
+    with pytest.raises(UserError, match="link out of its run"):
+        read_json(run / "summary.json", "the summary", kind=dict)
