@@ -47,6 +47,7 @@ SLOW_MODULES = {
     "test_byo", "test_callbacks", "test_distributed", "test_flush", "test_ladder",
     "test_monitor_matches_trainer", "test_report_unfinished", "test_resume", "test_sweep",
     "test_sweep_jobs", "test_precision", "test_bench_train", "test_heldout_eval",
+    "test_hostile_resume", "test_load_runs", "test_sweep_sigterm",
 }  # fmt: skip
 # Single tests that train, in modules whose other tests are quick.
 SLOW_TESTS = {

@@ -253,6 +253,7 @@ def test_lightning_callback_matches_a_plain_loop(tmp_path: Path) -> None:
     assert not math.isnan(run["metrics"]["loss"].iloc[-1])
 
 
+@pytest.mark.slow
 def test_lightning_short_last_group_records_the_true_mean_loss(tmp_path: Path) -> None:
     """5 batches an epoch with accumulate_grad_batches=2: groups of 2, 2 and 1. Lightning still
     divides the lone batch's loss by 2; the recorded loss must be each group's real mean."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from typer.testing import CliRunner
 
@@ -10,6 +11,7 @@ from andrea_diag.monitor import SpikeMonitor
 from andrea_diag.runs import load_runs
 
 
+@pytest.mark.slow
 def test_load_runs_puts_every_arm_of_every_run_in_one_frame(tmp_path):
     res = CliRunner().invoke(app, ["cascade", "--size", "tiny", "--steps", "3", "--device",
                                    "cpu", "--out", str(tmp_path / "c")])  # fmt: skip

@@ -80,6 +80,7 @@ def test_freezing_the_same_sources_writes_the_same_files(tmp_path, monkeypatch):
         pinned._documents.cache_clear()
 
 
+@pytest.mark.slow
 def test_a_sweep_refuses_to_merge_a_cell_trained_on_other_bytes(tmp_path):
     from typer.testing import CliRunner
 

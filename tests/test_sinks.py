@@ -92,6 +92,7 @@ def _wandb_records(path):
             yield rec
 
 
+@pytest.mark.slow
 def test_wandb_offline_run_holds_the_metrics(tmp_path, monkeypatch):
     pytest.importorskip("wandb")
     monkeypatch.setenv("WANDB_SILENT", "true")
@@ -108,6 +109,7 @@ def test_wandb_offline_run_holds_the_metrics(tmp_path, monkeypatch):
     assert losses == pytest.approx(dict(zip(metrics["update"], metrics["loss"], strict=True)))
 
 
+@pytest.mark.slow
 def test_mlflow_file_store_holds_the_metrics(tmp_path):
     mlflow = pytest.importorskip("mlflow")
     uri = (tmp_path / "mlruns").as_uri()
