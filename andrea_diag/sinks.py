@@ -58,12 +58,6 @@ def _scalars(row: Mapping[str, Any], keep_nonfinite: bool) -> dict[str, float]:
     return out
 
 
-def _ms(row: Mapping[str, Any]) -> int:
-    """MLflow's wall-clock stamp (epoch ms) for a row: when it is logged."""
-    del row
-    return int(time.time() * 1000)
-
-
 def _need(module: str, extra: str) -> Any:
     try:
         return __import__(module)
@@ -120,8 +114,8 @@ class MLflowSink:
         self._mlflow = mlflow
 
     def log(self, row: Mapping[str, Any]) -> None:
-        step = int(row[STEP_COLUMN])
-        metrics = [self._mlflow.entities.Metric(key=k, value=v, timestamp=_ms(row),
+        step, stamp = int(row[STEP_COLUMN]), int(time.time() * 1000)  # MLflow wants epoch ms
+        metrics = [self._mlflow.entities.Metric(key=k, value=v, timestamp=stamp,
                                                 step=step)
                    for k, v in _scalars(row, keep_nonfinite=False).items()]  # fmt: skip
         if metrics:

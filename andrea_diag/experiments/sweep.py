@@ -50,6 +50,7 @@ from andrea_diag.experiments.executor import (
 from andrea_diag.experiments.resume import move_aside
 from andrea_diag.probes.verdict import COLLAPSE_VERDICTS
 from andrea_diag.record import write_json
+from andrea_diag.rundir import read_json
 
 
 @dataclass
@@ -154,10 +155,10 @@ def _check_same(
 def _check_bytes(cell_dir: Path, arm: str, shas: dict[str, str]) -> None:
     """Refuse a finished arm whose data.json names other source bytes than this sweep's."""
     path = cell_dir / arm / "data.json"
-    try:
-        sources = json.loads(path.read_text())["sources"]
+    try:  # the run dir's one reader (regular file, JSON of the expected shape)
+        sources = read_json(path, "data.json", kind=dict)["sources"]
         theirs = {name: sources[name]["sha256"] for name in shas}
-    except (OSError, ValueError, KeyError, TypeError):
+    except (UserError, KeyError, TypeError):
         raise UserError(f"cell {cell_dir.name} arm {arm}: {path} is missing or damaged",
                         hint="move the cell aside and re-run it") from None  # fmt: skip
     for name, sha in shas.items():
