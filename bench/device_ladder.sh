@@ -1,28 +1,51 @@
 #!/usr/bin/env bash
-# The capacity ladder for reports/ladder/ (issue 13): 12m, 30m, 60m, 120m x {none, global} x
-# seeds at one lr, v1 recipe, real text, 1,500 updates. NOT YET RUN: see reports/ladder/README.md.
-#   (on the device, repo root, plotly wheel on PYTHONPATH, real text prepared here and carried
-#    as .data/realtext by `python bench/prepare_realtext.py .data/realtext`)
-#   bash bench/device_ladder.sh LR SEEDS [extra ladder options, e.g. --jobs 8]
-#   bash bench/device_ladder.sh 3e-4 0,1,2
+# The capacity ladder on one H200 (issue 21), in pieces that fit one 10-minute device call.
+# Each piece is KIND:SIZE:LR:SEEDS:JOBS:EST_S, run in order; a piece whose estimate no longer fits
+# before the call's deadline is skipped (said in the log), so a call never kills cells it could
+# not finish. KIND is `ladder` (the ladder's protocol: v1, 1,500 updates, --shadow, none+global)
+# or `pilot` (the pre-registered stress-lr pilot of reports/ladder/README.md: 600 updates).
+#   (on the device, from the repo root, with .whl carried)
+#   bash bench/device_ladder.sh "pilot:12m,120m:1e-3,3e-3:0,1:8:200 ladder:12m:3e-4:0-7:8:160"
+# After each piece, the finished cells (cascade.json "done") are packed without per-update
+# metrics, checkpoints or pages into $OUT/cells-<piece>.tgz, to be merged into reports/ladder/.
 set -o pipefail
-export PYTHONUNBUFFERED=1 TORCH_EXTENSIONS_DIR=$PWD/.torch_extensions MAX_JOBS=16
-LR=${1:-3e-4}
-SEEDS=${2:-0,1,2}
-shift 2 || true
-WORK=/tmp/ladder-lr$LR-s${SEEDS//,/_}
-LOG=$OUT/ladder-log.txt
+PIECES=${1:?pieces}
+DEADLINE=$(( $(date +%s) + ${BUDGET_S:-560} ))
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 TORCH_EXTENSIONS_DIR=$PWD/.torch_extensions MAX_JOBS=16
+LOG=$OUT/log.txt
+pack() {  # $1: sweep folder, $2: archive name
+  local done
+  done=$(cd "$1" && grep -l '"status": "done"' ./*/cascade.json 2>/dev/null | xargs -r -n1 dirname)
+  [ -n "$done" ] || { echo "no finished cell in $1"; return; }
+  # shellcheck disable=SC2086
+  tar czf "$OUT/$2.tgz" --exclude=metrics.jsonl --exclude='*.html' --exclude=checkpoints \
+    -C "$1" $done && echo "packed $(echo "$done" | wc -l) cells into $2.tgz"
+}
 {
-  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv
-  python3 -c "import torch; print(torch.__version__, torch.version.cuda, torch.cuda.get_device_name())"
-  # --shadow: the pollution-event share is exact at every rung (120m defaults to off);
-  # --checkpoint-every 0: a 120m checkpoint is gigabytes and a device call cannot be resumed
-  timeout 560 python3 -m andrea_diag.cli ladder --size 12m,30m,60m,120m --lr "$LR" \
-    --seed "$SEEDS" --steps 1500 --recipe v1 --device cuda --shadow --checkpoint-every 0 \
-    --source gutenberg=.data/realtext/gutenberg \
-    --source hermes3-general=.data/realtext/hermes3-general --out "$WORK" "$@"
-  echo "ladder rc=$?"
-} 2>&1 | grep -v "━" | tee "$LOG"
-# bring back what the ladder needs (summaries, configs, eval tables), not the per-update rows
-tar czf "$OUT/ladder.tgz" --exclude=metrics.jsonl --exclude='*.pt' -C /tmp "$(basename "$WORK")"
-ls -la "$OUT"
+  nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+  python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)"
+  python3 -c "from andrea_diag.clip import cuda; print('extension', cuda.available())"  # build once
+  for p in $PIECES; do
+    IFS=: read -r kind size lr seeds jobs est <<< "$p"
+    seeds=$(python3 -c "import sys; a,_,b=sys.argv[1].partition('-'); print(','.join(map(str,range(int(a),int(b)+1))) if b else a)" "$seeds")
+    left=$(( DEADLINE - $(date +%s) ))
+    name="$kind-${size//,/_}-lr${lr//,/_}-s${seeds//,/_}"
+    if (( est > left )); then echo "== SKIP $name: estimate ${est}s > ${left}s left"; continue; fi
+    out=/tmp/$kind-lr${lr//,/_}
+    t0=$(date +%s)
+    echo "== $name --jobs $jobs ($(date +%T), ${left}s left)"
+    if [ "$kind" = pilot ]; then
+      timeout "$left" python3 -m andrea_diag.cli sweep --size "$size" --lr "$lr" --seed "$seeds" \
+        --steps 600 --recipe v1 --clip none,global --jobs "$jobs" --device cuda \
+        --checkpoint-every 0 --plotly shared --out "$out" 2>&1 | grep -vE "^\s*(cell .* started|update)|━" | tail -15
+    else
+      timeout "$left" python3 -m andrea_diag.cli ladder --size "$size" --lr "$lr" --seed "$seeds" \
+        --steps 1500 --recipe v1 --shadow --jobs "$jobs" --device cuda --checkpoint-every 0 \
+        --out "$out" 2>&1 | grep -vE "^\s*(cell .* started|update)|━" | tail -15
+    fi
+    echo "== $name rc=${PIPESTATUS[0]} wall $(( $(date +%s) - t0 ))s"
+    pack "$out" "cells-$name"
+    cp "$out/sweep.json" "$OUT/sweep-$name.json" 2>/dev/null
+  done
+} 2>&1 | tee "$LOG"
