@@ -8,6 +8,8 @@ Layout (every file is plain JSON/JSONL or parquet, readable without this package
       data.json        sources: origin, generated?, bytes, tokens, sha256; tokenizer hash
       metrics.jsonl    one row per optimizer update, appended in batches (``flush_every``)
       metrics.parquet  the same table, written by close()
+      eval.csv         the held-out evaluations alone (update + eval_* columns), by close():
+                       small enough to publish where the per-update rows are left out
       events.jsonl     spike events (one row per spike), written by the probes
       samples.jsonl    lock-in samples and their metrics
       summary.json     per-run summary and verdicts, written by close()
@@ -37,6 +39,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import torch
 
 from andrea_diag.errors import UserError
@@ -156,7 +159,13 @@ class Recorder:
         self._pending = []
         for w in (self._metrics, self._events, self._samples):
             w.rewind(int(positions.get(w.path.name, 0)))
-        for stale in ("metrics.parquet", "summary.json", "partial_summary.json", "schedule.json"):
+        for stale in (
+            "metrics.parquet",
+            "eval.csv",
+            "summary.json",
+            "partial_summary.json",
+            "schedule.json",
+        ):
             (self.run_dir / stale).unlink(missing_ok=True)
 
     def close(self, summary: dict[str, Any] | None = None) -> None:
@@ -172,6 +181,7 @@ class Recorder:
                 buf = io.BytesIO()
                 df.to_parquet(buf, index=False)
                 atomic_write_bytes(self.run_dir / "metrics.parquet", buf.getvalue())
+                _write_eval_table(self.run_dir, df)
             if summary is not None:
                 self.write("summary.json", summary)
         finally:
@@ -183,6 +193,15 @@ class Recorder:
     def release(self) -> None:
         """Give the directory up (after ``partial_summary.json``, or when a run stops early)."""
         self._lock.release()
+
+
+def _write_eval_table(run_dir: Path, df: pd.DataFrame) -> None:
+    """``eval.csv``: the rows that carry a held-out evaluation, and only their eval columns."""
+    if "eval_loss" not in df:
+        return
+    cols = ["update", *[c for c in df.columns if c.startswith("eval_")]]
+    ev = df.loc[df["eval_loss"].notna(), cols]
+    atomic_write_bytes(run_dir / "eval.csv", ev.to_csv(index=False).encode())
 
 
 class NullRecorder:

@@ -19,7 +19,7 @@ pack() {  # $1: sweep folder, $2: archive name
   done=$(cd "$1" && grep -l '"status": "done"' ./*/cascade.json 2>/dev/null | xargs -r -n1 dirname)
   [ -n "$done" ] || { echo "no finished cell in $1"; return; }
   # shellcheck disable=SC2086
-  tar czf "$OUT/$2.tgz" --exclude=metrics.jsonl --exclude='*.html' --exclude=checkpoints \
+  tar czf "$OUT/$2.tgz" --exclude='metrics.*' --exclude='*.html' --exclude=checkpoints \
     -C "$1" $done && echo "packed $(echo "$done" | wc -l) cells into $2.tgz"
 }
 {
@@ -40,8 +40,10 @@ pack() {  # $1: sweep folder, $2: archive name
         --steps 600 --recipe v1 --clip none,global --jobs "$jobs" --device cuda \
         --checkpoint-every 0 --plotly shared --out "$out" 2>&1 | grep -vE "^\s*(cell .* started|update)|━" | tail -15
     else
-      timeout "$left" python3 -m andrea_diag.cli ladder --size "$size" --lr "$lr" --seed "$seeds" \
-        --steps 1500 --recipe v1 --shadow --jobs "$jobs" --device cuda --checkpoint-every 0 \
+      # one rung a piece: `ladder` wants two sizes, so a piece is the ladder's sweep of one rung
+      timeout "$left" python3 -m andrea_diag.cli sweep --size "$size" --lr "$lr" --seed "$seeds" \
+        --steps 1500 --recipe v1 --clip none,global --shadow --jobs "$jobs" --device cuda \
+        --checkpoint-every 0 --plotly shared \
         --out "$out" 2>&1 | grep -vE "^\s*(cell .* started|update)|━" | tail -15
     fi
     echo "== $name rc=${PIPESTATUS[0]} wall $(( $(date +%s) - t0 ))s"

@@ -65,6 +65,17 @@ def test_every_arm_records_eval_loss_per_source_and_the_uniform_mixture(cascade:
         assert summary["eval"]["n_evals"] == 6
 
 
+def test_every_arm_writes_its_evaluations_alone_to_eval_csv(cascade: Path) -> None:
+    """eval.csv is the publishable eval table: the eval rows and columns of metrics, nothing else."""
+    for arm in ("none", "global"):
+        m = pd.read_parquet(cascade / arm / "metrics.parquet")
+        table = pd.read_csv(cascade / arm / "eval.csv")
+        cols = ["update", *[c for c in m.columns if c.startswith("eval_")]]
+        assert list(table.columns) == cols and "loss" not in table
+        want = m.loc[m["eval_loss"].notna(), cols].reset_index(drop=True)
+        pd.testing.assert_frame_equal(table, want, check_dtype=False, rtol=0, atol=1e-12)
+
+
 def test_same_weights_at_two_bandit_phases_give_one_eval_loss_but_two_training_losses(
     data: PreparedData,
 ) -> None:
