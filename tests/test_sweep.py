@@ -53,6 +53,32 @@ def test_rerun_keeps_finished_cells_and_continues_unfinished_ones(sweep_dir: Pat
     assert json.loads((unfinished / "cascade.json").read_text())["status"] == "done"
 
 
+def test_merge_only_trains_nothing_and_lists_the_cells_it_lacks_as_not_run(
+    sweep_dir: Path, tmp_path: Path
+) -> None:
+    """Cells brought back from other machines are tabulated; nothing missing is trained."""
+    import shutil
+
+    out = tmp_path / "merged"
+    shutil.copytree(sweep_dir, out)
+    half = out / "tiny-lr0.01-mn1-s0"  # a cell stopped part-way: left exactly as it is
+    meta = json.loads((half / "cascade.json").read_text())
+    (half / "cascade.json").write_text(json.dumps({**meta, "status": "running"}))
+    files = {p: p.stat().st_mtime_ns for p in out.glob("tiny-*/**/*") if p.is_file()}
+    assert len(files) > 20  # both cells' arms
+    res = CliRunner().invoke(app, [*ARGS, "--seed", "0,1", "--merge-only", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    table = pd.read_csv(out / "sweep.csv")
+    status = table.groupby("cell")["status"].first().to_dict()
+    assert status == {"tiny-lr0.001-mn1-s0": "done", "tiny-lr0.01-mn1-s0": "not run",
+                      "tiny-lr0.001-mn1-s1": "not run", "tiny-lr0.01-mn1-s1": "not run"}  # fmt: skip
+    assert not (out / "tiny-lr0.001-mn1-s1").exists()  # nothing trained for the missing seed
+    assert json.loads((half / "cascade.json").read_text())["status"] == "running"
+    assert not (half / "global" / "ckpt-0000006.pt").exists()
+    assert all(p.stat().st_mtime_ns == t for p, t in files.items())
+    assert "not finished, not run" in res.output
+
+
 def test_sweep_findings_report_one_seed_gaps_without_calling_them() -> None:
     rows = []
     for lr, u, c in [(1e-3, 3.0, 3.05), (1e-2, 8.9, 4.0), (3e-2, 3.0, 4.0)]:

@@ -42,6 +42,15 @@ Mps = Annotated[
         rich_help_panel="Cells",
     ),
 ]
+MergeOnly = Annotated[
+    bool,
+    typer.Option(
+        "--merge-only",
+        help="Train nothing: tabulate and render the cells already finished under --out "
+        "(copied there from other machines); every other cell is listed as not run.",
+        rich_help_panel="Cells",
+    ),
+]
 SlurmPartition = Annotated[
     str | None, typer.Option(help="Slurm partition.", rich_help_panel="Cells")
 ]
@@ -57,10 +66,11 @@ SlurmTime = Annotated[
 
 
 def executor_config(
-    jobs: int, executor: str, mps: str, partition: str | None, gpus: int, time_min: int
-) -> ExecutorConfig:
+    jobs: int, executor: str, mps: str, partition: str | None, gpus: int, time_min: int,
+    merge_only: bool = False,
+) -> ExecutorConfig:  # fmt: skip
     """The checked :class:`ExecutorConfig` of these options (one line for a bad value)."""
     ex = ExecutorConfig(kind=executor, jobs=jobs, partition=partition, gpus=gpus,
-                        time_min=time_min, mps=mps)  # fmt: skip
+                        time_min=time_min, mps=mps, merge_only=merge_only)  # fmt: skip
     ex.check()
     return ex

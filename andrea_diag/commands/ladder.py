@@ -16,6 +16,7 @@ from rich.console import Console
 from andrea_diag.commands.executor_options import (
     Executor,
     Jobs,
+    MergeOnly,
     Mps,
     SlurmGpus,
     SlurmPartition,
@@ -55,6 +56,7 @@ def ladder(
     slurm_partition: SlurmPartition = None,
     slurm_gpus: SlurmGpus = 1,
     slurm_time: SlurmTime = 240,
+    merge_only: MergeOnly = False,
     *,
     run: RunArgs,
 ) -> None:
@@ -69,7 +71,7 @@ def ladder(
     """
     from andrea_diag.experiments.ladder import LadderSpec, run_ladder
 
-    ex = executor_config(jobs, executor, mps, slurm_partition, slurm_gpus, slurm_time)
+    ex = executor_config(jobs, executor, mps, slurm_partition, slurm_gpus, slurm_time, merge_only)
     arms = _arms(clip)
     if "none" not in arms or len(arms) < 2:
         raise UserError("the ladder compares arm none with at least one clipped arm",

@@ -15,6 +15,7 @@ from andrea_diag.clip.modes import clip_modes
 from andrea_diag.commands.executor_options import (
     Executor,
     Jobs,
+    MergeOnly,
     Mps,
     SlurmGpus,
     SlurmPartition,
@@ -151,6 +152,7 @@ def sweep(
     slurm_partition: SlurmPartition = None,
     slurm_gpus: SlurmGpus = 1,
     slurm_time: SlurmTime = 240,
+    merge_only: MergeOnly = False,
     plotly: PlotlyMode = "inline",
     *,
     run: RunArgs,
@@ -166,7 +168,7 @@ def sweep(
     """
     from andrea_diag.experiments.sweep import SweepSpec, run_sweep
 
-    ex = executor_config(jobs, executor, mps, slurm_partition, slurm_gpus, slurm_time)
+    ex = executor_config(jobs, executor, mps, slurm_partition, slurm_gpus, slurm_time, merge_only)
 
     arms = _arms(clip)
     axes = grid_axes(run, size=size, lr=lr, max_norm=max_norm, seed=seed)

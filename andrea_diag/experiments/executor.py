@@ -60,6 +60,9 @@ class ExecutorConfig:
     gpus: int = 1  # GPUs per Slurm job (one cell)
     time_min: int = 240  # wall-clock limit per cell job, minutes
     mps: str = "auto"  # CUDA MPS for local cells on a GPU: auto, on or off (mps.py)
+    # train nothing: tabulate the cells already finished under --out (brought back from other
+    # machines, e.g. one device call per rung); every other cell is listed as "not run"
+    merge_only: bool = False
 
     def check(self) -> None:
         if self.kind not in EXECUTORS:
@@ -75,7 +78,7 @@ class ExecutorConfig:
     @property
     def in_process(self) -> bool:
         """One local cell at a time runs inside the sweep's own process (data prepared once)."""
-        return self.kind == "local" and self.jobs == 1
+        return self.kind == "local" and (self.jobs == 1 or self.merge_only)
 
 
 @dataclass

@@ -229,7 +229,10 @@ def run_sweep(spec: SweepSpec, console: Console | None = None) -> tuple[Path, pd
     for i, cfg in enumerate(configs, 1):
         name = name_of(cfg)
         cell_dir = out / name
-        if _finished(cell_dir) or name in crashed:
+        unmerged = spec.executor.merge_only and not _finished(cell_dir)
+        if unmerged:  # a cell is the unit: a half-finished one is not half merged
+            console.print(f"[yellow]cell {i}/{len(configs)} {name}: not finished, not run[/]")
+        elif _finished(cell_dir) or name in crashed:
             if spec.executor.in_process:  # out of process, _run_out_of_process checked them
                 _check_same(cell_dir, cfg, spec.clips, shas)
                 console.print(f"[dim]cell {i}/{len(configs)} {name}: already done, kept[/]")
@@ -248,7 +251,7 @@ def run_sweep(spec: SweepSpec, console: Console | None = None) -> tuple[Path, pd
                 crashed[name] = error
                 console.print(f"[red]cell {name} crashed[/] ({error}); continuing", highlight=False)
         for arm in spec.clips:
-            summary = _arm_summary(cell_dir / arm)
+            summary = {"status": "not run"} if unmerged else _arm_summary(cell_dir / arm)
             # an arm that finished before another arm of its cell crashed keeps its summary
             if name in crashed and summary.get("status", "done") != "done":
                 summary = {**summary, "status": "crashed", "error": crashed[name]}
