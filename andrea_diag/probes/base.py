@@ -8,8 +8,10 @@ Per optimizer update the loop fills one :class:`UpdateContext` and calls, in ord
    ``.grad`` here (zero them after ``after_step``, not before): the optimizer-state probe reads
    the gradient Adam just received.
 
-Probes add metric columns to ``ctx.row`` (one row per update, see record.py for naming) and
-may write events/samples through ``ctx.recorder``. At the end, ``close(run_dir, results)``
+Probes add metric columns to ``ctx.row`` (one row per update) and may write events/samples
+through ``ctx.recorder``. Each column a probe writes is declared in ``andrea_diag.metrics`` under
+the probe's ``name`` and listed in the probe's ``columns`` class attribute; the driver refuses
+any other write (an undeclared column, or one the loop, the evaluator or another probe owns). At the end, ``close(run_dir, results)``
 runs once for post-hoc work (e.g. the spike events table) and returns summary fields, each
 probe under its own top-level key (``{"spikes": {...}}``); ``results`` holds what the probes
 closed before it returned.
@@ -24,7 +26,7 @@ from these declarations and isolates a failing probe; nothing depends on list or
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
@@ -50,7 +52,8 @@ class UpdateContext:
     example_source: torch.Tensor  # (n_examples,) source index into SOURCE_NAMES, or -1
     clip: ClipResult | None  # None when the user's loop does not clip through us
     recorder: Recorder
-    row: dict[str, Any]  # the metrics row under construction; probes add columns
+    # the metrics row under construction; during a probe's hook, the driver's guarded view of it
+    row: MutableMapping[str, Any]
     phase: int = 0
     boundary: bool = False  # first update of a new bandit phase
     weights: dict[str, float] = field(default_factory=dict)
@@ -125,8 +128,9 @@ class ProbeState:
 
 
 class Probe(Protocol):
-    """What the driver calls. Optional class attributes: ``name``, ``reads`` and ``writes``
-    (context fields), ``summary_key`` and ``close_reads`` (summary keys); see the module doc."""
+    """What the driver calls. Optional class attributes: ``name``, ``columns`` (the metrics
+    columns it writes: ``andrea_diag.metrics`` entries), ``reads`` and ``writes`` (context
+    fields), ``summary_key`` and ``close_reads`` (summary keys); see the module doc."""
 
     def after_clip(self, ctx: UpdateContext) -> None: ...
 

@@ -19,6 +19,13 @@ What it owns, so no caller restates it:
   their per-update scalars on the device and finish their host arithmetic at the recorder's
   flush (``Recorder.before_flush``), so an update needs no host sync of theirs; with
   ``defer=False`` (the monitor) the driver resolves at the end of every ``after_step``.
+- **Columns.** Each probe declares the metrics columns it writes (``columns``: entries of
+  :mod:`andrea_diag.metrics`). During its hooks (and its deferred ``resolve``) a probe sees
+  ``ctx.row`` through a guard that refuses any other write: an undeclared column, or one the
+  schema gives to the loop, the evaluator or another probe, raises
+  :class:`~andrea_diag.metrics.ColumnCollision`, which fails the probe like any error (below),
+  and the owner's value is kept. Each name is checked the first time a probe writes it; after
+  that a write costs one set lookup.
 - **Isolation.** A probe that raises is disabled for the rest of the run: training goes on,
   ``events.jsonl`` gets a ``{"kind": "probe_failure", ...}`` row, stderr gets one line, and the
   summary's ``probe_failures`` says which probe failed, where and why. A probe is a
@@ -31,12 +38,13 @@ from __future__ import annotations
 import contextlib
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 
+from andrea_diag.metrics import ProbeColumns
 from andrea_diag.probes.base import Probe, UpdateContext
 
 if TYPE_CHECKING:
@@ -71,6 +79,48 @@ def _closes_after(a: Probe, b: Probe) -> bool:
     return getattr(b, "summary_key", None) in set(getattr(a, "close_reads", ()))
 
 
+class GuardedRow(MutableMapping[str, Any]):
+    """One probe's view of a metrics row: reads pass through, writes must be the probe's own
+    (:class:`~andrea_diag.metrics.ProbeColumns`). A probe that keeps the view (the optimizer
+    state's deferred columns) stays checked when it writes at the recorder's flush."""
+
+    __slots__ = ("_cols", "_row")
+
+    def __init__(self, row: MutableMapping[str, Any], cols: ProbeColumns) -> None:
+        self._row, self._cols = row, cols
+
+    def __getitem__(self, key: str) -> Any:
+        return self._row[key]
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        if key not in self._cols.allowed:  # first write of this name by this probe
+            self._cols.check(key)
+        self._row[key] = value
+
+    def __delitem__(self, key: str) -> None:
+        if key not in self._cols.allowed:
+            self._cols.check(key)
+        del self._row[key]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._row
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._row)
+
+    def __len__(self) -> int:
+        return len(self._row)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self._row.get(key, default)
+
+    def update(self, other: Any = (), /, **kwargs: Any) -> None:
+        items = dict(other, **kwargs)
+        for key in items.keys() - self._cols.allowed:  # checked all before any is written
+            self._cols.check(key)
+        self._row.update(items)
+
+
 class ProbeDriver:
     """Runs a list of probes in dependency order, isolating each one's failures."""
 
@@ -91,6 +141,9 @@ class ProbeDriver:
                 probe.defer_reads = self.defer
         if self.defer:
             recorder.before_flush.append(self.resolve)
+        self._columns = {
+            id(p): ProbeColumns(probe_name(p), getattr(p, "columns", ())) for p in self.probes
+        }
         self.failures: list[dict[str, Any]] = []
         self._failed: set[int] = set()  # id() of disabled probes
         self._warn = warn or (lambda line: print(line, file=sys.stderr))
@@ -113,7 +166,7 @@ class ProbeDriver:
         example_loss: torch.Tensor,
         example_source: torch.Tensor,
         clip: ClipResult | None,
-        row: dict[str, Any],
+        row: MutableMapping[str, Any],
         phase: int | None = None,
         weights: Mapping[str, float] | None = None,
         injected: str | None = None,
@@ -163,16 +216,21 @@ class ProbeDriver:
                 self._fail(probe, "resolve", None, exc)
 
     def _run(self, hook: str, ctx: UpdateContext) -> None:
-        for probe in self.probes:
-            if id(probe) in self._failed:
-                continue
-            start = self._mark() if self._marks is not None else None
-            try:
-                getattr(probe, hook)(ctx)
-            except Exception as exc:  # any probe error is isolated, by design
-                self._fail(probe, hook, ctx.update, exc)
-            if self._marks is not None:
-                self._marks.setdefault(probe_name(probe), []).append((start, self._mark()))
+        row = ctx.row  # the caller's row; each probe sees it through its own guard
+        try:
+            for probe in self.probes:
+                if id(probe) in self._failed:
+                    continue
+                start = self._mark() if self._marks is not None else None
+                ctx.row = GuardedRow(row, self._columns[id(probe)])
+                try:
+                    getattr(probe, hook)(ctx)
+                except Exception as exc:  # any probe error is isolated, by design
+                    self._fail(probe, hook, ctx.update, exc)
+                if self._marks is not None:
+                    self._marks.setdefault(probe_name(probe), []).append((start, self._mark()))
+        finally:
+            ctx.row = row
 
     # -- hook timing (bench-train) ------------------------------------------------------------
     def time_hooks(self, device: torch.device) -> None:

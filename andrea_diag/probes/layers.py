@@ -16,10 +16,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
+from andrea_diag import metrics
 from andrea_diag.model import param_group_of
 from andrea_diag.probes.base import ProbeState, UpdateContext
 
@@ -75,6 +76,7 @@ class LayerGradNormProbe(ProbeState):
     """Adds ``layer_gn/<layer>.<kind>`` columns every update (pre-clip norms)."""
 
     name = "layers"
+    columns: ClassVar[tuple[metrics.Column, ...]] = (metrics.LAYER_GN,)
     transient = ("_groups", "defer_reads")  # rebuilt on first use; set by the driver
 
     def __init__(self) -> None:

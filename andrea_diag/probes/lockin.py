@@ -38,12 +38,13 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pandas as pd
 import torch
 
+from andrea_diag import metrics
 from andrea_diag.model import decode_batch
 from andrea_diag.probes.base import ProbeState, UpdateContext
 from andrea_diag.probes.verdict import DIST_COLUMNS, THRESHOLDS, run_verdict, text_stats
@@ -114,6 +115,9 @@ class LockInProbe(ProbeState):
     """Periodic batched samples + the loss trajectory -> lock-in verdict at close."""
 
     name = "lockin"
+    columns: ClassVar[tuple[metrics.Column, ...]] = (
+        metrics.LOCKIN_TOP_TOKEN_SHARE, metrics.LOCKIN_DISTINCT_1, metrics.LOCKIN_MEAN_ENTROPY,
+    )  # fmt: skip
     summary_key = "lockin"
     transient = ("model", "tokenizer", "recorder")  # the run's own, passed in again
 

@@ -40,10 +40,11 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
+from andrea_diag import metrics
 from andrea_diag.probes.base import UpdateContext
 from andrea_diag.probes.layers import GroupIndex, group_index_for
 from andrea_diag.probes.optstate_reads import (
@@ -69,6 +70,10 @@ class OptStateProbe:
     """m/v norms, update RMS and cosine, spike pollution of m and v (see module docstring)."""
 
     name = "optstate"
+    columns: ClassVar[tuple[metrics.Column, ...]] = (
+        metrics.UPDATE_RMS, metrics.COS_UPDATE_GRAD, metrics.M_NORM, metrics.V_NORM,
+        metrics.LAYER_M, metrics.LAYER_V, metrics.M_SPIKE_SHARE, metrics.V_SPIKE_SHARE,
+    )  # fmt: skip
     reads = ("spike",)  # the spike probe's online decision: a shadow buffer must know now
     summary_key = "pollution"
 

@@ -63,10 +63,11 @@ import statistics
 from collections import deque
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
+from andrea_diag import metrics
 from andrea_diag.config import SOURCE_NAMES
 from andrea_diag.probes.base import ProbeState, UpdateContext, robust_z
 from andrea_diag.probes.spike_stats import (
@@ -94,6 +95,10 @@ class SpikeProbe(ProbeState):
 
     transient = ("recorder",)  # set again from the context at every update
     name = "spikes"
+    columns: ClassVar[tuple[metrics.Column, ...]] = (
+        metrics.LOSS_EXCESS, metrics.EXAMPLE_LOSS_MAX_Z, metrics.LOSS_Z, metrics.GRAD_NORM_Z,
+        metrics.SPIKE,
+    )  # fmt: skip
     writes = ("spike",)  # ctx.spike, decided in after_clip
     summary_key = "spikes"
     close_reads = ("pollution",)  # per-spike recovery for the events table

@@ -27,11 +27,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
 
+from andrea_diag import metrics
 from andrea_diag.data.heldout import EvalSet, eval_set, split_point
 from andrea_diag.train.components import Evaluator
 
@@ -75,6 +76,13 @@ def distribution_stats(logits: torch.Tensor) -> torch.Tensor:
 
 class HeldOutEvaluator(Evaluator):
     """Evaluate on the fixed held-out set every ``every`` updates and at the last one."""
+
+    # the columns maybe_evaluate returns (andrea_diag.metrics declares them, owner "evaluator")
+    columns: ClassVar[tuple[metrics.Column, ...]] = (
+        metrics.EVAL_LOSS, metrics.EVAL_LOSS_SOURCE, metrics.EVAL_ARGMAX_SHARE,
+        metrics.EVAL_ARGMAX_SHARE_SOURCE, metrics.EVAL_ENTROPY, metrics.EVAL_ENTROPY_SOURCE,
+        metrics.EVAL_TOP1_PROB, metrics.EVAL_TOP1_PROB_SOURCE,
+    )  # fmt: skip
 
     def __init__(
         self,

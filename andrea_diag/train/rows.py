@@ -16,6 +16,7 @@ import torch
 
 from andrea_diag.clip.api import ClipResult
 from andrea_diag.config import SOURCE_NAMES
+from andrea_diag.metrics import LOSS_SOURCE
 
 
 def overflow_last(n_micro: int) -> Callable[[int, torch.Tensor], torch.Tensor]:
@@ -80,5 +81,5 @@ def per_source_loss(
         idx = flat[start : start + len(pick)]
         start += len(pick)
         loss, tok = example_loss.index_select(0, idx), example_tokens.index_select(0, idx)
-        out[f"loss_{name}"] = (loss * tok).sum() / tok.sum() if len(pick) else math.nan
+        out[LOSS_SOURCE.name_for(name)] = (loss * tok).sum() / tok.sum() if len(pick) else math.nan
     return out
