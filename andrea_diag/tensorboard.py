@@ -7,7 +7,8 @@
 
 Every numeric metrics column becomes one scalar tag, with step = ``update`` (one row per
 optimizer update), through one mapping, :func:`tensorboard_tag`, that the export and the live
-writer share: ``loss/…`` (training loss per source, held-out loss ``loss/eval…``),
+writer share, the names andrea_diag.metrics declares: ``loss/…`` (training loss, per source
+``loss/source/…``), ``eval/…`` (held-out loss and predictive shape, total and per source),
 ``grad_norm/…`` (total and per layer), ``clip/…`` (coefficient, post-clip norm, non-finite
 flag), ``optstate/…`` (Adam ``m``/``v`` norms, pollution shares, per layer), ``spikes/…``
 (z-scores, the spike flag, and each spike event's z and value at its update), ``lockin/…``,
@@ -31,54 +32,30 @@ from __future__ import annotations
 import functools
 import json
 import math
-import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from andrea_diag import metrics
 from andrea_diag.errors import UserError
 from andrea_diag.rundir import child, read_json
 from andrea_diag.runread import SUMMARY, clean
 
 INSTALL_HINT = 'pip install tensorboardX (the "tensorboard" extra; about 3 MB installed)'
 
-# (column pattern, tag template): the first full match wins; \1 is the column's variable part.
-# Order matters where patterns overlap: the loss_* probe columns before the per-source losses.
-TAG_RULES: list[tuple[str, str]] = [
-    (r"loss", "loss/train"),
-    (r"eval_loss", "loss/eval"),
-    (r"eval_loss_(.+)", r"loss/eval_\1"),
-    (r"loss_(z|excess)", r"spikes/loss_\1"),
-    (r"loss_scale", "amp/loss_scale"),  # fp16 GradScaler's scale
-    (r"loss_(.+)", r"loss/train_\1"),  # per-source training loss
-    (r"grad_norm", "grad_norm/total"),
-    (r"grad_norm_z", "spikes/grad_norm_z"),
-    (r"layer_gn/(.+)", r"grad_norm/\1"),
-    (r"grad_norm_post", "clip/grad_norm_post"),
-    (r"clip_coef", "clip/coef"),
-    (r"nonfinite", "clip/nonfinite"),
-    (r"(m_norm|v_norm|update_rms|cos_update_grad|m_spike_share|v_spike_share)", r"optstate/\1"),
-    (r"layer_m/(.+)", r"optstate/m/\1"),
-    (r"layer_v/(.+)", r"optstate/v/\1"),
-    (r"(spike|example_loss_max_z)", r"spikes/\1"),
-    (r"(lr|applied)", r"optim/\1"),
-    (r"(phase|boundary)", r"data/\1"),
-    (r"w_(.+)", r"data/weight_\1"),
-    (r"(microbatches|examples|tokens|time_s)", r"progress/\1"),
-]
-_COMPILED = [(re.compile(p), t) for p, t in TAG_RULES]
 STEP_COLUMN = "update"
 
 
 @functools.lru_cache(maxsize=4096)  # a run has ~100 columns, each looked up every update
 def tensorboard_tag(column: str) -> str:
-    """The namespaced TensorBoard tag of one metrics column (``grad_norm`` -> ``grad_norm/total``)."""
-    for pattern, template in _COMPILED:
-        m = pattern.fullmatch(column)
-        if m:
-            return m.expand(template)
+    """The namespaced TensorBoard tag of one metrics column (``grad_norm`` -> ``grad_norm/total``):
+    the schema's name (:func:`andrea_diag.metrics.namespaced`); an undeclared column keeps its
+    own name when it holds a ``/``, else it goes under ``misc/``."""
+    tag = metrics.namespaced(column)
+    if tag is not None:
+        return tag
     return column if "/" in column else f"misc/{column}"
 
 

@@ -32,7 +32,7 @@ REPO = Path(__file__).resolve().parents[1]
 # a published H200 run: the columns the trainer really writes (probes, per-layer norms, lock-in)
 GPU_RUN = REPO / "reports/gpu-sweep/12m-lr0.001-mn1-s0/none"
 NAMESPACES = {"loss", "grad_norm", "clip", "optstate", "spikes"}
-KNOWN = NAMESPACES | {"lockin", "data", "optim", "amp", "progress"}
+KNOWN = NAMESPACES | {"eval", "lockin", "data", "optim", "amp", "progress"}
 # modules that, set to None in sys.modules, make the writer's imports fail
 TENSORBOARDX = ("tensorboardX",)
 BOTH_WRITERS = (*TENSORBOARDX, "tensorboard.compat.proto.summary_pb2")
@@ -111,8 +111,8 @@ def test_every_column_the_trainer_writes_lands_in_a_named_namespace():
     assert {t.split("/")[0] for t in tags.values()} >= NAMESPACES
     assert len(set(tags.values())) == len(tags)  # no two columns share a tag
     assert tags["grad_norm"] == "grad_norm/total" and tags["loss_z"] == "spikes/loss_z"
-    assert tags["loss_gutenberg"] == "loss/train_gutenberg"
-    assert tags["eval_loss_gutenberg"] == "loss/eval_gutenberg"
+    assert tags["loss_gutenberg"] == "loss/source/gutenberg"
+    assert tags["eval_loss_gutenberg"] == "eval/loss/gutenberg"
     assert tags["layer_v/h00.mlp"] == "optstate/v/h00.mlp"
 
 
