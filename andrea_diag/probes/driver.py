@@ -116,8 +116,10 @@ class GuardedRow(MutableMapping[str, Any]):
 
     def update(self, other: Any = (), /, **kwargs: Any) -> None:
         items = dict(other, **kwargs)
-        for key in items.keys() - self._cols.allowed:  # checked all before any is written
-            self._cols.check(key)
+        allowed = self._cols.allowed
+        for key in items:  # every name checked, in the write's order, before any is written
+            if key not in allowed:
+                self._cols.check(key)
         self._row.update(items)
 
 
