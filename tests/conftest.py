@@ -34,7 +34,7 @@ import numpy as np
 import pytest
 import torch
 
-from andrea_diag import clip_grad_norm_, clip_grad_norm_with_stats
+from andrea_diag import clip_grad_norm_, clip_grad_norm_with_stats, metrics
 from andrea_diag.clip import reference
 from andrea_diag.config import SOURCE_NAMES, RunConfig
 from andrea_diag.record import Recorder
@@ -98,8 +98,9 @@ def make_trainer() -> Callable[..., object]:
 
 # ---- synthetic run directories (the report tests) ----
 #
-# The numbers are made up but follow record.py's schema: boundaries on a fixed phase schedule,
-# grad-norm spikes (with events) right after some boundaries, probe columns optional.
+# The numbers are made up, the columns are andrea_diag.metrics' (each row is checked): boundaries
+# on a fixed phase schedule, grad-norm spikes (with events) right after some boundaries, probe
+# columns optional.
 
 PHASES = [7, 14, 21, 28, 42, 7, 14]  # bandit phase lengths (updates)
 LAYERS = [
@@ -187,10 +188,10 @@ def _make_run(
             "tokens": u * 16 * 64,
             "phase": phase,
             "boundary": u in bounds or u == 1,
-            **{f"w_{s}": w[i] for i, s in enumerate(SOURCE_NAMES)},
+            **{metrics.WEIGHT.name_for(s): w[i] for i, s in enumerate(SOURCE_NAMES)},
             "loss": loss,
             **{
-                f"loss_{s}": (loss + 0.1 * i if w[i] > 0.05 else None)
+                metrics.LOSS_SOURCE.name_for(s): (loss + 0.1 * i if w[i] > 0.05 else None)
                 for i, s in enumerate(SOURCE_NAMES)
             },
             "grad_norm": gn,
@@ -206,7 +207,7 @@ def _make_run(
             "injected": "outlier" if u == spikes[0] else None,
         }
         if probes:
-            row.update({f"layer_gn/{name}": gn / (1 + j) for j, name in enumerate(LAYERS)})
+            row.update({metrics.LAYER_GN.name_for(n): gn / (1 + j) for j, n in enumerate(LAYERS)})
             row.update(
                 m_norm=0.1 + 0.01 * u,
                 v_norm=1e-4 * (1 + (u in spikes)),
@@ -215,6 +216,7 @@ def _make_run(
                 m_spike_share=0.5 if u in spikes else 0.01,
                 v_spike_share=0.8 if u in spikes else 0.02,
             )
+        assert metrics.undeclared(row) == [], "a synthetic column the schema does not declare"
         rec.log(row)
     causes = ["phase-transition+outlier", "numerical", "phase-transition"]
     for i, u in enumerate(spikes):

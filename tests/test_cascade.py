@@ -10,7 +10,9 @@ import pytest
 from pinned_sources import source_args
 from typer.testing import CliRunner
 
+from andrea_diag import metrics
 from andrea_diag.cli import app
+from andrea_diag.config import SOURCE_NAMES
 from andrea_diag.record import load_run
 
 pytestmark = pytest.mark.slow  # trains a tiny cascade end to end
@@ -64,26 +66,15 @@ def test_arms_differ_only_in_clipping(cascade_dir: Path) -> None:
 def test_metrics_have_one_row_per_update_with_named_units(cascade_dir: Path) -> None:
     df = pd.read_parquet(cascade_dir / "global" / "metrics.parquet")
     assert list(df["update"]) == list(range(1, STEPS + 1))
-    for col in (
-        "update",
-        "microbatches",
-        "examples",
-        "tokens",
-        "phase",
-        "loss",
-        "grad_norm",
-        "grad_norm_post",
-        "clip_coef",
-        "lr",
-        "nonfinite",
-        "w_repo-docs",
-        "w_gutenberg",
-        "w_hermes3-general",
-        "loss_repo-docs",
-        "loss_gutenberg",
-        "loss_hermes3-general",
-    ):
-        assert col in df.columns, col
+    # every column the loop always writes, each per-source one for every source
+    expected = [
+        name
+        for col in metrics.owned_by(metrics.LOOP)
+        if not col.optional
+        for name in ([col.name_for(s) for s in SOURCE_NAMES] if col.variable else [col.name])
+    ]
+    assert {"update", "tokens", "clip_coef", "loss_gutenberg", "w_repo-docs"} <= set(expected)
+    assert [c for c in expected if c not in df.columns] == []
     cfg = json.loads((cascade_dir / "global" / "config.json").read_text())
     m, a = cfg["micro_batch"], cfg["accum"]
     assert df["microbatches"].iloc[-1] == STEPS * a
@@ -91,6 +82,14 @@ def test_metrics_have_one_row_per_update_with_named_units(cascade_dir: Path) -> 
     assert df["tokens"].iloc[-1] == STEPS * m * a * cfg["seq_len"]
     weights = df[["w_repo-docs", "w_gutenberg", "w_hermes3-general"]].sum(axis=1)
     assert weights.round(6).eq(1.0).all()
+
+
+def test_every_recorded_column_is_declared_in_the_metrics_schema(cascade_dir: Path) -> None:
+    for arm in ("none", "global"):
+        df = pd.read_parquet(cascade_dir / arm / "metrics.parquet")
+        assert metrics.undeclared(df.columns) == [], arm
+        owners = {metrics.owner_of(c) for c in df.columns}
+        assert owners == {"loop", "evaluator", "spikes", "optstate", "layers", "lockin"}, arm
 
 
 def test_nonfinite_injection_is_recorded_and_the_update_skipped(cascade_dir: Path) -> None:

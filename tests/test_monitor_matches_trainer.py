@@ -10,6 +10,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
+from andrea_diag import metrics
 from andrea_diag.clip.api import clip_grad_norm_with_stats
 from andrea_diag.config import RunConfig
 from andrea_diag.data import BatchPlan, prepare_data
@@ -21,10 +22,9 @@ from andrea_diag.train.loop import PROMPT_TOKENS
 from andrea_diag.train.optim import build_optimizer
 
 STEPS = 40  # past the spike warm-up (10 updates) and across bandit phase boundaries
-# the loop's own columns; every other column of the trainer's rows comes from a probe
-LOOP_COLUMNS = {"update", "microbatches", "examples", "tokens", "phase", "boundary", "loss",
-                "grad_norm", "lr", "grad_norm_post", "clip_coef", "nonfinite", "applied",
-                "batch_hash", "injected", "time_s", "clip_ms", "skipped"}  # fmt: skip
+# columns the trainer's loop and evaluator write (the monitor's own loop writes its own):
+# everything else in the trainer's rows comes from a probe and must match bit for bit
+NOT_PROBES = {metrics.LOOP, metrics.EVALUATOR}
 
 
 def _same(a: object, b: object) -> bool:
@@ -63,11 +63,8 @@ def test_monitor_in_a_user_loop_records_the_trainers_probe_rows(tmp_path: Path) 
             mon.after_step()
     monitored = pd.read_json(tmp_path / "m" / "metrics.jsonl", lines=True)
 
-    per_source = {c for c in trained if c.startswith(("w_", "loss_", "eval_"))} - {
-        "loss_z",
-        "loss_excess",
-    }  # the loop's own per-source and held-out (evaluator) columns
-    probe_cols = sorted(set(trained.columns) - LOOP_COLUMNS - per_source)
+    assert metrics.undeclared(trained.columns) == []
+    probe_cols = sorted(c for c in trained.columns if metrics.owner_of(c) not in NOT_PROBES)
     assert {"spike", "grad_norm_z", "m_spike_share", "layer_gn/h00.attention"} <= set(probe_cols)
     assert set(probe_cols) <= set(monitored.columns)
     for col in probe_cols:

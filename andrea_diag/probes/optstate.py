@@ -38,7 +38,7 @@ Exactness assumes every parameter of a group receives a gradient at every applie
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -330,7 +330,7 @@ class OptStateProbe:
     def _shadow_columns(
         self,
         update: int,
-        row: dict[str, Any],
+        row: MutableMapping[str, Any],  # the driver's guarded view of the row
         ginfo: list[GroupInfo],
         m_norm: float,
         v_norm: float,

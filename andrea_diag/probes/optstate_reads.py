@@ -7,6 +7,7 @@ before, only later, so the columns are bit-identical.
 
 from __future__ import annotations
 
+from collections.abc import MutableMapping
 from typing import Any
 
 import torch
@@ -40,7 +41,7 @@ class Pending:
     def __init__(
         self,
         update: int,
-        row: dict[str, Any],
+        row: MutableMapping[str, Any],  # the driver's guarded view of the row
         names: list[str],
         n_elem: int,
         applied: bool,
