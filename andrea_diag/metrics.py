@@ -1,10 +1,14 @@
 """The metrics schema: every column of a run's metrics table, declared once.
 
-    from andrea_diag import metrics
-    metrics.lookup("clip_coef").owner          # 'loop'
-    metrics.namespaced("loss_gutenberg")       # 'loss/source/gutenberg'
-    metrics.on_disk("eval/loss/gutenberg")     # 'eval_loss_gutenberg'
-    metrics.undeclared(df.columns)             # [] for any run this version writes
+    >>> from andrea_diag import metrics
+    >>> metrics.lookup("clip_coef").owner
+    'loop'
+    >>> metrics.namespaced("loss_gutenberg"), metrics.namespaced("loss_z")
+    ('loss/source/gutenberg', 'spikes/loss_z')
+    >>> metrics.on_disk("eval/loss/gutenberg")
+    'eval_loss_gutenberg'
+    >>> metrics.undeclared(["loss", "layer_m/h00.mlp", "my_column"])  # [] for any run we write
+    ['my_column']
 
 A :class:`Column` names its **owner** (``"loop"``: the training loop, the toolkit's or a user's
 through ``SpikeMonitor``; ``"evaluator"``: the held-out evaluation; else the ``name`` of the probe
