@@ -31,7 +31,13 @@ from typing import Any, Protocol
 import pandas as pd
 
 from andrea_diag.errors import UserError
-from andrea_diag.tensorboard import STEP_COLUMN, TensorBoardRun, scalar_tags, tensorboard_tag
+from andrea_diag.tensorboard import (
+    STEP_COLUMN,
+    TensorBoardRun,
+    row_walltime,
+    scalar_tags,
+    tensorboard_tag,
+)
 
 
 class MetricSink(Protocol):
@@ -114,7 +120,8 @@ class MLflowSink:
         self._mlflow = mlflow
 
     def log(self, row: Mapping[str, Any]) -> None:
-        step, stamp = int(row[STEP_COLUMN]), int(time.time() * 1000)  # MLflow wants epoch ms
+        # the row's own time (tensorboard.row_walltime), else now; MLflow wants epoch ms
+        step, stamp = int(row[STEP_COLUMN]), int((row_walltime(row) or time.time()) * 1000)
         metrics = [self._mlflow.entities.Metric(key=k, value=v, timestamp=stamp,
                                                 step=step)
                    for k, v in _scalars(row, keep_nonfinite=False).items()]  # fmt: skip

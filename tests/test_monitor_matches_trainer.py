@@ -24,7 +24,7 @@ STEPS = 40  # past the spike warm-up (10 updates) and across bandit phase bounda
 # the loop's own columns; every other column of the trainer's rows comes from a probe
 LOOP_COLUMNS = {"update", "microbatches", "examples", "tokens", "phase", "boundary", "loss",
                 "grad_norm", "lr", "grad_norm_post", "clip_coef", "nonfinite", "applied",
-                "batch_hash", "injected", "time_s", "clip_ms", "skipped"}  # fmt: skip
+                "batch_hash", "injected", "time_s", "clip_ms", "skipped", "unix_time_s"}  # fmt: skip
 
 
 def _same(a: object, b: object) -> bool:
