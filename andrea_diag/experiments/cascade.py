@@ -31,6 +31,7 @@ from andrea_diag.data import BatchPlan, Mixer, PreparedData, prepare_data
 from andrea_diag.device import resolve_device
 from andrea_diag.errors import UserError
 from andrea_diag.experiments.resume import arm_state, check_same_run, move_aside
+from andrea_diag.experiments.status import DONE, RUNNING, marks_interruption
 from andrea_diag.factories import build_model, factory_sources
 from andrea_diag.record import read_cascade_meta, write_json
 from andrea_diag.rundir import child, read_json
@@ -321,23 +322,24 @@ def _run_locked(
         "steps": configs[0].steps,
         "replicas": configs[0].replicas,
         "command": " ".join(shlex.quote(a) for a in ["andrea-diag", *sys.argv[1:]]),
-        "status": "running",
+        "status": RUNNING,
     }
     if spec.resume:  # keep how the run was started; say how it was continued
         old = read_json(out_dir / "cascade.json", "the cascade's record", kind=dict)
         before = old.get("resumed_with")
         before = [str(c) for c in before] if isinstance(before, list) else []
-        meta = {**old, "status": "running", "resumed_with": [*before, meta["command"]]}
+        meta = {**old, "status": RUNNING, "resumed_with": [*before, meta["command"]]}
     if main:
         write_json(out_dir / "cascade.json", meta)
-    if configs[0].replicas > 1 and world == 1:
-        summaries = _launch_replicas(configs, out_dir, data, spec.resume)  # launch and wait
-    else:
-        summaries = run_arms(configs, out_dir, data, console, resume=spec.resume, states=states)
+    with marks_interruption(out_dir, meta, console, main=main):  # Ctrl-C: say how to resume
+        if configs[0].replicas > 1 and world == 1:
+            summaries = _launch_replicas(configs, out_dir, data, spec.resume)  # launch and wait
+        else:
+            summaries = run_arms(configs, out_dir, data, console, resume=spec.resume, states=states)
     if not main:
         return CascadeResult(out_dir, None, {}, True)
     identical = hashes_identical(out_dir, spec.clips)
-    meta.update(status="done", batch_hashes_identical=identical)
+    meta.update(status=DONE, batch_hashes_identical=identical)
     write_json(out_dir / "cascade.json", meta)
     report = None
     if render and report_renderer_available(console, out_dir):
