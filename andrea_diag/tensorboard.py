@@ -139,7 +139,7 @@ def _is_nan(value: Any) -> bool:
     return isinstance(value, float) and math.isnan(value)
 
 
-def _nan_measured(row: Mapping[str, Any]) -> list[str]:
+def nan_measured(row: Mapping[str, Any]) -> list[str]:
     """The columns of a non-finite row whose NaN is a measurement (see NAN_MEASURED)."""
     return [
         c
@@ -189,7 +189,7 @@ class TensorBoardRun:
         step = int(row[STEP_COLUMN])
         pairs = list(scalar_tags(row))
         if row.get("nonfinite") == 1:  # True, 1 or numpy's True; NaN and None are not
-            pairs += [(tensorboard_tag(c), math.nan) for c in _nan_measured(row)]
+            pairs += [(tensorboard_tag(c), math.nan) for c in nan_measured(row)]
         self._scalars(pairs, step, walltime=row_walltime(row))
         self._last_step = max(self._last_step, step)
 
@@ -223,7 +223,7 @@ class TensorBoardRun:
         self._writer.close()
 
 
-def _with_times(metrics: pd.DataFrame, env: Mapping[str, Any] | None) -> pd.DataFrame:
+def with_row_times(metrics: pd.DataFrame, env: Mapping[str, Any] | None) -> pd.DataFrame:
     """The rows with a ``unix_time_s``: their own, else (a run recorded before that column)
     env.json's start plus the summed per-update ``time_s``, else none (the writer's now)."""
     if TIME_COLUMN in metrics or "time_s" not in metrics:
@@ -236,6 +236,15 @@ def _with_times(metrics: pd.DataFrame, env: Mapping[str, Any] | None) -> pd.Data
         return metrics
     spent = pd.to_numeric(metrics["time_s"], errors="coerce").fillna(0.0).cumsum()
     return metrics.assign(**{TIME_COLUMN: started + spent})
+
+
+def run_summary(run: Path, loaded: Mapping[str, Any]) -> dict[str, Any] | None:
+    """summary.json, else (a run that stopped) its checked partial_summary.json, else None."""
+    summary = loaded["summary"]
+    if summary is None and (run / "partial_summary.json").exists():
+        partial = read_json(run / "partial_summary.json", "partial_summary.json", kind=dict)
+        summary = clean(partial, SUMMARY, str(run / "partial_summary.json"))
+    return summary
 
 
 def find_runs(path: Path) -> list[Path]:
@@ -262,7 +271,7 @@ def find_runs(path: Path) -> list[Path]:
     )
 
 
-def _folder_names(args: list[Path]) -> dict[Path, str]:
+def folder_names(args: list[Path]) -> dict[Path, str]:
     """One TensorBoard folder per run: its path below the argument's parent (``none``,
     ``cascade-x/none``, ``sweep/cell/none``), lengthened by parent folders until unique."""
     runs = [
@@ -287,7 +296,7 @@ def export_tensorboard(paths: list[Path], out: Path) -> list[tuple[Path, Path]]:
 
     if not paths:
         raise UserError("no run directories given", hint="pass one or more run directories")
-    names = _folder_names(paths)
+    names = folder_names(paths)
     if not names:
         raise UserError(f"no run directory (with a config.json) in {', '.join(map(str, paths))}")
     loaded = {run: load_run(run) for run in names}
@@ -305,14 +314,10 @@ def export_tensorboard(paths: list[Path], out: Path) -> list[tuple[Path, Path]]:
     written = []
     for run, r in todo.items():
         tb = TensorBoardRun(out / names[run], r["config"])
-        for row in _with_times(r["metrics"], r["env"]).to_dict("records"):
+        for row in with_row_times(r["metrics"], r["env"]).to_dict("records"):
             tb.log(row)
         tb.events(r["events"])
-        summary = r["summary"]
-        if summary is None and (run / "partial_summary.json").exists():
-            partial = read_json(run / "partial_summary.json", "partial_summary.json", kind=dict)
-            summary = clean(partial, SUMMARY, str(run / "partial_summary.json"))
-        tb.summary(summary)
+        tb.summary(run_summary(run, r))
         tb.close()
         written.append((run, out / names[run]))
     return written
