@@ -31,6 +31,7 @@ from andrea_diag.data import BatchPlan, Mixer, PreparedData, prepare_data
 from andrea_diag.device import resolve_device
 from andrea_diag.errors import UserError
 from andrea_diag.experiments.resume import arm_state, check_same_run, move_aside
+from andrea_diag.experiments.slow_start import SlowStart
 from andrea_diag.experiments.status import DONE, RUNNING, marks_interruption
 from andrea_diag.factories import build_model, factory_sources
 from andrea_diag.record import read_cascade_meta, write_json
@@ -146,6 +147,7 @@ def run_arms(
     )
     plan_path = out_dir / "batch_plan.json"
     summaries: dict[str, dict[str, Any]] = {}
+    eta = SlowStart.check(configs, console)  # 12m+ or bf16 on CPU: say so, then an ETA
 
     with _progress(console) as progress:
         for i, cfg in enumerate(configs):
@@ -176,8 +178,11 @@ def run_arms(
             task = progress.add_task(cfg.arm, total=cfg.steps, loss="-", gn="-")
 
             def tick(
-                update: int, row: dict[str, Any], _task: Any = task, _cfg: RunConfig = cfg
-            ) -> None:
+                update: int, row: dict[str, Any], _task: Any = task, _cfg: RunConfig = cfg,
+                _later: int = sum(c.steps for c in configs[i + 1 :]),
+            ) -> None:  # fmt: skip
+                if eta is not None:
+                    eta.observe(update, row, _cfg.steps - update + _later)
                 every = max(1, _cfg.steps // 10)
                 progress.update(
                     _task, completed=update, loss=_fmt(row["loss"]), gn=_fmt(row["grad_norm"])
