@@ -147,7 +147,7 @@ def run_arms(
     )
     plan_path = out_dir / "batch_plan.json"
     summaries: dict[str, dict[str, Any]] = {}
-    eta = SlowStart.check(configs, console)  # 12m+ or bf16 on CPU: say so, then an ETA
+    watch = SlowStart.watcher(configs, console)  # 12m+ or bf16 on CPU: say so, then an ETA
 
     with _progress(console) as progress:
         for i, cfg in enumerate(configs):
@@ -178,11 +178,8 @@ def run_arms(
             task = progress.add_task(cfg.arm, total=cfg.steps, loss="-", gn="-")
 
             def tick(
-                update: int, row: dict[str, Any], _task: Any = task, _cfg: RunConfig = cfg,
-                _later: int = sum(c.steps for c in configs[i + 1 :]),
-            ) -> None:  # fmt: skip
-                if eta is not None:
-                    eta.observe(update, row, _cfg.steps - update + _later)
+                update: int, row: dict[str, Any], _task: Any = task, _cfg: RunConfig = cfg
+            ) -> None:
                 every = max(1, _cfg.steps // 10)
                 progress.update(
                     _task, completed=update, loss=_fmt(row["loss"]), gn=_fmt(row["grad_norm"])
@@ -197,7 +194,7 @@ def run_arms(
                     )
 
             summaries[cfg.arm] = train_arm(
-                cfg, out_dir / cfg.arm, data, arm_plan, progress=tick, resume_from=ckpt
+                cfg, out_dir / cfg.arm, data, arm_plan, progress=watch(tick, i), resume_from=ckpt
             )
     if len(configs) == 1 and info.is_main:
         _complete_plan(plan, first.steps).save(plan_path)

@@ -1,11 +1,11 @@
 """A slow run says so before it starts, then how long it will take once it has measured itself.
 
-    eta = SlowStart.check(configs, console)      # cascade.py's run_arms; None when not slow
-    eta.observe(update, row, updates_left)       # from the progress callback, every update
+    watch = SlowStart.watcher(configs, console)  # cascade.py's run_arms: warns when slow
+    train_arm(..., progress=watch(tick, i))      # arm i's progress callback, observed first
 
 Two things are known to be slow on a CPU: a model of the 12m preset or larger (over 100 s an
-update measured on two cores) and bf16 autocast (12.6x slower than fp32 there, since CPUs
-emulate most bf16 matmuls). Such a run prints one line at the start, then, after
+update measured on two cores) and bf16 autocast (12.6x slower than fp32 there, measured on
+the tiny preset; issue 24). Such a run prints one line at the start, then, after
 :data:`ETA_AFTER` updates, one line with the seconds per update those updates took (their
 ``time_s``, measured wall time) and ``about N min for M updates``: the rest of this arm and the
 arms after it. Nothing is timed that the run does not already time.
@@ -14,6 +14,7 @@ arms after it. Nothing is timed that the run does not already time.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 from rich.console import Console
@@ -21,6 +22,7 @@ from rich.console import Console
 from andrea_diag.config import RunConfig
 from andrea_diag.device import resolve_device
 
+Tick = Callable[[int, dict[str, Any]], None]  # (update, metrics row): loop.ProgressFn
 ETA_AFTER = 3  # updates measured before the ETA line: past the first update's warm-up alone
 SLOW_PARAMS = 10_000_000  # the 12m preset (17.5M parameters) and every larger one
 
@@ -59,6 +61,25 @@ class SlowStart:
             soft_wrap=True,
         )
         return cls(console)
+
+    @classmethod
+    def watcher(cls, configs: list[RunConfig], console: Console) -> Callable[[Tick, int], Tick]:
+        """``watch(tick, i)``: arm ``i``'s progress callback, observed first when the run is
+        slow (the warning is printed here, once), else ``tick`` itself."""
+        eta = cls.check(configs, console)
+
+        def watch(tick: Tick, i: int) -> Tick:
+            if eta is None:
+                return tick
+            steps, later = configs[i].steps, sum(c.steps for c in configs[i + 1 :])
+
+            def observed(update: int, row: dict[str, Any]) -> None:
+                eta.observe(update, row, steps - update + later)
+                tick(update, row)
+
+            return observed
+
+        return watch
 
     def observe(self, update: int, row: dict[str, Any], updates_left: int) -> None:
         """Count one update's wall time; after ETA_AFTER of them, print the ETA once."""

@@ -55,7 +55,10 @@ def _label_arms(runs: list[dict[str, Any]]) -> list[Arm]:
     base = [a.label for a in arms]
     clash = {b for b in base if base.count(b) > 1}
     for depth in range(1, 1 + max((len(Path(a.dir).parts) for a in arms), default=0)):
-        labels = [f"{_run_folder(a, depth)}/{b}" if b in clash else b for a, b in zip(arms, base, strict=True)]  # fmt: skip
+        labels = [
+            f"{_run_folder(a, depth)}/{b}" if b in clash else b
+            for a, b in zip(arms, base, strict=True)
+        ]
         if len(set(labels)) == len(labels):
             break
     else:  # the same directory twice: number them
