@@ -69,6 +69,7 @@ def test_report_of_a_glob_of_cascades_writes_each_its_own_page(two_cascades):
         assert f"{c}/report.html" in res.output.replace("\n", "")
         assert other.name not in page  # its own arms only, not a merged page
     assert not (two_cascades[0].parent / "report.html").exists()
+    assert "one page comparing them: andrea-diag report" in res.output  # and how to get one
 
 
 def test_report_comparing_cascades_goes_to_out_never_over_a_runs_report(two_cascades, tmp_path):

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import shlex
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from andrea_diag.errors import UserError
 from andrea_diag.rundir import NAME_MAX
@@ -69,6 +71,10 @@ def report(
                 _sweep_pages(d, images)
             else:
                 _said(_render([d], None, title, images), images)
+        if len(run_dirs) > 1:
+            given = " ".join(shlex.quote(str(d)) for d in run_dirs)
+            console.print(f"one page comparing them: andrea-diag report {escape(given)} "
+                          "--out compare.html", highlight=False, soft_wrap=True)  # fmt: skip
 
 
 def _is_sweep(d: Path) -> bool:
