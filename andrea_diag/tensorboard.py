@@ -136,6 +136,8 @@ def writer_backend() -> tuple[Any, Any, Any]:
 
 
 def _is_nan(value: Any) -> bool:
+    if hasattr(value, "item") and getattr(value, "numel", lambda: 1)() == 1:
+        value = value.item()  # a live row's 0-dim tensor or numpy scalar
     return isinstance(value, float) and math.isnan(value)
 
 

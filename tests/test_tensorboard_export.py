@@ -305,3 +305,15 @@ def test_a_run_without_row_times_takes_its_start_plus_the_update_durations(make_
     want = start + metrics["time_s"].cumsum()  # time_s = 0.01 u in the synthetic run
     got = _events(folder, "loss/train")
     assert [got[u][1] for u in range(1, 6)] == pytest.approx(want.tolist())
+
+
+def test_the_live_writer_keeps_a_nonfinite_updates_nan_tensor_loss(tmp_path):
+    from andrea_diag.tensorboard import TensorBoardRun
+
+    tb = TensorBoardRun(tmp_path / "live")
+    nan = torch.tensor(float("nan"))  # live rows may hold 0-dim tensors until the flush
+    tb.log({"update": 1, "loss": torch.tensor(2.0), "grad_norm": 1.0, "nonfinite": False})
+    tb.log({"update": 2, "loss": nan, "grad_norm": math.inf, "nonfinite": torch.tensor(True)})
+    tb.close()
+    loss = _events(tmp_path / "live", "loss/train")
+    assert loss[1][0] == 2.0 and math.isnan(loss[2][0])
