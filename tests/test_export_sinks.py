@@ -111,3 +111,12 @@ def test_a_missing_extra_is_one_line_naming_it(flag, extra, cascade, tmp_path, m
 def test_no_format_names_every_choice(cascade):
     res = _cli(str(cascade))
     assert res.exit_code != 0 and "--wandb" in res.output and "--mlflow" in res.output
+
+
+@pytest.mark.slow
+def test_a_store_mlflow_cannot_use_is_one_line(cascade, tmp_path):
+    pytest.importorskip("mlflow")
+    res = _cli("--mlflow", "nosuchscheme://x", str(cascade))
+    assert res.exit_code != 0
+    assert [ln for ln in res.output.splitlines() if ln.startswith("error:")]
+    assert "MLflow refused the export" in res.output

@@ -155,13 +155,19 @@ def _environ(**values: str) -> Iterator[None]:
 
 
 def _mlflow(run_dirs: list[Path], store: str, experiment: str) -> None:
+    from mlflow.exceptions import MlflowException
+
     from andrea_diag.sinks import MLflowSink, export_to_sinks
 
     uri = store if ":" in store.split("/")[0] else Path(store).resolve().as_uri()
-    done = export_to_sinks(
-        run_dirs,
-        lambda name, config: MLflowSink(experiment, name=name, config=config, tracking_uri=uri),
-    )
+    try:
+        done = export_to_sinks(
+            run_dirs,
+            lambda name, config: MLflowSink(experiment, name=name, config=config, tracking_uri=uri),
+        )
+    except MlflowException as e:  # a store it cannot use, or a name it refuses: one line
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise UserError(f"MLflow refused the export to {uri}: {first[:300]}") from None
     for run, name in done:
         console.print(f"[bold green]mlflow:[/] {run} -> {name}", highlight=False)
     console.print(f"view: mlflow ui --backend-store-uri {uri}", highlight=False)
