@@ -34,6 +34,7 @@ import logging
 import platform
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
@@ -55,7 +56,10 @@ __all__ = ["NullRecorder", "Recorder", "load_run", "read_cascade_meta", "read_js
 log = logging.getLogger("andrea_diag.record")
 # Wall-clock measurements: they differ between two runs of the same config (and between a run
 # and its resumed copy), so comparisons of runs leave them out.
-WALL_CLOCK_COLUMNS = ("time_s", "clip_ms")
+WALL_CLOCK_COLUMNS = ("time_s", "clip_ms", "unix_time_s")
+# When each row was logged (seconds since the Unix epoch): the row's own time for exports
+# (TensorBoard's wall_time, MLflow's timestamp), stamped by Recorder.log unless the row has one.
+TIME_COLUMN = "unix_time_s"
 WALL_CLOCK_SUMMARY = ("wall_s", "clip_ms_median")
 
 
@@ -127,6 +131,7 @@ class Recorder:
 
     def log(self, row: dict[str, Any]) -> None:
         """One metrics row per optimizer update; written once ``flush_every`` rows wait."""
+        row.setdefault(TIME_COLUMN, time.time())
         self._pending.append(row)
         if len(self._pending) >= self.flush_every:
             self.flush()

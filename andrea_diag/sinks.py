@@ -24,14 +24,24 @@ import json
 import math
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
 import pandas as pd
 
 from andrea_diag.errors import UserError
-from andrea_diag.tensorboard import STEP_COLUMN, TensorBoardRun, scalar_tags, tensorboard_tag
+from andrea_diag.tensorboard import (
+    STEP_COLUMN,
+    TensorBoardRun,
+    folder_names,
+    nan_measured,
+    row_walltime,
+    run_summary,
+    scalar_tags,
+    tensorboard_tag,
+    with_row_times,
+)
 
 
 class MetricSink(Protocol):
@@ -58,7 +68,8 @@ def _scalars(row: Mapping[str, Any], keep_nonfinite: bool) -> dict[str, float]:
     return out
 
 
-def _need(module: str, extra: str) -> Any:
+def need(module: str, extra: str) -> Any:
+    """The optional back end ``module``, or one line naming the extra that installs it."""
     try:
         return __import__(module)
     except ImportError:
@@ -68,12 +79,15 @@ def _need(module: str, extra: str) -> Any:
 
 
 class WandbSink:
-    """Weights & Biases: one W&B run per andrea-diag run; offline by default."""
+    """Weights & Biases: one W&B run per andrea-diag run; offline by default.
+
+    An offline run's files are complete once W&B's service process has written them: at the
+    end of the Python process, or after ``wandb.teardown()`` (``finish()`` returns earlier)."""
 
     def __init__(self, project: str = "andrea-diag", *, name: str | None = None,
                  config: Mapping[str, Any] | None = None, mode: str = "offline",
                  dir: str | Path | None = None) -> None:  # fmt: skip
-        wandb = _need("wandb", "wandb")
+        wandb = need("wandb", "wandb")
         self._run = wandb.init(project=project, name=name, config=dict(config or {}),
                                mode=mode, dir=str(dir) if dir else None, reinit="create_new")  # fmt: skip
         self._wandb = wandb
@@ -99,7 +113,7 @@ class MLflowSink:
     def __init__(self, experiment: str = "andrea-diag", *, name: str | None = None,
                  config: Mapping[str, Any] | None = None,
                  tracking_uri: str = "file:./mlruns") -> None:  # fmt: skip
-        mlflow = _need("mlflow", "mlflow")
+        mlflow = need("mlflow", "mlflow")
         if tracking_uri.startswith("file:"):
             # MLflow 3.x keeps its file store in maintenance mode behind this switch; a file
             # store is what works offline with mlflow-skinny alone (no database driver)
@@ -114,7 +128,8 @@ class MLflowSink:
         self._mlflow = mlflow
 
     def log(self, row: Mapping[str, Any]) -> None:
-        step, stamp = int(row[STEP_COLUMN]), int(time.time() * 1000)  # MLflow wants epoch ms
+        # the row's own time (tensorboard.row_walltime), else now; MLflow wants epoch ms
+        step, stamp = int(row[STEP_COLUMN]), int((row_walltime(row) or time.time()) * 1000)
         metrics = [self._mlflow.entities.Metric(key=k, value=v, timestamp=stamp,
                                                 step=step)
                    for k, v in _scalars(row, keep_nonfinite=False).items()]  # fmt: skip
@@ -134,4 +149,41 @@ class MLflowSink:
         self._client.set_terminated(self._run_id)
 
 
-__all__ = ["MLflowSink", "MetricSink", "TensorBoardRun", "WandbSink"]
+SinkFactory = Callable[[str, Mapping[str, Any]], MetricSink]  # (run's name, its config) -> sink
+
+
+def _recorded(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A stored row as a live one: empty cells left out, a non-finite update's NaN kept."""
+    keep = set(nan_measured(row)) if row.get("nonfinite") == 1 else set()
+    return {k: v for k, v in row.items() if k in keep or not (v is None or v != v)}
+
+
+def export_to_sinks(paths: list[Path], make_sink: SinkFactory) -> list[tuple[Path, str]]:
+    """Every run under ``paths`` (a run, a cascade's arms, a sweep's cells) through its own
+    sink, ``make_sink(name, config)``: each row at its update, then events, summary, close.
+    ``name`` is the TensorBoard export's folder name (``cascade-x/none``). Returns (run
+    directory, name) pairs; runs without a metric row are skipped, none at all is a UserError."""
+    from andrea_diag.record import load_run
+
+    if not paths:
+        raise UserError("no run directories given", hint="pass one or more run directories")
+    names = folder_names(paths)
+    loaded = {run: load_run(run) for run in names}
+    todo = {run: r for run, r in loaded.items() if not r["metrics"].empty}
+    if not todo:
+        raise UserError("no metric rows in any of these runs: nothing to export")
+    done = []
+    for run, r in todo.items():
+        sink = make_sink(names[run], r["config"] or {})
+        try:
+            for row in with_row_times(r["metrics"], r["env"]).to_dict("records"):
+                sink.log(_recorded(row))
+            sink.events(r["events"])
+            sink.summary(run_summary(run, r))
+        finally:
+            sink.close()
+        done.append((run, names[run]))
+    return done
+
+
+__all__ = ["MLflowSink", "MetricSink", "TensorBoardRun", "WandbSink", "export_to_sinks"]

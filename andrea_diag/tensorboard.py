@@ -15,7 +15,11 @@ flag), ``optstate/…`` (Adam ``m``/``v`` norms, pollution shares, per layer), `
 ``data/…`` (bandit phase and source weights), ``optim/…``, ``amp/…``, ``progress/…``; a column
 that no rule names keeps its own name when it already holds a ``/``, else it goes under
 ``misc/``. Empty cells (a source not drawn, a probe not run at that update) write nothing; an
-infinite value is written as it is. The run's config, spike events and summary are written as
+infinite value is written as it is. A non-finite update (``nonfinite`` set: a diverged run's
+end) keeps its NaN loss and gradient norms (:data:`NAN_MEASURED`) as NaN scalars, which
+TensorBoard draws, so the end of a diverged run does not vanish. Each event's wall time is the
+row's own ``unix_time_s`` (stamped when the row was recorded); a run older than that column
+takes ``env.json``'s start plus the summed ``time_s``. The run's config, spike events and summary are written as
 text (``run/config``, ``spikes/events``, ``run/summary``).
 
 The writer: tensorboardX, else torch's ``torch.utils.tensorboard``. Both write the same event
@@ -46,6 +50,10 @@ from andrea_diag.runread import SUMMARY, clean
 INSTALL_HINT = 'pip install tensorboardX (the "tensorboard" extra; about 3 MB installed)'
 
 STEP_COLUMN = "update"
+TIME_COLUMN = "unix_time_s"  # record.TIME_COLUMN (the row's wall time): the event's, not a tag
+# On a row flagged ``nonfinite``, NaN in these columns (and ``layer_gn/...``) is what was
+# measured, not an empty cell: they are measured at every update, unlike per-source losses.
+NAN_MEASURED = ("loss", "grad_norm", "grad_norm_post", "clip_coef")
 
 
 @functools.lru_cache(maxsize=4096)  # a run has ~100 columns, each looked up every update
@@ -65,7 +73,7 @@ def scalar_tags(row: Mapping[str, Any]) -> Iterator[tuple[str, float]]:
     Booleans become 0/1; strings (batch hashes, injection labels) and empty cells are left out.
     """
     for column, value in row.items():
-        if column == STEP_COLUMN or value is None or isinstance(value, str):
+        if column in (STEP_COLUMN, TIME_COLUMN) or value is None or isinstance(value, str):
             continue
         if hasattr(value, "item"):  # numpy / torch scalars
             try:
@@ -104,6 +112,31 @@ def writer_backend() -> tuple[Any, Any, Any]:
     return FileWriter, Summary, text
 
 
+def _is_nan(value: Any) -> bool:
+    if hasattr(value, "item") and getattr(value, "numel", lambda: 1)() == 1:
+        value = value.item()  # a live row's 0-dim tensor or numpy scalar
+    return isinstance(value, float) and math.isnan(value)
+
+
+def nan_measured(row: Mapping[str, Any]) -> list[str]:
+    """The columns of a non-finite row whose NaN is a measurement (see NAN_MEASURED)."""
+    return [
+        c
+        for c, v in row.items()
+        if (c in NAN_MEASURED or c.startswith("layer_gn/")) and (v is None or _is_nan(v))
+    ]
+
+
+def row_walltime(row: Mapping[str, Any]) -> float | None:
+    """The row's own time (seconds since the epoch), or None (the writer then uses now)."""
+    t = row.get(TIME_COLUMN)
+    if hasattr(t, "item"):
+        t = t.item()
+    if isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t) and t > 0:
+        return float(t)
+    return None
+
+
 def _code_block(obj: Any) -> str:
     # TensorBoard's text plugin renders markdown: indent by four spaces for a code block
     text = json.dumps(obj, indent=2, default=str)
@@ -122,15 +155,21 @@ class TensorBoardRun:
         if config:
             self._writer.add_summary(self._text("run/config", _code_block(config)), 0)
 
-    def _scalars(self, pairs: list[tuple[str, float]], step: int) -> None:
+    def _scalars(
+        self, pairs: list[tuple[str, float]], step: int, walltime: float | None = None
+    ) -> None:
         value = [self._summary.Value(tag=tag, simple_value=v) for tag, v in pairs]
         if value:
-            self._writer.add_summary(self._summary(value=value), step)
+            self._writer.add_summary(self._summary(value=value), step, walltime=walltime)
 
     def log(self, row: Mapping[str, Any]) -> None:
-        """One metrics row (one optimizer update): every numeric cell at step = ``update``."""
+        """One metrics row (one optimizer update): every numeric cell at step = ``update``, at
+        the row's own wall time; a non-finite update's NaN loss and norms included."""
         step = int(row[STEP_COLUMN])
-        self._scalars(list(scalar_tags(row)), step)
+        pairs = list(scalar_tags(row))
+        if row.get("nonfinite") == 1:  # True, 1 or numpy's True; NaN and None are not
+            pairs += [(tensorboard_tag(c), math.nan) for c in nan_measured(row)]
+        self._scalars(pairs, step, walltime=row_walltime(row))
         self._last_step = max(self._last_step, step)
 
     def events(self, events: pd.DataFrame) -> None:
@@ -163,6 +202,30 @@ class TensorBoardRun:
         self._writer.close()
 
 
+def with_row_times(metrics: pd.DataFrame, env: Mapping[str, Any] | None) -> pd.DataFrame:
+    """The rows with a ``unix_time_s``: their own, else (a run recorded before that column)
+    env.json's start plus the summed per-update ``time_s``, else none (the writer's now)."""
+    if TIME_COLUMN in metrics or "time_s" not in metrics:
+        return metrics
+    from datetime import datetime
+
+    try:
+        started = datetime.fromisoformat(str((env or {}).get("started"))).timestamp()
+    except ValueError:
+        return metrics
+    spent = pd.to_numeric(metrics["time_s"], errors="coerce").fillna(0.0).cumsum()
+    return metrics.assign(**{TIME_COLUMN: started + spent})
+
+
+def run_summary(run: Path, loaded: Mapping[str, Any]) -> dict[str, Any] | None:
+    """summary.json, else (a run that stopped) its checked partial_summary.json, else None."""
+    summary = loaded["summary"]
+    if summary is None and (run / "partial_summary.json").exists():
+        partial = read_json(run / "partial_summary.json", "partial_summary.json", kind=dict)
+        summary = clean(partial, SUMMARY, str(run / "partial_summary.json"))
+    return summary
+
+
 def find_runs(path: Path) -> list[Path]:
     """The run directories under one CLI argument: a run, a cascade (its arms) or a sweep."""
     if not path.exists():
@@ -187,7 +250,7 @@ def find_runs(path: Path) -> list[Path]:
     )
 
 
-def _folder_names(args: list[Path]) -> dict[Path, str]:
+def folder_names(args: list[Path]) -> dict[Path, str]:
     """One TensorBoard folder per run: its path below the argument's parent (``none``,
     ``cascade-x/none``, ``sweep/cell/none``), lengthened by parent folders until unique."""
     runs = [
@@ -212,7 +275,7 @@ def export_tensorboard(paths: list[Path], out: Path) -> list[tuple[Path, Path]]:
 
     if not paths:
         raise UserError("no run directories given", hint="pass one or more run directories")
-    names = _folder_names(paths)
+    names = folder_names(paths)
     if not names:
         raise UserError(f"no run directory (with a config.json) in {', '.join(map(str, paths))}")
     loaded = {run: load_run(run) for run in names}
@@ -230,14 +293,10 @@ def export_tensorboard(paths: list[Path], out: Path) -> list[tuple[Path, Path]]:
     written = []
     for run, r in todo.items():
         tb = TensorBoardRun(out / names[run], r["config"])
-        for row in r["metrics"].to_dict("records"):
+        for row in with_row_times(r["metrics"], r["env"]).to_dict("records"):
             tb.log(row)
         tb.events(r["events"])
-        summary = r["summary"]
-        if summary is None and (run / "partial_summary.json").exists():
-            partial = read_json(run / "partial_summary.json", "partial_summary.json", kind=dict)
-            summary = clean(partial, SUMMARY, str(run / "partial_summary.json"))
-        tb.summary(summary)
+        tb.summary(run_summary(run, r))
         tb.close()
         written.append((run, out / names[run]))
     return written

@@ -66,7 +66,7 @@ def test_every_cli_field_is_in_help(command: str) -> None:
 def test_help_keeps_bracketed_text_and_shows_no_bool_type_on_flags() -> None:
     cascade, report = _help("cascade"), _help("report")
     assert "{source name: [documents]}" in cascade  # not eaten as rich markup
-    assert "report.html next to the runs" in report
+    assert "each run's own report.html, inside it" in report
     for command in _commands():
         assert "<bool>" not in _help(command), command
 

@@ -8,6 +8,7 @@ import math
 
 import pytest
 import torch
+from wandb_records import wandb_records
 
 from andrea_diag.monitor import SpikeMonitor
 from andrea_diag.record import load_run
@@ -63,45 +64,18 @@ def test_a_nan_loss_is_kept_for_wandb_and_left_out_for_mlflow():
     assert "loss/train" not in _scalars(row, keep_nonfinite=False)
 
 
-def _wandb_records(path):
-    """The protobuf Records of an offline ``run-*.wandb`` file, decoded with W&B's own schema.
-
-    The file is W&B's transaction log: a 7-byte header (``:W&B``, magic, version), then
-    LevelDB-log blocks of 32 KiB whose records are (crc 4, length 2, type 1, data); types 1-4
-    are full / first / middle / last fragments. wandb 0.31 ships no Python scanner for it (its
-    core is Go), so the scan is here; the decoding is ``wandb_internal_pb2.Record``'s.
-    """
-    from wandb.proto import wandb_internal_pb2
-
-    data, block, pos, parts = path.read_bytes(), 32768, 7, b""
-    assert data[:4] == b":W&B"
-    while pos + 7 <= len(data):
-        left = block - pos % block
-        if left < 7:  # a block's tail too short for a header is padding
-            pos += left
-            continue
-        length = int.from_bytes(data[pos + 4 : pos + 6], "little")
-        kind, chunk = data[pos + 6], data[pos + 7 : pos + 7 + length]
-        pos += 7 + length
-        if kind == 0 and length == 0:
-            continue
-        parts = chunk if kind in (1, 2) else parts + chunk
-        if kind in (1, 4):
-            rec = wandb_internal_pb2.Record()
-            rec.ParseFromString(parts)
-            yield rec
-
-
 @pytest.mark.slow
 def test_wandb_offline_run_holds_the_metrics(tmp_path, monkeypatch):
     pytest.importorskip("wandb")
     monkeypatch.setenv("WANDB_SILENT", "true")
     sink = WandbSink(project="t", dir=tmp_path / "wb", mode="offline")
     metrics = _train(tmp_path, [sink])
+    # finish() returns before W&B's service has written the file; stopping it waits for that
+    __import__("wandb").teardown()
     files = list((tmp_path / "wb" / "wandb").glob("offline-run-*/run-*.wandb"))
     assert len(files) == 1
     losses = {}
-    for rec in _wandb_records(files[0]):
+    for rec in wandb_records(files[0]):
         if rec.WhichOneof("record_type") == "history":
             items = {i.key or "/".join(i.nested_key): i.value_json for i in rec.history.item}
             if "loss/train" in items:

@@ -55,7 +55,7 @@ def _expected_cells(metrics: pd.DataFrame) -> dict[str, dict[int, float]]:
     """Every numeric, non-empty cell of a metrics table, keyed as the export should tag it."""
     want: dict[str, dict[int, float]] = {}
     for col in metrics.columns:
-        if col == "update" or not (
+        if col in ("update", "unix_time_s") or not (  # the step and the wall time: no tag
             pd.api.types.is_numeric_dtype(metrics[col]) or pd.api.types.is_bool_dtype(metrics[col])
         ):
             continue
@@ -248,3 +248,72 @@ def test_cli_bad_input_is_one_clear_line_and_nonzero_exit(
     assert len([ln for ln in res.output.splitlines() if ln.startswith("error:")]) == 1
     if setup != "already":
         assert not any(out.rglob("events.out.tfevents.*"))  # nothing half-written
+
+
+def _events(folder: Path, tag: str) -> dict[int, tuple[float, float]]:
+    """step -> (value, wall_time) of one scalar tag, through TensorBoard's own reader."""
+    acc = EventAccumulator(str(folder), size_guidance={"scalars": 0})
+    acc.Reload()
+    return {e.step: (e.value, e.wall_time) for e in acc.Scalars(tag)}
+
+
+def test_a_diverged_runs_nonfinite_rows_are_exported_as_nan_and_inf(make_run, tmp_path):
+    run = make_run(tmp_path / "c" / "none", n_updates=20, spikes=(5,))
+    metrics = load_run(run)["metrics"]
+    end = metrics["update"] >= 18  # the run diverged at update 18
+    metrics.loc[end, ["loss", "grad_norm_post"]] = math.nan
+    metrics.loc[end, "grad_norm"] = math.inf
+    metrics.loc[end, "nonfinite"] = True
+    metrics.loc[metrics["update"] == 20, "grad_norm"] = math.nan
+    metrics.to_parquet(run / "metrics.parquet", index=False)
+
+    [(_, folder)] = export_tensorboard([run], tmp_path / "tb")
+    loss = _events(folder, "loss/train")
+    assert sorted(loss) == list(range(1, 21))  # the diverged end is there
+    assert all(math.isnan(loss[u][0]) for u in (18, 19, 20))
+    assert math.isfinite(loss[17][0])
+    grad = _events(folder, "grad_norm/total")
+    assert grad[18][0] == math.inf and math.isnan(grad[20][0])
+    assert math.isnan(_events(folder, "clip/grad_norm_post")[19][0])
+    # an empty per-source cell of a finite row is still not written
+    empty = metrics[metrics["loss_gutenberg"].isna() & ~end]["update"]
+    if len(empty):
+        assert int(empty.iloc[0]) not in _events(folder, "loss/train_gutenberg")
+
+
+def test_export_wall_time_is_each_rows_own_time_not_the_export_time(make_run, tmp_path):
+    run = make_run(tmp_path / "c" / "none", n_updates=10)
+    metrics = load_run(run)["metrics"]
+    assert "unix_time_s" in metrics  # the recorder stamps every row
+    stamps = 1_700_000_000.0 + 60.0 * metrics["update"]  # a run of 2026-11... one a minute
+    metrics.assign(unix_time_s=stamps).to_parquet(run / "metrics.parquet", index=False)
+    [(_, folder)] = export_tensorboard([run], tmp_path / "tb")
+    got = {u: wall for u, (_, wall) in _events(folder, "loss/train").items()}
+    assert got == pytest.approx(dict(zip(metrics["update"], stamps, strict=True)))
+    assert "misc/unix_time_s" not in _read(folder)[0]  # the time is no scalar of its own
+
+
+def test_a_run_without_row_times_takes_its_start_plus_the_update_durations(make_run, tmp_path):
+    run = make_run(tmp_path / "c" / "none", n_updates=5, spikes=(3,))
+    metrics = load_run(run)["metrics"].drop(columns=["unix_time_s"])
+    metrics.to_parquet(run / "metrics.parquet", index=False)
+    env = json.loads((run / "env.json").read_text())
+    env["started"] = "2026-01-02T03:04:05+00:00"
+    (run / "env.json").write_text(json.dumps(env))
+    [(_, folder)] = export_tensorboard([run], tmp_path / "tb")
+    start = 1767323045.0  # 2026-01-02T03:04:05Z
+    want = start + metrics["time_s"].cumsum()  # time_s = 0.01 u in the synthetic run
+    got = _events(folder, "loss/train")
+    assert [got[u][1] for u in range(1, 6)] == pytest.approx(want.tolist())
+
+
+def test_the_live_writer_keeps_a_nonfinite_updates_nan_tensor_loss(tmp_path):
+    from andrea_diag.tensorboard import TensorBoardRun
+
+    tb = TensorBoardRun(tmp_path / "live")
+    nan = torch.tensor(float("nan"))  # live rows may hold 0-dim tensors until the flush
+    tb.log({"update": 1, "loss": torch.tensor(2.0), "grad_norm": 1.0, "nonfinite": False})
+    tb.log({"update": 2, "loss": nan, "grad_norm": math.inf, "nonfinite": torch.tensor(True)})
+    tb.close()
+    loss = _events(tmp_path / "live", "loss/train")
+    assert loss[1][0] == 2.0 and math.isnan(loss[2][0])

@@ -1,13 +1,23 @@
-"""``andrea-diag export --tensorboard RUN_DIR...``: run directories as TensorBoard event files.
+"""``andrea-diag export RUN_DIR...``: run directories as TensorBoard, W&B or MLflow runs.
 
     andrea-diag export --tensorboard runs/cascade-tiny-*/ --out runs/tb
     tensorboard --logdir runs/tb        # one folder per arm, beside your other runs
 
-Tags and the writer are described in :mod:`andrea_diag.tensorboard`.
+    andrea-diag export --wandb runs/cascade-tiny-a --out runs/wb       # offline: no network
+    wandb sync runs/wb/wandb/offline-run-*                              # when you choose to
+
+    andrea-diag export --mlflow runs/mlruns runs/cascade-tiny-a        # a file store
+    mlflow ui --backend-store-uri runs/mlruns
+
+Every arm becomes one run of the tool, with the tags of :mod:`andrea_diag.tensorboard`, written
+through the sinks of :mod:`andrea_diag.sinks` (the ones ``SpikeMonitor(loggers=[...])`` uses).
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated
 
@@ -35,26 +45,129 @@ def export(
             "spikes/ ...; step = update). Needs tensorboardX or tensorboard.",
         ),
     ] = False,
+    wandb: Annotated[
+        bool,
+        typer.Option(
+            "--wandb",
+            help="Write Weights & Biases runs, offline (WANDB_MODE=offline: nothing is sent; "
+            "`wandb sync` them later), into --out/wandb. Needs the wandb extra.",
+        ),
+    ] = False,
+    mlflow: Annotated[
+        str | None,
+        typer.Option(
+            "--mlflow",
+            metavar="STORE",
+            help="Log MLflow runs to this tracking store: a folder (a file store) or a "
+            "file:/ URI. Needs the mlflow extra.",
+        ),
+    ] = None,
+    project: Annotated[
+        str, typer.Option(help="W&B project / MLflow experiment the runs go into.")
+    ] = "andrea-diag",
     out: Annotated[
         Path | None,
         typer.Option(
-            help="Folder to write into, one subfolder per run (default: "
-            "<first run's parent>/tensorboard)."
+            help="Folder to write TensorBoard and W&B files into, one subfolder per run "
+            "(default: <first run's parent>/tensorboard, <first run's parent>/wandb)."
         ),
     ] = None,
 ) -> None:
-    """Export run directories to another tool's format (TensorBoard event files)."""
-    from andrea_diag.tensorboard import export_tensorboard
-
-    if not tensorboard:
-        raise UserError("choose an export format", hint="andrea-diag export --tensorboard RUN_DIR")
+    """Export run directories to another tool's format (TensorBoard, W&B offline, MLflow)."""
+    if not (tensorboard or wandb or mlflow):
+        raise UserError(
+            "choose an export format",
+            hint="andrea-diag export --tensorboard | --wandb | --mlflow STORE RUN_DIR",
+        )
     for d in [*run_dirs, *([out] if out is not None else [])]:
         check_path(d)
-    target = out or (run_dirs[0].parent / "tensorboard")
-    if target.exists() and not target.is_dir():
-        raise UserError(f"--out {target} is a file", hint="give a folder")
+    if out is not None and out.exists() and not out.is_dir():
+        raise UserError(f"--out {out} is a file", hint="give a folder")
+    _backends_present(tensorboard, wandb, mlflow)  # a missing extra: one line, nothing written
     with damaged_run_dir(run_dirs):  # run dirs are untrusted: any surprise is one line
-        written = export_tensorboard(run_dirs, target)
-    for run, folder in written:
+        if tensorboard:
+            _tensorboard(run_dirs, out or (run_dirs[0].parent / "tensorboard"))
+        if wandb:
+            _wandb(run_dirs, out or (run_dirs[0].parent / "wandb"), project)
+        if mlflow:
+            _mlflow(run_dirs, mlflow, project)
+
+
+def _backends_present(tensorboard: bool, wandb: bool, mlflow: str | None) -> None:
+    from andrea_diag.sinks import need
+    from andrea_diag.tensorboard import writer_backend
+
+    if tensorboard:
+        writer_backend()
+    if wandb:
+        need("wandb", "wandb")
+    if mlflow:
+        need("mlflow", "mlflow")
+
+
+def _tensorboard(run_dirs: list[Path], target: Path) -> None:
+    from andrea_diag.tensorboard import export_tensorboard
+
+    for run, folder in export_tensorboard(run_dirs, target):
         console.print(f"[bold green]tensorboard:[/] {run} -> {folder}", highlight=False)
     console.print(f"view: tensorboard --logdir {target}", highlight=False)
+
+
+def _wandb(run_dirs: list[Path], target: Path, project: str) -> None:
+    from andrea_diag.sinks import WandbSink, export_to_sinks
+
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UserError(f"cannot create --out {target}: {e.strerror or e}") from None
+    # offline whatever the user's settings say: an export never reaches the network
+    with _environ(WANDB_MODE="offline", WANDB_SILENT=os.environ.get("WANDB_SILENT", "true")):
+        try:
+            done = export_to_sinks(
+                run_dirs,
+                lambda name, config: WandbSink(
+                    project, name=name, config=config, mode="offline", dir=target
+                ),
+            )
+        finally:
+            # finish() returns before W&B's service has written the run files; stopping the
+            # service waits for them, so they are complete when the command says so
+            __import__("wandb").teardown()
+    for run, name in done:
+        console.print(f"[bold green]wandb:[/] {run} -> {name} (offline)", highlight=False)
+    console.print(f"upload when you choose: wandb sync {target / 'wandb'}/offline-run-*",
+                  highlight=False)  # fmt: skip
+
+
+@contextlib.contextmanager
+def _environ(**values: str) -> Iterator[None]:
+    """Environment variables set for the block only (the CLI runs in the caller's process)."""
+    old = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _mlflow(run_dirs: list[Path], store: str, experiment: str) -> None:
+    from mlflow.exceptions import MlflowException
+
+    from andrea_diag.sinks import MLflowSink, export_to_sinks
+
+    uri = store if ":" in store.split("/")[0] else Path(store).resolve().as_uri()
+    try:
+        done = export_to_sinks(
+            run_dirs,
+            lambda name, config: MLflowSink(experiment, name=name, config=config, tracking_uri=uri),
+        )
+    except MlflowException as e:  # a store it cannot use, or a name it refuses: one line
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise UserError(f"MLflow refused the export to {uri}: {first[:300]}") from None
+    for run, name in done:
+        console.print(f"[bold green]mlflow:[/] {run} -> {name}", highlight=False)
+    console.print(f"view: mlflow ui --backend-store-uri {uri}", highlight=False)

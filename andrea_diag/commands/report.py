@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import shlex
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from andrea_diag.errors import UserError
 from andrea_diag.rundir import NAME_MAX
@@ -25,7 +27,11 @@ def report(
     ],
     out: Annotated[
         Path | None,
-        typer.Option(help="HTML file to write.", show_default="report.html next to the runs"),
+        typer.Option(
+            help="One HTML page comparing every run given (labels prefixed by each run's "
+            "folder), written here; never over a run's own report.html.",
+            show_default="each run's own report.html, inside it",
+        ),
     ] = None,
     title: Annotated[str | None, typer.Option(help="Report title.")] = None,
     png: Annotated[
@@ -40,14 +46,14 @@ def report(
         bool, typer.Option("--svg", help="Also write each chart as an SVG beside the HTML.")
     ] = False,
 ) -> None:
-    """Render one self-contained HTML report (works offline) comparing the given runs.
+    """Render self-contained HTML reports (they work offline) of run or cascade directories.
 
-    Unfinished runs render too, under a box saying where and why each arm stopped. The page is
-    written inside the run (a single run or cascade: its own report.html) unless --out says
-    where; run directories are read as untrusted input (nothing in them runs or escapes)."""
-    from andrea_diag.commands.pages import rejudge_ladder
-    from andrea_diag.report.sweep_dir import render_sweep_dir
-
+    Without --out, every directory given gets its own report, written inside it
+    (DIR/report.html): `report runs/cascade-tiny-*/` renders each cascade on its own page.
+    With --out, one page compares all of them, each arm labelled with its run's folder name
+    (cascade-a/none, cascade-b/none) and drawn in its own colour. Unfinished runs render too,
+    under a box saying where and why each arm stopped. Run directories are read as untrusted
+    input (nothing in them runs or escapes)."""
     images = [fmt for fmt, on in (("png", png), ("svg", svg)) if on]
     for d in [*run_dirs, *([out] if out is not None else [])]:
         check_path(d)
@@ -55,22 +61,49 @@ def report(
         if not d.exists():
             raise UserError(f"{d} does not exist")
     with damaged_run_dir(run_dirs):
-        if len(run_dirs) == 1 and (run_dirs[0] / "sweep.json").exists():
-            if images:  # the sweep page's charts are not exported (yet): say so first
-                raise UserError(
-                    "--png/--svg draw the charts of run and cascade reports, not of the sweep page",
-                    hint=f"pass one cell, e.g. andrea-diag report --png {run_dirs[0]}/<cell>",
-                )
-            console.print(f"[bold green]sweep:[/] {render_sweep_dir(run_dirs[0])}")
-            ladder = rejudge_ladder(run_dirs[0], console)  # a ladder: today's statistics
-            if ladder is not None:
-                console.print(f"[bold green]ladder:[/] {ladder}")
+        if out is not None and not (len(run_dirs) == 1 and _is_sweep(run_dirs[0])):
+            _said(_render(run_dirs, out, title, images), images)
             return
-        _said(_render(run_dirs, out, title, images), images)
+        if len(set(map(_same, run_dirs))) < len(run_dirs):
+            raise UserError("the same run directory was given twice")
+        for d in run_dirs:  # each its own page, inside it (e.g. a shell glob of cascades)
+            if _is_sweep(d):
+                _sweep_pages(d, images)
+            else:
+                _said(_render([d], None, title, images), images)
+        if len(run_dirs) > 1:
+            given = " ".join(shlex.quote(str(d)) for d in run_dirs)
+            console.print(f"one page comparing them: andrea-diag report {escape(given)} "
+                          "--out compare.html", highlight=False, soft_wrap=True)  # fmt: skip
+
+
+def _is_sweep(d: Path) -> bool:
+    return (d / "sweep.json").exists()
+
+
+def _sweep_pages(sweep: Path, images: list[str]) -> None:
+    """A sweep's own page (and a ladder's, with today's statistics), inside the sweep."""
+    from andrea_diag.commands.pages import rejudge_ladder
+    from andrea_diag.report.sweep_dir import render_sweep_dir
+
+    if images:  # the sweep page's charts are not exported (yet): say so first
+        raise UserError(
+            "--png/--svg draw the charts of run and cascade reports, not of the sweep page",
+            hint=f"pass one cell, e.g. andrea-diag report --png {sweep}/<cell>",
+        )
+    console.print(f"[bold green]sweep:[/] {render_sweep_dir(sweep)}")
+    ladder = rejudge_ladder(sweep, console)
+    if ladder is not None:
+        console.print(f"[bold green]ladder:[/] {ladder}")
+
+
+def _same(d: Path) -> Path:
+    return d.resolve()
 
 
 def _render(run_dirs: list[Path], out: Path | None, title: str | None, images: list[str]) -> Path:
-    """The report of ``run_dirs``: a cascade's own page, or one page comparing runs."""
+    """The report of ``run_dirs``: a cascade's own page (one cascade, no ``out``), a run's own
+    page, or one page comparing every arm of them, written to ``out``."""
     from andrea_diag.record import read_cascade_meta
     from andrea_diag.report import render_cascade, render_report
     from andrea_diag.rundir import child
@@ -89,14 +122,15 @@ def _render(run_dirs: list[Path], out: Path | None, title: str | None, images: l
             f"no run directory (with a config.json) in {', '.join(map(str, run_dirs))}",
             hint="no arm of these cascades started; nothing was recorded to report",
         )
-    if out is None and len(run_dirs) > 1:
-        raise UserError(
-            "a report comparing several run directories needs --out",
-            hint="the page is written inside a run only when one run is given",
-        )
     target = out or (run_dirs[0] / "report.html")  # inside the run, never beside it
     if target.is_dir():
         raise UserError(f"--out {target} is a directory", hint="give a file name, e.g. report.html")
+    own = {_same(d / "report.html") for d in [*run_dirs, *expanded]}
+    if out is not None and len(run_dirs) > 1 and _same(target) in own:
+        raise UserError(
+            f"--out {target} is a run's own report",
+            hint="write the comparison elsewhere, e.g. --out compare.html",
+        )
     return render_report(expanded, target, title=title, images=images)
 
 

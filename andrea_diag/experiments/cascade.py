@@ -31,6 +31,8 @@ from andrea_diag.data import BatchPlan, Mixer, PreparedData, prepare_data
 from andrea_diag.device import resolve_device
 from andrea_diag.errors import UserError
 from andrea_diag.experiments.resume import arm_state, check_same_run, move_aside
+from andrea_diag.experiments.slow_start import SlowStart
+from andrea_diag.experiments.status import DONE, RUNNING, marks_interruption
 from andrea_diag.factories import build_model, factory_sources
 from andrea_diag.record import read_cascade_meta, write_json
 from andrea_diag.rundir import child, read_json
@@ -145,6 +147,7 @@ def run_arms(
     )
     plan_path = out_dir / "batch_plan.json"
     summaries: dict[str, dict[str, Any]] = {}
+    watch = SlowStart.watcher(configs, console)  # 12m+ or bf16 on CPU: say so, then an ETA
 
     with _progress(console) as progress:
         for i, cfg in enumerate(configs):
@@ -191,7 +194,7 @@ def run_arms(
                     )
 
             summaries[cfg.arm] = train_arm(
-                cfg, out_dir / cfg.arm, data, arm_plan, progress=tick, resume_from=ckpt
+                cfg, out_dir / cfg.arm, data, arm_plan, progress=watch(tick, i), resume_from=ckpt
             )
     if len(configs) == 1 and info.is_main:
         _complete_plan(plan, first.steps).save(plan_path)
@@ -321,23 +324,24 @@ def _run_locked(
         "steps": configs[0].steps,
         "replicas": configs[0].replicas,
         "command": " ".join(shlex.quote(a) for a in ["andrea-diag", *sys.argv[1:]]),
-        "status": "running",
+        "status": RUNNING,
     }
     if spec.resume:  # keep how the run was started; say how it was continued
         old = read_json(out_dir / "cascade.json", "the cascade's record", kind=dict)
         before = old.get("resumed_with")
         before = [str(c) for c in before] if isinstance(before, list) else []
-        meta = {**old, "status": "running", "resumed_with": [*before, meta["command"]]}
+        meta = {**old, "status": RUNNING, "resumed_with": [*before, meta["command"]]}
     if main:
         write_json(out_dir / "cascade.json", meta)
-    if configs[0].replicas > 1 and world == 1:
-        summaries = _launch_replicas(configs, out_dir, data, spec.resume)  # launch and wait
-    else:
-        summaries = run_arms(configs, out_dir, data, console, resume=spec.resume, states=states)
+    with marks_interruption(out_dir, meta, console, main=main):  # Ctrl-C: say how to resume
+        if configs[0].replicas > 1 and world == 1:
+            summaries = _launch_replicas(configs, out_dir, data, spec.resume)  # launch and wait
+        else:
+            summaries = run_arms(configs, out_dir, data, console, resume=spec.resume, states=states)
     if not main:
         return CascadeResult(out_dir, None, {}, True)
     identical = hashes_identical(out_dir, spec.clips)
-    meta.update(status="done", batch_hashes_identical=identical)
+    meta.update(status=DONE, batch_hashes_identical=identical)
     write_json(out_dir / "cascade.json", meta)
     report = None
     if render and report_renderer_available(console, out_dir):

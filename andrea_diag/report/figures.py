@@ -267,7 +267,7 @@ def loss_scale_figure(arms: list[Arm]) -> tuple[go.Figure | None, str]:
             skipped_total += len(skipped)
             fig.add_trace(go.Scatter(x=skipped["update"], y=skipped["loss_scale"], mode="markers",
                                      name=f"{a.label}: skipped", marker=dict(symbol="x", size=10,
-                                     color=style.color[a.arm])))  # fmt: skip
+                                     color=style.of(a))))  # fmt: skip
     mark_boundaries(fig, arms)
     fig.update_yaxes(type="log", title_text="loss scale")
     fig.update_xaxes(title_text="optimizer update")

@@ -45,18 +45,36 @@ ul.findings li{margin:3px 0}
 
 
 def _label_arms(runs: list[dict[str, Any]]) -> list[Arm]:
-    """Arm labels: the arm name, prefixed by size when sizes are mixed, made unique by dir."""
+    """Arm labels: the arm name, prefixed by size when sizes are mixed; arms whose labels
+    clash (two cascades' ``none``, two monitor runs) are prefixed by their run's folder name
+    (``cascade-tiny-a/none``), lengthened by parent folders until every label is unique."""
     arms = [Arm.from_run(r) for r in runs]
     if len({a.size for a in arms}) > 1:
         for a in arms:
             a.label = f"{a.size}/{a.arm}"
-    seen: dict[str, int] = {}
-    for a in arms:
-        seen[a.label] = seen.get(a.label, 0) + 1
-    for a in arms:
-        if seen[a.label] > 1:
-            a.label = f"{a.label} ({Path(a.dir).name})"
+    base = [a.label for a in arms]
+    clash = {b for b in base if base.count(b) > 1}
+    for depth in range(1, 1 + max((len(Path(a.dir).parts) for a in arms), default=0)):
+        labels = [
+            f"{_run_folder(a, depth)}/{b}" if b in clash else b
+            for a, b in zip(arms, base, strict=True)
+        ]
+        if len(set(labels)) == len(labels):
+            break
+    else:  # the same directory twice: number them
+        labels = [f"{b} #{i + 1}" if b in clash else b for i, b in enumerate(base)]
+    for a, label in zip(arms, labels, strict=True):
+        a.label = label
     return arms
+
+
+def _run_folder(arm: Arm, depth: int) -> str:
+    """The last ``depth`` folder names of the arm's run: a cascade arm's (``c/none``) is its
+    cascade's, a lone run's (a monitor run) its own."""
+    parts = Path(arm.dir).parts
+    if len(parts) > 1 and parts[-1] == arm.arm:
+        parts = parts[:-1]
+    return "/".join(parts[-depth:]) or "?"
 
 
 def _header(arms: list[Arm]) -> str:
@@ -142,7 +160,7 @@ def _summary_table(arms: list[Arm], style: Style) -> str:
     out = []
     for a, r in zip(arms, rows, strict=True):
         # the colour comes from the palette or a clip mode's registration, never the run dir
-        sw = Html(f"<span class='swatch' style='background:{esc(style.color[a.arm])}'></span>")
+        sw = Html(f"<span class='swatch' style='background:{esc(style.of(a))}'></span>")
         out.append([Html(sw + esc(a.label)), *[v for k, v in r.items() if k != "arm"]])
     return _table(head, out)
 

@@ -29,19 +29,53 @@ PHASE_SHADE = "phase-shade"
 
 
 class Style:
-    """Colour per arm name, dash per size: consistent across every figure of one report."""
+    """Colour per arm, dash per size: consistent across every figure of one report.
+
+    An arm name keeps its colour (a clip mode's own, else the palette's next) and a size its
+    dash, so ``none`` at two sizes is one colour in two dashes. Two runs of the same arm name
+    and size (two cascades, two monitor runs) are told apart by colour: the second takes the
+    palette's next free colour. ``color`` maps an arm name to its first run's colour (charts
+    grouped by arm name); :meth:`of` is one arm's own.
+    """
 
     def __init__(self, arms: list[Arm]) -> None:
-        names = list(dict.fromkeys(a.arm for a in arms))
         free = [c for c in PALETTE if c not in PREFERRED.values()] + PALETTE
         self.color: dict[str, str] = {}
-        for n in names:
-            self.color[n] = PREFERRED.get(n) or free.pop(0)
+        self._of: dict[tuple[str, str], str] = {}
+        drawn: set[tuple[str, str]] = set()  # (arm name, size) already given a colour
+        for a in arms:
+            if a.arm not in self.color:
+                c = PREFERRED.get(a.arm) or self._free(free)
+                self.color[a.arm] = c
+            elif (a.arm, a.size) in drawn:  # the same arm again, from another run
+                c = self._free(free)
+            else:  # the same arm at another size: its colour, another dash
+                c = self.color[a.arm]
+            drawn.add((a.arm, a.size))
+            self._of.setdefault(_key(a), c)
         sizes = list(dict.fromkeys(a.size for a in arms))
         self.dash = {s: DASHES[i % len(DASHES)] for i, s in enumerate(sizes)}
 
+    def _free(self, free: list[str]) -> str:
+        """The next palette colour no arm uses yet (past the palette's end: the next at all)."""
+        used = set(self.color.values()) | set(self._of.values())
+        pick = next((c for c in free if c not in used), None)
+        if pick is None:  # more arms than colours: repeat, in palette order
+            pick = PALETTE[len(self._of) % len(PALETTE)]
+        else:
+            free.remove(pick)
+        return pick
+
+    def of(self, arm: Arm) -> str:
+        """This arm's colour (its run's, when two runs share the arm name)."""
+        return self._of.get(_key(arm)) or self.color.get(arm.arm) or PALETTE[0]
+
     def line(self, arm: Arm, **kw: object) -> dict:
-        return dict(color=self.color[arm.arm], dash=self.dash[arm.size], **kw)
+        return dict(color=self.of(arm), dash=self.dash.get(arm.size, "solid"), **kw)
+
+
+def _key(arm: Arm) -> tuple[str, str]:
+    return (arm.label, arm.dir)
 
 
 def thin(
@@ -132,7 +166,7 @@ def _spike_markers(
         y=sel["value"],
         mode="markers",
         name=f"{arm.label} {metric} spikes",
-        marker=dict(symbol="x", size=10, color=style.color[arm.arm], line=dict(width=1)),
+        marker=dict(symbol="x", size=10, color=style.of(arm), line=dict(width=1)),
         text=[f"update {int(u)}: {c}" for u, c in zip(sel["update"], causes, strict=True)],
         hovertemplate="%{text}<extra></extra>",
     )

@@ -48,7 +48,8 @@ PINNED_CAPABILITY = "AVX2"  # what torch must report in the child for the pin to
 # The built-in repo-docs source reads the installed packages' READMEs and stdlib docstrings,
 # which differ between machines and under pytest: a committed copy keeps the tokens fixed.
 REPO_DOCS = HERE / "repo-docs.md"
-SKIP_COLUMNS = {"time_s", "clip_ms"}  # wall clock (record.WALL_CLOCK_COLUMNS), never reproducible
+# wall clock (record.WALL_CLOCK_COLUMNS), never reproducible
+SKIP_COLUMNS = {"time_s", "clip_ms", "unix_time_s"}
 
 
 def run_golden_cascade(out: Path) -> dict[str, dict[str, list]]:

@@ -1,0 +1,61 @@
+"""A cascade's status in ``cascade.json``, and what a stopped one says on the way out.
+
+    with marks_interruption(out_dir, meta, console):   # cascade.py, around the arms
+        run_arms(...)
+
+``status`` is one of :data:`STATUSES`: ``running`` while the arms train (also what a kill -9
+leaves), ``done`` once every arm finished, ``interrupted`` when Ctrl-C (KeyboardInterrupt) or a
+SIGTERM/SIGHUP (:class:`~andrea_diag.signals.Terminated`) stopped it. An interrupted cascade
+prints one line with the exact command that continues it; ``--resume`` treats it like a
+``running`` one (finished arms kept, a stopped arm continued from its newest checkpoint).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shlex
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+
+from andrea_diag.record import write_json
+from andrea_diag.signals import Terminated
+
+RUNNING = "running"
+DONE = "done"
+INTERRUPTED = "interrupted"
+STATUSES = (RUNNING, DONE, INTERRUPTED)
+# commands whose cells resume by running the same command again (sweep.py: finished cells kept)
+RERUN_RESUMES = ("sweep", "ladder")
+
+
+def resume_command(out_dir: Path, command: str) -> str:
+    """The command that continues the cascade in ``out_dir``, from how it was started
+    (``command``: cascade.json's, ``andrea-diag`` + the process's arguments)."""
+    words = shlex.split(command) if command else []
+    sub = words[1] if len(words) > 1 else ""
+    if sub in RERUN_RESUMES:
+        return command
+    sub = sub if sub in ("cascade", "train") else "cascade"  # the Python API: the CLI's cascade
+    return f"andrea-diag {sub} --resume {shlex.quote(str(out_dir))}"
+
+
+@contextlib.contextmanager
+def marks_interruption(
+    out_dir: Path, meta: dict[str, Any], console: Console, *, main: bool = True
+) -> Iterator[None]:
+    """On Ctrl-C or a stop signal inside the block: ``cascade.json`` says ``interrupted`` and
+    one line gives the resume command; the interruption then goes on up (exit 130/143/129)."""
+    try:
+        yield
+    except (KeyboardInterrupt, Terminated):
+        if main:
+            with contextlib.suppress(Exception):  # must never replace the interruption
+                write_json(out_dir / "cascade.json", {**meta, "status": INTERRUPTED})
+            again = resume_command(out_dir, str(meta.get("command", "")))
+            console.print(f"[yellow]interrupted[/]: resume with  {escape(again)}", highlight=False,
+                          soft_wrap=True)  # fmt: skip
+        raise
