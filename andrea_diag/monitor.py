@@ -31,6 +31,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -42,6 +44,7 @@ from andrea_diag.clip.reference import clip_reference
 from andrea_diag.config import ProbeConfig
 from andrea_diag.probes import ProbeDriver, make_probes
 from andrea_diag.probes.base import UpdateContext
+from andrea_diag.probes.shape import model_shape
 from andrea_diag.record import Recorder, load_run
 
 
@@ -87,6 +90,9 @@ class SpikeMonitor:
         meta: dict[str, Any] | None = None,
         tensorboard_dir: str | Path | None = None,
         loggers: list[Any] | None = None,
+        layer_groups: Callable[[str], Any] | Mapping[str, Any] | None = None,
+        vocab_size: int | None = None,
+        block_size: int | None = None,
         **probe_options: Any,
     ) -> None:
         """``probes`` (or its fields as keywords: ``spike_z=8.0``, ``shadow=False``, ...)
@@ -97,6 +103,12 @@ class SpikeMonitor:
         ``loggers``: more metric sinks (:mod:`andrea_diag.sinks`: ``WandbSink``,
         ``MLflowSink``, or anything with ``log``/``events``/``summary``/``close``), fed the
         same rows, live.
+        ``layer_groups``: the ``layer_gn/<layer>.<kind>`` groups, as a callable ``name ->
+        (layer, kind)`` (or ``"layer.kind"``) or a mapping from parameter names or module
+        prefixes to either; parameters it leaves out are grouped by module type
+        (:mod:`andrea_diag.probes.shape`). ``vocab_size`` / ``block_size``: the lock-in probe's
+        vocabulary and position limit, when the model's config and tables do not say them (the
+        probe is then skipped with one warning rather than guessed).
         """
         if tensorboard_dir is not None:  # a missing writer fails before the run dir is made
             from andrea_diag.tensorboard import writer_backend
@@ -112,6 +124,16 @@ class SpikeMonitor:
             fields = ", ".join(f.name for f in dataclasses.fields(ProbeConfig))
             raise TypeError(f"{exc}; SpikeMonitor probe options are: {fields}") from None
         cfg = cfg.resolve(total_steps)
+        shape = model_shape(model, layer_groups, vocab_size, block_size)
+        if cfg.lockin and shape["unknown"]:
+            arg, why = shape["unknown"].split(": ", 1)
+            warnings.warn(
+                f"SpikeMonitor: lock-in probe skipped: {why}; pass SpikeMonitor(..., {arg}=N), "
+                "or lockin=False to silence this",
+                UserWarning,
+                stacklevel=2,
+            )
+            cfg = dataclasses.replace(cfg, lockin=False)
         settings = {
             "probes": dataclasses.asdict(cfg),
             "steps": total_steps,
@@ -126,6 +148,7 @@ class SpikeMonitor:
             "n_params": sum(p.numel() for p in self._params),
             "optimizer": type(optimizer).__name__,
             "param_groups": _plain_groups(optimizer),
+            "model_shape": {k: shape[k] for k in ("vocab_size", "block_size", "layer_groups")},
             **(meta or {}),
         }
         self.recorder = Recorder(out_dir if resume else versioned(out_dir), config, resume=resume)
@@ -143,6 +166,9 @@ class SpikeMonitor:
                 seed=seed,
                 prompts=prompts,
                 tokenizer=tokenizer,
+                groups=shape["groups"],
+                vocab_size=shape["vocab_size"],
+                block_size=shape["block_size"],
             ),
             self.recorder,
         )

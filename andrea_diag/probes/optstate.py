@@ -78,8 +78,11 @@ class OptStateProbe:
         per_layer: bool = True,
         update_stats: bool = True,
         recovery_share: float = RECOVERY_SHARE,
+        groups: Mapping[str, tuple[str, str]] | None = None,
     ) -> None:
+        """``groups``: parameter name -> (layer, kind) for the per-layer columns (None: by name)."""
         self.shadow, self.per_layer, self.update_stats = shadow, per_layer, update_stats
+        self.groups = groups
         self.recovery_share = recovery_share
         self._groups_idx: dict[tuple[str, ...], GroupIndex] = {}
         self._snap: list[torch.Tensor] | None = None
@@ -275,7 +278,7 @@ class OptStateProbe:
         v_norm = math.sqrt(sum(x * x for x in v_pt))
         row["m_norm"], row["v_norm"] = m_norm, v_norm
         if self.per_layer:
-            gi = group_index_for(self._groups_idx, e.names)
+            gi = group_index_for(self._groups_idx, e.names, self.groups)
             row.update(gi.columns("layer_m", torch.tensor(m_pt, dtype=torch.float64)))
             row.update(gi.columns("layer_v", torch.tensor(v_pt, dtype=torch.float64)))
         ginfo = self._ginfo or []
@@ -363,6 +366,7 @@ class OptStateProbe:
         "_param_ids",
         "_queue",
         "defer_reads",
+        "groups",
     )
 
     def state_dict(self) -> dict[str, Any]:
