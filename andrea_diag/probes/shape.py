@@ -223,7 +223,7 @@ def _as_group(value: Any) -> Group:
 
 def model_shape(
     model: nn.Module,
-    layer_groups: Callable[[str], Any] | Mapping[str, Any] | None,
+    override: Callable[[str], Any] | Mapping[str, Any] | None,
     vocab_size: int | None,
     block_size: int | None,
 ) -> dict[str, Any]:
@@ -234,7 +234,7 @@ def model_shape(
     A missing vocabulary leaves the verdict without its never-learned level; several embedding
     tables and no config naming the positions leave the samples able to index past the table.
     """
-    groups = resolve_groups(model, layer_groups)
+    groups = resolve_groups(model, override)
     vocab = vocab_size or vocab_size_of(model)
     block = block_size or block_size_of(model, vocab)
     unknown = (
