@@ -3,7 +3,8 @@
 Columns ``layer_gn/<layer>.<kind>`` (``layer_gn/h00.attention``, ``layer_gn/embed.embedding``,
 ``layer_gn/head.head``, ``layer_gn/final.norm``): the pre-clip L2 norm of the group's
 gradients, ``sqrt(sum of squares of the member tensors' norms)``. Groups come from
-:func:`andrea_diag.model.param_group_of`.
+:func:`andrea_diag.model.param_group_of` (the trainer), or from the table the caller passes
+(``SpikeMonitor``: module types, :mod:`andrea_diag.probes.shape`).
 
 No second pass over the gradients: ``ctx.clip.per_tensor_norm`` comes from the clip pass, and
 the grouping is one ``index_add`` on that small vector. Under the trainer (``defer_reads``) the
