@@ -57,6 +57,29 @@ def _plain_groups(optimizer: torch.optim.Optimizer) -> list[dict[str, Any]]:
     ]
 
 
+def _probe_config(
+    probes: ProbeConfig | None, options: dict[str, Any], steps: int | None, unknown: str
+) -> ProbeConfig:
+    """The resolved probe settings; lock-in off, with one warning, when ``unknown`` says what
+    it needs and the model does not tell (:func:`~andrea_diag.probes.shape.model_shape`)."""
+    try:
+        cfg = dataclasses.replace(probes or ProbeConfig(), **options)
+    except TypeError as exc:  # an unknown keyword: say which fields exist
+        fields = ", ".join(f.name for f in dataclasses.fields(ProbeConfig))
+        raise TypeError(f"{exc}; SpikeMonitor probe options are: {fields}") from None
+    cfg = cfg.resolve(steps)
+    if cfg.lockin and unknown:
+        arg, why = unknown.split(": ", 1)
+        warnings.warn(
+            f"SpikeMonitor: lock-in probe skipped: {why}; pass SpikeMonitor(..., {arg}=N), "
+            "or lockin=False to silence this",
+            UserWarning,
+            stacklevel=3,  # the SpikeMonitor(...) call
+        )
+        cfg = dataclasses.replace(cfg, lockin=False)
+    return cfg
+
+
 def versioned(out_dir: str | Path) -> Path:
     """``out_dir``, or when it already holds a run, the first free ``out_dir-2``, ``-3``, ...
 
@@ -118,32 +141,15 @@ class SpikeMonitor:
         named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
         self._names = [n for n, _ in named]
         self._params = [p for _, p in named]
-        try:
-            cfg = dataclasses.replace(probes or ProbeConfig(), **probe_options)
-        except TypeError as exc:  # an unknown keyword: say which fields exist
-            fields = ", ".join(f.name for f in dataclasses.fields(ProbeConfig))
-            raise TypeError(f"{exc}; SpikeMonitor probe options are: {fields}") from None
-        cfg = cfg.resolve(total_steps)
         shape = model_shape(model, layer_groups, vocab_size, block_size)
-        if cfg.lockin and shape["unknown"]:
-            arg, why = shape["unknown"].split(": ", 1)
-            warnings.warn(
-                f"SpikeMonitor: lock-in probe skipped: {why}; pass SpikeMonitor(..., {arg}=N), "
-                "or lockin=False to silence this",
-                UserWarning,
-                stacklevel=2,
-            )
-            cfg = dataclasses.replace(cfg, lockin=False)
-        settings = {
+        cfg = _probe_config(probes, probe_options, total_steps, shape["unknown"])
+        config = {
+            "kind": "monitor",
+            "arm": "monitor",
             "probes": dataclasses.asdict(cfg),
             "steps": total_steps,
             "seed": seed,
             "prompts": sorted(prompts or {}),
-        }
-        config = {
-            "kind": "monitor",
-            "arm": "monitor",
-            **settings,
             "model": type(model).__name__,
             "n_params": sum(p.numel() for p in self._params),
             "optimizer": type(optimizer).__name__,
@@ -158,20 +164,10 @@ class SpikeMonitor:
             from andrea_diag.tensorboard import TensorBoardRun
 
             self._sinks.append(TensorBoardRun(tensorboard_dir, config))
-        self.probes = ProbeDriver(
-            make_probes(
-                model,
-                cfg,
-                total_steps=total_steps,
-                seed=seed,
-                prompts=prompts,
-                tokenizer=tokenizer,
-                groups=shape["groups"],
-                vocab_size=shape["vocab_size"],
-                block_size=shape["block_size"],
-            ),
-            self.recorder,
-        )
+        shaped = {k: shape[k] for k in ("groups", "vocab_size", "block_size")}
+        probe_list = make_probes(model, cfg, total_steps=total_steps, seed=seed, prompts=prompts,
+                                 tokenizer=tokenizer, **shaped)  # fmt: skip
+        self.probes = ProbeDriver(probe_list, self.recorder)
         self.update = 0
         self.summary: dict[str, Any] | None = None
         self._ctx: UpdateContext | None = None
