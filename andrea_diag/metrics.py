@@ -122,9 +122,14 @@ BATCH_HASH = C("batch_hash", LOOP, str, "data/batch_hash",
 INJECTED = C("injected", LOOP, str, "data/injected",
              "'outlier' / 'nonfinite' when this update was injected, else empty")  # fmt: skip
 TIME_S = C("time_s", LOOP, float, "progress/time_s", "wall time of the whole update (s)")
-UNIX_TIME_S = C("unix_time_s", LOOP, float, "progress/unix_time_s",
-                "when the row was recorded (seconds since the epoch; exports stamp it)",
-                optional=True)  # fmt: skip  (runs before 2026-12-01 lack it)
+UNIX_TIME_S = C(
+    "unix_time_s",
+    LOOP,
+    float,
+    "progress/unix_time_s",
+    "when the row was recorded (seconds since the epoch; exports stamp it)",
+    optional=True,
+)  # fmt: skip  (runs before 2026-12-01 lack it)
 
 # -- the held-out evaluator: present on evaluation updates only ---------------------------------
 EVAL_LOSS = C("eval_loss", EVALUATOR, float, "eval/loss",

@@ -31,6 +31,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -42,6 +44,7 @@ from andrea_diag.clip.reference import clip_reference
 from andrea_diag.config import ProbeConfig
 from andrea_diag.probes import ProbeDriver, make_probes
 from andrea_diag.probes.base import UpdateContext
+from andrea_diag.probes.shape import model_shape
 from andrea_diag.record import Recorder, load_run
 
 
@@ -52,6 +55,29 @@ def _plain_groups(optimizer: torch.optim.Optimizer) -> list[dict[str, Any]]:
         {k: v for k, v in g.items() if k != "params" and isinstance(v, plain)}
         for g in optimizer.param_groups
     ]
+
+
+def _probe_config(
+    probes: ProbeConfig | None, options: dict[str, Any], steps: int | None, unknown: str
+) -> ProbeConfig:
+    """The resolved probe settings; lock-in off, with one warning, when ``unknown`` says what
+    it needs and the model does not tell (:func:`~andrea_diag.probes.shape.model_shape`)."""
+    try:
+        cfg = dataclasses.replace(probes or ProbeConfig(), **options)
+    except TypeError as exc:  # an unknown keyword: say which fields exist
+        fields = ", ".join(f.name for f in dataclasses.fields(ProbeConfig))
+        raise TypeError(f"{exc}; SpikeMonitor probe options are: {fields}") from None
+    cfg = cfg.resolve(steps)
+    if cfg.lockin and unknown:
+        arg, why = unknown.split(": ", 1)
+        warnings.warn(
+            f"SpikeMonitor: lock-in probe skipped: {why}; pass SpikeMonitor(..., {arg}=N), "
+            "or lockin=False to silence this",
+            UserWarning,
+            stacklevel=3,  # the SpikeMonitor(...) call
+        )
+        cfg = dataclasses.replace(cfg, lockin=False)
+    return cfg
 
 
 def versioned(out_dir: str | Path) -> Path:
@@ -87,6 +113,9 @@ class SpikeMonitor:
         meta: dict[str, Any] | None = None,
         tensorboard_dir: str | Path | None = None,
         loggers: list[Any] | None = None,
+        layer_groups: Callable[[str], Any] | Mapping[str, Any] | None = None,
+        vocab_size: int | None = None,
+        block_size: int | None = None,
         **probe_options: Any,
     ) -> None:
         """``probes`` (or its fields as keywords: ``spike_z=8.0``, ``shadow=False``, ...)
@@ -97,6 +126,12 @@ class SpikeMonitor:
         ``loggers``: more metric sinks (:mod:`andrea_diag.sinks`: ``WandbSink``,
         ``MLflowSink``, or anything with ``log``/``events``/``summary``/``close``), fed the
         same rows, live.
+        ``layer_groups``: the ``layer_gn/<layer>.<kind>`` groups, as a callable ``name ->
+        (layer, kind)`` (or ``"layer.kind"``) or a mapping from parameter names or module
+        prefixes to either; parameters it leaves out are grouped by module type
+        (:mod:`andrea_diag.probes.shape`). ``vocab_size`` / ``block_size``: the lock-in probe's
+        vocabulary and position limit, when the model's config and tables do not say them (the
+        probe is then skipped with one warning rather than guessed).
         """
         if tensorboard_dir is not None:  # a missing writer fails before the run dir is made
             from andrea_diag.tensorboard import writer_backend
@@ -106,26 +141,20 @@ class SpikeMonitor:
         named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
         self._names = [n for n, _ in named]
         self._params = [p for _, p in named]
-        try:
-            cfg = dataclasses.replace(probes or ProbeConfig(), **probe_options)
-        except TypeError as exc:  # an unknown keyword: say which fields exist
-            fields = ", ".join(f.name for f in dataclasses.fields(ProbeConfig))
-            raise TypeError(f"{exc}; SpikeMonitor probe options are: {fields}") from None
-        cfg = cfg.resolve(total_steps)
-        settings = {
+        shape = model_shape(model, layer_groups, vocab_size, block_size)
+        cfg = _probe_config(probes, probe_options, total_steps, shape["unknown"])
+        config = {
+            "kind": "monitor",
+            "arm": "monitor",
             "probes": dataclasses.asdict(cfg),
             "steps": total_steps,
             "seed": seed,
             "prompts": sorted(prompts or {}),
-        }
-        config = {
-            "kind": "monitor",
-            "arm": "monitor",
-            **settings,
             "model": type(model).__name__,
             "n_params": sum(p.numel() for p in self._params),
             "optimizer": type(optimizer).__name__,
             "param_groups": _plain_groups(optimizer),
+            "model_shape": {k: shape[k] for k in ("vocab_size", "block_size", "layer_groups")},
             **(meta or {}),
         }
         self.recorder = Recorder(out_dir if resume else versioned(out_dir), config, resume=resume)
@@ -135,17 +164,10 @@ class SpikeMonitor:
             from andrea_diag.tensorboard import TensorBoardRun
 
             self._sinks.append(TensorBoardRun(tensorboard_dir, config))
-        self.probes = ProbeDriver(
-            make_probes(
-                model,
-                cfg,
-                total_steps=total_steps,
-                seed=seed,
-                prompts=prompts,
-                tokenizer=tokenizer,
-            ),
-            self.recorder,
-        )
+        shaped = {k: shape[k] for k in ("groups", "vocab_size", "block_size")}
+        probe_list = make_probes(model, cfg, total_steps=total_steps, seed=seed, prompts=prompts,
+                                 tokenizer=tokenizer, **shaped)  # fmt: skip
+        self.probes = ProbeDriver(probe_list, self.recorder)
         self.update = 0
         self.summary: dict[str, Any] | None = None
         self._ctx: UpdateContext | None = None

@@ -294,3 +294,41 @@ def test_lightning_short_last_group_records_the_true_mean_loss(tmp_path: Path) -
     want = [sum(g) / len(g) for g in groups]
     got = load_run(tmp_path / "pl")["metrics"]["loss"].tolist()
     assert got == pytest.approx(want, rel=1e-6)
+
+
+def test_hf_trainer_callback_with_prompts_records_lockin_samples(tmp_path: Path) -> None:
+    """transformers 5 models have a ``generate_batch`` of their own (another signature): the
+    lock-in probe must take the generic path for them, record its samples and reach a verdict
+    instead of failing (issue 24 item 1)."""
+    transformers = pytest.importorskip("transformers")
+    from andrea_diag.integrations.hf import AndreaDiagCallback
+
+    config = transformers.AutoConfig.from_pretrained(_tiny_gpt2_config(tmp_path / "config.json"))
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(config)
+
+    class Batches(torch.utils.data.IterableDataset):
+        def __iter__(self):
+            for group in _groups() * 3:  # 15 updates' worth: the verdict needs 10 losses
+                for ids, labels in group:
+                    for i in range(BATCH):
+                        yield {"input_ids": ids[i], "labels": labels[i]}
+
+    args = transformers.TrainingArguments(
+        output_dir=str(tmp_path / "hf-out"), max_steps=12, per_device_train_batch_size=BATCH,
+        gradient_accumulation_steps=ACCUM, learning_rate=LR, max_grad_norm=MAX_NORM,
+        use_cpu=True, report_to=[], save_strategy="no", disable_tqdm=True,
+    )  # fmt: skip
+    prompts = {"a": torch.arange(12) % VOCAB, "b": (torch.arange(20) * 5) % VOCAB}
+    callback = AndreaDiagCallback(tmp_path / "hf-run", prompts=prompts, lockin_every=4)
+    transformers.Trainer(model=model, args=args, train_dataset=Batches(),
+                         callbacks=[callback]).train()  # fmt: skip
+
+    run = load_run(tmp_path / "hf-run")
+    assert not run["probe_failures"], run["probe_failures"]
+    samples = run["samples"]
+    assert set(samples["source"]) == {"a", "b"} and set(samples["mode"]) == {"greedy", "temp1"}
+    assert sorted(set(samples["update"])) == [4, 8, 12]  # every 4 updates
+    lock = run["summary"]["lockin"]
+    assert lock["verdict"] in {"never-learned", "still-learning", "healthy"}, lock
+    assert lock["n_sample_events"] == 3

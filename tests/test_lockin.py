@@ -274,3 +274,26 @@ def test_a_model_stuck_at_the_unigram_loss_never_learned_even_if_it_collapses():
     out = run_verdict(ups, losses, [], 8449, unigram_entropy=6.2, **ev)
     assert out["verdict"] == "never-learned"
     assert out["learned_level"] == 6.2 - 0.5
+
+
+def test_a_generate_batch_of_another_signature_is_not_called_but_a_declared_one_is():
+    """transformers 5 models carry their own ``generate_batch``: having a method of that name
+    must not route the probe to it; the ``andrea_diag_generate_batch`` marker does."""
+
+    class Foreign(_ForeignSuccessor):
+        def generate_batch(self, inputs, generation_config=None, **kwargs):  # HF's shape
+            raise AssertionError("the probe called a foreign generate_batch")
+
+    prompts = torch.stack([torch.arange(10), torch.arange(5, 15)])
+    toks, _, _ = sample_batch(Foreign(), prompts, 4, (0.0,), torch.Generator().manual_seed(0))
+    assert toks[0].tolist() == [10, 11, 12, 13]  # the generic path: (last + 1) mod V
+
+    class Declared(_ForeignSuccessor):
+        andrea_diag_generate_batch = True
+
+        def generate_batch(self, prompts, n_new, temperatures, generator):
+            rows = prompts.size(0) * len(temperatures)
+            return torch.full((rows, n_new), 3), torch.zeros(rows), torch.zeros(rows)
+
+    toks, _, _ = sample_batch(Declared(), prompts, 4, (0.0,), torch.Generator().manual_seed(0))
+    assert toks.tolist() == [[3] * 4, [3] * 4]

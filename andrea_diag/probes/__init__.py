@@ -49,20 +49,28 @@ def make_probes(
     prompts: Mapping[str, torch.Tensor] | None = None,
     tokenizer: Any = None,
     unigram_entropy: float | None = None,
+    groups: Mapping[str, tuple[str, str]] | None = None,
+    vocab_size: int | None = None,
+    block_size: int | None = None,
 ) -> list[Probe]:
     """The probes of a resolved ``ProbeConfig`` (what the trainer and the monitor share).
 
     ``prompts`` (source -> 1-D token ids) and ``tokenizer`` (``.decode(list[int])``) feed the
     lock-in samples; without prompts the lock-in verdict uses the loss trajectory only.
+    ``groups`` (parameter name -> (layer, kind)), ``vocab_size`` and ``block_size``: what the
+    caller knows of a model that is not ours (None: read from names and the model's config).
     """
     cfg = (cfg or ProbeConfig()).resolve(total_steps)  # idempotent on a resolved config
     probes: list[Probe] = []
     if cfg.per_layer:
-        probes.append(LayerGradNormProbe())
+        probes.append(LayerGradNormProbe(groups))
     probes.append(SpikeProbe(cfg.spike_window, cfg.spike_z, cfg.boundary_k))
     probes.append(
         OptStateProbe(
-            shadow=bool(cfg.shadow), per_layer=cfg.per_layer, update_stats=cfg.update_stats
+            shadow=bool(cfg.shadow),
+            per_layer=cfg.per_layer,
+            update_stats=cfg.update_stats,
+            groups=groups,
         )
     )
     if cfg.lockin:
@@ -75,6 +83,8 @@ def make_probes(
                 total_steps=total_steps,
                 seed=seed,
                 unigram_entropy=unigram_entropy,
+                vocab_size=vocab_size,
+                block_size=block_size,
             )
         )
     return probes

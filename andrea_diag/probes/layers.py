@@ -3,7 +3,8 @@
 Columns ``layer_gn/<layer>.<kind>`` (``layer_gn/h00.attention``, ``layer_gn/embed.embedding``,
 ``layer_gn/head.head``, ``layer_gn/final.norm``): the pre-clip L2 norm of the group's
 gradients, ``sqrt(sum of squares of the member tensors' norms)``. Groups come from
-:func:`andrea_diag.model.param_group_of`.
+:func:`andrea_diag.model.param_group_of` (the trainer), or from the table the caller passes
+(``SpikeMonitor``: module types, :mod:`andrea_diag.probes.shape`).
 
 No second pass over the gradients: ``ctx.clip.per_tensor_norm`` comes from the clip pass, and
 the grouping is one ``index_add`` on that small vector. Under the trainer (``defer_reads``) the
@@ -63,12 +64,19 @@ class GroupIndex:
         return {f"{prefix}/{k}": v for k, v in zip(self.keys, vals, strict=True)}
 
 
-def group_index_for(cache: dict[tuple[str, ...], GroupIndex], names: Sequence[str]) -> GroupIndex:
-    """A GroupIndex for these names, reused while the parameter list stays the same."""
+def group_index_for(
+    cache: dict[tuple[str, ...], GroupIndex],
+    names: Sequence[str],
+    groups: Mapping[str, tuple[str, str]] | None = None,
+) -> GroupIndex:
+    """A GroupIndex for these names, reused while the parameter list stays the same.
+    ``groups``: name -> (layer, kind) chosen by the caller (``SpikeMonitor``); names it does not
+    hold, and every name without it, are grouped by :func:`param_group_of`."""
     key = tuple(names)
     if key not in cache:
         cache.clear()  # the list changed (e.g. a parameter got no gradient): rebuild
-        cache[key] = GroupIndex(key)
+        table = dict(groups or {})
+        cache[key] = GroupIndex(key, lambda n: table.get(n) or param_group_of(n))
     return cache[key]
 
 
@@ -77,9 +85,10 @@ class LayerGradNormProbe(ProbeState):
 
     name = "layers"
     columns: ClassVar[tuple[metrics.Column, ...]] = (metrics.LAYER_GN,)
-    transient = ("_groups", "defer_reads")  # rebuilt on first use; set by the driver
+    transient = ("_groups", "defer_reads", "groups")  # rebuilt; set by the driver; passed in
 
-    def __init__(self) -> None:
+    def __init__(self, groups: Mapping[str, tuple[str, str]] | None = None) -> None:
+        self.groups = groups  # name -> (layer, kind); None: by name (param_group_of)
         self._groups: dict[tuple[str, ...], GroupIndex] = {}
         self.defer_reads = False  # set by the ProbeDriver: columns stay on the device
 
@@ -93,7 +102,7 @@ class LayerGradNormProbe(ProbeState):
         per = ctx.per_tensor_grad_norm()
         if per.numel() == 0:
             return
-        gi = group_index_for(self._groups, self._names_with_grad(ctx))
+        gi = group_index_for(self._groups, self._names_with_grad(ctx), self.groups)
         ctx.row.update(gi.columns("layer_gn", per, on_device=self.defer_reads))
 
     def after_step(self, ctx: UpdateContext) -> None:

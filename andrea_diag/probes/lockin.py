@@ -45,8 +45,9 @@ import pandas as pd
 import torch
 
 from andrea_diag import metrics
-from andrea_diag.model import decode_batch
+from andrea_diag.model import GPT, decode_batch
 from andrea_diag.probes.base import ProbeState, UpdateContext
+from andrea_diag.probes.shape import block_size_of, vocab_size_of
 from andrea_diag.probes.verdict import DIST_COLUMNS, THRESHOLDS, run_verdict, text_stats
 from andrea_diag.record import read_jsonl
 
@@ -65,12 +66,15 @@ def _last_logits(model: torch.nn.Module, idx: torch.Tensor) -> torch.Tensor:
     return out[:, -1]  # (B, vocab)
 
 
-def _block_size(model: torch.nn.Module) -> int | None:
-    cfg = getattr(model, "cfg", None) or getattr(model, "config", None)
-    for attr in ("block_size", "n_positions", "max_position_embeddings"):
-        if cfg is not None and getattr(cfg, attr, None):
-            return int(getattr(cfg, attr))
-    return None
+# A model class may set this attribute to True to say that its ``generate_batch(prompts, n_new,
+# temperatures, generator)`` follows :meth:`andrea_diag.model.GPT.generate_batch`. A method of
+# that name alone says nothing: transformers 5 models have one with another signature.
+DECODES_ITSELF = "andrea_diag_generate_batch"
+
+
+def decodes_itself(model: torch.nn.Module) -> bool:
+    """Whether the lock-in probe may call ``model.generate_batch`` (ours, or declared so)."""
+    return isinstance(model, GPT) or getattr(model, DECODES_ITSELF, False) is True
 
 
 @torch.no_grad()
@@ -80,35 +84,26 @@ def sample_batch(
     n_new: int,
     temperatures: Sequence[float],
     generator: torch.Generator,
+    block_size: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Continue every prompt row (B, T) under each temperature (0 = greedy), in one batch.
 
     Returns (tokens (B·n_t, n_new), max_logit (B·n_t,), mean_entropy (B·n_t,)); rows are
     ordered temperature-major: all prompts at temperatures[0], then at temperatures[1] ...
 
-    A model with a ``generate_batch`` of this signature decodes itself (our GPT, with its KV
-    cache); any other model is re-run on its whole (block-limited) context for every new token,
-    which is slower but needs nothing from it but ``model(idx)``.
+    The toolkit's own GPT (or a model that declares :data:`DECODES_ITSELF`) decodes itself,
+    with its KV cache; any other model is re-run on its whole (block-limited) context for every
+    new token, which is slower but needs nothing from it but ``model(idx)``.
+    ``block_size``: the position limit when the caller knows it (else read from the model).
     """
-    generate = getattr(model, "generate_batch", None)
-    if callable(generate):
-        return generate(prompts, n_new, temperatures, generator)
-    limit = _block_size(model)
+    if decodes_itself(model):
+        return model.generate_batch(prompts, n_new, temperatures, generator)
+    limit = block_size or block_size_of(model)
 
     def step(idx: torch.Tensor) -> torch.Tensor:
         return _last_logits(model, idx if limit is None else idx[:, -limit:])  # (R, vocab)
 
     return decode_batch(step, prompts, n_new, temperatures, generator)
-
-
-def _vocab_size(model: torch.nn.Module) -> int | None:
-    cfg = getattr(model, "cfg", None) or getattr(model, "config", None)
-    v = getattr(cfg, "vocab_size", None) if cfg is not None else None
-    if v:
-        return int(v)
-    get_out = getattr(model, "get_output_embeddings", None)
-    head = get_out() if callable(get_out) else getattr(model, "lm_head", None)
-    return int(head.weight.shape[0]) if head is not None and hasattr(head, "weight") else None
 
 
 class LockInProbe(ProbeState):
@@ -133,7 +128,10 @@ class LockInProbe(ProbeState):
         vocab_size: int | None = None,
         thresholds: Mapping[str, float] | None = None,
         unigram_entropy: float | None = None,
+        block_size: int | None = None,
     ) -> None:
+        """``vocab_size``/``block_size``: the model's, when the caller knows them (else read
+        from the model: :func:`andrea_diag.probes.shape.vocab_size_of` and ``block_size_of``)."""
         self.model = model
         self.unigram_entropy = unigram_entropy
         self.prompts = {
@@ -143,7 +141,8 @@ class LockInProbe(ProbeState):
         self.tokenizer = tokenizer
         self.every, self.total_steps = max(1, int(every)), total_steps
         self.n_new, self.seed = n_new, seed
-        self.vocab_size = vocab_size or _vocab_size(model)
+        self.vocab_size = vocab_size or vocab_size_of(model)
+        self.block_size = block_size or block_size_of(model)
         self.thresholds = {**THRESHOLDS, **(thresholds or {})}
         self.updates: list[int] = []
         self.losses: list[float] = []
@@ -167,7 +166,7 @@ class LockInProbe(ProbeState):
         self._sampled_at.add(update)
         names = list(self.prompts)
         device = next(self.model.parameters()).device
-        limit = _block_size(self.model)
+        limit = self.block_size
         keep = min(v.numel() for v in self.prompts.values())
         if limit is not None:
             keep = max(1, min(keep, limit - self.n_new))
@@ -176,7 +175,9 @@ class LockInProbe(ProbeState):
         was_training = self.model.training
         self.model.eval()
         try:
-            toks, max_logit, ent = sample_batch(self.model, prompts, self.n_new, (0.0, 1.0), gen)
+            toks, max_logit, ent = sample_batch(
+                self.model, prompts, self.n_new, (0.0, 1.0), gen, block_size=limit
+            )
         finally:
             self.model.train(was_training)
         toks_l, ml, me = toks.tolist(), max_logit.tolist(), ent.tolist()  # host sync

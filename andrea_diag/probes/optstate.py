@@ -83,9 +83,10 @@ class OptStateProbe:
         per_layer: bool = True,
         update_stats: bool = True,
         recovery_share: float = RECOVERY_SHARE,
+        groups: Mapping[str, tuple[str, str]] | None = None,  # name -> (layer, kind); None: names
     ) -> None:
         self.shadow, self.per_layer, self.update_stats = shadow, per_layer, update_stats
-        self.recovery_share = recovery_share
+        self.recovery_share, self.groups = recovery_share, groups
         self._groups_idx: dict[tuple[str, ...], GroupIndex] = {}
         self._snap: list[torch.Tensor] | None = None
         self._snap_flat: torch.Tensor | None = None  # one buffer under the views (flat_dot)
@@ -280,7 +281,7 @@ class OptStateProbe:
         v_norm = math.sqrt(sum(x * x for x in v_pt))
         row["m_norm"], row["v_norm"] = m_norm, v_norm
         if self.per_layer:
-            gi = group_index_for(self._groups_idx, e.names)
+            gi = group_index_for(self._groups_idx, e.names, self.groups)
             row.update(gi.columns("layer_m", torch.tensor(m_pt, dtype=torch.float64)))
             row.update(gi.columns("layer_v", torch.tensor(v_pt, dtype=torch.float64)))
         ginfo = self._ginfo or []
@@ -357,18 +358,9 @@ class OptStateProbe:
     # -- checkpoint --------------------------------------------------------------------------
     # Buffers and group ids are keyed by id(param), which a new process does not share: the
     # state names parameters by their position in the context's parameter list instead.
-    TRANSIENT = (
-        "_groups_idx",
-        "_snap",
-        "_snap_flat",
-        "_snap_valid",
-        "_g_eff",
-        "_gid_of",
-        "_shadow",
-        "_param_ids",
-        "_queue",
-        "defer_reads",
-    )
+    # (groups: the per-layer table, passed in again by the constructor)
+    TRANSIENT = ("_groups_idx", "_snap", "_snap_flat", "_snap_valid", "_g_eff", "_gid_of",
+                 "_shadow", "_param_ids", "_queue", "defer_reads", "groups")  # fmt: skip
 
     def state_dict(self) -> dict[str, Any]:
         self.resolve()  # the waiting updates' bookkeeping belongs to the state

@@ -137,7 +137,7 @@ LOCKED_VERDICTS = ("locked-in",)  # the report's "locked in:" list
 __all__ = [
     "COLLAPSE_VERDICTS", "DIST_COLUMNS", "FALLBACK_DIVERGE_NATS", "LOCKED_VERDICTS",
     "THRESHOLDS", "VERDICTS", "event_scores", "learned_level", "loss_collapse_reason",
-    "run_verdict", "smoothed", "text_stats",
+    "recorded_collapse_reason", "run_verdict", "smoothed", "text_stats",
 ]  # fmt: skip
 # the held-out distribution statistics the lock-in test reads (train/evaluation.py's columns)
 DIST_COLUMNS = ("eval_argmax_share", "eval_entropy", "eval_top1_prob")
@@ -284,6 +284,24 @@ def learned_level(
     if unigram_entropy is not None and math.isfinite(unigram_entropy):
         level = min(level, unigram_entropy - th["unigram_margin"])
     return level
+
+
+def recorded_collapse_reason(
+    lockin: Mapping[str, Any], final_loss: float, losses: Mapping[str, Sequence[Any]]
+) -> str | None:
+    """Why a recorded run counts as collapsed (None: it did not), the report's one rule.
+
+    ``lockin``: the run's ``summary["lockin"]``; a judged verdict (not ``insufficient-data``)
+    decides alone. Else: a lock-in verdict name, a non-finite ``final_loss``, or
+    :func:`loss_collapse_reason` of ``losses`` (per-source columns, else ``{"loss": ...}``)."""
+    verdict = str(lockin.get("verdict", "")).lower()
+    if "collapse" in lockin and verdict != "insufficient-data":
+        return f"verdict {lockin.get('verdict')}" if lockin["collapse"] else None
+    if verdict in LOCKED_VERDICTS:
+        return "lock-in verdict"
+    if not math.isfinite(final_loss):
+        return "final loss is not finite"
+    return loss_collapse_reason(losses)
 
 
 def run_verdict(

@@ -11,6 +11,12 @@ sentences. The page (html.py) shows them above the charts; the tests call them d
 
 Findings must also say when something the seeds predict did *not* happen (no lock-in, no
 collapse, no spike at the boundaries): the pilots showed the cascade is not automatic.
+
+A run of a user's own loop (``SpikeMonitor``, the Hugging Face and Lightning callbacks: config
+``kind: monitor``) has no bandit: the findings about phases, phase boundaries and data sources
+are left out for it (:func:`has_bandit`), and it counts as clipped when its updates were
+(:func:`is_clipped`), not only when a clip mode says so. The rules shared with training live
+with it: the boundary loss change in ``train/summary.py``, collapse in ``probes/verdict.py``.
 """
 
 from __future__ import annotations
@@ -21,14 +27,39 @@ import pandas as pd
 
 from andrea_diag.config import SOURCE_NAMES, ProbeConfig
 from andrea_diag.probes.verdict import FALLBACK_DIVERGE_NATS as DIVERGE_NATS
-from andrea_diag.probes.verdict import loss_collapse_reason
+from andrea_diag.probes.verdict import recorded_collapse_reason
 from andrea_diag.report.arm_comparison import best_arm_finding
 from andrea_diag.report.arms import Arm, boundaries, compared_loss, final_loss, fmt, is_locked
 from andrea_diag.stats import insufficient
+from andrea_diag.train.summary import boundary_loss_delta as boundary_delta_of
 
 MAX_LISTED_SPIKES = 10
 SAME_NATS = 0.05  # final-loss gaps under this are not called a cost or a benefit
 FLAT_NATS = 0.02  # a mean boundary loss change smaller than this is reported as flat
+# clip_coef = post / pre norm, measured by two reductions: an unclipped update can read 1 - 1e-7
+CLIPPED_BELOW = 1.0 - 1e-5
+
+
+def has_bandit(arm: Arm) -> bool:
+    """Whether the run is one of the toolkit's own arms (a bandit of sources and phases), not a
+    user's loop: ``SpikeMonitor`` and the framework callbacks write ``kind: monitor``."""
+    return arm.config.get("kind") != "monitor" and "framework" not in arm.config
+
+
+def is_clipped(arm: Arm) -> bool:
+    """The toolkit's arm: its clip mode. A user's loop: a clip mode or max_norm recorded (the
+    framework's ``max_grad_norm`` / ``gradient_clip_val`` > 0), or any update's ``clip_coef``
+    below 1 (``SpikeMonitor`` under ``clip_grad_norm_`` records no clip mode)."""
+    if arm.clipped or has_bandit(arm):
+        return arm.clipped
+    settings = arm.config.get("framework_settings") or {}
+    for key in ("max_grad_norm", "gradient_clip_val"):
+        v = settings.get(key) if isinstance(settings, dict) else None
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < math.inf:
+            return True
+    if "clip_coef" not in arm.metrics:
+        return False
+    return bool((pd.to_numeric(arm.metrics["clip_coef"], errors="coerce") < CLIPPED_BELOW).any())
 
 
 def spike_list(arm: Arm, limit: int = MAX_LISTED_SPIKES) -> str:
@@ -79,21 +110,18 @@ def spike_boundary_finding(arm: Arm, k: int | None = None) -> str:
 def boundary_loss_delta(
     metrics: pd.DataFrame, k: int = ProbeConfig.boundary_k, column: str = "loss"
 ) -> tuple[float, int]:
-    """Mean over boundaries of (mean loss of the k updates from the boundary on) minus (mean of
-    the k updates before it). Boundaries without k finite losses on both sides are skipped: a
-    skipped non-finite update must not turn the mean into inf."""
-    if metrics.empty or column not in metrics:
+    """(mean change, boundaries measured) of ``column`` over the phase boundaries, by the
+    training summary's rule (:func:`andrea_diag.train.summary.boundary_loss_delta`, its one
+    owner): the k updates from the boundary on minus the k before, boundaries without k finite
+    values on both sides skipped (a skipped non-finite update must not turn the mean into inf)."""
+    if metrics.empty or column not in metrics or "update" not in metrics:
         return math.nan, 0
-    loss = (
-        metrics.set_index("update")[column].astype(float).replace([math.inf, -math.inf], math.nan)
-    )
-    deltas = []
-    for b in boundaries(metrics):
-        before = loss.reindex(range(b - k, b)).dropna()
-        after = loss.reindex(range(b, b + k)).dropna()
-        if len(before) == k and len(after) == k:
-            deltas.append(after.mean() - before.mean())
-    return (float(sum(deltas) / len(deltas)) if deltas else math.nan), len(deltas)
+    m = metrics.sort_values("update")
+    flags = m["update"].isin(boundaries(metrics)).tolist()
+    values = pd.to_numeric(m[column], errors="coerce").astype(float).tolist()
+    d = boundary_delta_of(values, flags, k=k)
+    mean = d["after_minus_before_mean"]
+    return (math.nan if mean is None else float(mean)), int(d["n"])
 
 
 def boundary_loss_finding(arm: Arm, k: int | None = None) -> str:
@@ -173,8 +201,8 @@ def clip_cost_findings(arms: list[Arm]) -> list[str]:
             for k in ("size", "lr", "recipe", "seed", "steps", "inject", "mixer", "sources")
         )
 
-    for u in (a for a in arms if not a.clipped):
-        for c in (a for a in arms if a.clipped and key(a) == key(u)):
+    for u in (a for a in arms if not is_clipped(a)):
+        for c in (a for a in arms if is_clipped(a) and key(a) == key(u)):
             (lc, what), (lu, _) = compared_loss(c), compared_loss(u)
             d = lc - lu
             if not math.isfinite(d):
@@ -208,7 +236,11 @@ def source_loss_columns(arm: Arm) -> list[str]:
     sources = [c[2:] for c in cols if c.startswith("w_")]
     data = arm.data.get("sources", arm.data) if isinstance(arm.data, dict) else {}
     sources += [str(s) for s in (data if isinstance(data, dict) else {})]
-    sources = list(dict.fromkeys(sources)) or list(SOURCE_NAMES)
+    given = arm.config.get("sources")  # the run sheet's replaced sources: name -> origin
+    sources += [str(s) for s in (given if isinstance(given, (dict, list)) else [])]
+    # a user's loop has no default sources to assume: only what its run says
+    fallback = list(SOURCE_NAMES) if has_bandit(arm) else []
+    sources = list(dict.fromkeys(sources)) or fallback
     return [f"loss_{s}" for s in sources if f"loss_{s}" in cols]
 
 
@@ -219,20 +251,13 @@ def collapse_reason(arm: Arm) -> str | None:
 
     A run whose summary carries the verdict's ``collapse`` (probes/verdict.py, where collapse is
     defined) is judged by that alone; the tests below are for runs recorded before it."""
-    fl = final_loss(arm)
-    lock = arm.summary.get("lockin") or {}
-    if "collapse" in lock and lock.get("verdict") != "insufficient-data":
-        return f"verdict {lock.get('verdict')}" if lock["collapse"] else None
-    if is_locked(arm):
-        return "lock-in verdict"
     if arm.metrics.empty and not arm.summary:
         return None  # nothing recorded: not a collapse (expectation_findings says so)
-    if not math.isfinite(fl):
-        return "final loss is not finite"
-    # the fallback rule is the verdict module's (one owner): per-source smoothed losses, of
-    # the run's own sources only (not loss_scale, loss_excess, loss_z)
+    # the rule is the verdict module's (one owner); the fallback reads per-source smoothed
+    # losses of the run's own sources only (not loss_scale, loss_excess, loss_z)
     cols = source_loss_columns(arm) or ["loss"]
-    return loss_collapse_reason({c: arm.metrics[c].tolist() for c in cols if c in arm.metrics})
+    losses = {c: arm.metrics[c].tolist() for c in cols if c in arm.metrics}
+    return recorded_collapse_reason(arm.summary.get("lockin") or {}, final_loss(arm), losses)
 
 
 def collapsed(arm: Arm) -> bool:
@@ -259,7 +284,7 @@ def expectation_findings(arms: list[Arm]) -> list[str]:
     out.append(f"locked in: {', '.join(locked)}." if locked else "no arm locked in.")
     for a in arms:
         why = collapse_reason(a)
-        kind = "clipped" if a.clipped else "unclipped"
+        kind = "clipped" if is_clipped(a) else "unclipped"
         verdict = (a.summary.get("lockin") or {}).get("verdict")
         if a.metrics.empty and not a.summary:
             out.append(f"{a.label}: no loss recorded, so nothing to say about collapse.")
@@ -267,7 +292,7 @@ def expectation_findings(arms: list[Arm]) -> list[str]:
             out.append(f"the {kind} arm {a.label} collapsed ({why}).")
         elif verdict == "never-learned":
             out.append(f"the {kind} arm {a.label} never learned, so it could not collapse.")
-        elif not a.clipped:
+        elif not is_clipped(a):
             judged = (
                 "collapse" in (a.summary.get("lockin") or {}) and verdict != "insufficient-data"
             )
@@ -335,15 +360,19 @@ def probe_failure_findings(arms: list[Arm]) -> list[str]:
 
 
 def all_findings(arms: list[Arm]) -> list[str]:
-    """Every finding for the page, in reading order."""
-    out = [data_finding(arms), *probe_failure_findings(arms)]
+    """Every finding for the page, in reading order (the bandit's only for runs that have one)."""
+    bandit = [a for a in arms if has_bandit(a)]
+    out = [data_finding(bandit)] if bandit else []
+    out += probe_failure_findings(arms)
     for a in arms:
-        out.append(spike_boundary_finding(a))
+        if has_bandit(a):
+            out.append(spike_boundary_finding(a))
         out.append(spike_list(a))
         inj = injected_finding(a)
         if inj:
             out.append(inj)
-        out.append(boundary_loss_finding(a))
+        if has_bandit(a):
+            out.append(boundary_loss_finding(a))
         out.append(pollution_finding(a))
     out += clip_cost_findings(arms)
     best = best_arm_finding(arms)
