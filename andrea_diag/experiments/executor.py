@@ -7,8 +7,9 @@
 cell's process sees only its own GPU), or N at once on the CPU. Each cell is
 ``python -m andrea_diag.experiments.executor CELL.json``: it runs the cell's cascade into its
 directory and exits; the sweep reads the results back from that directory, as it does for a
-cell it ran itself. A cell whose process fails is marked crashed (its ``error.json``, written
-by the child, says why) and the other cells go on.
+cell it ran itself, and hands each finished cell to the caller's ``after_cell`` (the command
+renders its page there: a cell's process imports no report). A cell whose process fails is
+marked crashed (its ``error.json``, written by the child, says why) and the other cells go on.
 
 Past one machine the cells go to Slurm through ``submitit`` (the optional extra ``slurm``): one
 cell is one job, N jobs in flight. ``--executor submitit-local`` is submitit's own local
