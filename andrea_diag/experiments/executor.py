@@ -307,6 +307,7 @@ def _run_in_slots(
     after_cell: AfterCell | None,
 ) -> list[tuple[str, str | None]]:
     free: queue.Queue[str | None] = queue.Queue()
+    after_lock = threading.Lock()  # one cell's after_cell at a time: it need not be thread-safe
     for slot in slots:
         free.put(slot)
 
@@ -322,7 +323,8 @@ def _run_in_slots(
         finally:
             free.put(gpu)
         if error is None and after_cell is not None:
-            error = _after(after_cell, job)
+            with after_lock:
+                error = _after(after_cell, job)
         word = "[green]done[/]" if error is None else f"[red]crashed[/] ({error})"
         console.print(
             f"cell {job.name} {word} in {time.perf_counter() - t0:.0f} s", highlight=False
