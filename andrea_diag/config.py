@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Literal, get_args
 
-from andrea_diag.clip.params import ClipParams
+from andrea_diag.clip_params import ClipParams
 from andrea_diag.errors import UserError
 from andrea_diag.fields import MAX_SEED, MAX_UPDATES, check_bounds, cli, cli_fields
 from andrea_diag.presets import (

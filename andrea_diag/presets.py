@@ -51,8 +51,11 @@ class ModelConfig:
         return 12 * self.n_layer + 5
 
     def flops_per_token(self, seq_len: int) -> float:
-        """Training FLOPs per token, 6N plus attention (PaLM appendix B estimate)."""
-        n = self.n_params() - self.block_size * self.d_model
+        """Training FLOPs per token (forward + backward), PaLM appendix B: 6N over the
+        non-embedding parameters plus 12·L·d·T for attention's scores and mix. Both embedding
+        tables are lookups, not matmuls; the untied head is a matmul and counts. MFU's one
+        formula (``bench/train.py``)."""
+        n = self.n_params() - (self.block_size + self.vocab_size) * self.d_model
         return 6 * n + 12 * self.n_layer * self.d_model * seq_len
 
 

@@ -32,8 +32,7 @@ SEQ = int(os.environ.get("DDP_CHECK_SEQ", "256"))
 
 def _run(base: RunConfig, out: Path, data: object, **kw: object) -> pd.DataFrame:
     cfg = dataclasses.replace(base, **kw)
-    run_cascade(CascadeSpec(base=cfg, clips=["global"], out=out), Console(stderr=True),
-                render=False, data=data)  # fmt: skip
+    run_cascade(CascadeSpec(base=cfg, clips=["global"], out=out), Console(stderr=True), data=data)
     return pd.read_json(out / "global" / "metrics.jsonl", lines=True)
 
 

@@ -19,7 +19,7 @@ from andrea_diag.clip.adaptive import (
     zclip_scale,
 )
 from andrea_diag.clip.modes import CLIPPERS, make_clipper
-from andrea_diag.clip.params import ClipParams
+from andrea_diag.clip_params import ClipParams
 
 T = torch.tensor
 

@@ -15,7 +15,7 @@ import torch
 
 from andrea_diag.clip.adaptive import step_unless
 from andrea_diag.clip.modes import make_clipper
-from andrea_diag.clip.params import ClipParams
+from andrea_diag.clip_params import ClipParams
 
 pytestmark = [
     pytest.mark.cuda,

@@ -56,3 +56,22 @@ def test_bench_train_rejects_zero_updates(tmp_path: Path) -> None:
     # typer's own bound, turned into the toolkit's one line (commands/errors.py)
     assert res.output.count("error:") == 1 and "'--updates'" in res.output
     assert "greater than or equal to 1" in res.output
+
+
+def test_mfu_is_the_models_flops_per_token_times_tokens_per_s_over_the_peak(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import torch
+
+    from andrea_diag.bench import train as bench
+    from andrea_diag.config import RunConfig
+
+    monkeypatch.setattr(bench, "peak_tflops", lambda *a: 989.0)  # as on an H200, bf16
+    cfg = RunConfig(size="12m", device="cpu").resolve()
+    times = {"engine": [400.0, 600.0], "plain": [300.0, 300.0]}  # ms per block of one update
+    result = bench._result(cfg, torch.device("cpu"), times, {}, 2, 0, 1)
+    flops = cfg.model.flops_per_token(cfg.seq_len)  # the one formula (presets.py)
+    assert result["meta"]["flops_per_token"] == flops
+    tokens = cfg.micro_batch * cfg.accum * cfg.seq_len
+    for arm, ms in (("engine", 500.0), ("plain", 300.0)):
+        assert result[arm]["mfu"] == pytest.approx(flops * tokens / (ms / 1e3) / 989e12, rel=1e-12)

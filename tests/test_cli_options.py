@@ -117,9 +117,10 @@ def test_eval_every_is_accepted_by_cascade(monkeypatch: pytest.MonkeyPatch) -> N
 
     def fake_run(spec: Any, console: Any) -> Any:
         seen["cfg"] = spec.base
-        return SimpleNamespace(summaries={}, hashes_identical=True, out_dir="x", report=None)
+        return SimpleNamespace(summaries={}, hashes_identical=True, out_dir="x")
 
     monkeypatch.setattr("andrea_diag.commands.run.run_cascade", fake_run)
+    monkeypatch.setattr("andrea_diag.commands.run.render_cascade_page", lambda *a: None)
     res = runner.invoke(app, ["cascade", "--eval-every", "5", "--spike-window", "9",
                               "--spike-z", "4.5", "--nproc", "1", "--no-shadow"])  # fmt: skip
     assert res.exit_code == 0, res.output

@@ -92,6 +92,22 @@ def test_stats_variant_refuses_norm_types_the_three_stages_cannot_compute(norm_t
     assert torch.equal(p.grad, torch.ones(4))  # nothing was scaled
 
 
+def test_every_clipper_entry_point_refuses_a_zero_norm_type_in_the_same_words() -> None:
+    from andrea_diag.clip.fused_adamw import ClippedAdamW
+    from andrea_diag.clip.sharded import clip_grad_norm_sharded_
+
+    p = torch.nn.Parameter(torch.ones(4))
+    p.grad = torch.ones(4)
+    calls = [
+        lambda: clip_grad_norm_with_stats([p], 1.0, 0.0),
+        lambda: clip_grad_norm_sharded_([p], 1.0, 0.0),
+        lambda: ClippedAdamW([p], max_norm=1.0, norm_type=0.0),
+    ]
+    for call in calls:  # one rule, one message (clip/reference.py: check_norm_type)
+        with pytest.raises(ValueError, match=r"^norm_type must be positive or inf, got 0\.0$"):
+            call()
+
+
 def test_per_tensor_mode_scales_half_gradients_with_one_rounding() -> None:
     g_bf = torch.linspace(-3, 3, 1001).to(torch.bfloat16)
     p = torch.nn.Parameter(torch.zeros(1001, dtype=torch.bfloat16))

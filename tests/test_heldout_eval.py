@@ -32,7 +32,7 @@ def data() -> PreparedData:
 def cascade(tmp_path_factory: pytest.TempPathFactory, data: PreparedData) -> Path:
     out = tmp_path_factory.mktemp("eval") / "c"
     cfg = RunConfig(size="tiny", steps=STEPS, device="cpu", eval_every=5)
-    run_cascade(CascadeSpec(base=cfg, clips=["none", "global"], out=out), render=False, data=data)
+    run_cascade(CascadeSpec(base=cfg, clips=["none", "global"], out=out), data=data)
     return out
 
 

@@ -35,7 +35,7 @@ def _same(a: object, b: object) -> bool:
 
 def test_monitor_in_a_user_loop_records_the_trainers_probe_rows(tmp_path: Path) -> None:
     cfg = RunConfig(size="tiny", steps=STEPS, clip="global", device="cpu")
-    run_cascade(CascadeSpec(base=cfg, clips=["global"], out=tmp_path / "t"), render=False)
+    run_cascade(CascadeSpec(base=cfg, clips=["global"], out=tmp_path / "t"))
     trained = pd.read_json(tmp_path / "t" / "global" / "metrics.jsonl", lines=True)
     resolved = json.loads((tmp_path / "t" / "global" / "config.json").read_text())
 

@@ -44,7 +44,7 @@ def finished(tmp_path_factory: pytest.TempPathFactory) -> Path:
     spec = CascadeSpec(
         base=RunConfig(size="tiny", steps=STEPS, device="cpu"), clips=["none", "global"], out=out
     )
-    run_cascade(spec, console=Console(stderr=True, quiet=True), render=False)
+    run_cascade(spec, console=Console(stderr=True, quiet=True))
     return out
 
 

@@ -57,6 +57,9 @@ def test_parallel_cells_a_failed_one_leaves_the_others_and_a_rerun_finishes_it(
     assert tp["updates"] == 4 and tp["jobs"] == 2 and tp["executor"] == "local"
     assert tp["updates_per_s"] == pytest.approx(tp["updates"] / tp["wall_s"], rel=1e-2)
     assert "updates/s aggregate" in (out / "sweep.html").read_text()
+    # the finished cell's page, rendered by the sweep (the command's after_cell) as it ended
+    assert "<html" in (out / CELLS[0] / "report.html").read_text()
+    assert not (out / CELLS[1] / "report.html").exists()
 
     # the torn checkpoint removed: the re-run keeps the finished cell and finishes the other
     done = out / CELLS[0] / "none" / "metrics.jsonl"
@@ -68,6 +71,7 @@ def test_parallel_cells_a_failed_one_leaves_the_others_and_a_rerun_finishes_it(
     table = pd.read_csv(out / "sweep.csv")
     assert (table["status"] == "done").all() and len(table) == 2
     assert json.loads((out / "sweep.json").read_text())["throughput"]["updates"] == 4
+    assert (out / CELLS[1] / "report.html").is_file()  # the cell finished now has its page
 
 
 def test_submitit_local_executor_runs_cells_collects_results_and_resumes(tmp_path: Path) -> None:

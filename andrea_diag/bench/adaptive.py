@@ -30,7 +30,7 @@ from andrea_diag.bench.harness import (
 )
 from andrea_diag.clip import reference
 from andrea_diag.clip.modes import Clipper, make_clipper
-from andrea_diag.clip.params import ClipParams
+from andrea_diag.clip_params import ClipParams
 
 MODES = ("none", "global", "zclip", "agc", "spam", "skip")
 CHECK_TOL = {torch.float32: 1e-4, torch.bfloat16: 1e-2, torch.float16: 2e-3}

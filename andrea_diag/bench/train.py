@@ -17,8 +17,9 @@ Method: ``warmup`` updates of each first, then blocks of ``block`` updates, alte
 engine/plain, each block timed from a synchronised start to a synchronised end, so drifts in
 clock or temperature hit both alike. ms/update is the blocks' total over their updates. Each
 probe's hooks are timed too (``ProbeDriver.time_hooks``: CUDA events / perf_counter), so the
-result shows where the engine's extra time goes. MFU is 6·N·tokens/s over the device's dense
-peak (:data:`PEAK_TFLOPS`); on the CPU it is not given.
+result shows where the engine's extra time goes. MFU is the model's training FLOPs per token
+(``ModelConfig.flops_per_token``: 6 x non-embedding parameters plus attention) x tokens/s over
+the device's dense peak (:data:`PEAK_TFLOPS`); on the CPU it is not given.
 """
 
 from __future__ import annotations
@@ -114,9 +115,10 @@ def _engine(cfg: RunConfig, run_dir: Path) -> tuple[Any, Callable[[int], torch.T
     return trainer, lambda u: plan.batch(u).tokens
 
 
-def _arm_numbers(ms: float, tokens: int, n_params: int, peak: float | None) -> dict[str, Any]:
+def _arm_numbers(ms: float, tokens: int, flops: float, peak: float | None) -> dict[str, Any]:
+    """``flops``: training FLOPs per token (``ModelConfig.flops_per_token``)."""
     tokens_per_s = tokens / (ms / 1e3)
-    mfu = 6 * n_params * tokens_per_s / (peak * 1e12) if peak else None
+    mfu = flops * tokens_per_s / (peak * 1e12) if peak else None
     return {"ms_per_update": ms, "tokens_per_s": tokens_per_s, "mfu": mfu}
 
 
@@ -179,6 +181,7 @@ def _result(
     peak = peak_tflops(gpu, cfg.precision, cfg.matmul_precision)
     tokens = cfg.micro_batch * cfg.accum * cfg.seq_len  # per update
     n_params = cfg.model.n_params()
+    flops = cfg.model.flops_per_token(cfg.seq_len)
     ms = {arm: sum(t) / updates for arm, t in times.items()}
     engine_ms = ms["engine"]
     return {
@@ -204,12 +207,14 @@ def _result(
             "cpu_threads": torch.get_num_threads(),
             "peak_tflops": peak,
             "peak_source": PEAK_SOURCE if peak else None,
-            "mfu_formula": "6 * n_params * tokens_per_s / peak (attention FLOPs not counted)",
+            "flops_per_token": flops,
+            "mfu_formula": "flops_per_token * tokens_per_s / peak; flops_per_token = "
+            "6 * non-embedding params + 12 * n_layer * d_model * seq_len (PaLM appendix B)",
             "plain_loop": "forward, token-weighted backward, same clipper, optimizer step, "
             f"one .item() every {PLAIN_ITEM_EVERY} updates",
         },
-        "engine": _arm_numbers(engine_ms, tokens, n_params, peak),
-        "plain": _arm_numbers(ms["plain"], tokens, n_params, peak),
+        "engine": _arm_numbers(engine_ms, tokens, flops, peak),
+        "plain": _arm_numbers(ms["plain"], tokens, flops, peak),
         "engine_over_plain": engine_ms / ms["plain"],  # ms ratio: 1.0 = as fast as plain
         "speed_vs_plain": ms["plain"] / engine_ms,  # the issue's "0.6x": plain ms / engine ms
         "probes": [

@@ -111,11 +111,6 @@ def resolve_impl(impl: str, grads: list[torch.Tensor]) -> str:
     return "reference"
 
 
-def _acc_dtype(grads: list[torch.Tensor]) -> torch.dtype:
-    # fp32 accumulation for fp32/bf16/fp16 gradients; float64 gradients keep float64.
-    return torch.float64 if any(g.dtype == torch.float64 for g in grads) else torch.float32
-
-
 def clip_grad_norm_with_stats(
     parameters: torch.Tensor | Iterable[torch.Tensor],
     max_norm: float,
@@ -133,10 +128,7 @@ def clip_grad_norm_with_stats(
     """
     if mode not in ("global", "per-tensor", "none"):
         raise ValueError(f"mode must be global, per-tensor or none, got {mode!r}")
-    max_norm, norm_type = float(max_norm), float(norm_type)
-    if not (norm_type > 0 or norm_type == math.inf):
-        # torch accepts 0 and -inf too; the three-stage sums do not (0^0, min-norm): say so
-        raise ValueError(f"norm_type must be positive or inf, got {norm_type}")
+    max_norm, norm_type = float(max_norm), reference.check_norm_type(norm_type)
     grads = _grads(parameters)
     if not grads:
         zero = torch.zeros(())
@@ -166,7 +158,7 @@ def clip_grad_norm_with_stats(
         apply_now = apply_global  # torch already applied (or raised)
     else:
         total, per, scale, nonfinite = reference.clip_reference(
-            grads, max_norm, norm_type, acc_dtype=_acc_dtype(grads), apply=apply_now
+            grads, max_norm, norm_type, acc_dtype=reference.acc_dtype(grads), apply=apply_now
         )
     # host sync: deciding whether to raise needs the flag on the host (torch does the same)
     if error_if_nonfinite and bool(nonfinite):
@@ -242,7 +234,7 @@ def clip_grad_norm_(
             "`parameters` is an empty generator, no gradient clipping will occur.", stacklevel=2
         )
     norm_type = float(norm_type)
-    if not (norm_type > 0 or norm_type == math.inf):
+    if not reference.norm_type_ok(norm_type):
         return torch.nn.utils.clip_grad_norm_(
             params, max_norm, norm_type, error_if_nonfinite=error_if_nonfinite
         )

@@ -21,7 +21,6 @@ it; the shipped clipper never builds them. Nothing here syncs with the host.
 from __future__ import annotations
 
 import importlib.resources
-import math
 import os
 import shutil
 import threading
@@ -144,7 +143,7 @@ def available() -> tuple[bool, str]:
 
 def supports(grads: list[torch.Tensor], norm_type: float) -> bool:
     """Whether the kernels take this list (else the caller uses the reference)."""
-    if not grads or not _norm_ok(norm_type):
+    if not grads or not reference.norm_type_ok(norm_type):
         return False
     dev = grads[0].device
     return all(
@@ -189,14 +188,10 @@ def unsupported_errors() -> tuple[type[BaseException], ...]:
     return tuple(m.UnsupportedInput for m in (_ext, _dev_ext) if m is not None)
 
 
-def _norm_ok(norm_type: float) -> bool:
-    return norm_type > 0 or norm_type == math.inf
-
-
 def _reference(
     grads: list[torch.Tensor], max_norm: float, norm_type: float, apply: bool
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    acc = torch.float64 if any(g.dtype == torch.float64 for g in grads) else torch.float32
+    acc = reference.acc_dtype(grads)
     return reference.clip_reference(grads, max_norm, norm_type, acc_dtype=acc, apply=apply)
 
 

@@ -131,7 +131,7 @@ def _clip_stats(
 
         # partial + final only (apply=False): the scale is consumed inside the update.
         return cuda_ext.load().clip(grads, float(max_norm), float(norm_type), False)
-    acc = torch.float64 if any(g.dtype == torch.float64 for g in grads) else torch.float32
+    acc = reference.acc_dtype(grads)
     return reference.clip_reference(grads, max_norm, norm_type, acc_dtype=acc, apply=False)
 
 
@@ -217,8 +217,7 @@ class ClippedAdamW(torch.optim.Optimizer):
             raise ValueError(f"invalid weight_decay: {weight_decay}")
         if math.isnan(max_norm) or max_norm <= 0.0:
             raise ValueError(f"max_norm must be > 0, got {max_norm}")
-        if not (norm_type > 0 or norm_type == math.inf):
-            raise ValueError(f"norm_type must be > 0 or inf, got {norm_type}")
+        reference.check_norm_type(norm_type)
         if impl not in IMPLS:
             raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
         # capturable=True: torch's Optimizer.load_state_dict then keeps "step" as a float32

@@ -6,7 +6,7 @@
 
 The base class, ``@register`` and the fixed modes (``none``, ``global``, ``per-tensor``) are in
 ``registry.py``; the adaptive ones (``zclip``, ``agc``, ``spam``, ``skip``) in ``adaptive.py``,
-their parameters in ``params.py``. Importing this module registers all of them.
+their parameters in ``andrea_diag/clip_params.py``. Importing this module registers them all.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from __future__ import annotations
 import torch
 
 from andrea_diag.clip import adaptive  # noqa: F401  (registers the adaptive modes)
-from andrea_diag.clip.params import ClipParams
 from andrea_diag.clip.registry import CLIPPERS, Clipper, UnknownClipMode, register
+from andrea_diag.clip_params import ClipParams
 
 __all__ = [
     "CLIPPERS", "Clipper", "UnknownClipMode", "clip_modes", "make_clipper", "mode_color",

@@ -29,6 +29,25 @@ CHUNK = 16384
 EPS = 1e-6  # torch.nn.utils.clip_grad_norm_ uses the same epsilon
 
 
+def acc_dtype(grads: Sequence[torch.Tensor]) -> torch.dtype:
+    """The partial sums' dtype: float32 for fp32/bf16/fp16 gradients, float64 when any is
+    float64 (the one rule of the drop-in, the kernels' fallback, fused AdamW and sharding)."""
+    return torch.float64 if any(g.dtype == torch.float64 for g in grads) else torch.float32
+
+
+def norm_type_ok(norm_type: float) -> bool:
+    """p > 0 or inf. torch also takes 0 and -inf; the three-stage sums cannot (0^0, a minimum)."""
+    return norm_type > 0 or norm_type == math.inf
+
+
+def check_norm_type(norm_type: float) -> float:
+    """``norm_type`` as a float, or the one ValueError that names it."""
+    norm_type = float(norm_type)
+    if not norm_type_ok(norm_type):
+        raise ValueError(f"norm_type must be positive or inf, got {norm_type}")
+    return norm_type
+
+
 def chunk_counts(grads: Sequence[torch.Tensor], chunk: int = CHUNK) -> list[int]:
     """Chunks per tensor: ceil(numel / chunk); an empty tensor has none."""
     return [math.ceil(g.numel() / chunk) for g in grads]

@@ -8,7 +8,8 @@ that reads the optimizer's state (SPAM reads Adam's ``v``) gets it through ``bin
 
 The fixed modes (``none``, ``global``, ``per-tensor``) are registered here, so they come first
 in the ``--clip`` help whatever imports what; the adaptive ones live in ``adaptive.py``, with
-their parameters in ``params.py``. ``modes.py`` imports both and is the public entry point.
+their parameters in ``andrea_diag/clip_params.py`` (below the config, which holds them).
+``modes.py`` imports both and is the public entry point.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any, ClassVar
 import torch
 
 from andrea_diag.clip.api import ClipResult, clip_grad_norm_with_stats
-from andrea_diag.clip.params import ClipParams
+from andrea_diag.clip_params import ClipParams
 from andrea_diag.errors import UserError
 
 

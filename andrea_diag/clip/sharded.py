@@ -198,8 +198,7 @@ def clip_grad_norm_sharded_(
     max_norm, norm_type = float(max_norm), float(norm_type)
     if math.isnan(max_norm):
         raise ValueError("max_norm must be a number, got NaN")
-    if not (norm_type > 0 or norm_type == math.inf):
-        raise ValueError(f"norm_type must be positive or inf, got {norm_type}")
+    reference.check_norm_type(norm_type)
     if impl not in api.IMPLS:
         raise ValueError(f"impl must be one of {api.IMPLS}, got {impl!r}")
     params = [parameters] if isinstance(parameters, torch.Tensor) else list(parameters)
@@ -214,7 +213,7 @@ def clip_grad_norm_sharded_(
         shards, replicas, group = _split(grads, group)
         local = shards + replicas
         which = api.resolve_impl(impl, local)
-        acc = api._acc_dtype(local)  # the same on every rank: dtypes are per parameter
+        acc = reference.acc_dtype(local)  # the same on every rank: dtypes are per parameter
         device = local[0].device
         partial = _local_partial(shards, norm_type, acc, which, device)
         total = _all_reduce(partial, norm_type, group)

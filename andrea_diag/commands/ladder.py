@@ -24,7 +24,7 @@ from andrea_diag.commands.executor_options import (
     executor_config,
 )
 from andrea_diag.commands.options import RunArgs, run_options
-from andrea_diag.commands.pages import render_ladder_pages
+from andrea_diag.commands.pages import cell_pages, render_ladder_pages
 from andrea_diag.commands.publish import PlotlyMode, plotly_mode
 from andrea_diag.commands.run import _arms, grid_axes, grid_base
 from andrea_diag.errors import UserError
@@ -82,7 +82,7 @@ def ladder(
         seeds=axes["seed"], precisions=axes["precision"], max_norms=axes["max_norm"],
         clips=arms, out=run.out, plotly=plotly_mode(plotly), executor=ex,
     )  # fmt: skip
-    done = run_ladder(spec, console)
+    done = run_ladder(spec, console, cell_pages())
     page = render_ladder_pages(done, console)
     for t in done.result["thresholds"]:
         for key in ("harm_text", "collapse_text", "claim_text"):

@@ -5,7 +5,7 @@
         base = checked(run.config)
 
 Every field of :class:`~andrea_diag.config.RunConfig`, :class:`~andrea_diag.config.ProbeConfig`
-and :class:`~andrea_diag.clip.params.ClipParams` declared with ``fields.option`` becomes a typer
+and :class:`~andrea_diag.clip_params.ClipParams` declared with ``fields.option`` becomes a typer
 option: its flag, help, default and bounds are read from the field, so the CLI restates none of
 them. ``run_options`` appends those options to a command's signature and hands the command the
 (unresolved) ``RunConfig`` they make, plus ``--out``, ``--resume`` and what the user typed.
@@ -25,7 +25,7 @@ from typing import Annotated, Any, Literal, Union, get_args, get_origin, get_typ
 import typer
 from rich.markup import escape
 
-from andrea_diag.clip.params import MODE_PARAMS, ClipParams
+from andrea_diag.clip_params import MODE_PARAMS, ClipParams
 from andrea_diag.config import ProbeConfig, RunConfig
 from andrea_diag.data.corpus import parse_source_overrides
 from andrea_diag.errors import UserError

@@ -1,7 +1,9 @@
 """After an experiment, its pages: experiments return results, the commands render them.
 
+    res = run_cascade(spec, console)
+    render_cascade_page(res.out_dir, None, console)   # report.html of a cascade (or train)
     with sweep_page_after(out, console):  # sweep.html, also when some cells crashed
-        run_sweep(spec, console)
+        run_sweep(spec, console, cell_pages())        # each cell's report.html as it ends
     render_ladder_pages(run, console)     # sweep.html and ladder.html of a LadderRun
     rejudge_ladder(out, console)          # `report` on a ladder: thresholds by today's code
 
@@ -18,12 +20,48 @@ from pathlib import Path
 import pandas as pd
 from rich.console import Console
 
-from andrea_diag.experiments.cascade import report_renderer_available
+from andrea_diag.experiments.executor import AfterCell
 from andrea_diag.experiments.ladder import LadderRun, write_ladder
 
 # sweep.json's status once every cell has run (or crashed); "running": stopped by an error
 # before or between cells (a changed setting, a bad option), so there is no new table to show
 FINISHED = ("done", "crashed")
+
+
+def report_renderer_available(console: Console, out_dir: Path) -> bool:
+    """plotly present? Without it (a bare GPU image) the run is complete, only unrendered."""
+    try:
+        import plotly  # noqa: F401
+    except ImportError:
+        console.print(
+            f"[yellow]report not rendered: plotly is not installed here. The run is complete; "
+            f"render it elsewhere with `andrea-diag report {out_dir}`.[/]"
+        )
+        return False
+    return True
+
+
+def render_cascade_page(out: Path, plotly_dir: Path | None, console: Console) -> Path | None:
+    """``out/report.html`` of a finished cascade (``plotly_dir``: where the one shared
+    plotly.js is, None to inline it), or None (and one line) without plotly."""
+    if not report_renderer_available(console, out):
+        return None
+    # the page imports plotly: only once it is there
+    from andrea_diag.report import render_cascade
+
+    return render_cascade(out, plotly_dir)
+
+
+def cell_pages() -> AfterCell | None:
+    """What renders a sweep cell's report.html as the cell ends (the experiments call it);
+    None without plotly, where the sweep page's own line says how to render them all later."""
+    try:
+        import plotly  # noqa: F401
+    except ImportError:
+        return None
+    from andrea_diag.report import render_cascade
+
+    return render_cascade
 
 
 def render_sweep_page(out: Path, console: Console) -> Path | None:

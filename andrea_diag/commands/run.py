@@ -6,6 +6,7 @@ Their shared options are declared once, in ``options.py``.
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -23,7 +24,7 @@ from andrea_diag.commands.executor_options import (
     executor_config,
 )
 from andrea_diag.commands.options import BY_NAME, RunArgs, checked, resumed, run_options
-from andrea_diag.commands.pages import sweep_page_after
+from andrea_diag.commands.pages import cell_pages, render_cascade_page, sweep_page_after
 from andrea_diag.commands.publish import PlotlyMode, plotly_mode
 from andrea_diag.config import RunConfig
 from andrea_diag.errors import UserError
@@ -71,6 +72,7 @@ def cascade(
     schedule and token batches (checked by per-update hashes).
     """
     res = run_cascade(_spec(clip, run), console)
+    page = _page(res.out_dir)
     for arm, s in res.summaries.items():
         console.print(
             f"  {arm:<11} final loss {s.get('final_loss') or float('nan'):.3f}  "
@@ -80,8 +82,13 @@ def cascade(
         )
     console.print(f"batches identical across arms: {res.hashes_identical}")
     console.print(f"run directory: {res.out_dir}")
-    if res.report:
-        console.print(f"[bold green]report:[/] {res.report}")
+    if page:
+        console.print(f"[bold green]report:[/] {page}")
+
+
+def _page(out: Path) -> Path | None:
+    """The cascade's report.html; under torchrun rank 0's alone (it alone wrote the run)."""
+    return render_cascade_page(out, None, console) if env_rank() == 0 else None
 
 
 @run_options(one_cell=True)
@@ -97,9 +104,10 @@ def train(
         raise UserError("train runs one arm", hint="use `andrea-diag cascade` for several")
     spec.out = spec.out or default_out("train", spec.base.size)
     res = run_cascade(spec, console)
+    page = _page(res.out_dir)
     console.print(f"run directory: {res.out_dir / spec.clips[0]}")
-    if res.report:
-        console.print(f"[bold green]report:[/] {res.report}")
+    if page:
+        console.print(f"[bold green]report:[/] {page}")
 
 
 def _csv(value: str, cast: type, option: str) -> list:
@@ -178,6 +186,6 @@ def sweep(
                      plotly=plotly_mode(plotly))  # fmt: skip
     spec.out = spec.out or default_out("sweep", "-".join(axes["size"]))  # the page is rendered here
     with sweep_page_after(spec.out, console):  # also when cells crashed: the page shows them
-        path, table = run_sweep(spec, console)
+        path, table = run_sweep(spec, console, cell_pages())
     page = path / "sweep.html"
     console.print(f"[bold green]sweep:[/] {page if page.exists() else path} ({len(table)} arms)")

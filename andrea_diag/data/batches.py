@@ -62,11 +62,6 @@ class Batch:
     def seq_len(self) -> int:
         return self.tokens.shape[2] - 1
 
-    def microbatch(self, i: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(inputs (m, T), targets (m, T), source_idx (m,)) of microbatch ``i``."""
-        t = self.tokens[i]  # (m, T+1)
-        return t[:, :-1], t[:, 1:], self.source_idx[i]
-
 
 def tokens_hash(tokens: torch.Tensor) -> str:
     """sha256 (first 16 hex chars) of the ids as little-endian int64: dtype- and device-free."""

@@ -49,13 +49,13 @@ class CascadeSpec:
     clips: list[str] = field(default_factory=lambda: ["none", "global"])
     out: Path | None = None
     resume: bool = False  # continue the run in ``out`` (finished arms kept, checkpoints used)
-    plotly_dir: Path | None = None  # link one shared plotly.js there (a sweep's pages)
 
 
 @dataclass
 class CascadeResult:
+    """What a cascade returns; its page is the command's to render (``commands/pages.py``)."""
+
     out_dir: Path
-    report: Path | None
     summaries: dict[str, dict[str, Any]]
     hashes_identical: bool
 
@@ -263,10 +263,10 @@ def hashes_identical(out_dir: Path, arms: list[str]) -> bool:
 def run_cascade(
     spec: CascadeSpec,
     console: Console | None = None,
-    render: bool = True,
     data: PreparedData | None = None,
 ) -> CascadeResult:
-    """Run every arm, check the batches were identical, write cascade.json and the report.
+    """Run every arm, check the batches were identical, write cascade.json (the commands
+    render the report from it).
 
     ``data``: already prepared sources (a sweep prepares them once for all its cells)."""
     if not spec.clips:
@@ -295,7 +295,7 @@ def run_cascade(
     # One process per cascade: taken before anything is read to continue or moved aside, and
     # released however this ends (an error, Ctrl-C, SIGTERM).
     with RunLock(out_dir) if main else contextlib.nullcontext():
-        return _run_locked(spec, configs, out_dir, data, console, render)
+        return _run_locked(spec, configs, out_dir, data, console)
 
 
 def _run_locked(
@@ -304,7 +304,6 @@ def _run_locked(
     out_dir: Path,
     data: PreparedData,
     console: Console,
-    render: bool,
 ) -> CascadeResult:
     """run_cascade's work once the cascade's lock is held (by rank 0)."""
     world, main = env_world_size(), env_rank() == 0
@@ -339,16 +338,11 @@ def _run_locked(
         else:
             summaries = run_arms(configs, out_dir, data, console, resume=spec.resume, states=states)
     if not main:
-        return CascadeResult(out_dir, None, {}, True)
+        return CascadeResult(out_dir, {}, True)
     identical = hashes_identical(out_dir, spec.clips)
     meta.update(status=DONE, batch_hashes_identical=identical)
     write_json(out_dir / "cascade.json", meta)
-    report = None
-    if render and report_renderer_available(console, out_dir):
-        from andrea_diag.report import render_cascade
-
-        report = render_cascade(out_dir, spec.plotly_dir)
-    return CascadeResult(out_dir, report, summaries, identical)
+    return CascadeResult(out_dir, summaries, identical)
 
 
 def _make_out_dir(out_dir: Path) -> None:
@@ -372,16 +366,3 @@ def _check_out_dir(out_dir: Path) -> None:
             f"output directory {out_dir} exists and is not empty",
             hint="choose another --out; nothing was overwritten",
         )
-
-
-def report_renderer_available(console: Console, out_dir: Path) -> bool:
-    """plotly present? Without it (a bare GPU image) the run is complete, only unrendered."""
-    try:
-        import plotly  # noqa: F401
-    except ImportError:
-        console.print(
-            f"[yellow]report not rendered: plotly is not installed here. The run is complete; "
-            f"render it elsewhere with `andrea-diag report {out_dir}`.[/]"
-        )
-        return False
-    return True

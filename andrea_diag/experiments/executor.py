@@ -7,8 +7,9 @@
 cell's process sees only its own GPU), or N at once on the CPU. Each cell is
 ``python -m andrea_diag.experiments.executor CELL.json``: it runs the cell's cascade into its
 directory and exits; the sweep reads the results back from that directory, as it does for a
-cell it ran itself. A cell whose process fails is marked crashed (its ``error.json``, written
-by the child, says why) and the other cells go on.
+cell it ran itself, and hands each finished cell to the caller's ``after_cell`` (the command
+renders its page there: a cell's process imports no report). A cell whose process fails is
+marked crashed (its ``error.json``, written by the child, says why) and the other cells go on.
 
 Past one machine the cells go to Slurm through ``submitit`` (the optional extra ``slurm``): one
 cell is one job, N jobs in flight. ``--executor submitit-local`` is submitit's own local
@@ -48,6 +49,10 @@ from andrea_diag.experiments.mps import check_mode, mps_session
 
 EXECUTORS = ("local", "slurm", "submitit-local")
 ERROR_FILE = "error.json"  # written by a failing cell's process into its cell directory
+# The caller's work on a finished cell, given its directory and the folder of the sweep's one
+# plotly.js (None: inline): the commands render its page (experiments import no report). It
+# runs in the sweep's process as each cell ends; an error there marks the cell crashed.
+AfterCell = Callable[[Path, Path | None], object]
 
 
 @dataclass
@@ -170,8 +175,7 @@ def write_job(job: CellJob, folder: Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{job.name}.json"
     spec = {"config": dataclasses.asdict(job.config), "clips": job.clips,
-            "out": str(job.cell_dir), "resume": job.resume,
-            "plotly_dir": str(job.plotly_dir) if job.plotly_dir else None}  # fmt: skip
+            "out": str(job.cell_dir), "resume": job.resume}  # fmt: skip
     path.write_text(json.dumps(spec, indent=1))
     return path
 
@@ -185,9 +189,7 @@ def run_cell(job_path: str) -> None:
     out = Path(spec["out"])
     try:
         cfg = RunConfig.from_dict(spec["config"])
-        shared = spec.get("plotly_dir")
-        cell = CascadeSpec(base=cfg, clips=spec["clips"], out=out, resume=spec["resume"],
-                           plotly_dir=Path(shared) if shared else None)  # fmt: skip
+        cell = CascadeSpec(base=cfg, clips=spec["clips"], out=out, resume=spec["resume"])
         run_cascade(cell, Console(stderr=True))
     except BaseException as exc:
         out.mkdir(parents=True, exist_ok=True)
@@ -263,9 +265,14 @@ def _submitit_launcher(
 
 
 def run_cells(
-    jobs: list[CellJob], cfg: ExecutorConfig, out: Path, console: Console
+    jobs: list[CellJob],
+    cfg: ExecutorConfig,
+    out: Path,
+    console: Console,
+    after_cell: AfterCell | None = None,
 ) -> dict[str, str]:
     """Run ``jobs``, ``len(slots)`` at a time; returns {cell: error} for the cells that failed.
+    ``after_cell`` is called on each cell that finished, in this process, once its slot is free.
 
     Local cells on a GPU run under one MPS daemon (``cfg.mps``); if this call is interrupted
     (KeyboardInterrupt, a signal turned into an exception, any error), every running cell is
@@ -289,7 +296,7 @@ def run_cells(
     )
     cuda = cfg.kind == "local" and uses_cuda(jobs[0].config.device)
     with mps_session(cfg.mps, cuda=cuda, jobs=cfg.jobs, console=console):
-        results = _run_in_slots(jobs, slots, launch, folder, procs, console)
+        results = _run_in_slots(jobs, slots, launch, folder, procs, console, after_cell)
     return {name: error for name, error in results if error is not None}
 
 
@@ -300,8 +307,10 @@ def _run_in_slots(
     folder: Path,
     procs: CellProcesses,
     console: Console,
+    after_cell: AfterCell | None,
 ) -> list[tuple[str, str | None]]:
     free: queue.Queue[str | None] = queue.Queue()
+    after_lock = threading.Lock()  # one cell's after_cell at a time: it need not be thread-safe
     for slot in slots:
         free.put(slot)
 
@@ -316,6 +325,9 @@ def _run_in_slots(
             error = launch(job, write_job(job, folder), gpu)
         finally:
             free.put(gpu)
+        if error is None and after_cell is not None:
+            with after_lock:
+                error = _after(after_cell, job)
         word = "[green]done[/]" if error is None else f"[red]crashed[/] ({error})"
         console.print(
             f"cell {job.name} {word} in {time.perf_counter() - t0:.0f} s", highlight=False
@@ -328,6 +340,15 @@ def _run_in_slots(
         except BaseException:
             procs.stop_all()  # before the pool's exit waits on the threads that wait on cells
             raise
+
+
+def _after(after_cell: AfterCell, job: CellJob) -> str | None:
+    """The caller's work on a finished cell; its error, as the cell's own would be."""
+    try:
+        after_cell(job.cell_dir, job.plotly_dir)
+    except Exception as exc:  # one cell's page must not cost the other cells their run
+        return f"{type(exc).__name__}: {exc}"
+    return None
 
 
 def recorded_updates(cell_dirs: list[Path], clips: list[str]) -> int:

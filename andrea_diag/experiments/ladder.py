@@ -38,7 +38,7 @@ from andrea_diag.config import MODEL_PRESETS, RunConfig
 from andrea_diag.errors import UserError
 from andrea_diag.experiments.aggregate import arm_rates, finished, paired_gaps
 from andrea_diag.experiments.cascade import default_out
-from andrea_diag.experiments.executor import ExecutorConfig
+from andrea_diag.experiments.executor import AfterCell, ExecutorConfig
 from andrea_diag.experiments.sweep import SweepSpec, run_sweep
 from andrea_diag.experiments.thresholds import (
     claim_statement,
@@ -177,8 +177,11 @@ class LadderRun:
     failure: UserError | None = None  # some cells crashed: raise it after rendering
 
 
-def run_ladder(spec: LadderSpec, console: Console | None = None) -> LadderRun:
-    """Run (or resume) the ladder's sweep, then write the threshold statements (no pages)."""
+def run_ladder(
+    spec: LadderSpec, console: Console | None = None, after_cell: AfterCell | None = None
+) -> LadderRun:
+    """Run (or resume) the ladder's sweep, then write the threshold statements (no pages;
+    ``after_cell`` as in :func:`~andrea_diag.experiments.sweep.run_sweep`)."""
     console = console or Console(stderr=True)
     sizes = rungs(spec.sizes)
     out = spec.out or default_out("ladder", f"{sizes[0]}-{sizes[-1]}")
@@ -189,7 +192,7 @@ def run_ladder(spec: LadderSpec, console: Console | None = None) -> LadderRun:
                       plotly=spec.plotly, executor=spec.executor)  # fmt: skip
     failure: UserError | None = None
     try:
-        run_sweep(sweep, console)
+        run_sweep(sweep, console, after_cell)
     except UserError as exc:
         if not (out / "sweep.csv").exists():
             raise  # nothing ran (a bad option, no data): nothing to summarise

@@ -41,6 +41,7 @@ from andrea_diag.experiments.cascade import (
     run_cascade,
 )
 from andrea_diag.experiments.executor import (
+    AfterCell,
     CellJob,
     ExecutorConfig,
     recorded_updates,
@@ -187,6 +188,7 @@ def _run_out_of_process(
     out: Path,
     console: Console,
     shas: dict[str, str],
+    after_cell: AfterCell | None,
 ) -> dict[str, str]:
     """Every unfinished cell as its own job (--jobs / --executor); returns the crashed ones."""
     jobs = []
@@ -197,12 +199,15 @@ def _run_out_of_process(
             resume = _prepare_cell(cell_dir, console)
             jobs.append(CellJob(cell_dir.name, cell_dir, cfg, spec.clips, resume,
                                 shared_plotly(spec.plotly, out)))  # fmt: skip
-    return run_cells(jobs, spec.executor, out, console)
+    return run_cells(jobs, spec.executor, out, console, after_cell)
 
 
-def run_sweep(spec: SweepSpec, console: Console | None = None) -> tuple[Path, pd.DataFrame]:
+def run_sweep(
+    spec: SweepSpec, console: Console | None = None, after_cell: AfterCell | None = None
+) -> tuple[Path, pd.DataFrame]:
     """Run (or resume) every cell; write sweep.json and sweep.csv under ``out`` (the command
-    renders sweep.html from them: ``commands/pages.py``)."""
+    renders sweep.html from them: ``commands/pages.py``). ``after_cell``: called on each cell
+    this run finishes (the command renders its page), a failure there crashing the cell."""
     console = console or Console(stderr=True)
     configs = cells(spec)
     if not configs:
@@ -225,7 +230,7 @@ def run_sweep(spec: SweepSpec, console: Console | None = None) -> tuple[Path, pd
     dirs = [out / name for name in meta["cells"]]
     t0, before = time.perf_counter(), recorded_updates(dirs, spec.clips)
     if not spec.executor.in_process:  # every unfinished cell in its own process, N at once
-        crashed = _run_out_of_process(spec, dirs, configs, out, console, shas)
+        crashed = _run_out_of_process(spec, dirs, configs, out, console, shas, after_cell)
     for i, cfg in enumerate(configs, 1):
         name = name_of(cfg)
         cell_dir = out / name
@@ -241,9 +246,10 @@ def run_sweep(spec: SweepSpec, console: Console | None = None) -> tuple[Path, pd
             word = "continuing" if resume else ""
             console.print(f"[bold]cell {i}/{len(configs)}[/] {name} {word}")
             try:
-                cell = CascadeSpec(base=cfg, clips=spec.clips, out=cell_dir, resume=resume,
-                                   plotly_dir=shared_plotly(spec.plotly, out))  # fmt: skip
+                cell = CascadeSpec(base=cfg, clips=spec.clips, out=cell_dir, resume=resume)
                 run_cascade(cell, console, data=data)
+                if after_cell is not None:
+                    after_cell(cell_dir, shared_plotly(spec.plotly, out))
             except UserError:
                 raise  # the same for every cell: stop now
             except Exception as exc:  # one cell's crash must not cost the others their run

@@ -69,7 +69,7 @@ def run_golden_cascade(out: Path) -> dict[str, dict[str, list]]:
         sources={"gutenberg": "generated", "hermes3-general": "generated", "repo-docs": str(REPO_DOCS)},
     )  # fmt: skip
     spec = CascadeSpec(base=base, clips=list(ARGS["clips"]), out=out)
-    run_cascade(spec, Console(stderr=True, quiet=True), render=False)
+    run_cascade(spec, Console(stderr=True, quiet=True))
     result = {}
     for arm in ARGS["clips"]:
         df = read_jsonl(out / arm / "metrics.jsonl")
