@@ -46,7 +46,7 @@ def _interrupted(tmp_path: Path, monkeypatch, exc: BaseException) -> tuple[Path,
     cfg = RunConfig(size="tiny", steps=STEPS, checkpoint_every=EVERY, device="cpu")
     with pytest.raises(type(exc)):
         run_cascade(CascadeSpec(base=cfg, clips=["none", "global"], out=out),
-                    Console(file=buf, width=500), render=False)  # fmt: skip
+                    Console(file=buf, width=500))  # fmt: skip
     monkeypatch.undo()
     return out, buf.getvalue()
 

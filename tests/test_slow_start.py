@@ -42,7 +42,7 @@ def test_a_bf16_cascade_on_cpu_prints_the_warning_and_the_estimate(tmp_path):
     buf = io.StringIO()
     cfg = RunConfig(size="tiny", steps=4, device="cpu", precision="bf16")
     run_cascade(CascadeSpec(base=cfg, clips=["none"], out=tmp_path / "c"),
-                Console(file=buf, width=300), render=False)  # fmt: skip
+                Console(file=buf, width=300))  # fmt: skip
     lines = buf.getvalue().splitlines()
     assert [ln for ln in lines if ln.startswith("slow run: bf16 on CPU")]
     assert len([ln for ln in lines if ETA.fullmatch(ln.strip())]) == 1, lines
