@@ -187,7 +187,7 @@ class RunConfig:
             "(folder of .txt/.md, or .jsonl with a 'text' field), or NAME=generated for the seeded "
             "generator (gutenberg, hermes3-general), or token ids: NAME=ids.bin[:uint16|uint32|"
             "int32|int64] (raw, nanoGPT's train.bin) or NAME=ids.npy, with --vocab-size. "
-            "Repeatable. docs/data.md.",
+            "Repeatable. See docs/experiments-and-statistics.md.",
         ),
     )
     source_mode: SourceMode = field(
@@ -295,7 +295,7 @@ class RunConfig:
             flags=("--data",),
             help="Your data: package.module:factory; factory() returns "
             "{source name: [documents]} or {source name: 1-D int tensor of token ids} (with "
-            "--vocab-size) for any of the three sources. See docs/data.md.",
+            "--vocab-size) for any of the three sources. See docs/extending.md.",
         ),
     )
     hf_config: str | None = field(

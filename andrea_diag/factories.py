@@ -33,7 +33,7 @@ mapping leaves out keeps its default text, exactly like ``--source NAME=PATH`` (
 its bytes), and both arms replay one batch plan, so batches are identical across arms. A value
 may instead be token ids, a 1-D integer ``torch.Tensor`` or ``numpy.ndarray``, with
 ``--vocab-size``: then every value must be (no text shares their vocabulary), only the given
-sources are used, and the tokenizer is skipped (``data/token_ids.py``, docs/data.md).
+sources are used, and the tokenizer is skipped (``data/token_ids.py``; docs/extending.md).
 
 Every mistake in a spec, a factory or what it returns is one :class:`~andrea_diag.errors.UserError`
 (exit code 2), raised before any output exists. The run sheet (``summary.json``) and
