@@ -129,6 +129,7 @@ def test_token_data_skips_the_tokenizer_and_uses_only_the_given_sources(token_fi
     src = d["sources"]["gutenberg"]
     assert (src["dtype"], src["n_tokens"], src["vocab_size"]) == ("uint16", N, V)
     assert src["path"] == str(token_files["bin"]) and len(src["sha256"]) == 64
+    assert src["n_bytes"] == 2 * N  # the file's size: two bytes an id
     assert data.rare_token_ids(8).max() < V and data.token_counts.numel() == V
     again = prepare_data({"gutenberg": str(token_files["bin"]),
                           "hermes3-general": str(token_files["npy"])}, declared_vocab=V)  # fmt: skip
@@ -250,6 +251,9 @@ def test_a_tiny_cascade_trains_on_a_bin_and_an_npy_with_the_declared_vocab(token
     assert abs(rows[0]["loss"] - np.log(V)) < 0.3  # logits over the declared vocab at init
     evals = json.loads((arm / "eval_set.json").read_text())
     assert evals["sources"] == ["repo-docs", "gutenberg"]
+    report = (arm.parent / "report.html").read_text()
+    assert "token-id sources (their own vocabulary): gutenberg, repo-docs" in report
+    assert "real-text sources" not in report
 
 
 @pytest.mark.slow

@@ -47,6 +47,7 @@ class TokenSource:
     dtype: str  # as stored: the file's dtype or the factory tensor's
     sha256: str  # of the file's bytes (``sha256sum`` agrees); of the ids as int64 LE otherwise
     vocab_size: int
+    n_bytes: int  # the file's size, or the factory array's
     generated: bool = False
 
     def describe(self) -> dict[str, Any]:
@@ -56,6 +57,7 @@ class TokenSource:
             "kind": "token-ids",
             "path": self.path,
             "dtype": self.dtype,
+            "n_bytes": self.n_bytes,
             "n_tokens": int(self.ids.numel()),
             "sha256": self.sha256,
             "vocab_size": self.vocab_size,
@@ -161,7 +163,7 @@ def load_token_file(name: str, spec: str, vocab_size: int | None) -> TokenSource
     stored = str(arr.dtype)
     return TokenSource(
         name, ids, f"token ids: {p.resolve()} ({stored})", str(p.resolve()), stored,
-        hashlib.sha256(raw).hexdigest(), int(vocab_size),  # type: ignore[arg-type]
+        hashlib.sha256(raw).hexdigest(), int(vocab_size), len(raw),  # type: ignore[arg-type]
     )  # fmt: skip
 
 
@@ -177,6 +179,9 @@ def token_source(name: str, value: Any, origin: str, vocab_size: int | None) -> 
         str(value.dtype).removeprefix("torch."),
         sha,
         int(vocab_size),  # type: ignore[arg-type]
+        int(value.numel() * value.element_size())
+        if isinstance(value, torch.Tensor)
+        else value.nbytes,
     )
 
 
