@@ -37,6 +37,11 @@ def ids(seed: int, n: int = N, vocab: int = V) -> np.ndarray:
     return (np.cumsum(rng.integers(1, 4, n)) % vocab).astype(np.int64)
 
 
+def token_data() -> dict[str, torch.Tensor]:
+    """A ``--data`` factory returning token ids (``--data test_data_tokens:token_data``)."""
+    return {"hermes3-general": torch.from_numpy(ids(5)), "gutenberg": torch.from_numpy(ids(6))}
+
+
 @pytest.fixture
 def token_files(tmp_path: Path) -> dict[str, Path]:
     ids(0).astype(np.uint16).tofile(tmp_path / "train.bin")  # nanoGPT's format
@@ -254,6 +259,22 @@ def test_a_tiny_cascade_trains_on_a_bin_and_an_npy_with_the_declared_vocab(token
     report = (arm.parent / "report.html").read_text()
     assert "token-id sources (their own vocabulary): gutenberg, repo-docs" in report
     assert "real-text sources" not in report
+
+
+@pytest.mark.slow
+def test_a_data_factory_of_token_tensors_trains_a_user_model_with_the_declared_vocab(tmp_path):
+    arm, _ = _cascade(tmp_path, "--data", "test_data_tokens:token_data", "--vocab-size", str(V),
+                      "--model", "test_byo:make_model")  # fmt: skip
+    cfg = json.loads((arm / "config.json").read_text())
+    assert cfg["model_config"]["vocab_size"] == V
+    assert cfg["model_origin"]["class"].endswith("PairModel")
+    data = json.loads((arm / "data.json").read_text())
+    assert list(data["sources"]) == ["gutenberg", "hermes3-general"]
+    src = data["sources"]["gutenberg"]
+    assert src["origin"].startswith("data factory: test_data_tokens:token_data")
+    assert (src["dtype"], src["n_tokens"], src["path"]) == ("int64", N, None)
+    row = json.loads((arm / "metrics.jsonl").read_text().splitlines()[0])
+    assert abs(row["loss"] - np.log(V)) < 0.3  # the user's model has the declared vocab's logits
 
 
 @pytest.mark.slow
