@@ -149,6 +149,14 @@ def test_mixing_text_and_token_ids_is_refused_in_one_line(token_files, tmp_path)
     assert str(err.value).startswith("source gutenberg is token ids but source repo-docs is text")
 
 
+def test_a_token_source_given_twice_or_under_an_unknown_name_is_refused(token_files) -> None:
+    given = {"gutenberg": load_token_file("gutenberg", str(token_files["npy"]), V)}
+    with pytest.raises(UserError, match="comes from both --source and --data"):
+        prepare_data({"gutenberg": str(token_files["bin"])}, given=given, declared_vocab=V)
+    with pytest.raises(UserError, match="'wiki' is unknown"):
+        prepare_data({"wiki": str(token_files["bin"])}, declared_vocab=V)
+
+
 def test_a_vocab_size_without_token_ids_is_refused() -> None:
     with pytest.raises(UserError, match="declares the vocabulary of token-id sources"):
         prepare_data(declared_vocab=V)

@@ -210,6 +210,11 @@ def _token_data(
     seed: int,
 ) -> PreparedData:
     """Token-id sources only: no tokenizer, no default text (none shares their vocabulary)."""
+    for name in sorted({*tokens} - {*SOURCE_NAMES}) + sorted(overrides.keys() & given.keys()):
+        why = "comes from both --source and --data" if name in SOURCE_NAMES else "is unknown"
+        raise UserError(
+            f"source {name!r} {why}", hint=f"give each of {', '.join(SOURCE_NAMES)} once"
+        )
     text = sorted((overrides.keys() | given.keys()) - set(tokens))
     if text:
         raise UserError(
