@@ -136,6 +136,7 @@ def test_token_data_skips_the_tokenizer_and_uses_only_the_given_sources(token_fi
     assert src["path"] == str(token_files["bin"]) and len(src["sha256"]) == 64
     assert src["n_bytes"] == 2 * N  # the file's size: two bytes an id
     assert data.rare_token_ids(8).max() < V and data.token_counts.numel() == V
+    assert data.decode(torch.tensor([3, 17])) == "3 17"  # lock-in samples: the ids themselves
     again = prepare_data({"gutenberg": str(token_files["bin"]),
                           "hermes3-general": str(token_files["npy"])}, declared_vocab=V)  # fmt: skip
     assert again.key == data.key  # the same bytes: the same data identity (resume, sweeps)

@@ -71,11 +71,16 @@ class PreparedData:
         return None if self.tokenizer is None else int(self.tokenizer.token_to_id(EOT))
 
     def encode(self, text: str) -> list[int]:
+        if self.tokenizer is None:
+            raise UserError("token-id sources have no tokenizer: text cannot be encoded")
         return list(self.tokenizer.encode(text, add_special_tokens=False).ids)
 
     def decode(self, ids: list[int] | torch.Tensor) -> str:
+        """The text of ``ids``; for token-id sources (no tokenizer) the ids themselves."""
         if isinstance(ids, torch.Tensor):
             ids = ids.tolist()
+        if self.tokenizer is None:
+            return " ".join(map(str, ids))
         return self.tokenizer.decode(ids, skip_special_tokens=False)
 
     @cached_property
