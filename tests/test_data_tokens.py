@@ -234,6 +234,17 @@ def test_mixer_batches_and_eval_set_work_on_one_or_two_sources(names) -> None:
     assert int(es.offsets.min()) >= int(N * 0.95) - 1  # the held-out tail only
 
 
+@pytest.mark.parametrize("names", [("gutenberg",), ("repo-docs", "hermes3-general")])
+def test_the_exp3_mixer_runs_on_one_or_two_sources(names) -> None:
+    mixer = Mixer(seed=0, policy="exp3", source_names=names)
+    for u in range(1, 60):
+        mixer.phase_at(u)
+        mixer.observe(u, {n: 1.0 + i for i, n in enumerate(names)})  # the last one is hardest
+    last = mixer.phase_at(60).weights
+    assert set(last) == set(names) and abs(sum(last.values()) - 1) < 1e-9
+    assert last[names[-1]] == max(last.values())  # more weight where the loss is higher
+
+
 def test_a_mixer_of_other_sources_than_the_data_is_refused() -> None:
     with pytest.raises(ValueError, match="the mixer mixes"):
         BatchPlan({"gutenberg": torch.from_numpy(ids(0))}, Mixer(seed=0), seed=0,
