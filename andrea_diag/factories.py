@@ -253,13 +253,16 @@ def model_origin(cfg: RunConfig, model: torch.nn.Module) -> dict[str, Any]:
 def run_sheet_origins(cfg: RunConfig, model: torch.nn.Module, data: Any) -> dict[str, Any]:
     """The run sheet's ``model`` and ``data`` entries: where each came from."""
     sources = getattr(data, "sources", {}) or {}
-    return {
-        "model": model_origin(cfg, model),
-        "data": {
-            "factory": spec_origin(cfg.data_factory) if cfg.data_factory else None,
-            "sources": {name: src.origin for name, src in sources.items()},
-        },
+    entry: dict[str, Any] = {
+        "factory": spec_origin(cfg.data_factory) if cfg.data_factory else None,
+        "sources": {name: src.origin for name, src in sources.items()},
     }
+    if getattr(data, "tokenizer", True) is None:  # token ids: their vocabulary, each file
+        entry["token_ids"] = {
+            "vocab_size": data.vocab_size,
+            "sources": {name: src.describe() for name, src in sources.items()},
+        }
+    return {"model": model_origin(cfg, model), "data": entry}
 
 
 def config_record(cfg: RunConfig, model: torch.nn.Module) -> dict[str, Any]:

@@ -276,6 +276,9 @@ def test_a_tiny_cascade_trains_on_a_bin_and_an_npy_with_the_declared_vocab(token
     assert abs(rows[0]["loss"] - np.log(V)) < 0.3  # logits over the declared vocab at init
     evals = json.loads((arm / "eval_set.json").read_text())
     assert evals["sources"] == ["repo-docs", "gutenberg"]
+    sheet = json.loads((arm / "summary.json").read_text())["run_sheet"]["data"]["token_ids"]
+    assert sheet["vocab_size"] == V and sheet["sources"]["gutenberg"]["dtype"] == "uint16"
+    assert sheet["sources"]["gutenberg"]["sha256"] == data["sources"]["gutenberg"]["sha256"]
     report = (arm.parent / "report.html").read_text()
     assert "token-id sources (their own vocabulary): gutenberg, repo-docs" in report
     assert "real-text sources" not in report
