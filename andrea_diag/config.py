@@ -57,6 +57,7 @@ DeviceName = Literal["auto", "cpu", "cuda"]
 RecipeName = Literal["v1", "v2"]
 SizeName = Literal["tiny", "12m", "120m", "tiny2", "30m", "60m"]
 PrecisionName = Literal["fp32", "bf16", "fp16"]
+SourceMode = Literal["default-plus-given", "only"]
 
 
 class Injection(StrEnum):
@@ -184,7 +185,27 @@ class RunConfig:
             flags=("--source",),
             help="Replace a source: NAME=PATH "
             "(folder of .txt/.md, or .jsonl with a 'text' field), or NAME=generated for the seeded "
-            "generator (gutenberg, hermes3-general). Repeatable.",
+            "generator (gutenberg, hermes3-general), or token ids: NAME=ids.bin[:uint16|uint32|"
+            "int32|int64] (raw, nanoGPT's train.bin) or NAME=ids.npy, with --vocab-size. "
+            "Repeatable. See docs/experiments-and-statistics.md.",
+        ),
+    )
+    source_mode: SourceMode = field(
+        default="default-plus-given",
+        metadata=cli(
+            flags=("--sources",),
+            help="only: train on the given --source/--data sources alone. default-plus-given: "
+            "the default text fills the sources not given (a line names them). Token ids: only.",
+        ),
+    )
+    vocab_size: int | None = field(
+        default=None,
+        metadata=cli(
+            help="Vocabulary of token-id sources (.bin/.npy or a factory's tensors): every id "
+            "must be below it, and the model's vocab follows it.",
+            shown=f"the toolkit tokenizer's {VOCAB_SIZE}, for text",
+            lo=2,
+            hi=2**31 - 1,
         ),
     )
     clip_impl: ClipImpl = field(
@@ -273,7 +294,8 @@ class RunConfig:
         metadata=cli(
             flags=("--data",),
             help="Your data: package.module:factory; factory() returns "
-            "{source name: [documents]} for any of the three sources. See the README.",
+            "{source name: [documents]} or {source name: 1-D int tensor of token ids} (with "
+            "--vocab-size) for any of the three sources. See docs/extending.md.",
         ),
     )
     hf_config: str | None = field(
@@ -296,6 +318,7 @@ class RunConfig:
         _check_choice(self.matmul_precision, MatmulPrecision, "matmul precision")
         _check_choice(self.device, DeviceName, "device")
         _check_choice(self.precision, PrecisionName, "precision")
+        _check_choice(self.source_mode, SourceMode, "--sources mode")
         preset = PRESETS[self.size]
         out = dataclasses.replace(
             self,
@@ -334,7 +357,9 @@ class RunConfig:
 
     @property
     def model(self) -> ModelConfig:
-        return PRESETS[self.size].model
+        """The size's model; its vocab is ``--vocab-size`` when token ids declare one."""
+        vocab = {} if self.vocab_size is None else {"vocab_size": self.vocab_size}
+        return dataclasses.replace(PRESETS[self.size].model, **vocab)
 
     @property
     def recipe_cfg(self) -> Recipe:

@@ -17,7 +17,7 @@ the spec again on the command line (``--resume DIR --model mod:make``: :func:`tr
 :class:`~andrea_diag.config.ModelConfig` with the fields ``name`` (a preset of ``MODEL_PRESETS``),
 ``d_model``, ``n_layer``, ``n_head``, ``block_size`` (the longest sequence the run feeds:
 ``--seq-len`` is at most this), ``vocab_size`` (8449, the toolkit tokenizer's size) and
-``mlp_ratio``. It returns a ``torch.nn.Module`` whose ``forward(ids)`` takes int64 token ids
+``mlp_ratio`` (``vocab_size`` is ``--vocab-size`` when the data is token ids). It returns a ``torch.nn.Module`` whose ``forward(ids)`` takes int64 token ids
 ``(B, T)`` and returns logits ``(B, T, vocab_size)`` as a tensor (for a Hugging Face model, return
 ``.logits``; ``--hf-config`` does that for you). The trainer seeds torch with ``--seed`` right
 before calling the factory, so every arm starts from the same initial weights, as with the
@@ -27,10 +27,13 @@ them. Dropout, if your model has any, draws from the same seeded stream in every
 **Data factory.** ``factory()`` is called with no arguments and returns a mapping from source
 names to documents: ``{"repo-docs": ["doc one", "doc two", ...]}``. Keys are among the three
 source names the bandit mixes (``repo-docs``, ``gutenberg``, ``hermes3-general``); a source the
-mapping leaves out keeps its default text, exactly like ``--source NAME=PATH``. A value is a
-sequence of strings (documents) or a :class:`~andrea_diag.data.corpus.Source`. The tokenizer is
-trained on the result (and cached by its bytes), and both arms replay one batch plan, so batches
-are identical across arms.
+mapping leaves out keeps its default text, exactly like ``--source NAME=PATH`` (a line says so;
+``--sources only`` drops it). A value is a sequence of strings (documents) or a
+:class:`~andrea_diag.data.corpus.Source`. The tokenizer is trained on the result (and cached by
+its bytes), and both arms replay one batch plan, so batches are identical across arms. A value
+may instead be token ids, a 1-D integer ``torch.Tensor`` or ``numpy.ndarray``, with
+``--vocab-size``: then every value must be (no text shares their vocabulary), only the given
+sources are used, and the tokenizer is skipped (``data/token_ids.py``; docs/extending.md).
 
 Every mistake in a spec, a factory or what it returns is one :class:`~andrea_diag.errors.UserError`
 (exit code 2), raised before any output exists. The run sheet (``summary.json``) and
@@ -57,7 +60,6 @@ from andrea_diag.errors import UserError
 
 if TYPE_CHECKING:
     from andrea_diag.config import RunConfig
-    from andrea_diag.data.corpus import Source
 
 CHECK_BATCH = 2  # rows of the shape check's ids
 CHECK_TOKENS = 8  # tokens per row of the shape check (or seq_len, when shorter)
@@ -228,7 +230,8 @@ def check_forward(model: torch.nn.Module, cfg: RunConfig, option: str, spec: str
         raise UserError(
             f"{option} {spec!r}: forward(ids {tuple(ids.shape)}) returned {out.dtype} "
             f"{tuple(out.shape)}, expected float logits {want}",
-            hint=f"the vocabulary is the toolkit tokenizer's: vocab_size {cfg.model.vocab_size}",
+            hint=f"the vocabulary is vocab_size {cfg.model.vocab_size} (the toolkit tokenizer's, "
+            "or --vocab-size for token ids)",
         )
 
 
@@ -250,13 +253,16 @@ def model_origin(cfg: RunConfig, model: torch.nn.Module) -> dict[str, Any]:
 def run_sheet_origins(cfg: RunConfig, model: torch.nn.Module, data: Any) -> dict[str, Any]:
     """The run sheet's ``model`` and ``data`` entries: where each came from."""
     sources = getattr(data, "sources", {}) or {}
-    return {
-        "model": model_origin(cfg, model),
-        "data": {
-            "factory": spec_origin(cfg.data_factory) if cfg.data_factory else None,
-            "sources": {name: src.origin for name, src in sources.items()},
-        },
+    entry: dict[str, Any] = {
+        "factory": spec_origin(cfg.data_factory) if cfg.data_factory else None,
+        "sources": {name: src.origin for name, src in sources.items()},
     }
+    if getattr(data, "tokenizer", True) is None:  # token ids: their vocabulary, each file
+        entry["token_ids"] = {
+            "vocab_size": data.vocab_size,
+            "sources": {name: src.describe() for name, src in sources.items()},
+        }
+    return {"model": model_origin(cfg, model), "data": entry}
 
 
 def config_record(cfg: RunConfig, model: torch.nn.Module) -> dict[str, Any]:
@@ -269,12 +275,15 @@ def config_record(cfg: RunConfig, model: torch.nn.Module) -> dict[str, Any]:
     return d
 
 
-def factory_sources(spec: str | None) -> dict[str, Source]:
-    """``--data``'s sources by name (empty without a spec); see the module docstring."""
+def factory_sources(spec: str | None, vocab_size: int | None = None) -> dict[str, Any]:
+    """``--data``'s sources by name (empty without a spec): :class:`Source` for documents,
+    :class:`~andrea_diag.data.token_ids.TokenSource` for token ids (checked against
+    ``vocab_size``, ``--vocab-size``); see the module docstring."""
     if not spec:
         return {}
     from andrea_diag.config import SOURCE_NAMES
     from andrea_diag.data.corpus import Source
+    from andrea_diag.data.token_ids import is_token_value, token_source
 
     got = _call(load_factory(spec, "--data"), "--data", spec)
     if not isinstance(got, Mapping) or not got:
@@ -283,7 +292,8 @@ def factory_sources(spec: str | None) -> dict[str, Source]:
             hint='return {"repo-docs": ["document", ...]} (any of ' + ", ".join(SOURCE_NAMES) + ")",
         )
     origin = spec_origin(spec)
-    out: dict[str, Source] = {}
+    where = f" ({Path(origin['module_file']).name})" if origin.get("module_file") else ""
+    out: dict[str, Any] = {}
     for name, value in got.items():
         if name not in SOURCE_NAMES:
             raise UserError(
@@ -292,14 +302,35 @@ def factory_sources(spec: str | None) -> dict[str, Source]:
             )
         if isinstance(value, Source):
             out[name] = dataclasses.replace(value, name=name)
-            continue
-        if not isinstance(value, (list, tuple)) or not all(isinstance(d, str) for d in value):
+        elif is_token_value(value):
+            out[name] = token_source(name, value, f"data factory: {spec}{where}", vocab_size)
+        elif not isinstance(value, (list, tuple)) or not all(isinstance(d, str) for d in value):
             raise UserError(
-                f"--data {spec!r}: source {name!r} must be a list of document strings or a Source"
+                f"--data {spec!r}: source {name!r} must be a list of document strings, a "
+                "Source, or a 1-D integer tensor of token ids"
             )
-        docs = tuple(d for d in value if d.strip())
-        if not docs:
+        elif not (docs := tuple(d for d in value if d.strip())):
             raise UserError(f"--data {spec!r}: source {name!r} contains no text")
-        where = f" ({Path(origin['module_file']).name})" if origin.get("module_file") else ""
-        out[name] = Source(name, docs, f"data factory: {spec}{where}", generated=False)
+        else:
+            out[name] = Source(name, docs, f"data factory: {spec}{where}", generated=False)
     return out
+
+
+def prepare_run_data(cfg: RunConfig) -> Any:
+    """A resolved run config's data (``PreparedData``): ``--source``, ``--data``,
+    ``--vocab-size`` and ``--sources``. Token-id sources are checked to hold one training and
+    one held-out sequence, so a too-short file fails before any output exists (text keeps its
+    own checks, where the batches and the eval set are drawn)."""
+    from andrea_diag.data.heldout import check_fits
+    from andrea_diag.data.prepare import prepare_data
+
+    data = prepare_data(
+        cfg.sources,
+        seed=cfg.corpus_seed,
+        given=factory_sources(cfg.data_factory, cfg.vocab_size),
+        declared_vocab=cfg.vocab_size,
+        only=cfg.source_mode == "only",
+    )
+    if cfg.seq_len and data.tokenizer is None:
+        check_fits(data.streams, cfg.seq_len)
+    return data

@@ -6,8 +6,9 @@
     >>> batch = plan.batch(1)                                   # tokens (A, m, T+1)
 
 Modules: ``corpus`` (sources, overrides), ``generators`` (seeded prose and dialogue),
-``tokenizer`` (training + cache), ``prepare`` (one-call pipeline), ``bandit`` (phases and
-weights), ``batches`` (per-update batches, record/replay, outlier injection).
+``tokenizer`` (training + cache), ``token_ids`` (pre-tokenized sources: ``.bin``/``.npy`` ids
+with a declared vocabulary, no tokenizer), ``prepare`` (one-call pipeline), ``bandit`` (phases
+and weights), ``batches`` (per-update batches, record/replay, outlier injection).
 """
 
 from andrea_diag.data.bandit import MIXER_POLICIES, PHASE_LENGTHS, Mixer, Phase
@@ -27,6 +28,7 @@ from andrea_diag.data.corpus import (
     parse_source_overrides,
 )
 from andrea_diag.data.prepare import PreparedData, prepare_data
+from andrea_diag.data.token_ids import TokenSource, load_token_file
 from andrea_diag.data.tokenizer import default_cache_dir
 
 __all__ = [
@@ -39,10 +41,12 @@ __all__ = [
     "Phase",
     "PreparedData",
     "Source",
+    "TokenSource",
     "batch_seed",
     "build_sources",
     "default_cache_dir",
     "load_override",
+    "load_token_file",
     "make_outlier_batch",
     "outlier_generator",
     "parse_source_overrides",

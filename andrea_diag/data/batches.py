@@ -43,7 +43,7 @@ class Batch:
 
     update: int  # 1-based optimizer update
     tokens: torch.Tensor  # (A, m, T+1) int64; inputs tokens[..., :-1], targets tokens[..., 1:]
-    source_idx: torch.Tensor  # (A, m) int64, index into SOURCE_NAMES
+    source_idx: torch.Tensor  # (A, m) int64, index into the plan's ``names``
     phase: int  # 0-based mixer phase index
     weights: dict[str, float]
     hash: str  # sha256 of the token ids, first 16 hex chars
@@ -69,13 +69,17 @@ def tokens_hash(tokens: torch.Tensor) -> str:
     return hashlib.sha256(arr.tobytes()).hexdigest()[:16]
 
 
-def _streams_of(data: PreparedData | Mapping[str, torch.Tensor]) -> list[torch.Tensor]:
+def _streams_of(
+    data: PreparedData | Mapping[str, torch.Tensor],
+) -> tuple[tuple[str, ...], list[torch.Tensor]]:
+    """The sources' names (``SOURCE_NAMES`` order; the given ones alone under --sources only)
+    and their training parts."""
     streams = data.streams if isinstance(data, PreparedData) else data
-    missing = [n for n in SOURCE_NAMES if n not in streams]
-    if missing:
-        raise ValueError(f"streams missing for {missing}")
+    names = tuple(n for n in SOURCE_NAMES if n in streams)
+    if not names:
+        raise ValueError(f"no stream for any of {SOURCE_NAMES}, got {list(streams)}")
     # the held-out tail of every source is never drawn for training (heldout.py)
-    return [training_part(streams[n]) for n in SOURCE_NAMES]
+    return names, [training_part(streams[n]) for n in names]
 
 
 def gather_tokens(
@@ -100,14 +104,16 @@ def draw_sequences(
     micro_batch: int,
     accum: int,
     seq_len: int,
+    names: tuple[str, ...] = SOURCE_NAMES,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(source_idx, offsets), each (A, m) int64, from a generator seeded by (seed, update)."""
+    """(source_idx, offsets), each (A, m) int64, from a generator seeded by (seed, update);
+    ``names`` (the sources, in ``stream_lengths``' order) only name a short one."""
     n = micro_batch * accum
     g = torch.Generator().manual_seed(batch_seed(seed, update))
     src = torch.multinomial(torch.tensor(weights, dtype=torch.float64), n, True, generator=g)
     n_starts = torch.tensor(stream_lengths, dtype=torch.float64) - seq_len  # valid start count
     if (n_starts < 1).any():
-        short = [SOURCE_NAMES[i] for i, x in enumerate(n_starts.tolist()) if x < 1]
+        short = [names[i] for i, x in enumerate(n_starts.tolist()) if x < 1]
         raise UserError(
             f"source(s) {', '.join(short)} have fewer than seq_len + 1 = {seq_len + 1} tokens",
             hint="lower --seq-len or give those sources more text",
@@ -130,7 +136,9 @@ class BatchPlan:
         accum: int,
         seq_len: int,
     ) -> None:
-        self.streams = _streams_of(data)
+        self.names, self.streams = _streams_of(data)
+        if mixer is not None and tuple(mixer.names) != self.names:
+            raise ValueError(f"the mixer mixes {mixer.names}, the data holds {self.names}")
         self.data_key = data.key if isinstance(data, PreparedData) else None
         self.mixer = mixer
         self.seed = seed
@@ -147,10 +155,10 @@ class BatchPlan:
         if self.mixer is None:
             raise ValueError("a recording BatchPlan needs a mixer")
         phase = self.mixer.phase_at(update)
-        w = [phase.weights[n] for n in SOURCE_NAMES]
+        w = [phase.weights[n] for n in self.names]
         lengths = [s.numel() for s in self.streams]
         src, off = draw_sequences(
-            lengths, w, self.seed, update, self.micro_batch, self.accum, self.seq_len
+            lengths, w, self.seed, update, self.micro_batch, self.accum, self.seq_len, self.names
         )
         tokens = gather_tokens(self.streams, src, off, self.seq_len)  # (A, m, T+1)
         b = Batch(update, tokens, src, phase.index, dict(phase.weights), tokens_hash(tokens), off,
@@ -184,7 +192,7 @@ class BatchPlan:
                 f"({h} != {rec['hash']}): the data changed since the plan was saved",
                 hint="replay with the same sources (and overrides) the plan was recorded with",
             )
-        weights = dict(zip(SOURCE_NAMES, rec["weights"], strict=True))
+        weights = dict(zip(self.names, rec["weights"], strict=True))
         return Batch(update, tokens, src, rec["phase"], weights, h, off,
                      torch.zeros_like(src, dtype=torch.bool))  # fmt: skip
 
@@ -220,7 +228,7 @@ class BatchPlan:
             "micro_batch": self.micro_batch,
             "accum": self.accum,
             "seq_len": self.seq_len,
-            "sources": list(SOURCE_NAMES),
+            "sources": list(self.names),
             "data_key": self.data_key,
             "mixer": self.mixer.describe() if self.mixer is not None else None,
             "records": [self.records[u] for u in sorted(self.records)],
@@ -243,8 +251,9 @@ class BatchPlan:
         d = read_json(p, "batch plan", kind=dict)  # a run dir's file: checked for its shape
         if d.get("format") != PLAN_FORMAT:
             raise UserError(f"{str(p)!r} is not a batch plan (format {d.get('format')!r})")
-        if d.get("sources") != list(SOURCE_NAMES):
-            raise UserError(f"batch plan sources {d.get('sources')} differ from {SOURCE_NAMES}")
+        names = list(_streams_of(data)[0])
+        if d.get("sources") != names:
+            raise UserError(f"batch plan sources {d.get('sources')} differ from {names}")
         key = data.key if isinstance(data, PreparedData) else None
         if key and d.get("data_key") and key != d["data_key"]:
             raise UserError(

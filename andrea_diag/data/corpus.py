@@ -15,6 +15,7 @@ Overrides replace any source with the user's text: ``NAME=PATH`` where PATH is a
 .txt/.md files (recursive, sorted), a single .txt/.md file, or a .jsonl file with a ``text``
 field. ``NAME=generated`` forces the seeded generator for gutenberg or hermes3-general (tests and
 golden recordings pin their text that way; a folder named ``generated`` is ``./generated``).
+A ``.bin``/``.npy`` PATH is token ids instead (:mod:`andrea_diag.data.token_ids`, via ``prepare``).
 Every user-caused problem raises :class:`~andrea_diag.errors.UserError`.
 """
 

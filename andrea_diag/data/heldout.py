@@ -16,6 +16,7 @@ under the bandit, a training batch mostly tells which source is being sampled (A
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -40,7 +41,7 @@ def training_part(stream: torch.Tensor) -> torch.Tensor:
 @dataclass(frozen=True)
 class EvalSet:
     """Fixed held-out sequences: ``tokens`` (S, K, T+1) and their absolute stream ``offsets``
-    (S, K), S = len(SOURCE_NAMES)."""
+    (S, K), S = the number of sources (``SOURCE_NAMES``, or the given ones under --sources only)."""
 
     tokens: torch.Tensor
     offsets: torch.Tensor
@@ -50,10 +51,10 @@ class EvalSet:
 def eval_set(
     streams: dict[str, torch.Tensor], seq_len: int, seed: int, per_source: int = EVAL_SEQUENCES
 ) -> EvalSet:
-    """The eval sequences of every source, drawn from its held-out tail only."""
+    """The eval sequences of every source in ``streams`` (in its order), drawn from its
+    held-out tail only."""
     toks, offs = [], []
-    for name in SOURCE_NAMES:
-        stream = streams[name]
+    for name, stream in streams.items():
         start = split_point(stream.numel())
         n_starts = stream.numel() - start - seq_len  # sequences of seq_len + 1 that fit
         if n_starts < 1:
@@ -71,7 +72,22 @@ def eval_set(
         span = torch.arange(seq_len + 1)
         toks.append(stream[o[:, None] + span].to(torch.int64))  # (K, T+1)
         offs.append(o)
-    return EvalSet(torch.stack(toks), torch.stack(offs))
+    return EvalSet(torch.stack(toks), torch.stack(offs), tuple(streams))
+
+
+def check_fits(streams: dict[str, torch.Tensor], seq_len: int) -> None:
+    """Every source holds one training sequence and one held-out sequence of ``seq_len + 1``
+    tokens, or one line naming the first that does not (before any output exists)."""
+    for name, stream in streams.items():
+        n = stream.numel()
+        train, tail = split_point(n), n - split_point(n)
+        if train < seq_len + 1 or tail < seq_len + 1:
+            need = math.ceil((seq_len + 1) / HELDOUT_FRACTION) + 1  # the tail holds one
+            raise UserError(
+                f"source {name}: {n} tokens are too few for one sequence of {seq_len + 1} "
+                f"tokens plus a held-out tail ({HELDOUT_FRACTION:.0%}) that holds one too",
+                hint=f"give that source at least ~{need} tokens, or lower --seq-len",
+            )
 
 
 def _seed(seed: int, name: str) -> int:

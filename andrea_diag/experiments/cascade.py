@@ -27,13 +27,13 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from andrea_diag.config import RunConfig
-from andrea_diag.data import BatchPlan, Mixer, PreparedData, prepare_data
+from andrea_diag.data import BatchPlan, Mixer, PreparedData
 from andrea_diag.device import resolve_device
 from andrea_diag.errors import UserError
 from andrea_diag.experiments.resume import arm_state, check_same_run, move_aside
 from andrea_diag.experiments.slow_start import SlowStart
 from andrea_diag.experiments.status import DONE, RUNNING, marks_interruption
-from andrea_diag.factories import build_model, factory_sources
+from andrea_diag.factories import build_model, prepare_run_data
 from andrea_diag.record import read_cascade_meta, write_json
 from andrea_diag.rundir import child, read_json
 from andrea_diag.runlock import RunLock
@@ -88,7 +88,9 @@ def _fmt(x: float) -> str:
 def load_data(cfg: RunConfig, console: Console) -> PreparedData:
     """Sources + tokenizer + streams; bad source paths fail here, before any output exists."""
     console.print("[dim]preparing data (tokenizer cache: reused when present)…[/]")
-    data = prepare_data(cfg.sources, seed=cfg.corpus_seed, given=factory_sources(cfg.data_factory))
+    data = prepare_run_data(cfg)  # --source, --data, --vocab-size, --sources
+    if data.note:
+        console.print(f"[dim]{escape(data.note)}[/]", soft_wrap=True)  # one line, unwrapped
     generated = [n for n, s in data.sources.items() if s.generated]
     if generated:
         console.print(f"[dim]generated (seeded) sources: {', '.join(generated)}[/]")
@@ -139,7 +141,7 @@ def run_arms(
     # draws m x A x D sequences per update; each replica trains on its own m of them.
     plan = BatchPlan(
         data,
-        Mixer(seed=first.seed, policy=first.mixer),
+        Mixer(seed=first.seed, policy=first.mixer, source_names=data.names),
         seed=first.seed,
         micro_batch=first.micro_batch * first.replicas,
         accum=first.accum,

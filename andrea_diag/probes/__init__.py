@@ -11,7 +11,7 @@ Summary keys returned by ``close``: ``spikes``, ``pollution``, ``lockin``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from andrea_diag.config import ProbeConfig
@@ -52,6 +52,7 @@ def make_probes(
     groups: Mapping[str, tuple[str, str]] | None = None,
     vocab_size: int | None = None,
     block_size: int | None = None,
+    source_names: Sequence[str] | None = None,
 ) -> list[Probe]:
     """The probes of a resolved ``ProbeConfig`` (what the trainer and the monitor share).
 
@@ -64,7 +65,8 @@ def make_probes(
     probes: list[Probe] = []
     if cfg.per_layer:
         probes.append(LayerGradNormProbe(groups))
-    probes.append(SpikeProbe(cfg.spike_window, cfg.spike_z, cfg.boundary_k))
+    names = {} if source_names is None else {"source_names": tuple(source_names)}  # who spiked
+    probes.append(SpikeProbe(cfg.spike_window, cfg.spike_z, cfg.boundary_k, **names))
     probes.append(
         OptStateProbe(
             shadow=bool(cfg.shadow),
@@ -97,6 +99,7 @@ def build_probes(
     prompts: Mapping[str, torch.Tensor] | None = None,
     tokenizer: Any = None,
     unigram_entropy: float | None = None,
+    source_names: Sequence[str] | None = None,
 ) -> list[Probe]:
     """The probes for one arm of a resolved ``RunConfig``."""
     cfg = cfg.resolve()  # idempotent; the per-size defaults (shadow, lock-in cadence) live there
@@ -108,4 +111,5 @@ def build_probes(
         prompts=prompts,
         tokenizer=tokenizer,
         unigram_entropy=unigram_entropy,
+        source_names=source_names,
     )

@@ -329,18 +329,21 @@ def expectation_findings(arms: list[Arm]) -> list[str]:
 
 def data_finding(arms: list[Arm]) -> str:
     """Which sources are generated (synthetic) and which are real text: the report must say so."""
-    gen, real = set(), set()
+    gen, real, ids = set(), set(), set()
     for a in arms:
         for name, src in (a.data.get("sources", a.data) or {}).items():
             if isinstance(src, dict) and "generated" in src:
-                (gen if src["generated"] else real).add(name)
-    if not gen and not real:
+                kind = ids if src.get("kind") == "token-ids" else real  # data/token_ids.py
+                (gen if src["generated"] else kind).add(name)
+    if not gen and not real and not ids:
         return "data sources: unknown (no data.json) — cannot tell generated from real data."
     parts = []
     if gen:
         parts.append(f"GENERATED (synthetic) sources: {', '.join(sorted(gen))}")
     if real:
         parts.append(f"real-text sources: {', '.join(sorted(real))}")
+    if ids:
+        parts.append(f"token-id sources (their own vocabulary): {', '.join(sorted(ids))}")
     return "; ".join(parts) + "."
 
 

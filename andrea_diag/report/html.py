@@ -133,7 +133,8 @@ def _data_section(arms: list[Arm]) -> str:
         )
     rows = []
     for name, s in seen.items():
-        kind = Html("<span class='gen'>GENERATED</span>") if s.get("generated") else "real text"
+        text = "token ids" if s.get("kind") == "token-ids" else "real text"  # data/token_ids.py
+        kind = Html("<span class='gen'>GENERATED</span>") if s.get("generated") else text
         sha = s.get("sha256")
         rows.append(
             [name, kind, s.get("origin", "-"), s.get("n_bytes"), s.get("n_tokens"),

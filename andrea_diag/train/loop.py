@@ -37,7 +37,7 @@ import torch
 from andrea_diag import __version__
 from andrea_diag.clip.api import ClipResult
 from andrea_diag.clip.modes import make_clipper
-from andrea_diag.config import SOURCE_NAMES, RunConfig, parse_injections
+from andrea_diag.config import RunConfig, parse_injections
 from andrea_diag.data.batches import make_outlier_batch, outlier_generator
 from andrea_diag.device import resolve_device
 from andrea_diag.errors import UserError
@@ -103,12 +103,15 @@ class Trainer:
             list(t) for t in zip(*self.model.named_parameters(), strict=True)
         )
         # lock-in prompts: the first tokens of each source stream (a document start), fixed per data
-        prompts = {name: data.streams[name][:PROMPT_TOKENS] for name in SOURCE_NAMES}
+        # the data's sources: SOURCE_NAMES, or the given ones alone (--sources only, token ids)
+        self.source_names = tuple(data.streams)
+        prompts = {name: data.streams[name][:PROMPT_TOKENS] for name in self.source_names}
         probes = build_probes(
             cfg,
             self.model,
             prompts=prompts,
             tokenizer=data.tokenizer,
+            source_names=self.source_names,
             unigram_entropy=unigram_entropy(data.token_counts),
         )
         # defer: the probes' per-update device scalars are read at the recorder's flush
@@ -135,7 +138,7 @@ class Trainer:
         self.probes.after_step(ctx)
         # 0-dim tensors: a seeded mixer ignores them (no sync); exp3 reads them (syncs) and
         # skips non-finite ones itself
-        self.plan.observe(update, {n: row[f"loss_{n}"] for n in SOURCE_NAMES})
+        self.plan.observe(update, {n: row[f"loss_{n}"] for n in self.source_names})
         row |= self.evaluator.maybe_evaluate(update, self.model)
         row.update(
             applied=ctx.applied,
@@ -241,7 +244,9 @@ class Trainer:
             "boundary": ctx.boundary,
             **{f"w_{k}": v for k, v in batch.weights.items()},
             "loss": loss,
-            **per_source_loss(example_loss, example_tokens, batch.source_idx.reshape(-1)),
+            **per_source_loss(
+                example_loss, example_tokens, batch.source_idx.reshape(-1), self.source_names
+            ),
             "grad_norm": grad_norm,
             "lr": self.optimizer.param_groups[0]["lr"],
             "grad_norm_post": post,

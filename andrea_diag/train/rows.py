@@ -9,7 +9,7 @@ trainer test (and pinned bit-for-bit by ``tests/test_golden.py``).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
@@ -65,19 +65,22 @@ def to_device(tokens: torch.Tensor, device: torch.device) -> torch.Tensor:
 
 
 def per_source_loss(
-    example_loss: torch.Tensor, example_tokens: torch.Tensor, source_idx: torch.Tensor
+    example_loss: torch.Tensor,
+    example_tokens: torch.Tensor,
+    source_idx: torch.Tensor,
+    names: Sequence[str] = SOURCE_NAMES,
 ) -> dict[str, torch.Tensor | float]:
     """Token-weighted loss of each source's sequences in this group (NaN when absent). 0-dim
     device tensors, no host sync: the rows of each source are picked on the host from
     ``source_idx`` (a host tensor: boolean indexing on the device syncs) and reach the device in
     one copy; summed in the order that indexing used, so the values are unchanged."""
     src = source_idx.reshape(-1).numpy()  # refuses a device tensor: this must stay host-side
-    picks = [np.flatnonzero(src == i) for i in range(len(SOURCE_NAMES))]
+    picks = [np.flatnonzero(src == i) for i in range(len(names))]  # source_idx indexes names
     flat = torch.from_numpy(np.concatenate(picks).astype(np.int64))
     flat = to_device(flat, example_loss.device)
     out: dict[str, torch.Tensor | float] = {}
     start = 0
-    for name, pick in zip(SOURCE_NAMES, picks, strict=True):
+    for name, pick in zip(names, picks, strict=True):
         idx = flat[start : start + len(pick)]
         start += len(pick)
         loss, tok = example_loss.index_select(0, idx), example_tokens.index_select(0, idx)
