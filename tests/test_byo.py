@@ -37,7 +37,8 @@ class PairModel(torch.nn.Module):
         self.config = SimpleNamespace(block_size=2, vocab_size=vocab_size)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        x = self.emb(ids)  # (B, T, d)
+        # .view() as nanoGPT does: the trainer must hand over contiguous ids, not a slice
+        x = self.emb(ids.view(-1)).view(*ids.shape, -1)  # (B, T, d)
         prev = torch.nn.functional.pad(x, (0, 0, 1, 0))[:, :-1]  # (B, T, d), causal shift
         return self.head(torch.tanh(self.mix(torch.cat([x, prev], dim=-1))))  # (B, T, V)
 

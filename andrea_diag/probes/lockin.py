@@ -58,7 +58,7 @@ def _last_logits(model: torch.nn.Module, idx: torch.Tensor) -> torch.Tensor:
     The model is called as is; its output may be logits, have ``.logits`` (Hugging Face) or be
     a tuple whose first item is the logits.
     """
-    out = model(idx)
+    out = model(idx.contiguous())  # a slice of the context: a model may .view() it
     if hasattr(out, "logits"):
         out = out.logits
     elif isinstance(out, (tuple, list)):

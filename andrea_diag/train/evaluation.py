@@ -110,7 +110,7 @@ class HeldOutEvaluator(Evaluator):
         model.eval()
         try:
             with self.autocast():
-                logits = model(flat[:, :-1])  # (S·K, T, V)
+                logits = model(flat[:, :-1].contiguous())  # (S·K, T, V); may be .view()ed
             tok = F.cross_entropy(
                 logits.float().reshape(-1, logits.size(-1)), flat[:, 1:].reshape(-1),
                 reduction="none",

@@ -174,7 +174,7 @@ class Trainer:
         # the denominator from the host tokens: no device read before the first forward
         local_tokens = int((host[:, :, 1:] != IGNORE).sum())
         tokens = to_device(host, self.device)  # pinned + non_blocking on CUDA
-        micro = [(tokens[a, :, :-1], tokens[a, :, 1:]) for a in range(tokens.size(0))]
+        micro = [(t[:, :-1].contiguous(), t[:, 1:].contiguous()) for t in tokens]  # for .view()
         self.optimizer.zero_grad(set_to_none=True)  # between groups only
         hook = overflow_last(len(micro)) if injected == "nonfinite" else None
 
