@@ -104,12 +104,15 @@ class PlainLoop:
 
 
 def _engine(cfg: RunConfig, run_dir: Path) -> tuple[Any, Callable[[int], torch.Tensor]]:
-    """The Trainer on the default data, and the plan's batches (the plain loop's tokens)."""
-    from andrea_diag.data import BatchPlan, Mixer, prepare_data
+    """The Trainer on the run's data (--source/--data/--vocab-size, as a cascade reads them),
+    and the plan's batches (the plain loop's tokens)."""
+    from andrea_diag.data import BatchPlan, Mixer
+    from andrea_diag.factories import prepare_run_data
     from andrea_diag.train.loop import Trainer
 
-    data = prepare_data(cfg.sources, seed=cfg.corpus_seed)
-    plan = BatchPlan(data, Mixer(seed=cfg.seed, policy=cfg.mixer), seed=cfg.seed,
+    data = prepare_run_data(cfg)
+    mixer = Mixer(seed=cfg.seed, policy=cfg.mixer, source_names=data.names)
+    plan = BatchPlan(data, mixer, seed=cfg.seed,
                      micro_batch=cfg.micro_batch, accum=cfg.accum, seq_len=cfg.seq_len)  # fmt: skip
     trainer = Trainer(cfg, run_dir, data, plan)
     return trainer, lambda u: plan.batch(u).tokens
