@@ -42,6 +42,7 @@ import torch
 from andrea_diag.clip.api import ClipResult
 from andrea_diag.clip.reference import clip_reference
 from andrea_diag.config import ProbeConfig
+from andrea_diag.jsonl import JsonlWriter
 from andrea_diag.probes import ProbeDriver, make_probes
 from andrea_diag.probes.base import UpdateContext
 from andrea_diag.probes.shape import model_shape
@@ -169,6 +170,8 @@ class SpikeMonitor:
                                  tokenizer=tokenizer, **shaped)  # fmt: skip
         self.probes = ProbeDriver(probe_list, self.recorder)
         self.update = 0
+        self._framework: JsonlWriter | None = None  # framework.jsonl, opened at its first row
+        self._framework_last: dict[str, float] = {}
         self.summary: dict[str, Any] | None = None
         self._ctx: UpdateContext | None = None
         self._pending: dict[str, Any] = {}
@@ -297,6 +300,23 @@ class SpikeMonitor:
             sink.log(ctx.row)
         self._stepped = True
 
+    def log_framework(self, values: Mapping[str, Any], update: int | None = None) -> None:
+        """What the framework itself logged (HF's ``logs``, Lightning's ``callback_metrics``):
+        one row of ``framework.jsonl`` (``update`` defaults to the monitor's count). Numbers and
+        0-dim tensors are kept (NaN too: a diverged eval is a finding), anything else dropped."""
+        row: dict[str, Any] = {}
+        for key, value in values.items():
+            if isinstance(value, torch.Tensor) and value.numel() == 1:
+                value = value.item()  # host sync: at the framework's own log cadence only
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                row[str(key)] = value
+        if not row:
+            return
+        if self._framework is None:
+            self._framework = JsonlWriter(self.run_dir / "framework.jsonl")
+        self._framework.write({"update": self.update if update is None else int(update), **row})
+        self._framework_last.update(row)
+
     def close(self, crashed: BaseException | None = None) -> dict[str, Any]:
         """Write events, samples and summary.json; returns the summary. Idempotent.
 
@@ -307,6 +327,9 @@ class SpikeMonitor:
         if self.summary is not None:
             return self.summary
         summary: dict[str, Any] = {"kind": "monitor", "n_updates": self.update}
+        if self._framework is not None:  # the framework's own numbers, last value of each
+            self._framework.close()
+            summary["framework_logs"] = dict(self._framework_last)
         summary.update(self.probes.close(self.run_dir))
         if crashed is None:
             self.recorder.close(summary)

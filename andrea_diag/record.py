@@ -13,6 +13,7 @@ Layout (every file is plain JSON/JSONL or parquet, readable without this package
       events.jsonl     spike events (one row per spike), written by the probes
       samples.jsonl    lock-in samples and their metrics
       summary.json     per-run summary and verdicts, written by close()
+      framework.jsonl  what HF's Trainer / Lightning logged themselves (callback runs only)
       schedule.json    the bandit schedule and per-update batch hashes (replayed by other arms)
 
 Crash contract. Metric rows are buffered and written to ``metrics.jsonl`` in one write + fsync

@@ -332,3 +332,107 @@ def test_hf_trainer_callback_with_prompts_records_lockin_samples(tmp_path: Path)
     lock = run["summary"]["lockin"]
     assert lock["verdict"] in {"never-learned", "still-learning", "healthy"}, lock
     assert lock["n_sample_events"] == 3
+
+
+class _ListSink:
+    """A metric sink (andrea_diag/sinks.py protocol) that keeps what it is given."""
+
+    def __init__(self) -> None:
+        self.rows: list[dict] = []
+        self.closed = False
+
+    def log(self, row: dict) -> None:
+        self.rows.append(dict(row))
+
+    def events(self, events: object) -> None:
+        del events
+
+    def summary(self, summary: dict) -> None:
+        del summary
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def _framework_rows(run_dir: Path) -> list[dict]:
+    lines = (run_dir / "framework.jsonl").read_text().splitlines()
+    return [json.loads(line) for line in lines]
+
+
+def test_hf_trainer_logs_and_eval_loss_are_recorded_and_loggers_get_every_row(
+    tmp_path: Path,
+) -> None:
+    """The Trainer's own logs (loss, grad_norm, eval_loss) land in framework.jsonl with their
+    step, equal to its log_history; loggers= given to the callback receive every update's row."""
+    transformers = pytest.importorskip("transformers")
+    from andrea_diag.integrations.hf import AndreaDiagCallback
+
+    config = transformers.AutoConfig.from_pretrained(_tiny_gpt2_config(tmp_path / "config.json"))
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(config)
+    rows = [{"input_ids": ids[i], "labels": labels[i]}
+            for group in _groups() for ids, labels in group for i in range(BATCH)]  # fmt: skip
+    args = transformers.TrainingArguments(
+        output_dir=str(tmp_path / "hf-out"), max_steps=4, per_device_train_batch_size=BATCH,
+        gradient_accumulation_steps=ACCUM, learning_rate=LR, max_grad_norm=MAX_NORM,
+        use_cpu=True, report_to=[], save_strategy="no", disable_tqdm=True, logging_steps=2,
+        eval_strategy="steps", eval_steps=2, per_device_eval_batch_size=BATCH,
+    )  # fmt: skip
+    sink = _ListSink()
+    callback = AndreaDiagCallback(tmp_path / "hf-run", loggers=[sink])
+    trainer = transformers.Trainer(model=model, args=args, train_dataset=rows,
+                                   eval_dataset=rows[:4], callbacks=[callback])  # fmt: skip
+    trainer.train()
+
+    got = _framework_rows(tmp_path / "hf-run")
+    history = [h for h in trainer.state.log_history if "loss" in h or "eval_loss" in h]
+    for key in ("loss", "eval_loss"):
+        want = [(h["step"], h[key]) for h in history if key in h]
+        assert want and [(r["update"], r[key]) for r in got if key in r] == want
+    summary = load_run(tmp_path / "hf-run")["summary"]
+    last_eval = [h["eval_loss"] for h in history if "eval_loss" in h][-1]
+    assert summary["framework_logs"]["eval_loss"] == last_eval
+    assert [r["update"] for r in sink.rows] == [1, 2, 3, 4] and sink.closed
+
+
+@pytest.mark.slow
+def test_lightning_self_log_values_are_recorded_with_their_step(tmp_path: Path) -> None:
+    pl = pytest.importorskip("lightning.pytorch")
+    from andrea_diag.integrations.lightning import AndreaDiagCallback
+
+    preset = ModelConfig("tiny-test", d_model=32, n_layer=2, n_head=2, block_size=T,
+                         vocab_size=VOCAB)  # fmt: skip
+    torch.manual_seed(0)
+    model = GPT(preset)
+
+    class Module(pl.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+            self.logged: list[float] = []
+
+        def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], idx: int) -> torch.Tensor:
+            ids, labels = batch
+            loss = F.cross_entropy(self.model(ids)[:, :-1].reshape(-1, VOCAB),
+                                   labels[:, 1:].reshape(-1), ignore_index=-100)  # fmt: skip
+            self.log("train_loss", loss, on_step=True)
+            self.logged.append(float(loss.detach()))
+            return loss
+
+        def configure_optimizers(self) -> torch.optim.Optimizer:
+            return torch.optim.AdamW(self.parameters(), lr=LR, weight_decay=0.0)
+
+    microbatches = [mb for group in _groups() for mb in group][:4]
+    loader = torch.utils.data.DataLoader(microbatches, batch_size=None, shuffle=False)
+    module = Module()
+    trainer = pl.Trainer(max_steps=2, accumulate_grad_batches=2, accelerator="cpu", devices=1,
+                         logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False,
+                         callbacks=[AndreaDiagCallback(tmp_path / "pl")])  # fmt: skip
+    trainer.fit(module, loader)
+    got = _framework_rows(tmp_path / "pl")
+    # callback_metrics after each update hold the last batch's self.log value
+    assert [(r["update"], r["train_loss"]) for r in got] == [
+        (1, pytest.approx(module.logged[1], rel=1e-6)),
+        (2, pytest.approx(module.logged[3], rel=1e-6)),
+    ]

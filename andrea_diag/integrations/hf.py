@@ -118,6 +118,13 @@ class AndreaDiagCallback(TrainerCallback):
         if self.capture is not None:
             self.capture.after_step()
 
+    def on_log(
+        self, args: Any, state: Any, control: Any, logs: dict | None = None, **kwargs: Any
+    ) -> None:
+        """The Trainer's own numbers (``loss``, ``grad_norm``, ``eval_loss``…) -> framework.jsonl."""
+        if self.monitor is not None and logs:
+            self.monitor.log_framework(logs, update=state.global_step)
+
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self.close()
 

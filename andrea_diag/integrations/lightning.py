@@ -112,6 +112,16 @@ class AndreaDiagCallback(Callback):
             return  # a batch inside an accumulation group: no update yet
         self._stepping = False
         self.capture.after_step(post=per_tensor_norms(self.capture.params))
+        self._log_framework(trainer)
+
+    def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
+        if self.capture is not None and not trainer.sanity_checking:
+            self._log_framework(trainer)
+
+    def _log_framework(self, trainer: Any) -> None:
+        """What ``self.log`` recorded (``trainer.callback_metrics``) -> framework.jsonl."""
+        if self.monitor is not None and trainer.callback_metrics:
+            self.monitor.log_framework(trainer.callback_metrics, update=trainer.global_step)
 
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
         self.close()
