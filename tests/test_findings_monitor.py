@@ -68,6 +68,8 @@ def test_a_clipped_monitor_run_has_no_bandit_findings_and_is_not_the_unclipped_a
     text = re.sub(r"<script.*?</script>", "", page.read_text(), flags=re.S).lower()
     assert "the unclipped arm" not in text and "phase boundar" not in text
     assert "data sources: unknown" not in text and "monitor: " in text  # the finding's words
+    assert "no data.json" not in text and "your own training loop" in text  # data section
+    assert "phase boundaries" not in page.read_text()  # nor in the charts' titles
 
 
 def test_an_unclipped_monitor_run_is_the_unclipped_arm(tmp_path):

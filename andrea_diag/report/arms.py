@@ -72,6 +72,12 @@ class Arm:
         return str(self.config.get("clip", "none")) != "none"
 
 
+def has_bandit(arm: Arm) -> bool:
+    """Whether the run is one of the toolkit's own arms (a bandit of sources and phases), not a
+    user's loop: ``SpikeMonitor`` and the framework callbacks write ``kind: monitor``."""
+    return arm.config.get("kind") != "monitor" and "framework" not in arm.config
+
+
 def rejudged(
     summary: dict[str, Any], config: dict[str, Any], metrics: pd.DataFrame, samples: pd.DataFrame
 ) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from andrea_diag.report.arms import Arm, final_loss, summary_row
+from andrea_diag.report.arms import Arm, final_loss, has_bandit, summary_row
 from andrea_diag.report.probe_figures import (
     layer_heatmap_figure,
     lockin_figure,
@@ -111,7 +111,9 @@ def loss_figure(arms: list[Arm]) -> tuple[go.Figure | None, str]:
                 )
     mark_boundaries(fig, arms)
     fig.update_layout(
-        title="Loss per optimizer update (dotted lines: phase boundaries; x: spikes)",
+        title="Loss per optimizer update ("
+        + ("dotted lines: phase boundaries; " if any(has_bandit(a) for a in arms) else "")
+        + "x: spikes)",
         height=260 + 170 * rows,
         **LAYOUT,
     )

@@ -29,7 +29,15 @@ from andrea_diag.config import SOURCE_NAMES, ProbeConfig
 from andrea_diag.probes.verdict import FALLBACK_DIVERGE_NATS as DIVERGE_NATS
 from andrea_diag.probes.verdict import recorded_collapse_reason
 from andrea_diag.report.arm_comparison import best_arm_finding
-from andrea_diag.report.arms import Arm, boundaries, compared_loss, final_loss, fmt, is_locked
+from andrea_diag.report.arms import (
+    Arm,
+    boundaries,
+    compared_loss,
+    final_loss,
+    fmt,
+    has_bandit,
+    is_locked,
+)
 from andrea_diag.stats import insufficient
 from andrea_diag.train.summary import boundary_loss_delta as boundary_delta_of
 
@@ -38,12 +46,6 @@ SAME_NATS = 0.05  # final-loss gaps under this are not called a cost or a benefi
 FLAT_NATS = 0.02  # a mean boundary loss change smaller than this is reported as flat
 # clip_coef = post / pre norm, measured by two reductions: an unclipped update can read 1 - 1e-7
 CLIPPED_BELOW = 1.0 - 1e-5
-
-
-def has_bandit(arm: Arm) -> bool:
-    """Whether the run is one of the toolkit's own arms (a bandit of sources and phases), not a
-    user's loop: ``SpikeMonitor`` and the framework callbacks write ``kind: monitor``."""
-    return arm.config.get("kind") != "monitor" and "framework" not in arm.config
 
 
 def is_clipped(arm: Arm) -> bool:

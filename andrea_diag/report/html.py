@@ -18,7 +18,7 @@ from typing import Any
 from andrea_diag.errors import UserError
 from andrea_diag.record import load_run, read_cascade_meta
 from andrea_diag.report.arm_comparison import comparison_rows
-from andrea_diag.report.arms import Arm, fmt, summary_row
+from andrea_diag.report.arms import Arm, fmt, has_bandit, summary_row
 from andrea_diag.report.banner import CSS as BANNER_CSS
 from andrea_diag.report.banner import NEVER_STARTED, ArmStatus, arm_status, banner_html
 from andrea_diag.report.figures import all_figures
@@ -127,6 +127,11 @@ def _data_section(arms: list[Arm]) -> str:
         for name, src in (a.data.get("sources", a.data) or {}).items():
             if isinstance(src, dict) and "generated" in src:
                 seen.setdefault(name, src)
+    if not seen and not any(has_bandit(a) for a in arms):
+        return (  # SpikeMonitor / a framework callback: the data is the user's loop's own
+            "<p class='note'>a run of your own training loop: its data is not recorded here "
+            "(the bandit's sources belong to andrea-diag's own trainer).</p>"
+        )
     if not seen:
         return (
             "<p class='note'>no data.json: the sources' origin (generated or real) is unknown.</p>"
