@@ -69,14 +69,22 @@ class Preset:
     # Adam-state shadow buffers (2 fp32 copies of the parameters) unless --no-shadow: off only
     # where that memory matters (120m on a shared GPU)
     shadow: bool = True
+    lr: float | None = None  # peak lr when --lr is not given; None: the recipe's
+    # --inject of the preset's own run (no --steps, no --inject given): a spike placed for
+    # that length, so it means nothing at another one
+    inject: tuple[str, ...] = ()
 
 
 # tiny must keep `cascade --size tiny` (two arms + report) under three minutes on two CPU cores.
 _SMALL = {"steps": 240, "micro_batch": 8, "accum": 2, "seq_len": 64}
+# The README's first run (`andrea-diag cascade`, issue 24): long and fast enough to learn
+# (held-out loss below the unigram level by about update 100), then an outlier the model
+# meets once it has learned, far enough from the end for m and v to show its decay.
+_TINY = {**_SMALL, "steps": 300, "lr": 2e-3, "inject": ("outlier@220",)}
 _GPU = {"steps": 1200, "micro_batch": 16, "accum": 1, "seq_len": 256}
 PRESETS: dict[str, Preset] = {
     # tiny: the CPU/test sibling; a CPU update (8x64 tokens) takes tens of milliseconds.
-    "tiny": Preset(ModelConfig("tiny", d_model=64, n_layer=2, n_head=2, block_size=128), **_SMALL),
+    "tiny": Preset(ModelConfig("tiny", d_model=64, n_layer=2, n_head=2, block_size=128), **_TINY),
     "12m": Preset(ModelConfig("12m", d_model=384, n_layer=6, n_head=6, block_size=1024), **_GPU),
     "120m": Preset(
         ModelConfig("120m", d_model=768, n_layer=12, n_head=12, block_size=1024), **_GPU,
