@@ -78,7 +78,9 @@ def test_kv_cache_refuses_a_multi_token_append_and_the_block_overflow() -> None:
 
 def test_run_config_resolves_defaults_and_rejects_bad_values() -> None:
     cfg = RunConfig(size="tiny").resolve()
-    assert cfg.lr == 3e-4 and cfg.steps and cfg.micro_batch and cfg.accum
+    # tiny has its own lr (the README's first run, issue 24); other sizes take the recipe's
+    assert cfg.lr == 2e-3 and cfg.steps and cfg.micro_batch and cfg.accum
+    assert RunConfig(size="12m").resolve().lr == 3e-4
     assert cfg.to_dict()["effective_batch"]["examples"] == cfg.micro_batch * cfg.accum
     assert RunConfig(size="tiny", lr=1e-2).resolve().lr == 1e-2
     for bad in (
