@@ -72,10 +72,12 @@ def test_headline_names_the_learned_run_the_attributed_outlier_and_its_life_in_m
     assert "1.17 nats below the unigram level 6.79 (verdict healthy)" in learned
     assert "The outlier injected at update 25 raised grad_norm to 4 (z 24)" in spike
     assert "attributed it to: outlier (sequence 3, from gutenberg)" in spike
-    assert "97.4% of Adam's m and 12.2% of its v" in spike  # the unclipped arm's moments
+    assert (
+        "a term of 97.4% of the norm of Adam's m and 12.2% of v's" in spike
+    )  # the unclipped arm's moments
     assert "in v it fell below 10% after 36 updates" in spike
     assert "(global, max_norm 1) scaled that gradient by 0.25" in spike
-    assert "55.6% of Adam's m and 1.23% of its v" in spike and "never above 10%" in spike
+    assert "55.6% of the norm of Adam's m and 1.23% of v's" in spike and "never above 10%" in spike
     assert (
         "1 spike update(s) followed a bandit phase boundary" in bounds and "(updates 9;" in bounds
     )
@@ -124,5 +126,5 @@ def test_default_cascade_learns_attributes_its_outlier_and_says_so_first(tmp_pat
     first, second = re.findall(r"<li>(.*?)</li>", findings)[:2]
     assert first.startswith("The model learned (none)")
     assert f"The outlier injected at update {at}" in second
-    assert "attributed it to: outlier" in second and "of Adam&#x27;s m" in second
+    assert "attributed it to: outlier" in second and "of the norm of Adam&#x27;s m" in second
     assert "What this cannot show: this is one seed (0)" in findings

@@ -120,9 +120,10 @@ def _life(entry: dict[str, Any] | None, share: float) -> str:
             return f"in {key} it was never above {pct(share)}"
         return f"in {key} it fell below {pct(share)} after {int(r)} updates"
 
+    # a share is ||spike term|| / ||moment||: above 100% when the other terms partly cancel it
     return (
-        f"{pct(entry.get('share_m0'))} of Adam's m and {pct(entry.get('share_v0'))} of its v; "
-        f"{rec('m')}, {rec('v')}"
+        f"a term of {pct(entry.get('share_m0'))} of the norm of Adam's m and "
+        f"{pct(entry.get('share_v0'))} of v's; {rec('m')}, {rec('v')}"
     )
 
 
