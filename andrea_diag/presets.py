@@ -79,8 +79,10 @@ class Preset:
 _SMALL = {"steps": 240, "micro_batch": 8, "accum": 2, "seq_len": 64}
 # The README's first run (`andrea-diag cascade`, issue 24): long and fast enough to learn
 # (held-out loss below the unigram level by about update 100), then an outlier the model
-# meets once it has learned, far enough from the end for m and v to show its decay.
-_TINY = {**_SMALL, "lr": 2e-3, "inject": ("outlier@170",)}
+# meets once it has learned, far enough from the end for m to show its decay, and more than
+# boundary_k updates after any bandit boundary of seeds 0 and 1 (169, 183 are), so the probe
+# attributes it to the outlier alone, not also to a phase transition.
+_TINY = {**_SMALL, "lr": 2e-3, "inject": ("outlier@190",)}
 _GPU = {"steps": 1200, "micro_batch": 16, "accum": 1, "seq_len": 256}
 PRESETS: dict[str, Preset] = {
     # tiny: the CPU/test sibling; a CPU update (8x64 tokens) takes tens of milliseconds.

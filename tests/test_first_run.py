@@ -116,7 +116,7 @@ def test_default_cascade_learns_attributes_its_outlier_and_says_so_first(tmp_pat
         assert s["final_eval_loss"] < lock["unigram_entropy"] - 0.5  # clearly below unigram
         events = load_run(out / arm)["events"]
         hit = events[events["update"] == at]
-        assert "outlier" in set(hit["cause"]), events[["update", "cause"]]
+        assert set(hit["cause"]) == {"outlier"}, events[["update", "cause"]]  # and nothing else
         (spike,) = [p for p in s["pollution"]["per_spike"] if p["update"] == at]
         shares[arm] = spike
     # the clipped arm lets less of the outlier into v than the unclipped arm
@@ -126,5 +126,7 @@ def test_default_cascade_learns_attributes_its_outlier_and_says_so_first(tmp_pat
     first, second = re.findall(r"<li>(.*?)</li>", findings)[:2]
     assert first.startswith("The model learned (none)")
     assert f"The outlier injected at update {at}" in second
-    assert "attributed it to: outlier" in second and "of the norm of Adam&#x27;s m" in second
+    assert (
+        "attributed it to: outlier (sequence" in second and "of the norm of Adam&#x27;s m" in second
+    )
     assert "What this cannot show: this is one seed (0)" in findings
