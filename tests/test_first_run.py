@@ -130,3 +130,16 @@ def test_default_cascade_learns_attributes_its_outlier_and_says_so_first(tmp_pat
         "attributed it to: outlier (sequence" in second and "of the norm of Adam&#x27;s m" in second
     )
     assert "What this cannot show: this is one seed (0)" in findings
+
+
+def test_headline_reads_a_damaged_run_dir_without_raising() -> None:
+    arm = _arm("none", loss=5.6, share_m0=0.9, share_v0=0.1, rec_v=3)
+    arm.summary["lockin"]["unigram_entropy"] = ["not", "a", "number"]
+    arm.summary["pollution"]["per_spike"][0].update(share_m0="<b>", recovery_m={"x": 1})
+    arm.config["seed"] = "abc"
+    arm.events = arm.events.astype({"update": object})
+    arm.events.loc[0, "update"] = "nine"
+    learned, spike, _, caveat = headline([arm])
+    assert "whether the model learned is not known" in learned
+    assert "a term of - of the norm of Adam's m" in spike and "its decay in m is not known" in spike
+    assert "this is no seed(s)" in caveat

@@ -25,6 +25,22 @@ from andrea_diag.report.arms import Arm, boundaries, compared_loss, fmt
 from andrea_diag.stats import MIN_PAIRS
 
 
+def _num(x: Any) -> float | None:
+    """A finite number from a run dir's value, or None (a damaged dir must not break the page)."""
+    if isinstance(x, bool):
+        return None
+    try:
+        v = float(x)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return v if math.isfinite(v) else None
+
+
+def _int(x: Any) -> int | None:
+    v = _num(x)
+    return None if v is None else int(v)
+
+
 def headline(arms: list[Arm]) -> list[str]:
     """The story of the page's first unclipped arm (else its first arm) and its first clipped
     arm: learned or not, the main spike and its life in ``m``/``v``, and the one-seed caveat.
@@ -50,7 +66,8 @@ def headline(arms: list[Arm]) -> list[str]:
 def learned_sentence(arm: Arm) -> str:
     """'Learned: held-out loss 5.62 at update 300, 1.17 nats below the unigram level 6.79 ...'."""
     lock = arm.summary.get("lockin") or {}
-    verdict, unigram = lock.get("verdict"), lock.get("unigram_entropy")
+    verdict = lock.get("verdict")
+    unigram = _num(lock.get("unigram_entropy"))
     loss, what = compared_loss(arm)
     at = arm.summary.get("final_eval_update") or arm.summary.get("n_updates")
     if unigram is None or not math.isfinite(loss):
@@ -58,14 +75,14 @@ def learned_sentence(arm: Arm) -> str:
             f"{arm.label}: whether the model learned is not known ({what} {fmt(loss)}, no "
             f"unigram level recorded; verdict {fmt(verdict)})."
         )
-    gap = float(unigram) - loss
+    gap = unigram - loss
     learned = gap > 0 and verdict != "never-learned"
     where = "below" if gap > 0 else "above"
     head = "The model learned" if learned else "The model did not learn"
     tail = "" if learned else "; the spikes below are those of a model that has not learned yet"
     return (
         f"{head} ({arm.label}): {what} {fmt(loss)} at update {fmt(at)}, {abs(gap):.2f} nats "
-        f"{where} the unigram level {fmt(float(unigram))} (verdict {fmt(verdict)}){tail}."
+        f"{where} the unigram level {fmt(unigram)} (verdict {fmt(verdict)}){tail}."
     )
 
 
@@ -83,7 +100,13 @@ def main_spike(arm: Arm) -> dict[str, Any] | None:
     ev = arm.events
     if ev.empty or "update" not in ev:
         return None
-    ev = ev.assign(_z=pd.to_numeric(ev.get("z"), errors="coerce").fillna(-math.inf))
+    ev = ev.assign(
+        update=pd.to_numeric(ev["update"], errors="coerce"),
+        _z=pd.to_numeric(ev.get("z"), errors="coerce").fillna(-math.inf),
+    )
+    ev = ev[ev["update"].notna() & ev["update"].abs().lt(math.inf)]
+    if ev.empty:
+        return None
     for u, kind in sorted(_injected(arm).items()):
         hit = ev[(ev["update"] >= u) & (ev["update"] <= u + 1)]
         if len(hit):
@@ -108,17 +131,18 @@ def _life(entry: dict[str, Any] | None, share: float) -> str:
         return "not tracked in m and v (the probe did not flag this update)"
 
     def pct(x: Any) -> str:
-        return "-" if x is None else f"{100 * float(x):.3g}%"
+        v = _num(x)
+        return "-" if v is None else f"{100 * v:.3g}%"
 
     def rec(key: str) -> str:
-        r = entry.get(f"recovery_{key}")
+        r = _int(entry.get(f"recovery_{key}"))
         if entry.get(f"censored_{key}"):
             return f"in {key} it stayed above {pct(share)} to the run's end"
         if r is None:
             return f"its decay in {key} is not known"
-        if int(r) == 0:
+        if r == 0:
             return f"in {key} it was never above {pct(share)}"
-        return f"in {key} it fell below {pct(share)} after {int(r)} updates"
+        return f"in {key} it fell below {pct(share)} after {r} updates"
 
     # a share is ||spike term|| / ||moment||: above 100% when the other terms partly cancel it
     return (
@@ -175,7 +199,7 @@ def boundary_sentence(arm: Arm) -> str:
     hit: list[int] = []
     if not ev.empty and "update" in ev and "cause" in ev:
         pt = ev[ev["cause"].astype(str).str.contains("phase-transition")]
-        hit = sorted({int(u) for u in pt["update"]})
+        hit = sorted({u for v in pt["update"] if (u := _int(v)) is not None})
     if not bs:
         return f"{arm.label}: no bandit phase boundary in this run."
     if not hit:
@@ -192,7 +216,7 @@ def boundary_sentence(arm: Arm) -> str:
 
 def caveat_sentence(arms: list[Arm], base: Arm, clipped: Arm | None) -> str:
     """What one run cannot show, and the sweep that would."""
-    seeds = sorted({int(a.config["seed"]) for a in arms if a.config.get("seed") is not None})
+    seeds = sorted({s for a in arms if (s := _int(a.config.get("seed"))) is not None})
     cfg = base.config
     cmd = f"andrea-diag sweep --size {cfg.get('size', 'tiny')} --lr {fmt(cfg.get('lr'))}"
     preset = PRESETS.get(str(cfg.get("size")))
@@ -204,7 +228,7 @@ def caveat_sentence(arms: list[Arm], base: Arm, clipped: Arm | None) -> str:
         d = compared_loss(clipped)[0] - compared_loss(base)[0]
         if math.isfinite(d):
             gap = f" (here clipped minus unclipped held-out loss is {d:+.3f} nats)"
-    which = f"one seed ({seeds[0]})" if len(seeds) == 1 else f"{len(seeds)} unpaired seed(s)"
+    which = f"one seed ({seeds[0]})" if len(seeds) == 1 else f"{len(seeds) or 'no'} seed(s)"
     return (
         f"What this cannot show: this is {which}, so it says nothing about whether "
         f"clipping helps or costs in general{gap}; a sweep over ≥{MIN_PAIRS} seeds is needed: "
