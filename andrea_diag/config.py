@@ -123,7 +123,7 @@ class RunConfig:
         metadata=cli(
             help="Peak learning rate; overrides the recipe's. Cascades appear under lr "
             "stress (a pilot saw one at 1e-2 on 120m), so sweep it.",
-            shown=_PRESET_LRS + "the recipe's: " + by_value(RECIPES, "lr"),
+            shown=_PRESET_LRS + "else the recipe's: " + by_value(RECIPES, "lr"),
             positive=True,
             **_ONE_CELL,
         ),
