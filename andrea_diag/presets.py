@@ -77,11 +77,12 @@ class Preset:
 
 # tiny must keep `cascade --size tiny` (two arms + report) under three minutes on two CPU cores.
 _SMALL = {"steps": 240, "micro_batch": 8, "accum": 2, "seq_len": 64}
-# The README's first run (`andrea-diag cascade`, issue 24): long and fast enough to learn
-# (held-out loss below the unigram level by about update 100), then an outlier the model
-# meets once it has learned, far enough from the end for m to show its decay, and more than
-# boundary_k updates after any bandit boundary of seeds 0 and 1 (169, 183 are), so the probe
-# attributes it to the outlier alone, not also to a phase transition.
+# The README's first run (`andrea-diag cascade`, issue 24): lr 2e-3 learns within its 240
+# updates (held-out loss below the learned level, unigram - 0.5, by about update 100; 3e-4
+# never got there), then an outlier the model meets once it has learned, far enough from the
+# end for m to show its decay, and more than boundary_k (3) updates after every bandit
+# boundary of seeds 0 and 1 (the nearest before it: 176 and 183), so the spike probe
+# attributes it to the outlier alone, not also to a phase transition (at 170 it did both).
 _TINY = {**_SMALL, "lr": 2e-3, "inject": ("outlier@190",)}
 _GPU = {"steps": 1200, "micro_batch": 16, "accum": 1, "seq_len": 256}
 PRESETS: dict[str, Preset] = {
