@@ -94,6 +94,9 @@ def _check_choice(value: str, choices: Any, what: str) -> None:
         raise UserError(f"unknown {what} {value!r}", hint=f"choose from {', '.join(allowed)}")
 
 
+# the presets' own defaults, for --help (one source: presets.py)
+_PRESET_LRS = "".join(f"{n}: {p.lr:g}; " for n, p in PRESETS.items() if p.lr is not None)
+_PRESET_INJECTS = "; ".join(f"{n}: {','.join(p.inject)}" for n, p in PRESETS.items() if p.inject)
 _ONE_CELL = {"one_cell": True}  # sweep and ladder take comma lists (or nothing) instead
 
 
@@ -121,7 +124,7 @@ class RunConfig:
         metadata=cli(
             help="Peak learning rate; overrides the recipe's. Cascades appear under lr "
             "stress (a pilot saw one at 1e-2 on 120m), so sweep it.",
-            shown="the recipe's: " + by_value(RECIPES, "lr"),
+            shown=_PRESET_LRS + "else the recipe's: " + by_value(RECIPES, "lr"),
             positive=True,
             **_ONE_CELL,
         ),
@@ -259,7 +262,8 @@ class RunConfig:
         default_factory=list,
         metadata=cli(
             flags=("--inject",),
-            help="Cause a spike: outlier@UPDATE or nonfinite@UPDATE. Repeatable.",
+            help="Cause a spike: outlier@UPDATE or nonfinite@UPDATE. Repeatable. Without "
+            "--inject and --steps, a size's own run injects: " + _PRESET_INJECTS + ".",
             **_ONE_CELL,
         ),
     )
@@ -320,14 +324,17 @@ class RunConfig:
         _check_choice(self.precision, PrecisionName, "precision")
         _check_choice(self.source_mode, SourceMode, "--sources mode")
         preset = PRESETS[self.size]
+        lr = RECIPES[self.recipe].lr if preset.lr is None else preset.lr
         out = dataclasses.replace(
             self,
-            lr=RECIPES[self.recipe].lr if self.lr is None else self.lr,
+            lr=lr if self.lr is None else self.lr,
             steps=preset.steps if self.steps is None else self.steps,
             micro_batch=preset.micro_batch if self.micro_batch is None else self.micro_batch,
             accum=preset.accum if self.accum is None else self.accum,
             seq_len=preset.seq_len if self.seq_len is None else self.seq_len,
             arm=self.arm or self.clip,
+            # the preset's own run only: its injection is placed for its length
+            inject=self.inject or ([] if self.steps is not None else list(preset.inject)),
         )
         if out.eval_every is None:
             out.eval_every = max(1, out.steps // EVALS_PER_RUN)

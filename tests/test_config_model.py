@@ -95,7 +95,9 @@ def test_flops_per_token_counts_every_weight_matmul_and_no_embedding_lookup() ->
 
 def test_run_config_resolves_defaults_and_rejects_bad_values() -> None:
     cfg = RunConfig(size="tiny").resolve()
-    assert cfg.lr == 3e-4 and cfg.steps and cfg.micro_batch and cfg.accum
+    # tiny has its own lr (the README's first run, issue 24); other sizes take the recipe's
+    assert cfg.lr == 2e-3 and cfg.steps and cfg.micro_batch and cfg.accum
+    assert RunConfig(size="12m").resolve().lr == 3e-4
     assert cfg.to_dict()["effective_batch"]["examples"] == cfg.micro_batch * cfg.accum
     assert RunConfig(size="tiny", lr=1e-2).resolve().lr == 1e-2
     for bad in (

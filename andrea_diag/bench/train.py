@@ -137,7 +137,8 @@ def bench_train(
     if updates < 1 or warmup < 0 or block < 1:
         raise UserError("--updates and --block must be at least 1, --warmup 0 or more")
     total = warmup + updates
-    cfg = dataclasses.replace(cfg, steps=total, eval_every=0, checkpoint_every=0,
+    # no injection: a preset's own one (tiny's outlier) is placed for its length, not the bench's
+    cfg = dataclasses.replace(cfg, steps=total, eval_every=0, checkpoint_every=0, inject=[],
                               flush_every=max(cfg.flush_every, 1))  # fmt: skip
     say = progress or (lambda _line: None)
     from andrea_diag.device import resolve_device

@@ -23,6 +23,7 @@ from andrea_diag.report.banner import CSS as BANNER_CSS
 from andrea_diag.report.banner import NEVER_STARTED, ArmStatus, arm_status, banner_html
 from andrea_diag.report.figures import all_figures
 from andrea_diag.report.findings import all_findings
+from andrea_diag.report.headline import headline
 from andrea_diag.report.images import figure_slug, write_images
 from andrea_diag.report.plotlyjs import script_tag
 from andrea_diag.report.safe import Html, esc, figure_html, script_json
@@ -298,7 +299,7 @@ def _render(
         parts.append("<h2>Clip arms compared</h2>\n" + _table(*comparison_rows(arms)))
     parts.append(
         "<h2>Findings</h2>\n<ul class='findings'>\n"
-        + "\n".join(f"<li>{esc(f)}</li>" for f in all_findings(arms))
+        + "\n".join(f"<li>{esc(f)}</li>" for f in [*headline(arms), *all_findings(arms)])
         + "\n</ul>"
     )
     figs: list[tuple[str, Any]] = []
