@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any, Literal, get_args
 
 from andrea_diag.clip_params import ClipParams
 from andrea_diag.errors import UserError
 from andrea_diag.fields import MAX_SEED, MAX_UPDATES, check_bounds, cli, cli_fields
+from andrea_diag.injections import Injection, parse_injections
 from andrea_diag.presets import (
     MODEL_PRESETS,
     PRESETS,
@@ -58,31 +58,6 @@ RecipeName = Literal["v1", "v2"]
 SizeName = Literal["tiny", "12m", "120m", "tiny2", "30m", "60m"]
 PrecisionName = Literal["fp32", "bf16", "fp16"]
 SourceMode = Literal["default-plus-given", "only"]
-
-
-class Injection(StrEnum):
-    """What ``--inject KIND@UPDATE`` does at that update (str-valued: JSON on disk is the name)."""
-
-    OUTLIER = "outlier"  # one microbatch replaced by an outlier batch
-    NONFINITE = "nonfinite"  # an overflow (inf) in the last microbatch's gradients
-
-
-def parse_injections(specs: list[str], steps: int) -> dict[int, Injection]:
-    """``["outlier@40", "nonfinite@90"]`` -> {40: Injection.OUTLIER, 90: Injection.NONFINITE}."""
-    out: dict[int, Injection] = {}
-    kinds = [k.value for k in Injection]
-    for spec in specs:
-        kind, _, at = spec.partition("@")
-        if kind not in kinds or not at.isdigit():
-            raise UserError(
-                f"bad --inject {spec!r}",
-                hint="use outlier@UPDATE or nonfinite@UPDATE, e.g. outlier@40",
-            )
-        update = int(at)
-        if not 1 <= update <= steps:
-            raise UserError(f"--inject {spec!r}: update {update} is outside 1..{steps}")
-        out[update] = Injection(kind)
-    return out
 
 
 EVALS_PER_RUN = 50  # held-out evaluations when --eval-every is not given

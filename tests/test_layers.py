@@ -34,6 +34,7 @@ LAYERS: dict[str, int] = {
     "presets": 0,  # sizes and recipes, re-exported by config
     "probe_config": 0,
     "clip_params": 0,  # the clip modes' parameters: a part of RunConfig, so below clip
+    "injections": 0,  # --inject's kinds and parser: a part of RunConfig
     "tables": 0,  # column names of the stats tables, shared by experiments and report
     "rundir": 0,  # the one reader/writer of run-directory files (data's cache uses it too)
     "signals": 0,

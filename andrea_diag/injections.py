@@ -1,0 +1,36 @@
+"""Spikes caused on purpose: ``--inject KIND@UPDATE`` (the kinds, and the parser).
+
+>>> parse_injections(["outlier@40"], steps=100)
+{40: <Injection.OUTLIER: 'outlier'>}
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from andrea_diag.errors import UserError
+
+
+class Injection(StrEnum):
+    """What ``--inject KIND@UPDATE`` does at that update (str-valued: JSON on disk is the name)."""
+
+    OUTLIER = "outlier"  # one microbatch replaced by an outlier batch
+    NONFINITE = "nonfinite"  # an overflow (inf) in the last microbatch's gradients
+
+
+def parse_injections(specs: list[str], steps: int) -> dict[int, Injection]:
+    """``["outlier@40", "nonfinite@90"]`` -> {40: Injection.OUTLIER, 90: Injection.NONFINITE}."""
+    out: dict[int, Injection] = {}
+    kinds = [k.value for k in Injection]
+    for spec in specs:
+        kind, _, at = spec.partition("@")
+        if kind not in kinds or not at.isdigit():
+            raise UserError(
+                f"bad --inject {spec!r}",
+                hint="use outlier@UPDATE or nonfinite@UPDATE, e.g. outlier@40",
+            )
+        update = int(at)
+        if not 1 <= update <= steps:
+            raise UserError(f"--inject {spec!r}: update {update} is outside 1..{steps}")
+        out[update] = Injection(kind)
+    return out
