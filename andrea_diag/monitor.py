@@ -303,7 +303,10 @@ class SpikeMonitor:
     def log_framework(self, values: Mapping[str, Any], update: int | None = None) -> None:
         """What the framework itself logged (HF's ``logs``, Lightning's ``callback_metrics``):
         one row of ``framework.jsonl`` (``update`` defaults to the monitor's count). Numbers and
-        0-dim tensors are kept (NaN too: a diverged eval is a finding), anything else dropped."""
+        0-dim tensors are kept (NaN too: a diverged eval is a finding), anything else dropped.
+        After :meth:`close` (an ``evaluate()`` after ``train()``) there is no run to add to."""
+        if self.summary is not None:
+            return
         row: dict[str, Any] = {}
         for key, value in values.items():
             if isinstance(value, torch.Tensor) and value.numel() == 1:

@@ -427,7 +427,7 @@ def test_lightning_self_log_values_are_recorded_with_their_step(tmp_path: Path) 
     module = Module()
     trainer = pl.Trainer(max_steps=2, accumulate_grad_batches=2, accelerator="cpu", devices=1,
                          logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                         enable_model_summary=False,
+                         enable_model_summary=False, log_every_n_steps=1,
                          callbacks=[AndreaDiagCallback(tmp_path / "pl")])  # fmt: skip
     trainer.fit(module, loader)
     got = _framework_rows(tmp_path / "pl")

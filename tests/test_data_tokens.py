@@ -321,3 +321,11 @@ def test_a_source_given_without_only_prints_the_defaults_mixed_in(tmp_path) -> N
     line = "default sources mixed in with yours: repo-docs, hermes3-general (--sources only"
     assert line in output
     assert list(json.loads((arm / "data.json").read_text())["sources"]) == list(SOURCE_NAMES)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32, torch.bool])
+def test_a_factory_tensor_that_is_not_integer_is_one_line(dtype: torch.dtype) -> None:
+    from andrea_diag.data.token_ids import check_ids
+
+    with pytest.raises(UserError, match="not integer token ids"):
+        check_ids(torch.zeros(64, dtype=dtype), "gutenberg", "the factory's tensor", 97)

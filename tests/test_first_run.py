@@ -143,3 +143,11 @@ def test_headline_reads_a_damaged_run_dir_without_raising() -> None:
     assert "whether the model learned is not known" in learned
     assert "a term of - of the norm of Adam's m" in spike and "its decay in m is not known" in spike
     assert "this is no seed(s)" in caveat
+
+
+@pytest.mark.parametrize("pollution", [{"per_spike": [1, "x"], "recovery_share": "a lot"}, [3]])
+def test_headline_survives_a_damaged_pollution_table(pollution: object) -> None:
+    arm = _arm("none", loss=5.6, share_m0=0.9, share_v0=0.1, rec_v=3)
+    arm.summary["pollution"] = pollution
+    _, spike, _, _ = headline([arm])
+    assert "not tracked in m and v" in spike  # no crash, and no number made up

@@ -119,3 +119,28 @@ def test_a_loop_that_raises_inside_the_monitor_is_recorded_as_crashed(tmp_path):
     assert not (tmp_path / "r" / "summary.json").exists()
     partial = json.loads((tmp_path / "r" / "partial_summary.json").read_text())
     assert partial["status"] == "crashed" and partial["n_updates"] == 2
+
+
+def test_framework_values_logged_after_close_are_ignored_not_a_crash(tmp_path):
+    """HF's evaluate() after train() logs once more after on_train_end closed the monitor."""
+    import torch
+
+    from andrea_diag.monitor import SpikeMonitor
+
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    mon = SpikeMonitor(model, opt, tmp_path / "run")
+    for _ in range(2):
+        loss = model(torch.randn(8, 4)).square().mean()
+        loss.backward()
+        mon.after_backward(loss)
+        mon.after_clip(None)
+        opt.step()
+        mon.after_step()
+        opt.zero_grad()
+        mon.log_framework({"loss": float(loss)})
+    mon.close()
+    before = (tmp_path / "run" / "framework.jsonl").read_text()
+    mon.log_framework({"eval_loss": 1.0})  # after close
+    assert (tmp_path / "run" / "framework.jsonl").read_text() == before
+    assert len(before.splitlines()) == 2

@@ -284,3 +284,13 @@ def test_lockin_is_skipped_when_no_table_is_known_to_hold_positions(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         SpikeMonitor(model, opt, tmp_path / "given", shadow=False, block_size=T).close()
+
+
+@pytest.mark.parametrize("bad", [("blocks/0", "attn"), ("h0", ""), ("a", "b", "c"), 3, ".mlp"])
+def test_a_bad_layer_group_is_one_line_at_construction(tmp_path, bad):
+    from andrea_diag.errors import UserError
+
+    model = EncoderLM()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    with pytest.raises(UserError, match="layer_groups gives parameter"):
+        SpikeMonitor(model, opt, tmp_path / "run", layer_groups=lambda name: bad)

@@ -77,6 +77,9 @@ def test_merge_only_trains_nothing_and_lists_the_cells_it_lacks_as_not_run(
     assert not (half / "global" / "ckpt-0000006.pt").exists()
     assert all(p.stat().st_mtime_ns == t for p, t in files.items())
     assert "not finished, not run" in res.output
+    meta = json.loads((out / "sweep.json").read_text())
+    assert meta["status"] == "partial" and len(meta["not_run_cells"]) == 3
+    assert (out / "sweep.html").is_file()  # a partial merge still has its page
 
 
 def test_sweep_findings_report_one_seed_gaps_without_calling_them() -> None:

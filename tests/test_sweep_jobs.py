@@ -115,3 +115,14 @@ def test_unknown_executor_and_zero_jobs_are_one_clear_line(tmp_path: Path) -> No
         res = CliRunner().invoke(app, [*ARGS, *extra, "--out", str(tmp_path / "s")])
         assert res.exit_code != 0 and "Traceback" not in res.output
         assert msg in res.output
+
+
+@pytest.mark.parametrize("how", [["--jobs", "2"], ["--executor", "submitit-local", "--jobs", "2"]])
+def test_merge_only_submits_nothing_whatever_the_executor(tmp_path: Path, how: list[str]) -> None:
+    if "submitit-local" in how:
+        pytest.importorskip("submitit")
+    out = tmp_path / "s"
+    res = CliRunner().invoke(app, [*ARGS, *how, "--merge-only", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert not any((out / c).exists() for c in CELLS)  # no cell trained, none even started
+    assert (pd.read_csv(out / "sweep.csv")["status"] == "not run").all()

@@ -23,9 +23,10 @@ from rich.console import Console
 from andrea_diag.experiments.executor import AfterCell
 from andrea_diag.experiments.ladder import LadderRun, write_ladder
 
-# sweep.json's status once every cell has run (or crashed); "running": stopped by an error
-# before or between cells (a changed setting, a bad option), so there is no new table to show
-FINISHED = ("done", "crashed")
+# sweep.json's status once every cell has run (or crashed), or a --merge-only merge with cells
+# still to come ("partial"); "running": stopped by an error before or between cells (a changed
+# setting, a bad option), so there is no new table to show
+FINISHED = ("done", "crashed", "partial")
 
 
 def report_renderer_available(console: Console, out_dir: Path) -> bool:

@@ -118,6 +118,11 @@ def _from_npy(raw: bytes, p: Path, name: str) -> np.ndarray:
 def check_ids(arr: Any, name: str, where: str, vocab_size: int | None) -> torch.Tensor:
     """A 1-D integer array with ids in ``[0, vocab_size)`` as an int64 tensor, or one line."""
     if isinstance(arr, torch.Tensor):
+        if arr.is_floating_point() or arr.is_complex() or arr.dtype == torch.bool:
+            raise UserError(
+                f"source {name}: {where} holds {arr.dtype} values, not integer token ids",
+                hint="token ids are integers (uint16, uint32, int32 or int64)",
+            )
         arr = arr.detach().cpu().numpy()
     if arr.dtype.kind not in "iu":
         raise UserError(

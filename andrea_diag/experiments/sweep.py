@@ -229,7 +229,7 @@ def run_sweep(
     spec.executor.check()
     dirs = [out / name for name in meta["cells"]]
     t0, before = time.perf_counter(), recorded_updates(dirs, spec.clips)
-    if not spec.executor.in_process:  # every unfinished cell in its own process, N at once
+    if not (spec.executor.in_process or spec.executor.merge_only):  # each in its own process
         crashed = _run_out_of_process(spec, dirs, configs, out, console, shas, after_cell)
     for i, cfg in enumerate(configs, 1):
         name = name_of(cfg)
@@ -267,6 +267,9 @@ def run_sweep(
     table = pd.DataFrame(rows)
     write_interval_tables(out, table)
     status = {"status": "crashed", "crashed_cells": crashed} if crashed else {"status": "done"}
+    not_run = sorted({r["cell"] for r in rows if r["status"] == "not run"})
+    if spec.executor.merge_only and not_run and not crashed:  # merged, with cells to come
+        status = {"status": "partial", "not_run_cells": not_run}
     wall = time.perf_counter() - t0
     meta["throughput"] = throughput(
         recorded_updates(dirs, spec.clips) - before, wall, spec.executor

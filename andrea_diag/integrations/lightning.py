@@ -112,7 +112,8 @@ class AndreaDiagCallback(Callback):
             return  # a batch inside an accumulation group: no update yet
         self._stepping = False
         self.capture.after_step(post=per_tensor_norms(self.capture.params))
-        self._log_framework(trainer)
+        if trainer.global_step % max(1, int(trainer.log_every_n_steps)) == 0:
+            self._log_framework(trainer)  # Lightning's own logging cadence: a sync per metric
 
     def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
         if self.capture is not None and not trainer.sanity_checking:

@@ -38,6 +38,7 @@ from typing import Any
 
 from torch import nn
 
+from andrea_diag.errors import UserError
 from andrea_diag.model import param_group_of
 
 Group = tuple[str, str]
@@ -209,16 +210,27 @@ def resolve_groups(model: nn.Module, override: Any = None) -> dict[str, Group]:
         else:
             keys = [k for k in override if name == k or name.startswith(f"{k}.")]
             given = override[max(keys, key=len)] if keys else None
-        out[name] = _as_group(given) if given is not None else group
+        out[name] = _as_group(given, name) if given is not None else group
     return out
 
 
-def _as_group(value: Any) -> Group:
+def _as_group(value: Any, param: str) -> Group:
+    """``"h03.mlp"`` or ``("h03", "mlp")``; refused in one line here, at construction, rather
+    than as an undeclared metric column at the first update (which would disable two probes)."""
     if isinstance(value, str):
         layer, _, kind = value.partition(".")
-        return layer, kind or "all"
-    layer, kind = value
-    return str(layer), str(kind)
+        group = (layer, kind or "all")
+    elif isinstance(value, (tuple, list)) and len(value) == 2:
+        group = (str(value[0]), str(value[1]))
+    else:
+        group = None
+    if group is None or not all(group) or any("/" in g for g in group) or "." in group[0]:
+        raise UserError(
+            f"layer_groups gives parameter {param!r} the group {value!r}",
+            hint="a group is 'layer.kind' or ('layer', 'kind'): both non-empty, no '/' "
+            "and no '.' in the layer",
+        )
+    return group
 
 
 def model_shape(

@@ -119,8 +119,10 @@ def main_spike(arm: Arm) -> dict[str, Any] | None:
 
 
 def _per_spike(arm: Arm, update: int) -> dict[str, Any] | None:
-    for entry in (arm.summary.get("pollution") or {}).get("per_spike") or []:
-        if entry.get("update") == update:
+    pollution = arm.summary.get("pollution")
+    entries = pollution.get("per_spike") if isinstance(pollution, dict) else None
+    for entry in entries if isinstance(entries, list) else []:
+        if isinstance(entry, dict) and entry.get("update") == update:  # a damaged dir: skip
             return entry
     return None
 
@@ -169,7 +171,9 @@ def spike_sentence(base: Arm, spike: dict[str, Any], clipped: Arm | None) -> str
     )
     verb = "left it unexplained" if cause == "unexplained" else f"attributed it to: {cause}{seq}"
     later = f" at update {u}" if spike.get("injected_at", u) != u else ""
-    share = (base.summary.get("pollution") or {}).get("recovery_share", 0.1)
+    pollution = base.summary.get("pollution")
+    share = _num(pollution.get("recovery_share")) if isinstance(pollution, dict) else None
+    share = 0.1 if share is None else share
     text = (
         f"{what} raised {spike.get('metric', '?')} to {fmt(spike.get('value'))} (z "
         f"{fmt(spike.get('z'), 2)}){later}, and the spike probe {verb}. In the unclipped "
