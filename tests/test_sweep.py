@@ -157,6 +157,12 @@ def test_resuming_with_other_settings_is_refused(sweep_dir: Path) -> None:
     assert res.exit_code != 0 and "other settings" in res.output and "steps 6 -> 7" in res.output
 
 
+def test_a_kept_cell_trained_with_another_mixer_is_refused(sweep_dir: Path) -> None:
+    """cascade.json does not hold the mixer: each arm's saved config is checked too."""
+    res = CliRunner().invoke(app, [*ARGS, "--mixer", "exp3", "--out", str(sweep_dir)])
+    assert res.exit_code != 0 and "other options" in res.output and "mixer" in res.output
+
+
 def test_precision_is_an_axis_of_the_grid_and_fp32_cells_keep_their_old_names() -> None:
     from andrea_diag.experiments.sweep import SweepSpec, cells, name_of
 

@@ -173,7 +173,10 @@ def check_same_run(out_dir: Path, arms: list[str], configs: list[RunConfig]) -> 
         )
         if diff:
             what = ", ".join(f"{k} {a.get(k)!r} -> {b.get(k)!r}" for k in diff[:3])
+            moved = old.size == "tiny" and {"lr", "inject"} & set(diff)
             raise UserError(
                 f"{out_dir} was run with other options ({what})",
-                hint="resume with the run's own options (or only --resume DIR)",
-            )
+                hint="resume with the run's own options (or only --resume DIR)"
+                + ("; tiny's defaults moved on 2026-12-01 (lr 2e-3, outlier@190): an older "
+                   "tiny run continues with --lr 3e-4 --steps 240" if moved else ""),
+            )  # fmt: skip

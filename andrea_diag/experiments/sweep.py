@@ -48,7 +48,7 @@ from andrea_diag.experiments.executor import (
     run_cells,
     throughput,
 )
-from andrea_diag.experiments.resume import move_aside
+from andrea_diag.experiments.resume import check_same_run, move_aside
 from andrea_diag.probes.verdict import COLLAPSE_VERDICTS
 from andrea_diag.record import write_json
 from andrea_diag.rundir import read_json
@@ -149,6 +149,11 @@ def _check_same(
             f"{cell_dir} was run with other settings ({what})",
             hint="resume with the original options, or give a new --out",
         )
+    # every other setting too (lr, inject, batch shape, mixer, sources...): each arm's saved
+    # config against the one this sweep would train, as a resume checks it
+    check_same_run(
+        cell_dir, clips, [dataclasses.replace(cfg, clip=c, arm=c).resolve() for c in clips]
+    )
     for arm in clips if shas else ():
         _check_bytes(cell_dir, arm, shas)
 

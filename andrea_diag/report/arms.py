@@ -78,6 +78,25 @@ def has_bandit(arm: Arm) -> bool:
     return arm.config.get("kind") != "monitor" and "framework" not in arm.config
 
 
+CLIPPED_BELOW = 1.0 - 1e-5  # a clip_coef under this: the update was clipped
+
+
+def is_clipped(arm: Arm) -> bool:
+    """The toolkit's arm: its clip mode. A user's loop: a clip mode or max_norm recorded (the
+    framework's ``max_grad_norm`` / ``gradient_clip_val`` > 0), or any update's ``clip_coef``
+    below 1 (``SpikeMonitor`` under ``clip_grad_norm_`` records no clip mode)."""
+    if arm.clipped or has_bandit(arm):
+        return arm.clipped
+    settings = arm.config.get("framework_settings") or {}
+    for key in ("max_grad_norm", "gradient_clip_val"):
+        v = settings.get(key) if isinstance(settings, dict) else None
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < math.inf:
+            return True
+    if "clip_coef" not in arm.metrics:
+        return False
+    return bool((pd.to_numeric(arm.metrics["clip_coef"], errors="coerce") < CLIPPED_BELOW).any())
+
+
 def rejudged(
     summary: dict[str, Any], config: dict[str, Any], metrics: pd.DataFrame, samples: pd.DataFrame
 ) -> dict[str, Any]:

@@ -36,6 +36,7 @@ from andrea_diag.report.arms import (
     final_loss,
     fmt,
     has_bandit,
+    is_clipped,
     is_locked,
 )
 from andrea_diag.stats import insufficient
@@ -45,23 +46,6 @@ MAX_LISTED_SPIKES = 10
 SAME_NATS = 0.05  # final-loss gaps under this are not called a cost or a benefit
 FLAT_NATS = 0.02  # a mean boundary loss change smaller than this is reported as flat
 # clip_coef = post / pre norm, measured by two reductions: an unclipped update can read 1 - 1e-7
-CLIPPED_BELOW = 1.0 - 1e-5
-
-
-def is_clipped(arm: Arm) -> bool:
-    """The toolkit's arm: its clip mode. A user's loop: a clip mode or max_norm recorded (the
-    framework's ``max_grad_norm`` / ``gradient_clip_val`` > 0), or any update's ``clip_coef``
-    below 1 (``SpikeMonitor`` under ``clip_grad_norm_`` records no clip mode)."""
-    if arm.clipped or has_bandit(arm):
-        return arm.clipped
-    settings = arm.config.get("framework_settings") or {}
-    for key in ("max_grad_norm", "gradient_clip_val"):
-        v = settings.get(key) if isinstance(settings, dict) else None
-        if isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < math.inf:
-            return True
-    if "clip_coef" not in arm.metrics:
-        return False
-    return bool((pd.to_numeric(arm.metrics["clip_coef"], errors="coerce") < CLIPPED_BELOW).any())
 
 
 def spike_list(arm: Arm, limit: int = MAX_LISTED_SPIKES) -> str:

@@ -21,7 +21,7 @@ from typing import Any
 import pandas as pd
 
 from andrea_diag.presets import PRESETS
-from andrea_diag.report.arms import Arm, boundaries, compared_loss, fmt
+from andrea_diag.report.arms import Arm, boundaries, compared_loss, fmt, has_bandit, is_clipped
 from andrea_diag.stats import MIN_PAIRS
 
 
@@ -48,8 +48,8 @@ def headline(arms: list[Arm]) -> list[str]:
     done = [a for a in arms if a.summary]
     if not done:
         return []
-    base = next((a for a in done if not a.clipped), done[0])
-    clipped = next((a for a in done if a.clipped and a is not base), None)
+    base = next((a for a in done if not is_clipped(a)), done[0])
+    clipped = next((a for a in done if is_clipped(a) and a is not base), None)
     out = [learned_sentence(base)]
     spike = main_spike(base)
     if spike is None:
@@ -58,7 +58,8 @@ def headline(arms: list[Arm]) -> list[str]:
         )
     else:
         out.append(spike_sentence(base, spike, clipped))
-    out.append(boundary_sentence(base))
+    if has_bandit(base):  # a user's loop has no bandit phases to speak of
+        out.append(boundary_sentence(base))
     out.append(caveat_sentence(done, base, clipped))
     return out
 
@@ -174,13 +175,16 @@ def spike_sentence(base: Arm, spike: dict[str, Any], clipped: Arm | None) -> str
     pollution = base.summary.get("pollution")
     share = _num(pollution.get("recovery_share")) if isinstance(pollution, dict) else None
     share = 0.1 if share is None else share
+    where = f"In this clipped run ({base.label})" if is_clipped(base) else (
+        f"In the unclipped arm ({base.label})")  # fmt: skip
     text = (
         f"{what} raised {spike.get('metric', '?')} to {fmt(spike.get('value'))} (z "
-        f"{fmt(spike.get('z'), 2)}){later}, and the spike probe {verb}. In the unclipped "
-        f"arm ({base.label}) that update made {_life(_per_spike(base, u), share)}."
+        f"{fmt(spike.get('z'), 2)}){later}, and the spike probe {verb}. {where} that update "
+        f"made {_life(_per_spike(base, u), share)}."
     )
     if clipped is None:
-        return text + " No clipped arm on this page to compare with."
+        missing = "unclipped" if is_clipped(base) else "clipped"
+        return text + f" No {missing} arm on this page to compare with."
     coef = _at(clipped.metrics, u, "clip_coef")
     scaled = f"scaled that gradient by {fmt(coef)}" if coef is not None else "clipped"
     return text + (
@@ -233,6 +237,12 @@ def caveat_sentence(arms: list[Arm], base: Arm, clipped: Arm | None) -> str:
         if math.isfinite(d):
             gap = f" (here clipped minus unclipped held-out loss is {d:+.3f} nats)"
     which = f"one seed ({seeds[0]})" if len(seeds) == 1 else f"{len(seeds) or 'no'} seed(s)"
+    if not has_bandit(base):  # a user's loop: no andrea-diag sweep reproduces it
+        return (
+            f"What this cannot show: this is {which} of your own loop, so it says nothing about "
+            f"whether clipping helps or costs in general{gap}; that needs ≥{MIN_PAIRS} seeds of "
+            "it with and without clipping, the same batches in each pair."
+        )
     return (
         f"What this cannot show: this is {which}, so it says nothing about whether "
         f"clipping helps or costs in general{gap}; a sweep over ≥{MIN_PAIRS} seeds is needed: "
