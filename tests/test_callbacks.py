@@ -15,6 +15,7 @@ import json
 import math
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -127,6 +128,35 @@ def _check_matches(run_dir: Path, reference: pd.DataFrame, received: list[float]
 
 
 # -- Hugging Face Trainer --------------------------------------------------------------------
+
+
+def _loss_module(pl: Any, log: bool) -> type:
+    """A LightningModule on the toolkit's tiny GPT that keeps every batch's loss (``losses``)
+    and, with ``log``, also hands it to ``self.log("train_loss")``."""
+    preset = ModelConfig("tiny-test", d_model=32, n_layer=2, n_head=2, block_size=T,
+                         vocab_size=VOCAB)  # fmt: skip
+    torch.manual_seed(0)
+    model = GPT(preset)
+
+    class Module(pl.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+            self.losses: list[float] = []
+
+        def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], idx: int) -> torch.Tensor:
+            ids, labels = batch
+            loss = F.cross_entropy(self.model(ids)[:, :-1].reshape(-1, VOCAB),
+                                   labels[:, 1:].reshape(-1), ignore_index=-100)  # fmt: skip
+            if log:
+                self.log("train_loss", loss, on_step=True)
+            self.losses.append(float(loss.detach()))
+            return loss
+
+        def configure_optimizers(self) -> torch.optim.Optimizer:
+            return torch.optim.AdamW(self.parameters(), lr=LR, weight_decay=0.0)
+
+    return Module
 
 
 def _tiny_gpt2_config(path: Path) -> Path:
@@ -260,27 +290,7 @@ def test_lightning_short_last_group_records_the_true_mean_loss(tmp_path: Path) -
     pl = pytest.importorskip("lightning.pytorch")
     from andrea_diag.integrations.lightning import AndreaDiagCallback
 
-    preset = ModelConfig("tiny-test", d_model=32, n_layer=2, n_head=2, block_size=T,
-                         vocab_size=VOCAB)  # fmt: skip
-    torch.manual_seed(0)
-    model = GPT(preset)
-
-    class Module(pl.LightningModule):
-        def __init__(self) -> None:
-            super().__init__()
-            self.model = model
-            self.losses: list[float] = []
-
-        def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], idx: int) -> torch.Tensor:
-            ids, labels = batch
-            loss = F.cross_entropy(self.model(ids)[:, :-1].reshape(-1, VOCAB),
-                                   labels[:, 1:].reshape(-1), ignore_index=-100)  # fmt: skip
-            self.losses.append(float(loss.detach()))
-            return loss
-
-        def configure_optimizers(self) -> torch.optim.Optimizer:
-            return torch.optim.AdamW(self.parameters(), lr=LR, weight_decay=0.0)
-
+    Module = _loss_module(pl, log=False)
     microbatches = [mb for group in _groups() for mb in group][:5]
     loader = torch.utils.data.DataLoader(microbatches, batch_size=None, shuffle=False)
     module = Module()
@@ -400,28 +410,7 @@ def test_lightning_self_log_values_are_recorded_with_their_step(tmp_path: Path) 
     pl = pytest.importorskip("lightning.pytorch")
     from andrea_diag.integrations.lightning import AndreaDiagCallback
 
-    preset = ModelConfig("tiny-test", d_model=32, n_layer=2, n_head=2, block_size=T,
-                         vocab_size=VOCAB)  # fmt: skip
-    torch.manual_seed(0)
-    model = GPT(preset)
-
-    class Module(pl.LightningModule):
-        def __init__(self) -> None:
-            super().__init__()
-            self.model = model
-            self.logged: list[float] = []
-
-        def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], idx: int) -> torch.Tensor:
-            ids, labels = batch
-            loss = F.cross_entropy(self.model(ids)[:, :-1].reshape(-1, VOCAB),
-                                   labels[:, 1:].reshape(-1), ignore_index=-100)  # fmt: skip
-            self.log("train_loss", loss, on_step=True)
-            self.logged.append(float(loss.detach()))
-            return loss
-
-        def configure_optimizers(self) -> torch.optim.Optimizer:
-            return torch.optim.AdamW(self.parameters(), lr=LR, weight_decay=0.0)
-
+    Module = _loss_module(pl, log=True)
     microbatches = [mb for group in _groups() for mb in group][:4]
     loader = torch.utils.data.DataLoader(microbatches, batch_size=None, shuffle=False)
     module = Module()
@@ -433,6 +422,6 @@ def test_lightning_self_log_values_are_recorded_with_their_step(tmp_path: Path) 
     got = _framework_rows(tmp_path / "pl")
     # callback_metrics after each update hold the last batch's self.log value
     assert [(r["update"], r["train_loss"]) for r in got] == [
-        (1, pytest.approx(module.logged[1], rel=1e-6)),
-        (2, pytest.approx(module.logged[3], rel=1e-6)),
+        (1, pytest.approx(module.losses[1], rel=1e-6)),
+        (2, pytest.approx(module.losses[3], rel=1e-6)),
     ]

@@ -82,8 +82,9 @@ class ExecutorConfig:
 
     @property
     def in_process(self) -> bool:
-        """One local cell at a time runs inside the sweep's own process (data prepared once)."""
-        return self.kind == "local" and (self.jobs == 1 or self.merge_only)
+        """One local cell at a time runs inside the sweep's own process (data prepared once);
+        a merge trains nothing, so its kept cells are checked there too, whatever the executor."""
+        return self.merge_only or (self.kind == "local" and self.jobs == 1)
 
 
 @dataclass

@@ -234,7 +234,7 @@ def run_sweep(
     spec.executor.check()
     dirs = [out / name for name in meta["cells"]]
     t0, before = time.perf_counter(), recorded_updates(dirs, spec.clips)
-    if not (spec.executor.in_process or spec.executor.merge_only):  # each in its own process
+    if not spec.executor.in_process:  # every unfinished cell in its own process, N at once
         crashed = _run_out_of_process(spec, dirs, configs, out, console, shas, after_cell)
     for i, cfg in enumerate(configs, 1):
         name = name_of(cfg)
