@@ -72,7 +72,7 @@ def test_fixed_sequence_from_the_largest_rung_stops_where_the_largest_shows_noth
     table = records({"12m": FLAT, "30m": HARMED, "60m": FLAT, "120m": MIXED})
     t = _only(thresholds(table, SIZES))
     assert t["harm"] is None and "on its own" not in t["harm_text"]
-    assert t["rungs"]["30m"]["p_holm"] == pytest.approx(4 * 2 / 64)
+    assert t["rungs"]["30m"]["p_holm_helps"] == pytest.approx(4 * 2 / 64)
 
 
 def test_no_threshold_says_none_with_the_smallest_detectable_gap() -> None:
@@ -201,6 +201,9 @@ def test_ladder_page_states_the_threshold_with_its_procedure_p_and_interval(tmp_
     assert "0.50 [0.19, 0.81]" in page and "(3)" in page
     csv = pd.read_csv(tmp_path / "ladder.csv")
     assert {"p_value", "p_holm", "gap_t_lo", "sd", "detectable_gap", "collapse_p"} <= set(csv)
+    # the event rates get Fisher's test too: 3/6 unclipped against 0/6 clipped at 120m
+    at = csv[(csv["size"] == "120m") & (csv["clip"] == "global")].iloc[0]
+    assert at["event_p"] == pytest.approx(0.181818, abs=1e-6)
 
 
 def _finished_ladder(out: Path, gaps: list[float], sizes=("tiny", "tiny2")) -> None:

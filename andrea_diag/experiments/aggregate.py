@@ -15,7 +15,8 @@ For each clipped arm against ``none``, paired by seed (same data, batches and in
 - the **final held-out loss gap**, unclipped minus clipped (positive: clipping helped): its
   n, sd, exact sign-flip p-value, 95% t- and BCa intervals, and the smallest gap these seeds
   detect at 80% power (``stats.paired_test``);
-- the collapse rates compared by Fisher's exact test (``collapse_p``);
+- the collapse rates compared by Fisher's exact test (``collapse_p``), and so the
+  pollution-event rates (``event_p``);
 - the **harm per event**: the same gap's mean over the seeds whose unclipped arm had a pollution
   event, with its BCa interval.
 
@@ -101,6 +102,13 @@ def _gap_columns(gap: pd.Series) -> dict[str, Any]:
             "detectable_gap": test.detectable, "seeds_for_target": test.seeds_for_target}  # fmt: skip
 
 
+def _event_fisher(base: pd.Series, arm: pd.Series) -> float:
+    """Fisher's exact p of the two arms' pollution-event counts, over the seeds that recorded a
+    final share of ‖v‖ (NaN when an arm recorded none)."""
+    u, c = base.dropna().map(bool), arm.dropna().map(bool)
+    return fisher(int(u.sum()), len(u), int(c.sum()), len(c)) if len(u) and len(c) else math.nan
+
+
 def paired_gaps(table: pd.DataFrame) -> pd.DataFrame:
     """Per (cell, clipped arm): the paired held-out gap's test and intervals, the collapse
     rates' Fisher p-value, and the harm per event."""
@@ -118,6 +126,7 @@ def paired_gaps(table: pd.DataFrame) -> pd.DataFrame:
             rows.append(
                 {**dict(zip(CELL_KEYS, key, strict=True)), "clip": clip, **_gap_columns(gap),
                  "collapse_p": fisher(k_u, len(base), k_c, len(arm)),
+                 "event_p": _event_fisher(base["event"], arm["event"]),
                  "event_pairs": len(hit),
                  **interval_columns("harm_per_event",
                                     bootstrap_mean(gap[hit].tolist()) if hit else NONE),

@@ -106,10 +106,12 @@ def _statements(key: tuple, g: pd.DataFrame, at: pd.DataFrame, order: list[str],
             "rungs": {s: {k: rungs[s].get(k) for k in RUNG_KEYS} for s in order}}  # fmt: skip
 
 
-# what ladder.json keeps of each rung's test (ladder.csv has every column)
-RUNG_KEYS = ["pairs", "gap", "sd", "p_value", "p_holm", "gap_t_lo", "gap_t_hi", "gap_lo",
+# what ladder.json keeps of each rung's test (ladder.csv has every column). ``p_holm_helps`` is
+# Holm across rungs of the p on the claimed side (1 where the gap is <= 0), which is what the
+# statements use; ladder.csv's ``p_holm`` adjusts the two-sided p, for reading a rung alone.
+RUNG_KEYS = ["pairs", "gap", "sd", "p_value", "p_holm_helps", "gap_t_lo", "gap_t_hi", "gap_lo",
              "gap_hi", "detectable_gap", "seeds_for_target", "k_u", "n_u", "k_c", "n_c",
-             "collapse_p"]  # fmt: skip
+             "collapse_p", "event_p"]  # fmt: skip
 
 
 def thresholds(

@@ -58,7 +58,7 @@ def rung_tests(
         out[size] = {**row, **counts, "pairs": int(row.get("pairs") or 0)}
     ps = [_signed_p(out[s], "p_value", out[s]["gap"] > 0) for s in order]
     for size, adjusted in zip(order, holm(ps), strict=True):
-        out[size]["p_holm"] = adjusted
+        out[size]["p_holm_helps"] = adjusted
     return out
 
 
@@ -95,8 +95,8 @@ def _gap_text(r: dict[str, Any]) -> str:
 
 def _alone(rungs: dict[str, dict], order: list[str], claimed: set[str]) -> str:
     """Rungs outside the claimed run that pass on their own, Holm-adjusted across rungs."""
-    hits = [f"{s} (Holm p = {p_text(rungs[s]['p_holm'])})" for s in order
-            if s not in claimed and rungs[s]["p_holm"] < ALPHA]  # fmt: skip
+    hits = [f"{s} (Holm p = {p_text(rungs[s]['p_holm_helps'])})" for s in order
+            if s not in claimed and rungs[s]["p_holm_helps"] < ALPHA]  # fmt: skip
     return f"; on its own, Holm across {len(order)} rungs: {', '.join(hits)}" if hits else ""
 
 

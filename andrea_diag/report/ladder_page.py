@@ -87,7 +87,7 @@ def _num(value: Any, spec: str) -> str:
 
 
 HEAD = ["size", "params", "lr", "precision", "arm", "seeds", "collapse", "Fisher p",
-        "pollution events", "pairs", "gap vs none (BCa)", "t interval", "sd", "sign-flip p",
+        "pollution events", "events Fisher p", "pairs", "gap vs none (BCa)", "t interval", "sd", "sign-flip p",
         "Holm p", "detectable gap", f"seeds for {TARGET_GAP}", "harm per event (events)"]  # fmt: skip
 
 
@@ -97,7 +97,8 @@ def _cells(r: dict[str, Any]) -> list[str]:
     n_events = 0 if n_events is None or pd.isna(n_events) else int(n_events)
     t_iv = interval_of(r, "gap_t") if clipped and "gap_t_lo" in r else None
     pair = [
-        _num(r.get("collapse_p"), ".2g"), _fmt(r, "event"), _num(r.get("pairs"), ".0f"),
+        _num(r.get("collapse_p"), ".2g"), _fmt(r, "event"), _num(r.get("event_p"), ".2g"),
+        _num(r.get("pairs"), ".0f"),
         _fmt(r, "gap", 3),
         "" if t_iv is None or math.isnan(t_iv.lo) else f"[{t_iv.lo:.3f}, {t_iv.hi:.3f}]",
         _num(r.get("sd"), ".3f"), _num(r.get("p_value"), ".2g"), _num(r.get("p_holm"), ".2g"),
@@ -105,7 +106,7 @@ def _cells(r: dict[str, Any]) -> list[str]:
         f"{_fmt(r, 'harm_per_event', 3)} ({n_events})",
     ]  # fmt: skip
     if not clipped:  # the pair's numbers sit on the clipped arm's row
-        pair = ["", _fmt(r, "event"), *[""] * 9]
+        pair = ["", _fmt(r, "event"), *[""] * 10]
     return [r["size"], f"{r['n_params'] / 1e6:.1f}M", f"{r['lr']:g}", r["precision"], r["clip"],
             str(r["seeds"]), _fmt(r, "collapse"), *pair]  # fmt: skip
 
@@ -124,7 +125,8 @@ METHOD = (
     "seed) get an exact sign-flip permutation test (all 2^n sign patterns up to n = 16, "
     f"{N_RESAMPLES:,} fixed-seed random ones above), a 95% t-interval and a 95% BCa bootstrap "
     "interval. Collapse: per rung, the two arms' collapse counts get Fisher's exact test "
-    "(Wilson intervals are shown, their overlap is not the test). Several rungs: a "
+    "(Wilson intervals are shown, their overlap is not the test), and so do the pollution-event "
+    "counts (a rung's own test, not a threshold). Several rungs: a "
     "fixed-sequence test from the largest rung down, each rung at two-sided alpha 0.05 and only "
     "while every larger rung was rejected on the claimed side; the threshold is the smallest "
     "rung of that run (family-wise error 0.05). The table's Holm p is Holm's adjustment across "
