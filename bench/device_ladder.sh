@@ -8,6 +8,8 @@
 #   bash bench/device_ladder.sh "pilot:12m,120m:1e-3,3e-3:0,1:8:200 ladder:12m:3e-4:0-7:8:160"
 # After each piece, the finished cells (cascade.json "done") are packed without per-update
 # metrics, checkpoints or pages into $OUT/cells-<piece>.tgz, to be merged into reports/ladder/.
+# PRECISION=fp16 (or bf16) runs the ladder pieces at that precision (issue 21's fp16 stretch: the
+# cells are named <size>-lr…-mn1-s<seed>-fp16, beside the fp32 ones).
 set -o pipefail
 PIECES=${1:?pieces}
 DEADLINE=$(( $(date +%s) + ${BUDGET_S:-560} ))
@@ -30,7 +32,9 @@ pack() {  # $1: sweep folder, $2: archive name
     IFS=: read -r kind size lr seeds jobs est <<< "$p"
     seeds=$(python3 -c "import sys; a,_,b=sys.argv[1].partition('-'); print(','.join(map(str,range(int(a),int(b)+1))) if b else a)" "$seeds")
     left=$(( DEADLINE - $(date +%s) ))
+    prec=${PRECISION:-fp32}
     name="$kind-${size//,/_}-lr${lr//,/_}-s${seeds//,/_}"
+    [ "$prec" = fp32 ] || name="$name-$prec"
     if (( est > left )); then echo "== SKIP $name: estimate ${est}s > ${left}s left"; continue; fi
     out=/tmp/$kind-lr${lr//,/_}
     t0=$(date +%s)
@@ -43,7 +47,7 @@ pack() {  # $1: sweep folder, $2: archive name
       # one rung a piece: `ladder` wants two sizes, so a piece is the ladder's sweep of one rung
       timeout "$left" python3 -m andrea_diag.cli sweep --size "$size" --lr "$lr" --seed "$seeds" \
         --steps 1500 --recipe v1 --clip none,global --shadow --jobs "$jobs" --device cuda \
-        --checkpoint-every 0 --plotly shared \
+        --precision "$prec" --checkpoint-every 0 --plotly shared \
         --out "$out" 2>&1 | grep -vE "^\s*(cell .* started|update)|━" | tail -15
     fi
     echo "== $name rc=${PIPESTATUS[0]} wall $(( $(date +%s) - t0 ))s"
