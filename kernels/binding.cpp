@@ -4,8 +4,9 @@
 // subclass, caught by type in cuda.py); anything else raises a plain RuntimeError.
 //
 // Host-sync policy: nothing here waits for the device. Tensor metadata goes to the kernels by
-// value (TensorTable); the only device-side metadata, the int32 chunk offsets per tensor and
-// the completion counter, is built once per gradient-list shape (tables.h: get_plan).
+// value (SpanTable, TensorTable); the only device-side metadata, the int32 chunk offsets per
+// tensor and the counters (per tensor, and the completion counter), is built once per
+// gradient-list shape (tables.h: get_plan). Per call: the outputs and one float64 scratch.
 #include <torch/extension.h>
 
 #include <c10/cuda/CUDAGuard.h>
