@@ -39,6 +39,7 @@ from andrea_diag.bench.harness import (
     make_grads,
     make_row,
 )
+from andrea_diag.bench.headroom import diagnostic_rows
 from andrea_diag.clip import reference
 from andrea_diag.device import resolve_device
 
@@ -115,6 +116,7 @@ def bench_case(size: str, dt: str, timer: Timer, device: str, copy_gbps: float) 
         del truth
     if device.startswith("cuda"):
         rows += _stage_rows(size, dt, grads, pristine, restore, timer, nbytes)
+        rows += diagnostic_rows(size, dt, grads, pristine, restore, timer, nbytes)
     for r in rows:
         r.pct_copy = 100.0 * r.gbps / copy_gbps if copy_gbps else None
     return rows
