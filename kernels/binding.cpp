@@ -103,8 +103,8 @@ void scale_(const std::vector<at::Tensor>& grads, const at::Tensor& scale) {
                    "k_clip_scale launch");
 }
 
-// The shipped pipeline: the norm pass (1+ launches; the block finishing the last tensor
-// computes the scale) -> the scale pass (1+ launches, each returning at once on the device when
+// The shipped pipeline: the norm pass (1+ launches; the last block of the clip computes the
+// scale) -> the scale pass (1+ launches, each returning at once on the device when
 // nothing is clipped).
 Outputs clip(const std::vector<at::Tensor>& grads, double max_norm, double norm_type, bool apply) {
   ac::check_grads(grads);
@@ -113,25 +113,23 @@ Outputs clip(const std::vector<at::Tensor>& grads, double max_norm, double norm_
   auto plan = ac::get_plan(grads);
   const auto n_tensors = static_cast<int64_t>(grads.size());
   const auto launches = ac::build_span_tables(grads);
-  int n_nonempty = 0;
-  int64_t n_slots = 0;
+  int n_blocks = 0, n_slots = 0;
   for (const auto& l : launches) {
-    n_nonempty += l.tt.n;
-    n_slots = l.seg_base + l.grid + l.tt.n;
+    n_blocks += l.grid;
+    n_slots = l.seg_base + l.grid + l.tt.n - 1;
   }
-  // float64 scratch: the per-tensor sums, then the pieces of tensors shared by several blocks
-  auto scratch = at::empty({n_tensors + n_slots},
-                           at::TensorOptions().dtype(at::kDouble).device(grads[0].device()));
+  // float64 scratch: one sum per (block, tensor) piece
+  auto segs =
+      at::empty({n_slots}, at::TensorOptions().dtype(at::kDouble).device(grads[0].device()));
   auto out = new_outputs(grads[0], n_tensors);
   auto& [total, per, scale, nonfinite] = out;
-  double* sums = scratch.data_ptr<double>();
   const ac::ClipOut co{plan->offsets_dev.data_ptr<int32_t>(), static_cast<int>(n_tensors),
-                       n_nonempty, sums, sums + n_tensors, plan->seg_count(), plan->done(),
-                       total.data_ptr<float>(), per.data_ptr<float>(), scale.data_ptr<float>(),
-                       nonfinite.data_ptr<bool>()};
+                       n_blocks, n_slots, segs.data_ptr<double>(), plan->seg_count(),
+                       plan->done(), total.data_ptr<float>(), per.data_ptr<float>(),
+                       scale.data_ptr<float>(), nonfinite.data_ptr<bool>()};
   auto stream = c10::cuda::getCurrentCUDAStream();
   const float p = static_cast<float>(norm_type), mx = static_cast<float>(max_norm);
-  if (n_nonempty == 0)  // every gradient empty: no tile, so no last block; norm 0
+  if (launches.empty())  // every gradient empty: no tile, so no last block; norm 0
     ac::check_cuda(ac::launch_clip_empty(nk, p, mx, co, stream), "k_clip_empty launch");
   for (const auto& l : launches)
     ac::check_cuda(ac::launch_clip_norm(l.tt, l.dt, nk, p, mx, co, l.seg_base, l.grid, stream),

@@ -1,5 +1,5 @@
 // The production gradient clipper. The fused clip is two launches: k_clip_norm (one pass over
-// the gradients; the block finishing the last tensor computes the total and the scale) ->
+// the gradients; its last block computes the total and the scale) ->
 // k_clip_scale (returns at once on the device when nothing is clipped; launched with
 // programmatic dependent launch so its launch overlaps the norm pass). k_clip_empty stands in
 // for a list of empty tensors. The stages alone (k_grad_norm_partial, k_grad_norm_final: the
@@ -20,7 +20,7 @@
 //     thread, and reduces only where a tensor ends (not every chunk), so the 12m set's many
 //     small tensors cost no per-chunk block reductions and no block waits for a slow last wave.
 //   * Deterministic: float32 only within a trip of <= 32 elements, float64 per thread, per
-//     block piece, per tensor (pieces in block order) and for the total (tensors in order). The
+//     block piece, per tensor (pieces in block order) and for the total (pieces in order). The
 //     only atomics are integer counters; the grid is fixed (span_grid), so run to run the bits
 //     are the same whichever block finishes last.
 //   * The scale stays in device memory; k_clip_scale reads it and exits when it is exactly 1,
@@ -41,12 +41,11 @@ __global__ void __launch_bounds__(kThreads, kNormBlocksPerSm)
     k_clip_norm(const __grid_constant__ SpanTable tt, float p, float max_norm, const ClipOut out,
                 int seg_base) {
   __shared__ double shd[kWarps];
-  __shared__ int flag;
+  __shared__ int flag[2];
   // Lets the scale launch (programmatic dependent launch) be scheduled now; it waits for this
   // whole grid, memory included, before it reads anything (k_clip_scale).
   let_dependents_launch();
-  const int finished = norm_run<T, K>(tt, blockIdx.x, gridDim.x, seg_base, p, out, shd, &flag);
-  finish_norm<K>(out, finished, p, max_norm, shd, &flag);
+  norm_run<T, K>(tt, blockIdx.x, gridDim.x, seg_base, p, max_norm, out, shd, flag);
 }
 
 template <NormKind K>

@@ -45,11 +45,11 @@ inline cudaError_t span_grid(int n_tiles, int* grid) {
 struct ClipOut {
   const int32_t* offsets;  // n_tensors + 1 chunk offsets (device): tensor t is empty iff equal
   int n_tensors;           // in the whole list
-  int n_nonempty;          // over every launch of this clip (what *done counts up to)
-  double* tensor_sum;      // n_tensors scratch: sum of |g|^p per tensor (max for inf)
-  double* segs;            // scratch: one slot per (block, tensor) piece of a shared tensor
+  int n_blocks;            // over every launch of this clip (what *done counts up to)
+  int n_slots;             // over every launch: sum of (grid + tensors - 1)
+  double* segs;            // n_slots scratch: one float64 sum per (block, tensor) piece
   unsigned* seg_count;     // n_tensors counters (pieces done), 0 between calls
-  unsigned* done;          // tensors done over every launch, 0 between calls
+  unsigned* done;          // blocks done over every launch, 0 between calls
   float* total;
   float* per_tensor;
   float* scale;
@@ -57,10 +57,11 @@ struct ClipOut {
 };
 
 // The norm pass over one table: block b of `grid` reads its own contiguous, balanced run of
-// tiles with 16-byte loads; a tensor split over several blocks is finished by the last of them
-// (a per-tensor counter), and the block finishing the last tensor of the clip (over every
-// launch of it) computes the total, the flag and the scale: one pass, no second kernel.
-// seg_base: first `segs` slot of this launch (the previous launches' grid + n summed).
+// tiles with 16-byte loads and leaves one float64 sum per tensor piece; a tensor split over
+// several blocks is finished by the last of them (a per-tensor counter), and the last block of
+// the clip (over every launch of it) sums the pieces: total, flag and scale. One pass, no
+// second kernel. seg_base: first `segs` slot of this launch (the previous launches' grid + n - 1
+// summed).
 cudaError_t launch_clip_norm(const SpanTable& tt, DType dt, NormKind nk, float p, float max_norm,
                              const ClipOut& out, int seg_base, int grid, cudaStream_t stream);
 

@@ -1,6 +1,6 @@
 // Device building blocks of the clip. The fused clip (clip.cu: k_clip_norm, k_clip_scale; the
 // single-launch experiment dev/clip_single.cu) works on balanced runs of tiles: span_sum,
-// norm_run, finish_norm, span_scale. The stages alone (norm_partial / norm_final, the
+// norm_run, span_scale. The stages alone (norm_partial / norm_final, the
 // reference's layout) use chunk_reduce and final_block. Shared by production and dev/, so the
 // production pair and the single launch give the same bits.
 #pragma once
@@ -233,69 +233,29 @@ __device__ __forceinline__ void span_scale(T* __restrict__ g, int64_t n, float s
   }
 }
 
-// A finished tensor: its float64 sum (for the total) and its norm.
+// The last of a shared tensor's pieces is counted: sum the pieces in block order (a fixed
+// order, whichever block does it), in float64, and write the tensor's norm.
 template <NormKind K>
-__device__ __forceinline__ void publish(const ClipOut& o, int gt, double s, float p) {
-  o.tensor_sum[gt] = s;
-  o.per_tensor[gt] = static_cast<float>(root<K>(s, p));
+__device__ void finish_tensor(const ClipOut& o, const double* segs, int first, int n_seg, int gt,
+                              float p, double* shd) {
+  __threadfence();  // see the other pieces (each was fenced before it was counted)
+  double x = 0.0;
+  for (int j = threadIdx.x; j < n_seg; j += blockDim.x) x = combine<K>(x, __ldcg(segs + first + j));
+  x = block_reduce<K>(x, shd);
+  if (threadIdx.x == 0) {
+    o.per_tensor[gt] = static_cast<float>(root<K>(x, p));
+    o.seg_count[gt] = 0u;  // every piece is counted: ready for the next call / graph replay
+  }
 }
 
-// The norm pass of block v (of G) over its run; returns, in thread 0, how many tensors this
-// block finished. A tensor inside the run is finished at once. A tensor shared with other runs
-// leaves its piece's sum in segs[seg_base + t + b] (b + t differs for every (block, tensor)
-// piece: along the tiles one of them, or both, goes up by one at each new piece); the block
-// that counts the last piece sums the pieces in block order, in float64: fixed order, whichever
-// block it is. `flag` is one shared int.
-template <typename T, NormKind K>
-__device__ int norm_run(const SpanTable& tt, int v, int G, int seg_base, float p,
-                        const ClipOut& o, double* shd, int* flag) {
-  const int P = tt.tile_start[tt.n];
-  int finished = 0;
-  for_each_span<false>(tt, v, G, [&](int t, int64_t e0, int64_t e1) {
-    const T* g = static_cast<const T*>(tt.ptr[t]) + e0;
-    const double s = block_reduce<K>(span_sum<T, K>(g, e1 - e0, p), shd);  // thread 0
-    const int first = owner_of(tt.tile_start[t], G, P);
-    const int n_seg = owner_of(tt.tile_start[t + 1] - 1, G, P) - first + 1;
-    const int gt = tt.tensor[t];
-    if (n_seg == 1) {
-      if (threadIdx.x == 0) {
-        publish<K>(o, gt, s, p);
-        ++finished;
-      }
-      return;
-    }
-    double* segs = o.segs + seg_base + t;  // piece of block b: segs[b]
-    if (threadIdx.x == 0) {
-      segs[v] = s;
-      __threadfence();  // publish the piece before counting it (threadFenceReduction)
-      *flag = atomicAdd(o.seg_count + gt, 1u) == static_cast<unsigned>(n_seg - 1);
-    }
-    __syncthreads();
-    if (!*flag) return;  // uniform; the next write of *flag is past the next __syncthreads
-    __threadfence();     // see the other pieces (each was fenced before it was counted)
-    double x = 0.0;
-    for (int j = threadIdx.x; j < n_seg; j += blockDim.x) x = combine<K>(x, __ldcg(segs + first + j));
-    x = block_reduce<K>(x, shd);
-    if (threadIdx.x == 0) {
-      publish<K>(o, gt, x, p);
-      o.seg_count[gt] = 0u;  // every piece is counted: ready for the next call / graph replay
-      ++finished;
-    }
-  });
-  return finished;
-}
-
-// The total from the per-tensor sums, in a fixed order (thread-strided, then a fixed tree), and
-// what depends on it. Empty tensors own no tile: their norm is written here.
+// The total over every slot of the clip in slot order (thread-strided, then a fixed tree), and
+// what depends on it; empty tensors own no tile, their norm is written here.
 template <NormKind K>
 __device__ void final_total(const ClipOut& o, float p, float max_norm, double* shd) {
   double s = 0.0;
-  for (int t = threadIdx.x; t < o.n_tensors; t += blockDim.x) {
-    const bool empty = o.offsets[t + 1] == o.offsets[t];
-    const double x = __ldcg(o.tensor_sum + t);  // issued with the offsets; unused when empty
-    if (empty) o.per_tensor[t] = 0.0f;
-    else s = combine<K>(s, x);
-  }
+  for (int i = threadIdx.x; i < o.n_slots; i += blockDim.x) s = combine<K>(s, __ldcg(o.segs + i));
+  for (int t = threadIdx.x; t < o.n_tensors; t += blockDim.x)
+    if (o.offsets[t + 1] == o.offsets[t]) o.per_tensor[t] = 0.0f;
   s = block_reduce<K>(s, shd);
   if (threadIdx.x == 0) {
     const float norm = static_cast<float>(root<K>(s, p));
@@ -305,27 +265,63 @@ __device__ void final_total(const ClipOut& o, float p, float max_norm, double* s
   }
 }
 
-// After its run(s): count this block's finished tensors; the block that counts the last one
-// (over every launch of the clip) computes the total, the flag and the scale, and leaves the
-// counter at 0. `finished` is read in thread 0.
-template <NormKind K>
-__device__ void finish_norm(const ClipOut& o, int finished, float p, float max_norm,
-                            double* shd, int* flag) {
-  __syncthreads();  // every thread has read *flag of the last piece before it is rewritten
-  if (threadIdx.x == 0) {
-    bool last = false;
-    if (finished > 0) {
-      __threadfence();
-      const unsigned n = static_cast<unsigned>(finished);
-      last = atomicAdd(o.done, n) + n == static_cast<unsigned>(o.n_nonempty);
+// The norm pass of block v (of G) over its run. Every piece (block v's part of tensor t) leaves
+// its float64 sum in slot seg_base + v + t: v + t differs for every piece (along the tiles one
+// of them, or both, goes up by one at each new piece), and the one slot a run starting on a
+// tensor boundary skips is written 0, so the launch's slots [seg_base, seg_base + G + n - 1) are
+// all written. A tensor inside the run gets its norm at once; a shared one is finished by the
+// block counting its last piece (per-tensor counter). The block counting the last block of the
+// clip (over every launch of it) sums all slots in order: total, flag, scale. The run's last
+// piece is counted together with the block (two atomics in flight at once): the tail after the
+// last load is one fence, one atomic round trip and two short block reductions.
+// `flag` is two shared ints.
+template <typename T, NormKind K>
+__device__ void norm_run(const SpanTable& tt, int v, int G, int seg_base, float p,
+                         float max_norm, const ClipOut& o, double* shd, int* flag) {
+  const int P = tt.tile_start[tt.n];
+  const int lo = tile_begin(v, G, P);
+  const int t0 = tensor_of(tt, lo), t1 = tensor_of(tt, tile_begin(v + 1, G, P) - 1);
+  if (threadIdx.x == 0 && v > 0 && tt.tile_start[t0] == lo) o.segs[seg_base + v + t0 - 1] = 0.0;
+  int last_first = 0, last_n = 1, last_gt = 0;  // the run's last piece, when its tensor is shared
+  for_each_span<false>(tt, v, G, [&](int t, int64_t e0, int64_t e1) {
+    const T* g = static_cast<const T*>(tt.ptr[t]) + e0;
+    const double s = block_reduce<K>(span_sum<T, K>(g, e1 - e0, p), shd);  // thread 0
+    const int first = owner_of(tt.tile_start[t], G, P);
+    const int n_seg = owner_of(tt.tile_start[t + 1] - 1, G, P) - first + 1;
+    const int gt = tt.tensor[t];
+    double* segs = o.segs + seg_base + t;  // piece of block b: segs[b]
+    if (threadIdx.x == 0) {
+      segs[v] = s;
+      if (n_seg == 1) o.per_tensor[gt] = static_cast<float>(root<K>(s, p));
     }
-    *flag = last;
+    if (n_seg == 1) return;
+    if (t == t1) {  // counted below, with the block
+      last_first = first, last_n = n_seg, last_gt = gt;
+      return;
+    }
+    if (threadIdx.x == 0) {
+      __threadfence();  // publish the piece before counting it (threadFenceReduction)
+      flag[0] = atomicAdd(o.seg_count + gt, 1u) == static_cast<unsigned>(n_seg - 1);
+    }
+    __syncthreads();
+    if (flag[0]) finish_tensor<K>(o, segs, first, n_seg, gt, p, shd);  // uniform
+  });
+  __syncthreads();  // every thread has read flag[0] before it is rewritten
+  if (threadIdx.x == 0) {
+    __threadfence();  // this block's slots, before it is counted
+    const bool shared = last_n > 1;
+    const unsigned piece = shared ? atomicAdd(o.seg_count + last_gt, 1u) : 0u;
+    const unsigned block = atomicAdd(o.done, 1u);
+    flag[0] = shared && piece == static_cast<unsigned>(last_n - 1);
+    flag[1] = block == static_cast<unsigned>(o.n_blocks - 1);
   }
   __syncthreads();
-  if (!*flag) return;
-  __threadfence();
-  final_total<K>(o, p, max_norm, shd);
-  if (threadIdx.x == 0) *o.done = 0u;
+  if (flag[0]) finish_tensor<K>(o, o.segs + seg_base + t1, last_first, last_n, last_gt, p, shd);
+  if (flag[1]) {
+    __threadfence();  // see every block's slots (each block fenced before it was counted)
+    final_total<K>(o, p, max_norm, shd);
+    if (threadIdx.x == 0) *o.done = 0u;
+  }
 }
 
 // Programmatic dependent launch (sm_90+; no-ops elsewhere and when not launched that way).

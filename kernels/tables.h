@@ -156,7 +156,7 @@ std::vector<std::pair<DType, TensorTable<Depth>>> build_tables(
 }
 
 // One launch of the fused clip: a by-value table of one dtype, its grid (span_grid) and its
-// first slot in the per-piece scratch (the slots of a launch: grid + tt.n).
+// first slot in the per-piece scratch (the slots of a launch: grid + tt.n - 1).
 struct SpanLaunch {
   DType dt;
   SpanTable tt;
@@ -196,7 +196,7 @@ inline std::vector<SpanLaunch> build_span_tables(const std::vector<at::Tensor>& 
     check_cuda(span_grid(l.tt.tile_start[l.tt.n], &l.grid), "span_grid");
     TORCH_CHECK(base + l.grid + l.tt.n < INT32_MAX, "andrea_clip: too many launches");
     l.seg_base = static_cast<int>(base);
-    base += l.grid + l.tt.n;
+    base += l.grid + l.tt.n - 1;  // the slots of a launch (clip_device.cuh: norm_run)
   }
   return out;
 }

@@ -40,15 +40,15 @@ Outputs clip_single(const std::vector<at::Tensor>& grads, double max_norm, doubl
   const auto& l = launches[0];
   const auto n_tensors = static_cast<int64_t>(grads.size());
   auto f32 = at::TensorOptions().dtype(at::kFloat).device(grads[0].device());
-  auto scratch = at::empty({n_tensors + l.grid + l.tt.n}, f32.dtype(at::kDouble));
+  const int n_slots = l.grid + l.tt.n - 1;
+  auto segs = at::empty({n_slots}, f32.dtype(at::kDouble));
   Outputs out{at::empty({}, f32), at::empty({n_tensors}, f32), at::empty({}, f32),
               at::empty({}, f32.dtype(at::kBool))};
   auto& [total, per, scale, nonfinite] = out;
-  double* sums = scratch.data_ptr<double>();
   const ac::ClipOut co{plan->offsets_dev.data_ptr<int32_t>(), static_cast<int>(n_tensors),
-                       l.tt.n, sums, sums + n_tensors, plan->seg_count(), plan->done(),
-                       total.data_ptr<float>(), per.data_ptr<float>(), scale.data_ptr<float>(),
-                       nonfinite.data_ptr<bool>()};
+                       l.grid, n_slots, segs.data_ptr<double>(), plan->seg_count(),
+                       plan->done(), total.data_ptr<float>(), per.data_ptr<float>(),
+                       scale.data_ptr<float>(), nonfinite.data_ptr<bool>()};
   ac::check_cuda(ac::launch_clip_single(l.tt, l.dt, nk, static_cast<float>(norm_type),
                                         static_cast<float>(max_norm), apply, co, l.grid,
                                         plan->done() + 1, c10::cuda::getCurrentCUDAStream()),

@@ -34,18 +34,16 @@ __device__ __forceinline__ void grid_barrier(unsigned* bar) {
 
 // Phase 1 is the production norm pass over the same runs (virtual block v of G, G from
 // span_grid as in production), so the norm, the per-tensor norms and the scale have the same
-// bits; the block finishing the last tensor writes the scale, one grid barrier publishes it,
+// bits; the last (virtual) block writes the scale, one grid barrier publishes it,
 // then every block scales its runs.
 template <typename T, NormKind K>
 __global__ void __launch_bounds__(kThreads)
     k_clip_single(const __grid_constant__ SpanTable tt, float p, float max_norm, int apply,
                   const ClipOut out, int G, unsigned* barrier) {
   __shared__ double shd[kWarps];
-  __shared__ int flag;
-  int finished = 0;
+  __shared__ int flag[2];
   for (int v = blockIdx.x; v < G; v += gridDim.x)
-    finished += norm_run<T, K>(tt, v, G, 0, p, out, shd, &flag);
-  finish_norm<K>(out, finished, p, max_norm, shd, &flag);
+    norm_run<T, K>(tt, v, G, 0, p, max_norm, out, shd, flag);
   grid_barrier(barrier);
   const float s = __ldcg(out.scale);
   if (!apply || s == 1.0f) return;
