@@ -155,7 +155,16 @@ cudaError_t launch_clip_scale(const SpanTable& tt, DType dt, const float* scale,
   cfg.attrs = attr;
   cfg.numAttrs = after_norm && pdl_enabled() ? 1 : 0;
   return ANDREA_DISPATCH_DTYPE(dt, T, [&] {
-    return cudaLaunchKernelEx(&cfg, k_clip_scale<T>, tt, scale);
+    cudaError_t e = cudaLaunchKernelEx(&cfg, k_clip_scale<T>, tt, scale);
+    if (e != cudaSuccess && cfg.numAttrs == 1) {
+      // A driver or capture mode that refuses the attribute: clear the (non-sticky) launch
+      // error, launch as a plain stream-ordered kernel, and stop asking for PDL.
+      (void)cudaGetLastError();
+      g_pdl.store(0);
+      cfg.numAttrs = 0;
+      e = cudaLaunchKernelEx(&cfg, k_clip_scale<T>, tt, scale);
+    }
+    return e;
   });
 }
 
