@@ -11,7 +11,7 @@
 set -o pipefail
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 TORCH_EXTENSIONS_DIR=$PWD/.torch_extensions MAX_JOBS=16
-export COLUMNS=200  # rich: the bench table's variant names unabridged
+export COLUMNS=300  # rich: variant names and the headroom lines unabridged
 LOG=$OUT/log.txt
 BENCH=/tmp/bench-kernels
 {
