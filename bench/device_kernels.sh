@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
-# Issue 20 item 5 / issue 23 item 7, one device call: build both extensions -> the clipper's GPU
-# tests -> bench-kernels (12m, 120m x fp32, bf16; the CUDA-graphed torch clip beside ours) ->
-# compute-sanitizer memcheck + racecheck. About 4-5 minutes on one H200; every step has a
-# timeout, and they add up to under 10 minutes.
+# Issue 20 item 5 (the clipper's headroom), one device call: build both extensions once -> the
+# clipper's GPU tests -> bench-kernels (12m, 120m x fp32, bf16; the CUDA-graphed torch clip
+# beside ours, and our graphed pair without PDL) -> compute-sanitizer memcheck + racecheck over
+# bench/sanitize_clip.py (odd sizes, every clip checked against the float64 reference). About 3-4
+# minutes on one H200; every step has a timeout, and they add up to under 10 minutes.
 #   (on the device, from the repo root, with .whl/ carried)   bash bench/device_kernels.sh
-# Writes to $OUT (7 files at most, each far under 16 MB):
-#   log.txt (everything, headline at the end), tests.txt, bench-kernels.json, bench-kernels.html,
-#   memcheck.txt, racecheck.txt
+# Writes to $OUT (7 files, each far under 16 MB):
+#   log.txt (everything, headline at the end), tests.txt, bench.txt (the console tables),
+#   bench-kernels.json, bench-kernels.html, memcheck.txt, racecheck.txt
 set -o pipefail
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 TORCH_EXTENSIONS_DIR=$PWD/.torch_extensions MAX_JOBS=16
+export COLUMNS=300  # rich: variant names and the headroom lines unabridged
 LOG=$OUT/log.txt
 BENCH=/tmp/bench-kernels
 {
@@ -17,30 +19,42 @@ BENCH=/tmp/bench-kernels
   python3 -c "import torch; print(torch.__version__, torch.version.cuda, torch.cuda.get_device_name())"
   echo "== build (production and kernels/dev side by side)"
   time {
-    timeout 150 python3 -c "from andrea_diag.clip import cuda; print('prod', cuda.available())" &
-    timeout 150 python3 -c "from andrea_diag.clip import cuda; cuda.load_dev(); print('dev built')" &
+    timeout 120 python3 -c "from andrea_diag.clip import cuda; print('prod', cuda.available(), 'pdl', cuda.pdl_enabled())" &
+    timeout 120 python3 -c "from andrea_diag.clip import cuda; cuda.load_dev(); print('dev built')" &
     wait
   }
   echo "== GPU tests"
-  timeout 110 python3 -m pytest -m cuda tests/test_clip_cuda.py tests/test_adaptive_cuda.py \
+  timeout 90 python3 -m pytest -m cuda tests/test_clip_cuda.py tests/test_adaptive_cuda.py \
     tests/test_fused_adamw.py -q -rs -p no:cacheprovider > "$OUT/tests.txt" 2>&1; echo "tests rc=$?"
   tail -15 "$OUT/tests.txt"
   echo "== bench-kernels"
-  timeout 170 python3 -m andrea_diag.cli bench-kernels --out "$BENCH" --sizes 12m,120m \
-    --dtypes fp32,bf16 --reps 100 --device cuda --cases clip,clip+adamw > /tmp/bench.txt 2>&1
+  timeout 180 python3 -m andrea_diag.cli bench-kernels --out "$BENCH" --sizes 12m,120m \
+    --dtypes fp32,bf16 --reps 100 --device cuda --cases clip > "$OUT/bench.txt" 2>&1
   echo "bench-kernels rc=$?"
   cp "$BENCH/bench-kernels.json" "$BENCH/bench-kernels.html" "$OUT/" 2>/dev/null
-  grep -v "^headroom" /tmp/bench.txt | tail -80
+  tail -12 "$OUT/bench.txt"
 } 2>&1 | tee "$LOG"
 echo "== memcheck" | tee -a "$LOG"
-PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout 90 compute-sanitizer --tool memcheck --print-limit 50 --error-exitcode 9 \
+PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout 80 compute-sanitizer --tool memcheck --print-limit 50 --error-exitcode 9 \
   python3 bench/sanitize_clip.py > "$OUT/memcheck.txt" 2>&1; echo "memcheck rc=$?" | tee -a "$LOG"
 tail -3 "$OUT/memcheck.txt" | tee -a "$LOG"
 echo "== racecheck" | tee -a "$LOG"
-timeout 90 compute-sanitizer --tool racecheck --print-limit 50 --error-exitcode 9 \
+timeout 80 compute-sanitizer --tool racecheck --print-limit 50 --error-exitcode 9 \
   python3 bench/sanitize_clip.py > "$OUT/racecheck.txt" 2>&1; echo "racecheck rc=$?" | tee -a "$LOG"
 tail -3 "$OUT/racecheck.txt" | tee -a "$LOG"
 {
-  echo "== headline (issue 20 item 5; goal >= 90% at 120m, >= 75% at 12m)"
-  grep -E "^(headroom|target)" /tmp/bench.txt
+  echo "== headline (issue 20 item 5; goal >= 90% at 120m, >= 75% at 12m, graphed)"
+  grep -E "^(headroom|target)" "$OUT/bench.txt"
+  # Our rows side by side: us per step, % of the copy/read limit (useful bytes, see bench/clip.py)
+  python3 - "$OUT/bench-kernels.json" <<'EOF'
+import json, sys
+rows = json.load(open(sys.argv[1]))["rows"]
+keep = ("cuda_three", "cuda_three_graph", "cuda_three_graph_nopdl", "cuda_single",
+        "torch_foreach_graph", "k_clip_norm", "k_grad_norm_partial", "k_clip_scale",
+        "k_clip_scale(skip)")
+for r in rows:
+    if r["variant"] in keep:
+        pct = "-" if r["pct_copy"] is None else f"{r['pct_copy']:.0f}%"
+        print(f"{r['size']:>5} {r['dtype']} {r['mode']:<8} {r['variant']:<24} {r['ms'] * 1e3:8.1f} us {pct:>5}")
+EOF
 } 2>&1 | tee -a "$LOG"

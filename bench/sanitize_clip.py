@@ -1,22 +1,59 @@
-"""Small clip workload for compute-sanitizer (memcheck / racecheck) on a GPU machine.
+"""Small clip workload for compute-sanitizer (memcheck / racecheck) on a GPU machine, checked
+against the float64 reference as it goes.
 
     PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck python3 bench/sanitize_clip.py
     compute-sanitizer --tool racecheck python3 bench/sanitize_clip.py
 
 With the caching allocator off, every tensor is its own cudaMalloc, so an out-of-bounds access
 past a gradient's end is caught instead of landing in a neighbour inside one pool block.
-Exercises every kernel: all dtypes, chunk-edge sizes, empty tensors, a list needing several
-launches (the last-block-done counter across launches), the stages alone, an all-empty list,
-and the experiments of kernels/dev/ (the single-launch variant, ClippedAdamW's fused update).
+Exercises every kernel: all dtypes, sizes around the 256-element tile and the 16384-element
+chunk, odd sizes, empty tensors, a tensor split over many blocks and blocks spanning many
+tensors, a list needing several launches (one completion counter across them), the stages
+alone, an all-empty list, unaligned views (the scalar path), PDL on and off, and the experiments
+of kernels/dev/ (the single-launch variant, ClippedAdamW's fused update). Every clip's norm,
+per-tensor norms and clipped gradients are compared with torch's clip in float64; the script
+exits non-zero on the first mismatch.
 """
 
 from __future__ import annotations
 
 import torch
 
-from andrea_diag.clip import cuda
+from andrea_diag.clip import cuda, reference
 
-SHAPES = [(1,), (555,), (65535,), (65537,), (2048 * 32 + 1,), (97, 1025), (0,), (7,)]
+SHAPES = [
+    (1,),
+    (255,),
+    (257,),
+    (555,),
+    (65535,),
+    (65537,),
+    (2048 * 32 + 1,),
+    (97, 1025),
+    (0,),
+    (7,),
+]
+# relative to float64: norms accumulate in float32/float64; gradients are rounded once to T
+TOL = {torch.float32: (2e-6, 2e-7), torch.bfloat16: (2e-6, 4e-3), torch.float16: (2e-6, 5e-4)}
+checked = 0
+
+
+def check(grads: list[torch.Tensor], max_norm: float, p: float = 2.0, **kw: object) -> None:
+    """One clip of ``grads`` (in place) against the float64 truth of their values before it."""
+    global checked
+    # on the host: only the clipper's own kernels run under the sanitizer (and fast)
+    total64, per64, truth = reference.float64_truth([g.cpu() for g in grads], max_norm, p)
+    total, per, _, _ = cuda.clip(grads, max_norm, p, **kw)
+    tol_norm, tol_grad = max(TOL[g.dtype] for g in grads)  # the loosest dtype of the list
+    errs = (
+        reference.rel_err(total, total64),
+        reference.rel_err(per, per64),
+        reference.rel_err(grads, truth),
+    )
+    ok = errs[0] <= tol_norm and errs[1] <= tol_norm and errs[2] <= tol_grad
+    shapes = [tuple(g.shape) for g in grads][:6]
+    assert ok, f"mismatch {grads[0].dtype} p={p} max_norm={max_norm} {kw} {shapes}: {errs}"
+    checked += 1
 
 
 def main() -> None:
@@ -24,25 +61,32 @@ def main() -> None:
     assert ok, why
     gen = torch.Generator(device="cuda").manual_seed(0)
     for dtype in (torch.float32, torch.bfloat16, torch.float16):
-        grads = [torch.randn(s, generator=gen, device="cuda").to(dtype) for s in SHAPES]
         for variant in ("three", "single"):
             for max_norm in (0.5, 1e9):
                 for p in (2.0, float("inf"), 1.5):
-                    cuda.clip(grads, max_norm, p, variant=variant)
+                    grads = [torch.randn(s, generator=gen, device="cuda").to(dtype) for s in SHAPES]
+                    check(grads, max_norm, p, variant=variant)
+        grads = [torch.randn(s, generator=gen, device="cuda").to(dtype) for s in SHAPES]
         parts = cuda.norm_partial(grads)
         _, _, scale, _ = cuda.norm_final(parts, cuda.chunk_offsets(grads), 0.5)
         cuda.scale_(grads, scale)
         # unaligned views: the scalar (non-vector) path
         flat = torch.randn(70001, generator=gen, device="cuda").to(dtype)
-        cuda.clip([flat[1:], flat[3:100]], 0.5)
-    many = [torch.randn((i % 50) + 1, generator=gen, device="cuda") for i in range(400)]
-    cuda.clip(many, 0.5)
+        check([flat[1:35001], flat[35003:]], 0.5)
+    # one tensor over every block, then one block over many tensors; PDL off then on
+    for pdl in (False, True):
+        before = cuda.set_pdl(pdl)
+        big = [torch.randn(3_000_001, generator=gen, device="cuda"), torch.randn(5, device="cuda")]
+        check(big, 0.5)
+        check([torch.randn((i % 50) + 1, generator=gen, device="cuda") for i in range(400)], 0.5)
+        cuda.set_pdl(before)
+    many = [torch.randn((i % 300) + 1, generator=gen, device="cuda") for i in range(400)]
     mixed = [g.to(torch.bfloat16) if i % 2 else g for i, g in enumerate(many[:200])]
-    cuda.clip(mixed, 0.5)  # several dtypes and launches, one completion counter
-    cuda.clip([torch.zeros(0, device="cuda")], 0.5)  # no chunk at all: the final kernel alone
+    check(mixed, 0.5)  # several dtypes and launches, one completion counter
+    check([torch.zeros(0, device="cuda"), torch.zeros(3, 0, device="cuda")], 0.5)  # no tile
     _adamw(gen)
     torch.cuda.synchronize()
-    print("sanitize workload done")
+    print(f"sanitize workload done: {checked} clips matched the float64 reference")
 
 
 def _adamw(gen: torch.Generator) -> None:

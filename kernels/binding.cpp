@@ -4,8 +4,9 @@
 // subclass, caught by type in cuda.py); anything else raises a plain RuntimeError.
 //
 // Host-sync policy: nothing here waits for the device. Tensor metadata goes to the kernels by
-// value (TensorTable); the only device-side metadata, the int32 chunk offsets per tensor and
-// the completion counter, is built once per gradient-list shape (tables.h: get_plan).
+// value (SpanTable, TensorTable); the only device-side metadata, the int32 chunk offsets per
+// tensor and the counters (per tensor, and the completion counter), is built once per
+// gradient-list shape (tables.h: get_plan). Per call: the outputs and one float64 scratch.
 #include <torch/extension.h>
 
 #include <c10/cuda/CUDAGuard.h>
@@ -30,8 +31,7 @@ Outputs new_outputs(const at::Tensor& like, int64_t n_tensors) {
           at::empty({}, f32.dtype(at::kBool))};
 }
 
-ac::NormOut norm_out(Outputs& o, const int32_t* offsets, int64_t n_tensors, int64_t n_partials,
-                     unsigned* done) {
+ac::NormOut norm_out(Outputs& o, const int32_t* offsets, int64_t n_tensors, int64_t n_partials) {
   auto& [total, per, scale, nonfinite] = o;
   return {offsets,
           static_cast<int>(n_tensors),
@@ -39,8 +39,7 @@ ac::NormOut norm_out(Outputs& o, const int32_t* offsets, int64_t n_tensors, int6
           total.data_ptr<float>(),
           per.data_ptr<float>(),
           scale.data_ptr<float>(),
-          nonfinite.data_ptr<bool>(),
-          done};
+          nonfinite.data_ptr<bool>()};
 }
 
 at::Tensor new_partials(const at::Tensor& like, int64_t n) {
@@ -62,11 +61,10 @@ at::Tensor norm_partial(const std::vector<at::Tensor>& grads, double norm_type) 
   const c10::cuda::CUDAGuard guard(grads[0].device());
   auto plan = ac::get_plan(grads);
   auto partials = new_partials(grads[0], plan->offsets.back());
-  const ac::NormOut none{};  // done == nullptr: partials only
   auto stream = c10::cuda::getCurrentCUDAStream();
   for (const auto& [dt, tt] : ac::build_tables<1>({&grads}, plan->offsets))
-    ac::check_cuda(ac::launch_norm(tt, dt, nk, static_cast<float>(norm_type), 0.0f,
-                                   partials.data_ptr<float>(), none, stream),
+    ac::check_cuda(ac::launch_norm(tt, dt, nk, static_cast<float>(norm_type),
+                                   partials.data_ptr<float>(), stream),
                    "k_grad_norm_partial launch");
   return partials;
 }
@@ -83,7 +81,7 @@ Outputs norm_final(const at::Tensor& partials, const at::Tensor& offsets, double
   const c10::cuda::CUDAGuard guard(partials.device());
   const int64_t n_tensors = offsets.numel() - 1;
   auto out = new_outputs(partials, n_tensors);
-  const auto no = norm_out(out, offsets.data_ptr<int32_t>(), n_tensors, partials.numel(), nullptr);
+  const auto no = norm_out(out, offsets.data_ptr<int32_t>(), n_tensors, partials.numel());
   ac::check_cuda(ac::launch_norm_final(partials.data_ptr<float>(), nk,
                                        static_cast<float>(norm_type),
                                        static_cast<float>(max_norm), no,
@@ -98,39 +96,49 @@ void scale_(const std::vector<at::Tensor>& grads, const at::Tensor& scale) {
                   scale.numel() == 1,
               "andrea_clip: scale must be a one-element float32 tensor on the gradients' device");
   const c10::cuda::CUDAGuard guard(grads[0].device());
-  auto plan = ac::get_plan(grads);
   auto stream = c10::cuda::getCurrentCUDAStream();
-  for (const auto& [dt, tt] : ac::build_tables<1>({&grads}, plan->offsets))
-    ac::check_cuda(ac::launch_scale(tt, dt, scale.data_ptr<float>(), stream),
-                   "k_grad_scale launch");
+  for (const auto& l : ac::build_span_tables(grads))
+    ac::check_cuda(ac::launch_clip_scale(l.tt, l.dt, scale.data_ptr<float>(), l.grid,
+                                         /*after_norm=*/false, stream),
+                   "k_clip_scale launch");
 }
 
-// The shipped pipeline: norm pass (1+ launches; the last block reduces) -> scale (1+ launches,
-// each returning at once on the device when nothing is clipped).
+// The shipped pipeline: the norm pass (1+ launches; the last block of the clip computes the
+// scale) -> the scale pass (1+ launches, each returning at once on the device when
+// nothing is clipped).
 Outputs clip(const std::vector<at::Tensor>& grads, double max_norm, double norm_type, bool apply) {
   ac::check_grads(grads);
   const auto nk = ac::norm_kind(norm_type);
   const c10::cuda::CUDAGuard guard(grads[0].device());
   auto plan = ac::get_plan(grads);
-  const int64_t n_partials = plan->offsets.back();
   const auto n_tensors = static_cast<int64_t>(grads.size());
-  auto partials = new_partials(grads[0], n_partials);
+  const auto launches = ac::build_span_tables(grads);
+  int n_blocks = 0, n_slots = 0;
+  for (const auto& l : launches) {
+    n_blocks += l.grid;
+    n_slots = l.seg_base + l.grid + l.tt.n - 1;
+  }
+  // float64 scratch: one sum per (block, tensor) piece
+  auto segs =
+      at::empty({n_slots}, at::TensorOptions().dtype(at::kDouble).device(grads[0].device()));
   auto out = new_outputs(grads[0], n_tensors);
-  const auto no =
-      norm_out(out, plan->offsets_dev.data_ptr<int32_t>(), n_tensors, n_partials, plan->done());
+  auto& [total, per, scale, nonfinite] = out;
+  const ac::ClipOut co{plan->offsets_dev.data_ptr<int32_t>(), static_cast<int>(n_tensors),
+                       n_blocks, n_slots, segs.data_ptr<double>(), plan->seg_count(),
+                       plan->done(), total.data_ptr<float>(), per.data_ptr<float>(),
+                       scale.data_ptr<float>(), nonfinite.data_ptr<bool>()};
   auto stream = c10::cuda::getCurrentCUDAStream();
-  const auto tables = ac::build_tables<1>({&grads}, plan->offsets);
   const float p = static_cast<float>(norm_type), mx = static_cast<float>(max_norm);
-  if (n_partials == 0)  // every gradient empty: no chunk, so no last block; norm 0
-    ac::check_cuda(ac::launch_norm_final(partials.data_ptr<float>(), nk, p, mx, no, stream),
-                   "k_grad_norm_final launch");
-  for (const auto& [dt, tt] : tables)
-    ac::check_cuda(ac::launch_norm(tt, dt, nk, p, mx, partials.data_ptr<float>(), no, stream),
-                   "k_grad_norm_partial launch");
+  if (launches.empty())  // every gradient empty: no tile, so no last block; norm 0
+    ac::check_cuda(ac::launch_clip_empty(nk, p, mx, co, stream), "k_clip_empty launch");
+  for (const auto& l : launches)
+    ac::check_cuda(ac::launch_clip_norm(l.tt, l.dt, nk, p, mx, co, l.seg_base, l.grid, stream),
+                   "k_clip_norm launch");
   if (apply)
-    for (const auto& [dt, tt] : tables)
-      ac::check_cuda(ac::launch_scale(tt, dt, std::get<2>(out).data_ptr<float>(), stream),
-                     "k_grad_scale launch");
+    for (const auto& l : launches)
+      ac::check_cuda(ac::launch_clip_scale(l.tt, l.dt, scale.data_ptr<float>(), l.grid,
+                                           /*after_norm=*/true, stream),
+                     "k_clip_scale launch");
   return out;
 }
 
@@ -148,4 +156,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("norm_final", &norm_final, "Final reduction alone: (total, per_tensor, scale, nonfinite)");
   m.def("scale_", &scale_, "Scale pass alone: in-place g *= scale (skipped when scale == 1)");
   m.def("chunk_offsets", &chunk_offsets, "Cached int32 chunk offsets per tensor (device)");
+  m.attr("TILE") = ac::kTile;
+  m.def("set_pdl", &ac::set_pdl, "Programmatic dependent launch of the scale pass on/off; "
+        "returns the previous setting", py::arg("enabled"));
+  m.def("pdl_enabled", &ac::pdl_enabled, "Whether the scale pass is launched with PDL");
 }

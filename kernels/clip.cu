@@ -1,25 +1,34 @@
-// The production gradient clipper: k_grad_norm_partial (norm pass; its last block runs the
-// final reduction) -> k_grad_scale (skipped on the device when nothing is clipped).
-// k_grad_norm_final is the same reduction as its own kernel, for empty lists and the
-// stage-alone entry point. Experiments (one cooperative launch, AdamW with the clip folded
-// in) live in kernels/dev/ and are built only by the benchmarks.
+// The production gradient clipper. The fused clip is two launches: k_clip_norm (one pass over
+// the gradients; its last block computes the total and the scale) ->
+// k_clip_scale (returns at once on the device when nothing is clipped; launched with
+// programmatic dependent launch so its launch overlaps the norm pass). k_clip_empty stands in
+// for a list of empty tensors. The stages alone (k_grad_norm_partial, k_grad_norm_final: the
+// reference's per-chunk layout) serve norm_partial / norm_final. Experiments (one cooperative
+// launch, AdamW with the clip folded in) live in kernels/dev/ and are built only by the
+// benchmarks.
 //
 // Compile check (no torch headers on purpose, so this takes seconds on CI):
 //     nvcc -arch=sm_90 -c kernels/clip.cu -o /tmp/clip.o
 // The torch binding is kernels/binding.cpp; the pure-torch mirror of every stage is
-// andrea_diag/clip/reference.py (same chunking, same epsilon, same scale formula).
+// andrea_diag/clip/reference.py (same epsilon, same scale formula).
 //
 // Design notes (why):
-//   * Tensor metadata travels as a by-value kernel parameter (TensorTable, < 4 KB), so no
-//     pointer table is copied host->device and nothing syncs; a CUDA graph captures it as-is.
-//   * Grids are persistent (SMs x occupancy) and grid-stride over the chunks: no block
-//     scheduling per 16384-element chunk, and the early-exit scale launch costs one wave.
-//   * Each chunk writes its partial into a fixed slot; the final reduction reads the slots in
-//     a fixed order in float64. The only atomic is the integer completion counter, so the
-//     bits do not depend on which block finishes last.
-//   * The scale stays in device memory; k_grad_scale reads it and exits when it is exactly 1,
-//     so an unclipped step costs one read pass plus one near-empty launch.
+//   * Tensor metadata travels as a by-value kernel parameter (SpanTable / TensorTable, < 4 KB),
+//     so no pointer table is copied host->device and nothing syncs; a CUDA graph captures it.
+//   * Grids are persistent (SMs x 3) and each block owns ONE contiguous run of 256-element
+//     tiles, balanced to a tile: a block streams its run with 16-byte loads, 4 in flight per
+//     thread, and reduces only where a tensor ends (not every chunk), so the 12m set's many
+//     small tensors cost no per-chunk block reductions and no block waits for a slow last wave.
+//   * Deterministic: float32 only within a trip of <= 32 elements, float64 per thread, per
+//     block piece, per tensor (pieces in block order) and for the total (pieces in order). The
+//     only atomics are integer counters; the grid is fixed (span_grid), so run to run the bits
+//     are the same whichever block finishes last.
+//   * The scale stays in device memory; k_clip_scale reads it and exits when it is exactly 1,
+//     so an unclipped step costs one read pass plus a launch that PDL hides behind the norm pass.
 #include "clip.h"
+
+#include <atomic>
+#include <cstdlib>
 
 #include "clip_device.cuh"
 #include "multi_tensor.cuh"
@@ -27,36 +36,51 @@
 namespace andrea_clip {
 namespace {
 
-// 3 x 512 threads per SM: while some blocks reduce a chunk (two __syncthreads), the others
-// keep loads in flight. Caps registers at 40 per thread (4 blocks, 32 registers, spilled in the
-// L2 loop; unbounded, 44 registers allowed only 2 blocks).
-constexpr int kNormBlocksPerSm = 3;
-
 template <typename T, NormKind K>
 __global__ void __launch_bounds__(kThreads, kNormBlocksPerSm)
-    k_grad_norm_partial(const __grid_constant__ GradTable tt, float p, float max_norm,
-                        float* __restrict__ partials, const NormOut out) {
-  __shared__ float sh[kWarps];
+    k_clip_norm(const __grid_constant__ SpanTable tt, float p, float max_norm, const ClipOut out,
+                int seg_base) {
   __shared__ double shd[kWarps];
-  __shared__ bool last;
-  const int done = for_each_chunk(tt, [&](int t, int c, int64_t off, int n) {
+  __shared__ int flag[2];
+  // Lets the scale launch (programmatic dependent launch) be scheduled now; it waits for this
+  // whole grid, memory included, before it reads anything (k_clip_scale).
+  let_dependents_launch();
+  norm_run<T, K>(tt, blockIdx.x, gridDim.x, seg_base, p, max_norm, out, shd, flag);
+}
+
+template <NormKind K>
+__global__ void __launch_bounds__(kThreads)
+    k_clip_empty(float p, float max_norm, const ClipOut out) {
+  __shared__ double shd[kWarps];
+  final_total<K>(out, p, max_norm, shd);
+}
+
+// Same grid and runs as k_clip_norm, each walked backwards (span_scale).
+template <typename T>
+__global__ void __launch_bounds__(kThreads, kNormBlocksPerSm)
+    k_clip_scale(const __grid_constant__ SpanTable tt, const float* scale) {
+  wait_for_previous_grid();  // no-op unless launched with PDL; then: the norm pass is done
+  const float s = __ldcg(scale);  // uniform across the grid
+  if (s == 1.0f) return;          // unclipped step: no second pass over the gradients
+  for_each_span<true>(tt, blockIdx.x, gridDim.x, [&](int t, int64_t e0, int64_t e1) {
+    span_scale<T>(static_cast<T*>(tt.ptr[t]) + e0, e1 - e0, s);
+  });
+}
+
+// ---- the stages alone ---------------------------------------------------------------------
+
+// 3 x 512 threads per SM: while some blocks reduce a chunk (two __syncthreads), the others
+// keep loads in flight (40 registers, no spills in the L2 and inf paths).
+template <typename T, NormKind K>
+__global__ void __launch_bounds__(kThreads, kNormBlocksPerSm)
+    k_grad_norm_partial(const __grid_constant__ GradTable tt, float p,
+                        float* __restrict__ partials) {
+  __shared__ float sh[kWarps];
+  for_each_chunk(tt, [&](int t, int c, int64_t off, int n) {
     const T* g = static_cast<const T*>(tt.ptr[0][t]) + off;
     const float r = chunk_reduce<T, K>(g, n, p, sh);
     if (threadIdx.x == 0) partials[tt.global_start[t] + c] = r;
   });
-  if (out.done == nullptr) return;
-  // Last-block-done (the CUDA threadFenceReduction pattern): publish this block's partials,
-  // then count its chunks; the block that completes the count reduces all of them.
-  if (threadIdx.x == 0) {
-    __threadfence();
-    const unsigned before = atomicAdd(out.done, static_cast<unsigned>(done));
-    last = before + static_cast<unsigned>(done) == static_cast<unsigned>(out.n_partials);
-  }
-  __syncthreads();
-  if (!last) return;
-  __threadfence();  // see every other block's partials (they fenced before counting)
-  final_block<K>(partials, p, max_norm, out, shd);
-  if (threadIdx.x == 0) atomicExch(out.done, 0u);  // ready for the next call / graph replay
 }
 
 template <NormKind K>
@@ -66,20 +90,86 @@ __global__ void __launch_bounds__(kThreads)
   final_block<K>(partials, p, max_norm, out, shd);
 }
 
-template <typename T>
-__global__ void __launch_bounds__(kThreads)
-    k_grad_scale(const __grid_constant__ GradTable tt, const float* scale) {
-  const float s = *scale;  // uniform across the grid
-  if (s == 1.0f) return;   // unclipped step: no second pass over the gradients
-  for_each_chunk(tt, [&](int t, int, int64_t off, int n) {
-    chunk_scale<T>(static_cast<T*>(tt.ptr[0][t]) + off, n, s);
-  });
+// -1: not decided yet (read ANDREA_CLIP_PDL and the device's compute capability on first use).
+std::atomic<int> g_pdl{-1};
+
+bool device_has_pdl() {
+  int dev = 0, major = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) {
+    (void)cudaGetLastError();  // not sticky: clear it and launch without PDL
+    return false;
+  }
+  return major >= 9;
 }
 
 }  // namespace
 
-cudaError_t launch_norm(const GradTable& tt, DType dt, NormKind nk, float p, float max_norm,
-                        float* partials, const NormOut& out, cudaStream_t stream) {
+bool pdl_enabled() {
+  int v = g_pdl.load();
+  if (v < 0) {
+    const char* env = std::getenv("ANDREA_CLIP_PDL");
+    const bool off = env != nullptr && env[0] == '0';
+    v = !off && device_has_pdl() ? 1 : 0;
+    g_pdl.store(v);
+  }
+  return v == 1;
+}
+
+bool set_pdl(bool enabled) {
+  const bool before = pdl_enabled();
+  g_pdl.store(enabled && device_has_pdl() ? 1 : 0);
+  return before;
+}
+
+cudaError_t launch_clip_norm(const SpanTable& tt, DType dt, NormKind nk, float p, float max_norm,
+                             const ClipOut& out, int seg_base, int grid, cudaStream_t stream) {
+  if (tt.n == 0) return cudaSuccess;
+  return ANDREA_DISPATCH_DTYPE(dt, T, [&] {
+    return ANDREA_DISPATCH_NORM(nk, K, [&] {
+      k_clip_norm<T, K><<<grid, kThreads, 0, stream>>>(tt, p, max_norm, out, seg_base);
+      return cudaGetLastError();
+    });
+  });
+}
+
+cudaError_t launch_clip_empty(NormKind nk, float p, float max_norm, const ClipOut& out,
+                              cudaStream_t stream) {
+  return ANDREA_DISPATCH_NORM(nk, K, [&] {
+    k_clip_empty<K><<<1, kThreads, 0, stream>>>(p, max_norm, out);
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t launch_clip_scale(const SpanTable& tt, DType dt, const float* scale, int grid,
+                              bool after_norm, cudaStream_t stream) {
+  if (tt.n == 0) return cudaSuccess;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(grid);
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = 0;
+  cfg.stream = stream;
+  cfg.attrs = attr;
+  cfg.numAttrs = after_norm && pdl_enabled() ? 1 : 0;
+  return ANDREA_DISPATCH_DTYPE(dt, T, [&] {
+    cudaError_t e = cudaLaunchKernelEx(&cfg, k_clip_scale<T>, tt, scale);
+    if (e != cudaSuccess && cfg.numAttrs == 1) {
+      // A driver or capture mode that refuses the attribute: clear the (non-sticky) launch
+      // error, launch as a plain stream-ordered kernel, and stop asking for PDL.
+      (void)cudaGetLastError();
+      g_pdl.store(0);
+      cfg.numAttrs = 0;
+      e = cudaLaunchKernelEx(&cfg, k_clip_scale<T>, tt, scale);
+    }
+    return e;
+  });
+}
+
+cudaError_t launch_norm(const GradTable& tt, DType dt, NormKind nk, float p, float* partials,
+                        cudaStream_t stream) {
   const int n_items = tt.local_start[tt.n];
   if (n_items == 0) return cudaSuccess;
   return ANDREA_DISPATCH_DTYPE(dt, T, [&] {
@@ -87,7 +177,7 @@ cudaError_t launch_norm(const GradTable& tt, DType dt, NormKind nk, float p, flo
       int grid = 0;
       const cudaError_t e = persistent_grid<k_grad_norm_partial<T, K>>(n_items, &grid);
       if (e != cudaSuccess) return e;
-      k_grad_norm_partial<T, K><<<grid, kThreads, 0, stream>>>(tt, p, max_norm, partials, out);
+      k_grad_norm_partial<T, K><<<grid, kThreads, 0, stream>>>(tt, p, partials);
       return cudaGetLastError();
     });
   });
@@ -97,19 +187,6 @@ cudaError_t launch_norm_final(const float* partials, NormKind nk, float p, float
                               const NormOut& out, cudaStream_t stream) {
   return ANDREA_DISPATCH_NORM(nk, K, [&] {
     k_grad_norm_final<K><<<1, kThreads, 0, stream>>>(partials, p, max_norm, out);
-    return cudaGetLastError();
-  });
-}
-
-cudaError_t launch_scale(const GradTable& tt, DType dt, const float* scale,
-                         cudaStream_t stream) {
-  const int n_items = tt.local_start[tt.n];
-  if (n_items == 0) return cudaSuccess;
-  return ANDREA_DISPATCH_DTYPE(dt, T, [&] {
-    int grid = 0;
-    const cudaError_t e = persistent_grid<k_grad_scale<T>>(n_items, &grid);
-    if (e != cudaSuccess) return e;
-    k_grad_scale<T><<<grid, kThreads, 0, stream>>>(tt, scale);
     return cudaGetLastError();
   });
 }

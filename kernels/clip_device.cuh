@@ -1,6 +1,8 @@
-// Device building blocks of the clip: one chunk's norm partial, one chunk's in-place scale and
-// the float64 final reduction. Shared by the production kernels (clip.cu) and the
-// single-launch experiment (dev/clip_single.cu), so both give the same bits.
+// Device building blocks of the clip. The fused clip (clip.cu: k_clip_norm, k_clip_scale; the
+// single-launch experiment dev/clip_single.cu) works on balanced runs of tiles: span_sum,
+// norm_run, span_scale. The stages alone (norm_partial / norm_final, the
+// reference's layout) use chunk_reduce and final_block. Shared by production and dev/, so the
+// production pair and the single launch give the same bits.
 #pragma once
 
 #include <cmath>
@@ -46,35 +48,6 @@ __device__ float chunk_reduce(const T* __restrict__ g, int n, float p, float* sh
   for (int j = nvec * V + threadIdx.x; j < n; j += kThreads) a[1] = acc<K>(a[1], to_f(g[j]), p);
   const float v = combine<K>(combine<K>(a[0], a[1]), combine<K>(a[2], a[3]));
   return block_reduce<K>(v, sh);
-}
-
-// In place g[i] = g[i] * s over one chunk (computed in fp32, rounded once to T).
-template <typename T>
-__device__ void chunk_scale(T* __restrict__ g, int n, float s) {
-  constexpr int V = 16 / sizeof(T);
-  const int nvec = aligned16(g) ? n / V : 0;
-  uint4* gv = reinterpret_cast<uint4*>(g);
-  int i = threadIdx.x;
-  for (; i + (kUnroll - 1) * kThreads < nvec; i += kUnroll * kThreads) {
-    uint4 r[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) r[u] = gv[i + u * kThreads];  // all loads first
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      T* e = reinterpret_cast<T*>(&r[u]);
-#pragma unroll
-      for (int k = 0; k < V; ++k) e[k] = from_f<T>(to_f(e[k]) * s);
-      gv[i + u * kThreads] = r[u];
-    }
-  }
-  for (; i < nvec; i += kThreads) {
-    uint4 r = gv[i];
-    T* e = reinterpret_cast<T*>(&r);
-#pragma unroll
-    for (int k = 0; k < V; ++k) e[k] = from_f<T>(to_f(e[k]) * s);
-    gv[i] = r;
-  }
-  for (int j = nvec * V + threadIdx.x; j < n; j += kThreads) g[j] = from_f<T>(to_f(g[j]) * s);
 }
 
 template <NormKind K>
@@ -149,6 +122,218 @@ __device__ void final_block(const float* partials, float p, float max_norm, cons
     *o.nonfinite = !isfinite(norm);
     *o.scale = scale_of(norm, max_norm);
   }
+}
+
+// ---- the fused clip: balanced runs of tiles -------------------------------------------------
+
+// Block v of G owns tiles [tile_begin(v), tile_begin(v + 1)) of its launch (P tiles): one
+// contiguous run per block, the runs differing by at most one tile. G <= P, so none is empty.
+__device__ __forceinline__ int tile_begin(int v, int G, int P) {
+  return static_cast<int>(static_cast<int64_t>(v) * P / G);
+}
+
+// The block whose run holds tile i: the largest v with tile_begin(v) <= i.
+__device__ __forceinline__ int owner_of(int i, int G, int P) {
+  return static_cast<int>((static_cast<int64_t>(i + 1) * G - 1) / P);
+}
+
+// The tensor (index in the table) holding tile i: the last one with tile_start <= i.
+__device__ __forceinline__ int tensor_of(const SpanTable& tt, int i) {
+  int lo = 0, hi = tt.n - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) >> 1;
+    if (tt.tile_start[mid] <= i) lo = mid; else hi = mid - 1;
+  }
+  return lo;
+}
+
+// Calls op(t, e0, e1) for each piece of block v's run: elements [e0, e1) of tensor t, in
+// tensor order (Reverse: last piece first). e0 is a multiple of kTile, so a piece is 16-byte
+// aligned iff its tensor is.
+template <bool Reverse, typename Op>
+__device__ __forceinline__ void for_each_span(const SpanTable& tt, int v, int G, Op&& op) {
+  const int P = tt.tile_start[tt.n];
+  const int lo = tile_begin(v, G, P), hi = tile_begin(v + 1, G, P);
+  const int t0 = tensor_of(tt, lo), t1 = tensor_of(tt, hi - 1);
+  for (int k = 0; k <= t1 - t0; ++k) {
+    const int t = Reverse ? t1 - k : t0 + k;
+    const int ts = tt.tile_start[t];
+    const int a = (lo > ts ? lo : ts) - ts;
+    const int b = (hi < tt.tile_start[t + 1] ? hi : tt.tile_start[t + 1]) - ts;
+    const int64_t e1 = static_cast<int64_t>(b) * kTile;
+    op(t, static_cast<int64_t>(a) * kTile, e1 < tt.numel[t] ? e1 : tt.numel[t]);
+  }
+}
+
+// This thread's share of sum |x|^p (max |x| for inf) over n elements, in float64. Each trip
+// issues kUnroll independent 16-byte loads per thread before any use (out-of-range ones are
+// zeros, the identity of every kind), reduces them in float32 (<= 32 elements) and adds the
+// trip into a float64 accumulator: float32 rounding never builds up over a long run.
+template <typename T, NormKind K>
+__device__ __forceinline__ double span_sum(const T* __restrict__ g, int64_t n, float p) {
+  constexpr int V = 16 / sizeof(T);  // elements per 16-byte load
+  constexpr int64_t W = static_cast<int64_t>(kUnroll) * kThreads;
+  static_assert(kUnroll == 4, "the trip's combine tree below assumes 4 loads");
+  double s = 0.0;
+  const int64_t nvec = aligned16(g) ? n / V : 0;
+  const uint4* gv = reinterpret_cast<const uint4*>(g);
+  // unroll 1: the kUnroll loads per trip are the memory parallelism; unrolling trips as well
+  // only raises register pressure (40 registers at 3 blocks of 512 per SM).
+#pragma unroll 1
+  for (int64_t i = threadIdx.x; i < nvec; i += W) {
+    uint4 r[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t k = i + u * kThreads;
+      r[u] = k < nvec ? __ldg(gv + k) : make_uint4(0u, 0u, 0u, 0u);  // all loads first
+    }
+    float a[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const T* e = reinterpret_cast<const T*>(&r[u]);
+      a[u] = 0.0f;
+#pragma unroll
+      for (int k = 0; k < V; ++k) a[u] = acc<K>(a[u], to_f(e[k]), p);
+    }
+    const float trip = combine<K>(combine<K>(a[0], a[1]), combine<K>(a[2], a[3]));
+    s = combine<K>(s, static_cast<double>(trip));
+  }
+  // The scalar tail (< V elements at a tensor's end) and unaligned views.
+  float a = 0.0f;
+  for (int64_t j = nvec * V + threadIdx.x; j < n; j += kThreads) a = acc<K>(a, to_f(g[j]), p);
+  return combine<K>(s, static_cast<double>(a));
+}
+
+// In place g = g * s over n elements (fp32 math, rounded once), last trip first: the norm pass
+// read the end of each run last, so walking backwards starts on lines still in L2.
+template <typename T>
+__device__ __forceinline__ void span_scale(T* __restrict__ g, int64_t n, float s) {
+  constexpr int V = 16 / sizeof(T);
+  constexpr int64_t W = static_cast<int64_t>(kUnroll) * kThreads;
+  const int64_t nvec = aligned16(g) ? n / V : 0;
+  for (int64_t j = nvec * V + threadIdx.x; j < n; j += kThreads) g[j] = from_f<T>(to_f(g[j]) * s);
+  uint4* gv = reinterpret_cast<uint4*>(g);
+#pragma unroll 1
+  for (int64_t base = nvec > 0 ? (nvec - 1) / W * W : -1; base >= 0; base -= W) {
+    uint4 r[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {  // all loads first
+      const int64_t k = base + u * kThreads + threadIdx.x;
+      if (k < nvec) r[u] = gv[k];
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t k = base + u * kThreads + threadIdx.x;
+      if (k >= nvec) continue;
+      T* e = reinterpret_cast<T*>(&r[u]);
+#pragma unroll
+      for (int q = 0; q < V; ++q) e[q] = from_f<T>(to_f(e[q]) * s);
+      gv[k] = r[u];
+    }
+  }
+}
+
+// The last of a shared tensor's pieces is counted: sum the pieces in block order (a fixed
+// order, whichever block does it), in float64, and write the tensor's norm.
+template <NormKind K>
+__device__ void finish_tensor(const ClipOut& o, const double* segs, int first, int n_seg, int gt,
+                              float p, double* shd) {
+  __threadfence();  // see the other pieces (each was fenced before it was counted)
+  double x = 0.0;
+  for (int j = threadIdx.x; j < n_seg; j += blockDim.x) x = combine<K>(x, __ldcg(segs + first + j));
+  x = block_reduce<K>(x, shd);
+  if (threadIdx.x == 0) {
+    o.per_tensor[gt] = static_cast<float>(root<K>(x, p));
+    o.seg_count[gt] = 0u;  // every piece is counted: ready for the next call / graph replay
+  }
+}
+
+// The total over every slot of the clip in slot order (thread-strided, then a fixed tree), and
+// what depends on it; empty tensors own no tile, their norm is written here.
+template <NormKind K>
+__device__ void final_total(const ClipOut& o, float p, float max_norm, double* shd) {
+  double s = 0.0;
+  for (int i = threadIdx.x; i < o.n_slots; i += blockDim.x) s = combine<K>(s, __ldcg(o.segs + i));
+  for (int t = threadIdx.x; t < o.n_tensors; t += blockDim.x)
+    if (o.offsets[t + 1] == o.offsets[t]) o.per_tensor[t] = 0.0f;
+  s = block_reduce<K>(s, shd);
+  if (threadIdx.x == 0) {
+    const float norm = static_cast<float>(root<K>(s, p));
+    *o.total = norm;
+    *o.nonfinite = !isfinite(norm);
+    *o.scale = scale_of(norm, max_norm);
+  }
+}
+
+// The norm pass of block v (of G) over its run. Every piece (block v's part of tensor t) leaves
+// its float64 sum in slot seg_base + v + t: v + t differs for every piece (along the tiles one
+// of them, or both, goes up by one at each new piece), and the one slot a run starting on a
+// tensor boundary skips is written 0, so the launch's slots [seg_base, seg_base + G + n - 1) are
+// all written. A tensor inside the run gets its norm at once; a shared one is finished by the
+// block counting its last piece (per-tensor counter). The block counting the last block of the
+// clip (over every launch of it) sums all slots in order: total, flag, scale. The run's last
+// piece is counted together with the block (two atomics in flight at once): the tail after the
+// last load is one fence, one atomic round trip and two short block reductions.
+// `flag` is two shared ints.
+template <typename T, NormKind K>
+__device__ void norm_run(const SpanTable& tt, int v, int G, int seg_base, float p,
+                         float max_norm, const ClipOut& o, double* shd, int* flag) {
+  const int P = tt.tile_start[tt.n];
+  const int lo = tile_begin(v, G, P);
+  const int t0 = tensor_of(tt, lo), t1 = tensor_of(tt, tile_begin(v + 1, G, P) - 1);
+  if (threadIdx.x == 0 && v > 0 && tt.tile_start[t0] == lo) o.segs[seg_base + v + t0 - 1] = 0.0;
+  int last_first = 0, last_n = 1, last_gt = 0;  // the run's last piece, when its tensor is shared
+  for_each_span<false>(tt, v, G, [&](int t, int64_t e0, int64_t e1) {
+    const T* g = static_cast<const T*>(tt.ptr[t]) + e0;
+    const double s = block_reduce<K>(span_sum<T, K>(g, e1 - e0, p), shd);  // thread 0
+    const int first = owner_of(tt.tile_start[t], G, P);
+    const int n_seg = owner_of(tt.tile_start[t + 1] - 1, G, P) - first + 1;
+    const int gt = tt.tensor[t];
+    double* segs = o.segs + seg_base + t;  // piece of block b: segs[b]
+    if (threadIdx.x == 0) {
+      segs[v] = s;
+      if (n_seg == 1) o.per_tensor[gt] = static_cast<float>(root<K>(s, p));
+    }
+    if (n_seg == 1) return;
+    if (t == t1) {  // counted below, with the block
+      last_first = first, last_n = n_seg, last_gt = gt;
+      return;
+    }
+    if (threadIdx.x == 0) {
+      __threadfence();  // publish the piece before counting it (threadFenceReduction)
+      flag[0] = atomicAdd(o.seg_count + gt, 1u) == static_cast<unsigned>(n_seg - 1);
+    }
+    __syncthreads();
+    if (flag[0]) finish_tensor<K>(o, segs, first, n_seg, gt, p, shd);  // uniform
+  });
+  __syncthreads();  // every thread has read flag[0] before it is rewritten
+  if (threadIdx.x == 0) {
+    __threadfence();  // this block's slots, before it is counted
+    const bool shared = last_n > 1;
+    const unsigned piece = shared ? atomicAdd(o.seg_count + last_gt, 1u) : 0u;
+    const unsigned block = atomicAdd(o.done, 1u);
+    flag[0] = shared && piece == static_cast<unsigned>(last_n - 1);
+    flag[1] = block == static_cast<unsigned>(o.n_blocks - 1);
+  }
+  __syncthreads();
+  if (flag[0]) finish_tensor<K>(o, o.segs + seg_base + t1, last_first, last_n, last_gt, p, shd);
+  if (flag[1]) {
+    __threadfence();  // see every block's slots (each block fenced before it was counted)
+    final_total<K>(o, p, max_norm, shd);
+    if (threadIdx.x == 0) *o.done = 0u;
+  }
+}
+
+// Programmatic dependent launch (sm_90+; no-ops elsewhere and when not launched that way).
+__device__ __forceinline__ void let_dependents_launch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wait_for_previous_grid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
 }
 
 }  // namespace andrea_clip

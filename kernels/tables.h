@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "clip.h"
 #include "tensor_table.h"
 
 namespace andrea_clip {
@@ -76,11 +77,13 @@ struct Plan {
   std::vector<int32_t> offsets;  // host copy, n_tensors + 1
   at::Tensor offsets_host;       // pinned source of the async copy; kept alive with the plan
   at::Tensor offsets_dev;        // int32 (n_tensors + 1)
-  // int32 (4), zeroed once: [0] the norm pass's completion counter, [1..2] the dev
-  // single-launch grid barrier. The kernels leave them zero, so one clip per list shape may
-  // run at a time on a device (a training loop clips one list at a time).
+  // int32 (4 + n_tensors), zeroed once: [0] the norm pass's count of finished tensors,
+  // [1..2] the dev single-launch grid barrier, [4 + t] tensor t's count of finished pieces.
+  // The kernels leave them zero, so one clip per list shape may run at a time on a device (a
+  // training loop clips one list at a time).
   at::Tensor counters;
   unsigned* done() const { return reinterpret_cast<unsigned*>(counters.data_ptr<int32_t>()); }
+  unsigned* seg_count() const { return done() + 4; }
 };
 
 // Built once per gradient-list shape from pinned memory with a non_blocking copy and cached.
@@ -112,7 +115,8 @@ inline std::shared_ptr<Plan> get_plan(const std::vector<at::Tensor>& grads) {
   std::memcpy(plan->offsets_host.data_ptr<int32_t>(), plan->offsets.data(), n * sizeof(int32_t));
   // non_blocking from pinned memory: an async copy on the current stream, no host sync.
   plan->offsets_dev = plan->offsets_host.to(grads[0].device(), /*non_blocking=*/true);
-  plan->counters = at::zeros({4}, at::TensorOptions().dtype(at::kInt).device(grads[0].device()));
+  plan->counters =
+      at::zeros({4 + n - 1}, at::TensorOptions().dtype(at::kInt).device(grads[0].device()));
   if (plans.size() >= kMaxPlans) plans.clear();
   plans.emplace(std::move(key), plan);
   return plan;
@@ -147,6 +151,52 @@ std::vector<std::pair<DType, TensorTable<Depth>>> build_tables(
     tt.numel[k] = g.numel();
     tt.global_start[k] = offsets[i];
     tt.local_start[k + 1] = tt.local_start[k] + (offsets[i + 1] - offsets[i]);
+  }
+  return out;
+}
+
+// One launch of the fused clip: a by-value table of one dtype, its grid (span_grid) and its
+// first slot in the per-piece scratch (the slots of a launch: grid + tt.n - 1).
+struct SpanLaunch {
+  DType dt;
+  SpanTable tt;
+  int grid;
+  int seg_base;
+};
+
+inline void check_cuda(cudaError_t e, const char* what);
+
+// The fused clip's tables: one per dtype per <= SpanTable::kMax non-empty tensors (empty ones
+// own no tile and are skipped), each tensor cut into ceil(numel / kTile) tiles.
+inline std::vector<SpanLaunch> build_span_tables(const std::vector<at::Tensor>& grads) {
+  std::vector<SpanLaunch> out;
+  int open[3] = {-1, -1, -1};  // index in `out` of the table being filled, per dtype
+  for (size_t i = 0; i < grads.size(); ++i) {
+    const auto& g = grads[i];
+    if (g.numel() == 0) continue;
+    const DType dt = dtype_of(g);
+    int& o = open[static_cast<int>(dt)];
+    if (o < 0 || out[o].tt.n == SpanTable::kMax) {
+      out.push_back(SpanLaunch{dt, SpanTable{}, 0, 0});
+      o = static_cast<int>(out.size()) - 1;
+      out[o].tt.n = 0;
+      out[o].tt.tile_start[0] = 0;
+    }
+    SpanTable& tt = out[o].tt;
+    const int k = tt.n++;
+    const int64_t tiles = tt.tile_start[k] + (g.numel() + kTile - 1) / kTile;
+    TORCH_CHECK(tiles < INT32_MAX, "andrea_clip: too many elements in one launch");
+    tt.ptr[k] = g.data_ptr();
+    tt.numel[k] = g.numel();
+    tt.tensor[k] = static_cast<int32_t>(i);
+    tt.tile_start[k + 1] = static_cast<int32_t>(tiles);
+  }
+  int64_t base = 0;
+  for (auto& l : out) {
+    check_cuda(span_grid(l.tt.tile_start[l.tt.n], &l.grid), "span_grid");
+    TORCH_CHECK(base + l.grid + l.tt.n < INT32_MAX, "andrea_clip: too many launches");
+    l.seg_base = static_cast<int>(base);
+    base += l.grid + l.tt.n - 1;  // the slots of a launch (clip_device.cuh: norm_run)
   }
   return out;
 }

@@ -39,5 +39,23 @@ struct TensorTable {
 static_assert(sizeof(TensorTable<1>) <= 3900, "TensorTable<1> must stay under 4 KB");
 static_assert(TensorTable<1>::kMax == 160, "MAX_TENSORS_PER_LAUNCH is documented as 160");
 
+// The fused clip's balance unit (elements). Each block of a launch owns one contiguous run of
+// tiles (tile_begin in clip_device.cuh), so blocks differ by at most one tile of work. A multiple
+// of 8 elements: a block's piece of a tensor starts 16-byte aligned for every dtype whenever the
+// tensor does.
+constexpr int kTile = 256;
+
+// By-value table of the fused clip's kernels (norm pass and scale pass): the same size as
+// TensorTable<1>, with tile counts instead of chunk counts and each tensor's index in the
+// caller's list (where its per-tensor norm and its counter live).
+struct SpanTable {
+  static constexpr int kMax = TensorTable<1>::kMax;
+  void* ptr[kMax];
+  int64_t numel[kMax];
+  int32_t tile_start[kMax + 1];  // prefix of ceil(numel / kTile) inside this launch
+  int32_t tensor[kMax];          // index in the gradient list
+  int32_t n;                     // tensors in this launch (all non-empty)
+};
+static_assert(sizeof(SpanTable) <= 3900, "SpanTable must stay under 4 KB with the other args");
 
 }  // namespace andrea_clip

@@ -111,6 +111,37 @@ def test_three_and_single_agree_bitwise(cuda_ext, make_grads) -> None:
     assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
 
 
+@pytest.mark.parametrize("max_norm", [0.5, 1e9], ids=["active", "inactive"])
+def test_cuda_long_and_many_tensors_match_float64(cuda_ext, max_norm) -> None:
+    # one tensor split over every block of the grid (a shared tensor's pieces), then blocks
+    # that each cover many small tensors, sizes around the 256-element tile
+    gen = torch.Generator().manual_seed(13)
+    shapes = [(3_000_001,), (255,), (256,), (257,)] + [((i * 53) % 700 + 1,) for i in range(150)]
+    grads = [(torch.randn(s, generator=gen) * (1 + i % 3)).cuda() for i, s in enumerate(shapes)]
+    total64, per64, truth = reference.float64_truth(grads, max_norm)
+    total, per, _, _ = cuda_ext.clip(grads, max_norm)
+    assert reference.rel_err(total, total64) < 2e-6
+    assert reference.rel_err(per, per64) < 2e-6
+    assert reference.rel_err(grads, truth) < 2e-7
+
+
+def test_cuda_pdl_on_and_off_agree_bitwise(cuda_ext, make_grads) -> None:
+    base = make_grads("awkward", torch.float32, "cuda", seed=6)
+    outs = []
+    before = cuda_ext.set_pdl(True)
+    try:
+        for pdl in (True, False):
+            cuda_ext.set_pdl(pdl)
+            grads = [g.clone() for g in base]
+            outs.append((cuda_ext.clip(grads, 0.5), grads))
+    finally:
+        cuda_ext.set_pdl(before)
+    (ra, ga), (rb, gb) = outs
+    assert all(torch.equal(x, y) for x, y in zip(ra, rb, strict=True))
+    assert all(torch.equal(x, y) for x, y in zip(ga, gb, strict=True))
+    assert not torch.equal(ga[5], base[5])  # the clip was active: the scale pass ran
+
+
 @pytest.mark.parametrize("variant", ["three", "single"])
 def test_cuda_no_host_sync(cuda_ext, variant, make_grads, grad_holders) -> None:
     grads = make_grads("many_tensors", torch.float32, "cuda")

@@ -11,6 +11,8 @@ Modules, each importing only the ones above it (no cycle):
   results, copy bandwidth, CUDA-graph capture, ``find`` / ``fmt``. The method lives there.
 - :mod:`andrea_diag.bench.adamw`: case "clip+adamw", a whole clipped AdamW step three ways.
 - :mod:`andrea_diag.bench.adaptive`: case "adaptive", every ``--clip`` mode against ``global``.
+- :mod:`andrea_diag.bench.headroom`: extra rows of case "clip" saying where the norm-only
+  time goes (one flat tensor; a flush that leaves L2 clean).
 - :mod:`andrea_diag.bench.clip`: case "clip", the clipper variants vs torch's
   ``clip_grad_norm_``, and ``run_bench``, which runs every case.
 

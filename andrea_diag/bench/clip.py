@@ -39,6 +39,7 @@ from andrea_diag.bench.harness import (
     make_grads,
     make_row,
 )
+from andrea_diag.bench.headroom import diagnostic_rows
 from andrea_diag.clip import reference
 from andrea_diag.device import resolve_device
 
@@ -115,6 +116,7 @@ def bench_case(size: str, dt: str, timer: Timer, device: str, copy_gbps: float) 
         del truth
     if device.startswith("cuda"):
         rows += _stage_rows(size, dt, grads, pristine, restore, timer, nbytes)
+        rows += diagnostic_rows(size, dt, grads, pristine, restore, timer, nbytes)
     for r in rows:
         r.pct_copy = 100.0 * r.gbps / copy_gbps if copy_gbps else None
     return rows
@@ -139,6 +141,15 @@ def _graph_variants(
         if captured is not None:
             graph, total = captured
             out[name] = lambda g, m, graph=graph, total=total: (graph.replay(), total)[1]
+    # The same pair without programmatic dependent launch of the scale pass: what PDL buys.
+    before = cuda.set_pdl(False)
+    try:
+        captured = capture_graph("cuda_three_graph_nopdl", steps["cuda_three_graph"], restore)
+    finally:
+        cuda.set_pdl(before)
+    if captured is not None:
+        graph, total = captured
+        out["cuda_three_graph_nopdl"] = lambda g, m: (graph.replay(), total)[1]
     return out
 
 
@@ -151,7 +162,9 @@ def _stage_rows(
     timer: Timer,
     nbytes: int,
 ) -> list[Row]:
-    """Each kernel alone, checked first: partial (1x read), final (tiny), scale (r+w or skip)."""
+    """Each kernel alone, checked first: the fused clip's norm pass (k_clip_norm, 1x read, its
+    last block's reduction included), the reference-layout stages (per-chunk partials 1x read,
+    final tiny) and the scale pass (k_clip_scale: r+w, or the skip when the scale is 1)."""
     from andrea_diag.clip import cuda
 
     restore()
@@ -169,18 +182,25 @@ def _stage_rows(
         raise AssertionError(
             f"stages {size} {dt}: partial {e_parts:.2e} final {e_final:.2e} scale {e_scale:.2e}"
         )
+    restore()
+    fused_total = cuda.clip(grads, INACTIVE, apply=False)[0]  # k_clip_norm alone, one launch
+    e_fused = reference.rel_err(fused_total, reference.float64_truth(pristine, INACTIVE)[0])
+    if not e_fused <= 1e-5:
+        raise AssertionError(f"k_clip_norm {size} {dt}: rel err norm {e_fused:.2e}")
+    fused = timer(lambda: cuda.clip(grads, INACTIVE, apply=False))
     one = torch.ones((), device=grads[0].device)
     partial = timer(lambda: cuda.norm_partial(grads))
     final = timer(lambda: cuda.norm_final(parts, offs, ACTIVE))
     scaled = timer(lambda: cuda.scale_(grads, scale), restore)
     skipped = timer(lambda: cuda.scale_(grads, one))
     return [
+        make_row(size, dt, "stage", "k_clip_norm", fused, nbytes, rel_err_norm=e_fused),
         make_row(size, dt, "stage", "k_grad_norm_partial", partial, nbytes, rel_err_norm=e_parts),
         make_row(
             size, dt, "stage", "k_grad_norm_final", final, parts.numel() * 4, rel_err_norm=e_final
         ),
-        make_row(size, dt, "stage", "k_grad_scale", scaled, 2 * nbytes, rel_err_grads=e_scale),
-        make_row(size, dt, "stage", "k_grad_scale(skip)", skipped, 0),
+        make_row(size, dt, "stage", "k_clip_scale", scaled, 2 * nbytes, rel_err_grads=e_scale),
+        make_row(size, dt, "stage", "k_clip_scale(skip)", skipped, 0),
     ]
 
 

@@ -89,11 +89,19 @@ def make_grads(
 class Timer:
     """Median-of-reps timer: CUDA events on a GPU, perf_counter on the CPU; flushes L2 each rep."""
 
-    def __init__(self, device: str, reps: int, warmup: int) -> None:
+    def __init__(self, device: str, reps: int, warmup: int, clean_l2: bool = False) -> None:
         self.device, self.reps, self.warmup = device, reps, warmup
         self.cuda = device.startswith("cuda")
         flush = L2_FLUSH_BYTES if self.cuda else CPU_FLUSH_BYTES
         self._flush = torch.empty(flush // 4, dtype=torch.float32, device=device)
+        # clean_l2: after the write flush, read a second buffer as large, so that L2 holds clean
+        # lines and the timed call is not charged the write-back of the flush's dirty lines.
+        self._clean = torch.zeros_like(self._flush) if clean_l2 else None
+
+    def _flush_l2(self) -> None:
+        self._flush.zero_()
+        if self._clean is not None:
+            self._clean.sum()
 
     def __call__(
         self, fn: Callable[[], Any], setup: Callable[[], Any] | None = None
@@ -108,7 +116,7 @@ class Timer:
             for _ in range(self.reps):
                 if setup:
                     setup()
-                self._flush.zero_()
+                self._flush_l2()
                 a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                 a.record()
                 fn()
@@ -120,7 +128,7 @@ class Timer:
             for _ in range(self.reps):
                 if setup:
                     setup()
-                self._flush.zero_()
+                self._flush_l2()
                 t0 = time.perf_counter()
                 fn()
                 times.append((time.perf_counter() - t0) * 1e3)

@@ -9,9 +9,11 @@ The extension is JIT-built with ``torch.utils.cpp_extension.load`` into ``TORCH_
 (running from a checkout) and, failing that, with
 ``importlib.resources.files("andrea_diag.kernels")`` (installed wheel).
 
-``variant`` picks the kernel schedule: ``"three"`` (the norm pass, whose last block runs the
-final reduction, then the scale pass: the shipped path) or ``"single"`` (one cooperative launch;
-an experiment for the benchmark, needs one dtype and at most 160 non-empty tensors).
+``variant`` picks the kernel schedule: ``"three"`` (the shipped pair: the norm pass, whose block
+finishing the last tensor computes the scale, then the scale pass, launched with programmatic
+dependent launch on sm_90+ so that its launch overlaps the norm pass; :func:`set_pdl` or
+``ANDREA_CLIP_PDL=0`` turn that off) or ``"single"`` (one cooperative launch; an experiment for
+the benchmark, needs one dtype and at most 160 non-empty tensors). Both give the same bits.
 
 Experiments live in ``kernels/dev/`` and build as a second extension, ``andrea_diag_clip_dev``
 (:func:`load_dev`), only when a benchmark, ``variant="single"`` or ``ClippedAdamW`` asks for
@@ -211,6 +213,17 @@ def norm_final(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """The final reduction alone: (total_norm, per_tensor_norm, scale, nonfinite) from the partials."""
     return load().norm_final(partials, offsets, float(max_norm), float(norm_type))
+
+
+def set_pdl(enabled: bool) -> bool:
+    """Launch the scale pass with programmatic dependent launch (sm_90+) or not; returns the
+    previous setting. Read when a clip is launched (so also when it is graph-captured)."""
+    return bool(load().set_pdl(bool(enabled)))
+
+
+def pdl_enabled() -> bool:
+    """Whether the scale pass is launched with programmatic dependent launch."""
+    return bool(load().pdl_enabled())
 
 
 def scale_(grads: list[torch.Tensor], scale: torch.Tensor) -> None:

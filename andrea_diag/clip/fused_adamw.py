@@ -10,7 +10,7 @@ Equivalent to ``torch.nn.utils.clip_grad_norm_(params, max_norm)`` followed by
 update (parameters, moments and step counters stay as they were) instead of writing NaN into
 the weights. On CUDA it runs three stages and never syncs with the host:
 
-1. ``k_grad_norm_partial`` (kernels/clip.cu; its last block reduces): the global norm, the
+1. ``k_clip_norm`` (kernels/clip.cu; its last block reduces): the global norm, the
    per-tensor norms, ``scale = min(1, max_norm / (norm + 1e-6))`` and the non-finite flag, all
    left in device memory (the existing clipper with ``apply=False``);
 2. ``k_step_inc`` (kernels/dev/adamw.cu): every ``state["step"]`` += 1 unless the flag is set;

@@ -24,8 +24,7 @@ using Outputs = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
 
 bool single_supported(const std::vector<at::Tensor>& grads) {
   ac::check_grads(grads);
-  auto plan = ac::get_plan(grads);
-  return ac::build_tables<1>({&grads}, plan->offsets).size() <= 1;
+  return ac::build_span_tables(grads).size() == 1;  // all-empty lists take the pair
 }
 
 Outputs clip_single(const std::vector<at::Tensor>& grads, double max_norm, double norm_type,
@@ -34,26 +33,25 @@ Outputs clip_single(const std::vector<at::Tensor>& grads, double max_norm, doubl
   const auto nk = ac::norm_kind(norm_type);
   const c10::cuda::CUDAGuard guard(grads[0].device());
   auto plan = ac::get_plan(grads);
-  const auto tables = ac::build_tables<1>({&grads}, plan->offsets);
-  TORCH_CHECK(tables.size() == 1, "andrea_clip: the single-launch variant needs one dtype and at most ",
-              std::to_string(ac::kMaxTensors), " non-empty tensors; got ",
-              std::to_string(tables.size()), " launches' worth");
-  const int64_t n_partials = plan->offsets.back();
+  const auto launches = ac::build_span_tables(grads);
+  TORCH_CHECK(launches.size() == 1, "andrea_clip: the single-launch variant needs one dtype and at "
+              "most ", std::to_string(ac::kMaxTensors), " non-empty tensors; got ",
+              std::to_string(launches.size()), " launches' worth");
+  const auto& l = launches[0];
   const auto n_tensors = static_cast<int64_t>(grads.size());
   auto f32 = at::TensorOptions().dtype(at::kFloat).device(grads[0].device());
-  auto partials = at::empty({n_partials}, f32);
+  const int n_slots = l.grid + l.tt.n - 1;
+  auto segs = at::empty({n_slots}, f32.dtype(at::kDouble));
   Outputs out{at::empty({}, f32), at::empty({n_tensors}, f32), at::empty({}, f32),
               at::empty({}, f32.dtype(at::kBool))};
   auto& [total, per, scale, nonfinite] = out;
-  const ac::NormOut no{plan->offsets_dev.data_ptr<int32_t>(), static_cast<int>(n_tensors),
-                       static_cast<int>(n_partials), total.data_ptr<float>(),
-                       per.data_ptr<float>(), scale.data_ptr<float>(),
-                       nonfinite.data_ptr<bool>(), nullptr};
-  const auto& [dt, tt] = tables[0];
-  ac::check_cuda(ac::launch_clip_single(tt, dt, nk, static_cast<float>(norm_type),
-                                        static_cast<float>(max_norm), apply,
-                                        partials.data_ptr<float>(), no, plan->done() + 1,
-                                        c10::cuda::getCurrentCUDAStream()),
+  const ac::ClipOut co{plan->offsets_dev.data_ptr<int32_t>(), static_cast<int>(n_tensors),
+                       l.grid, n_slots, segs.data_ptr<double>(), plan->seg_count(),
+                       plan->done(), total.data_ptr<float>(), per.data_ptr<float>(),
+                       scale.data_ptr<float>(), nonfinite.data_ptr<bool>()};
+  ac::check_cuda(ac::launch_clip_single(l.tt, l.dt, nk, static_cast<float>(norm_type),
+                                        static_cast<float>(max_norm), apply, co, l.grid,
+                                        plan->done() + 1, c10::cuda::getCurrentCUDAStream()),
                  "k_clip_single launch");
   return out;
 }

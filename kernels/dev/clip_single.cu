@@ -1,6 +1,7 @@
 // Experiment: the whole clip in ONE cooperative launch (persistent grid, one software grid
-// barrier), compared against the shipped pipeline by bench-kernels ("cuda_single"). Same
-// device building blocks as clip.cu, so it gives the same bits (tests/test_clip_cuda.py).
+// barrier), compared against the shipped pair by bench-kernels ("cuda_single"). Same device
+// building blocks and the same runs as clip.cu, so it gives the same bits
+// (tests/test_clip_cuda.py).
 //     nvcc -arch=sm_90 -I kernels -c kernels/dev/clip_single.cu -o /tmp/single.o
 #include "dev.h"
 
@@ -31,43 +32,42 @@ __device__ __forceinline__ void grid_barrier(unsigned* bar) {
   __syncthreads();
 }
 
+// Phase 1 is the production norm pass over the same runs (virtual block v of G, G from
+// span_grid as in production), so the norm, the per-tensor norms and the scale have the same
+// bits; the last (virtual) block writes the scale, one grid barrier publishes it,
+// then every block scales its runs.
 template <typename T, NormKind K>
 __global__ void __launch_bounds__(kThreads)
-    k_clip_single(const __grid_constant__ GradTable tt, float p, float max_norm, int apply,
-                  float* partials, const NormOut out, unsigned* barrier) {
-  __shared__ float sh[kWarps];
+    k_clip_single(const __grid_constant__ SpanTable tt, float p, float max_norm, int apply,
+                  const ClipOut out, int G, unsigned* barrier) {
   __shared__ double shd[kWarps];
-  for_each_chunk(tt, [&](int t, int c, int64_t off, int n) {
-    const float r = chunk_reduce<T, K>(static_cast<const T*>(tt.ptr[0][t]) + off, n, p, sh);
-    if (threadIdx.x == 0) partials[tt.global_start[t] + c] = r;
-  });
+  __shared__ int flag[2];
+  for (int v = blockIdx.x; v < G; v += gridDim.x)
+    norm_run<T, K>(tt, v, G, 0, p, max_norm, out, shd, flag);
   grid_barrier(barrier);
-  // Every block reduces the same partials in the same order -> the same norm in every block,
-  // which saves a second grid barrier (the partials are a few KB and sit in L2).
-  const float norm = static_cast<float>(root<K>(total_of<K>(partials, out.n_partials, shd), p));
-  const float s = scale_of(norm, max_norm);
-  if (blockIdx.x == 0) final_block<K>(partials, p, max_norm, out, shd);
+  const float s = __ldcg(out.scale);
   if (!apply || s == 1.0f) return;
-  for_each_chunk(tt, [&](int t, int, int64_t off, int n) {
-    chunk_scale<T>(static_cast<T*>(tt.ptr[0][t]) + off, n, s);
-  });
+  for (int v = blockIdx.x; v < G; v += gridDim.x)
+    for_each_span<true>(tt, v, G, [&](int t, int64_t e0, int64_t e1) {
+      span_scale<T>(static_cast<T*>(tt.ptr[t]) + e0, e1 - e0, s);
+    });
 }
 
 }  // namespace
 
-cudaError_t launch_clip_single(const GradTable& tt, DType dt, NormKind nk, float p,
-                               float max_norm, bool apply, float* partials, const NormOut& out,
+cudaError_t launch_clip_single(const SpanTable& tt, DType dt, NormKind nk, float p,
+                               float max_norm, bool apply, const ClipOut& out, int G,
                                unsigned* barrier, cudaStream_t stream) {
   return ANDREA_DISPATCH_DTYPE(dt, T, [&] {
     return ANDREA_DISPATCH_NORM(nk, K, [&] {
       int grid = 0;
-      // Cooperative launch needs every block resident: the persistent grid is exactly that.
-      cudaError_t e = persistent_grid<k_clip_single<T, K>>(tt.local_start[tt.n], &grid);
+      // Cooperative launch needs every block resident: a persistent grid, at most G blocks.
+      cudaError_t e = persistent_grid<k_clip_single<T, K>>(G, &grid);
       if (e != cudaSuccess) return e;
       int apply_i = apply ? 1 : 0;
-      GradTable tt_copy = tt;  // cudaLaunchCooperativeKernel wants non-const argument addresses
-      NormOut out_copy = out;
-      void* args[] = {&tt_copy, &p, &max_norm, &apply_i, &partials, &out_copy, &barrier};
+      SpanTable tt_copy = tt;  // cudaLaunchCooperativeKernel wants non-const argument addresses
+      ClipOut out_copy = out;
+      void* args[] = {&tt_copy, &p, &max_norm, &apply_i, &out_copy, &G, &barrier};
       return cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(k_clip_single<T, K>),
                                          dim3(grid), dim3(kThreads), args, 0, stream);
     });

@@ -10,11 +10,12 @@
 
 namespace andrea_clip {
 
-// All three clip stages in ONE cooperative launch (persistent grid + one grid barrier). Needs
-// every tensor in one table (one dtype, <= kMaxTensors non-empty tensors). `barrier` is two
+// The whole clip in ONE cooperative launch (persistent grid + one grid barrier). Needs every
+// tensor in one table (one dtype, <= kMaxTensors non-empty tensors). G: the production grid
+// for this table (span_grid), which fixes the runs and so the bits. `barrier` is two
 // zero-initialised uint32 words that the kernel leaves ready for the next call.
-cudaError_t launch_clip_single(const GradTable& tt, DType dt, NormKind nk, float p,
-                               float max_norm, bool apply, float* partials, const NormOut& out,
+cudaError_t launch_clip_single(const SpanTable& tt, DType dt, NormKind nk, float p,
+                               float max_norm, bool apply, const ClipOut& out, int G,
                                unsigned* barrier, cudaStream_t stream);
 
 // ---- AdamW with the clip folded in (k_adamw_clipped) -------------------------------------

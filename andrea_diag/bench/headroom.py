@@ -1,0 +1,71 @@
+"""Where the fused clip's norm-only time goes (issue 20 item 5), as extra rows of the "clip" case.
+
+    from andrea_diag.bench.headroom import diagnostic_rows
+    rows = diagnostic_rows("120m", "fp32", grads, pristine, restore, timer, nbytes)  # CUDA only
+
+Each row is checked against the float64 truth before it is timed. Against the headline rows of
+:mod:`andrea_diag.bench.clip` (the same bytes, the same timer):
+
+- ``k_clip_norm(flat)``: the norm pass over ONE tensor holding every gradient: what the list's
+  many tensors (pieces, per-tensor reductions) cost;
+- ``k_clip_norm(clean L2)``, ``cuda_three_graph(clean L2)`` and ``torch_foreach_graph(clean
+  L2)``: timed after a flush that leaves L2 holding clean lines. The default flush writes a
+  256 MB buffer, so the first reads of the timed call also pay the write-back of ~L2-size
+  dirty lines that are not the clip's own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from andrea_diag.bench.harness import INACTIVE, Row, Timer, capture_graph, make_row
+from andrea_diag.clip import reference
+
+
+def diagnostic_rows(
+    size: str,
+    dt: str,
+    grads: list[torch.Tensor],
+    pristine: list[torch.Tensor],
+    restore: Callable[[], None],
+    timer: Timer,
+    nbytes: int,
+) -> list[Row]:
+    """The rows listed in the module docstring (CUDA only); raises if one is wrong."""
+    from andrea_diag.clip import cuda
+
+    total64 = reference.float64_truth(pristine, INACTIVE)[0]
+    flat = torch.cat([g.reshape(-1) for g in pristine])
+
+    def norm(gs: list[torch.Tensor]) -> torch.Tensor:
+        return cuda.clip(gs, INACTIVE, apply=False)[0]
+
+    def torch_step() -> torch.Tensor:
+        holders = [reference.GradHolder(x) for x in grads]
+        return torch.nn.utils.clip_grad_norm_(holders, INACTIVE, foreach=True)
+
+    clean = Timer(timer.device, timer.reps, timer.warmup, clean_l2=True)
+    # (mode, variant, step, timer, norm tolerance: torch's bf16 norm is computed in bf16)
+    steps: list[tuple[str, str, Callable[[], torch.Tensor], Timer, float]] = [
+        ("stage", "k_clip_norm(flat)", lambda: norm([flat]), timer, 1e-5),
+        ("stage", "k_clip_norm(clean L2)", lambda: norm(grads), clean, 1e-5),
+    ]
+    for name, step, tol in (
+        ("cuda_three_graph", lambda: cuda.clip(grads, INACTIVE)[0], 1e-5),
+        ("torch_foreach_graph", torch_step, 2e-2),
+    ):
+        captured = capture_graph(name, step, restore)
+        if captured is not None:
+            graph, total = captured
+            replay = lambda graph=graph, total=total: (graph.replay(), total)[1]  # noqa: E731
+            steps.append(("inactive", f"{name}(clean L2)", replay, clean, tol))
+    rows = []
+    for mode, name, fn, tm, tol in steps:
+        restore()
+        err = reference.rel_err(fn(), total64)
+        if not err <= tol:
+            raise AssertionError(f"{name} {size} {dt}: rel err norm {err:.2e}")
+        rows.append(make_row(size, dt, mode, name, tm(fn, restore), nbytes, rel_err_norm=err))
+    return rows
