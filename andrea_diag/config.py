@@ -19,7 +19,7 @@ from typing import Any, Literal, get_args
 from andrea_diag.clip_params import ClipParams
 from andrea_diag.errors import UserError
 from andrea_diag.fields import MAX_SEED, MAX_UPDATES, check_bounds, cli, cli_fields
-from andrea_diag.injections import Injection, parse_injections
+from andrea_diag.injections import Injection, injection_forms, parse_injections
 from andrea_diag.presets import (
     MODEL_PRESETS,
     PRESETS,
@@ -235,7 +235,7 @@ class RunConfig:
         default_factory=list,
         metadata=cli(
             flags=("--inject",),
-            help="Cause a spike: outlier@UPDATE or nonfinite@UPDATE. Repeatable. Without "
+            help=f"Cause a spike: {injection_forms()}. Repeatable. Without "
             "--inject and --steps, a size's own run injects: " + _PRESET_INJECTS + ".",
             **_ONE_CELL,
         ),
