@@ -251,3 +251,22 @@ def test_in_process_replicas_average_the_gradients_as_ddp_does() -> None:
         red.rank, p.grad = rank, g.clone()
         red.reduce([p])
     assert torch.equal(p.grad, torch.tensor([1.0, 3.0, 5.0]))  # (g0 + g1) / D
+
+
+def test_fp16_overflow_halves_the_scale_as_the_trainers_scaler_does(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """At a scale the gradients overflow at, the GradScaler's skipped step halves it until the
+    reference is finite; the rows are then measured (and pass) at the settled scale."""
+    from andrea_diag.train import components
+
+    real_init = components.FP16Precision.__init__
+
+    def init(self: components.FP16Precision, device: torch.device | None = None) -> None:
+        real_init(self, device)
+        self.scaler = torch.amp.GradScaler(self.device.type, init_scale=2.0**40)  # fp16 max 65504
+
+    monkeypatch.setattr(components.FP16Precision, "__init__", init)
+    res = run_accum_check(AccumSpec(precision="fp16", **SMALL))
+    assert res.meta["loss_scale"] == 2.0**40 > res.meta["loss_scale_end"]  # halved on overflow
+    assert res.ok and all(r.passed for r in res.rows if r.kind == "mistake")

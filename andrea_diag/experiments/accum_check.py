@@ -130,7 +130,7 @@ def _measure(
     x, y = (t.to(dev) for t in make_batch(m * a * d, spec.seq_len, vocab, gen))
     px, py = (t.to(dev) for t in make_batch(m * a * d, spec.seq_len, vocab, gen))
     replicas, previous = split(x, y, m, a), split(px, py, m, a)
-    scale = precision.scale()  # fp16: the GradScaler's scale at the first backward
+    scale = precision.scale()  # fp16: the GradScaler's scale before the first backward
     ref = full_batch_grad(model, x, y, precision, opt)
     # the floor: how far this precision's full batch is from an fp64 one (no autocast)
     exact_model = copy.deepcopy(model).double()
@@ -154,6 +154,7 @@ def _measure(
         "tolerance": tol,
         "floor": floor,
         "loss_scale": 1.0 if scale is None else scale,
+        "loss_scale_end": 1.0 if scale is None else precision.scale(),  # < start: overflows
         "tokens_global": tokens(y),
         "tokens_per_microbatch": [[tokens(yb) for _, yb in mbs] for mbs in replicas],
         "lr_after_one_update": {"actual": actual, "intended": intended},

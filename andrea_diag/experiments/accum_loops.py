@@ -30,6 +30,7 @@ from andrea_diag.train.optim import build_scheduler, warmup_factor
 MB = tuple[torch.Tensor, torch.Tensor]  # one microbatch: inputs (B, T), targets (B, T)
 Body = Callable[[int, list[MB]], None]  # runs one replica's group: (replica, microbatches)
 WARMUP_UPDATES = RECIPES["v2"].warmup_updates  # the v2 recipe's linear warmup (100 updates)
+MAX_HALVINGS = 24  # fp16: from the GradScaler's 2^16 down to 2^-8, past any scale that fits
 
 
 class InProcessReplicas(Reducer):
@@ -112,6 +113,17 @@ def true_grad(
     return g
 
 
+def until_finite(precision: Precision, measure: Callable[[], torch.Tensor]) -> torch.Tensor:
+    """``measure()`` (one whole loop, grads zeroed first), again while its gradient is
+    non-finite under a loss scale: each overflow's skipped step has halved the GradScaler's
+    scale, as the trainer's next update would run at it. Unscaled precisions run it once."""
+    for _ in range(MAX_HALVINGS):
+        g = measure()
+        if precision.scale() is None or bool(torch.isfinite(g).all()):  # host sync
+            return g
+    return g  # still non-finite: the row's error says so (and fails its criterion)
+
+
 def _backward(model: torch.nn.Module, mb: MB, precision: Precision, divisor: float) -> None:
     """The precision's backward of (sum of token losses) / divisor, under its autocast."""
     with precision.autocast():
@@ -129,9 +141,13 @@ def full_batch_grad(
     opt: torch.optim.Optimizer,
 ) -> torch.Tensor:  # fmt: skip
     """The reference: one forward/backward over every sequence, token-weighted loss."""
-    model.zero_grad(set_to_none=True)
-    _backward(model, (x, y), precision, tokens(y))
-    return true_grad(model, precision, opt)
+
+    def once() -> torch.Tensor:
+        model.zero_grad(set_to_none=True)
+        _backward(model, (x, y), precision, tokens(y))
+        return true_grad(model, precision, opt)
+
+    return until_finite(precision, once)
 
 
 def _replica_grad(
@@ -141,12 +157,16 @@ def _replica_grad(
     """``body`` per replica on fresh grads (same weights, as in DDP), reduced as DDP does."""
     reducer = InProcessReplicas([sum(tokens(y) for _, y in mbs) for mbs in replicas])
     params = list(model.parameters())
-    for r, mbs in enumerate(replicas):
-        reducer.rank = r
-        model.zero_grad(set_to_none=True)  # zeroed before each replica's group: the caller's job
-        body(r, mbs)
-        reducer.reduce(params)
-    return true_grad(model, precision, opt)
+
+    def once() -> torch.Tensor:
+        for r, mbs in enumerate(replicas):
+            reducer.rank = r
+            model.zero_grad(set_to_none=True)  # before each replica's group: the caller's job
+            body(r, mbs)
+            reducer.reduce(params)
+        return true_grad(model, precision, opt)
+
+    return until_finite(precision, once)
 
 
 def toolkit_grad(
@@ -156,13 +176,17 @@ def toolkit_grad(
     """The trainer's ``accumulate_with`` per replica, through :class:`InProcessReplicas`."""
     reducer = InProcessReplicas([sum(tokens(y) for _, y in mbs) for mbs in replicas])
     params, dev = list(model.parameters()), next(model.parameters()).device
-    for r, mbs in enumerate(replicas):
-        reducer.rank = r
-        model.zero_grad(set_to_none=True)  # the trainer zeroes between groups
-        res = accumulate_with(model, mbs, precision, reducer, dev)
-        assert res.tokens == sum(reducer.counts)  # the global denominator, on every replica
-        reducer.reduce(params)
-    return true_grad(model, precision, opt)
+
+    def once() -> torch.Tensor:
+        for r, mbs in enumerate(replicas):
+            reducer.rank = r
+            model.zero_grad(set_to_none=True)  # the trainer zeroes between groups
+            res = accumulate_with(model, mbs, precision, reducer, dev)
+            assert res.tokens == sum(reducer.counts)  # the global denominator, on every replica
+            reducer.reduce(params)
+        return true_grad(model, precision, opt)
+
+    return until_finite(precision, once)
 
 
 def _divided(

@@ -50,6 +50,12 @@ WHAT = {  # what each row's loop does, by method name (experiments/accum_loops.p
 }
 
 
+def _halved(meta: dict[str, Any]) -> str:
+    """ ", 2048 after overflows" when the GradScaler halved its scale during the check."""
+    end = meta.get("loss_scale_end", meta["loss_scale"])
+    return f", {end:g} after overflows" if end != meta["loss_scale"] else ""
+
+
 def _verdict(row: CheckRow) -> str:
     if row.passed is None:
         return '<span class="note">context</span>'
@@ -92,7 +98,7 @@ def _setup(meta: dict[str, Any]) -> str:
         (
             "precision",
             f"{meta['precision']}: {meta.get('precision_component', '')} "
-            f"(loss scale {meta['loss_scale']:g}, undone)",
+            f"(loss scale {meta['loss_scale']:g}{_halved(meta)}, undone)",
         ),
         ("replicas", f"D={d}: {meta.get('reducer', '')}"),
         (
