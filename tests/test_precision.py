@@ -65,25 +65,3 @@ def test_an_unknown_precision_is_one_clear_error() -> None:
     with pytest.raises(UnknownPrecision, match="unknown precision 'fp8'") as err:
         make_precision("fp8", torch.device("cpu"))
     assert isinstance(err.value, ValueError) and "fp32, bf16, fp16" in (err.value.hint or "")
-
-
-def test_a_registered_precision_is_a_choice_of_the_cli_and_of_the_trainer(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """One class and one @register_precision: --precision's check and help follow."""
-    from andrea_diag.commands import options
-    from andrea_diag.train import components
-
-    monkeypatch.setattr(components, "PRECISIONS", dict(components.PRECISIONS))
-
-    @components.register_precision
-    class FP32Twice(components.Precision):
-        name, help = "fp32x2", "fp32x2 (a test's)"
-
-    assert "fp32x2 (a test's)" in components.precision_help()
-    options.checked(RunConfig(precision="fp32x2"))  # accepted: no list elsewhere to extend
-    assert isinstance(components.make_precision("fp32x2", torch.device("cpu")), FP32Twice)
-    assert options.BY_NAME["precision"].cli.help == (
-        "fp32; bf16 (autocast); fp16 (autocast + GradScaler: an overflow skips the update and "
-        "halves the scale, both recorded)."
-    )  # the CLI's help, from the registry as it stood at import

@@ -8,9 +8,13 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
+import torch
+
 from andrea_diag.clip.modes import CLIPPERS, clip_modes
 from andrea_diag.clip_params import MODE_PARAMS, ClipParams
 from andrea_diag.commands.options import BY_NAME, OPTIONS
+from andrea_diag.config import RunConfig
 from andrea_diag.train.components import PRECISIONS, precision_help
 
 
@@ -39,8 +43,6 @@ def test_precision_choices_and_help_come_from_the_registry() -> None:
 
 def test_the_default_probes_are_the_registry_in_its_order() -> None:
     """make_probes builds one probe per registered factory; the config's switches drop some."""
-    import torch
-
     from andrea_diag.config import ProbeConfig
     from andrea_diag.probes import PROBES, LockInProbe, make_probes, register_probe
 
@@ -64,3 +66,25 @@ def test_the_default_probes_are_the_registry_in_its_order() -> None:
     finally:
         del PROBES["extra"]
     assert not any(isinstance(p, LockInProbe) for p in off)
+
+
+def test_a_registered_precision_is_a_choice_of_the_cli_and_of_the_trainer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One class and one @register_precision: --precision's check and help follow."""
+    from andrea_diag.commands import options
+    from andrea_diag.train import components
+
+    monkeypatch.setattr(components, "PRECISIONS", dict(components.PRECISIONS))
+
+    @components.register_precision
+    class FP32Twice(components.Precision):
+        name, help = "fp32x2", "fp32x2 (a test's)"
+
+    assert "fp32x2 (a test's)" in components.precision_help()
+    options.checked(RunConfig(precision="fp32x2"))  # accepted: no list elsewhere to extend
+    assert isinstance(components.make_precision("fp32x2", torch.device("cpu")), FP32Twice)
+    assert options.BY_NAME["precision"].cli.help == (
+        "fp32; bf16 (autocast); fp16 (autocast + GradScaler: an overflow skips the update and "
+        "halves the scale, both recorded)."
+    )  # the CLI's help, from the registry as it stood at import
