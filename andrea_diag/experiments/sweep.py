@@ -49,7 +49,7 @@ from andrea_diag.experiments.executor import (
     throughput,
 )
 from andrea_diag.experiments.resume import check_same_run, move_aside
-from andrea_diag.experiments.status import Status
+from andrea_diag.experiments.status import DONE, Status
 from andrea_diag.probes.verdict import COLLAPSE_VERDICTS
 from andrea_diag.record import write_json
 from andrea_diag.rundir import read_json
@@ -272,9 +272,7 @@ def run_sweep(
         pd.DataFrame(rows).to_csv(out / "sweep.csv", index=False)
     table = pd.DataFrame(rows)
     write_interval_tables(out, table)
-    status = (
-        {"status": Status.CRASHED, "crashed_cells": crashed} if crashed else {"status": Status.DONE}
-    )
+    status = {"status": Status.CRASHED, "crashed_cells": crashed} if crashed else {"status": DONE}
     not_run = sorted({r["cell"] for r in rows if r["status"] == Status.NOT_RUN})
     if spec.executor.merge_only and not_run and not crashed:  # merged, with cells to come
         status = {"status": Status.PARTIAL, "not_run_cells": not_run}
