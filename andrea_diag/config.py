@@ -19,7 +19,7 @@ from typing import Any, Literal, get_args
 from andrea_diag.clip_params import ClipParams
 from andrea_diag.errors import UserError
 from andrea_diag.fields import MAX_SEED, MAX_UPDATES, check_bounds, cli, cli_fields
-from andrea_diag.injections import Injection, parse_injections
+from andrea_diag.injections import Injection, injection_forms, parse_injections
 from andrea_diag.presets import (
     MODEL_PRESETS,
     PRESETS,
@@ -56,7 +56,6 @@ MatmulPrecision = Literal["highest", "high", "medium"]
 DeviceName = Literal["auto", "cpu", "cuda"]
 RecipeName = Literal["v1", "v2"]
 SizeName = Literal["tiny", "12m", "120m", "tiny2", "30m", "60m"]
-PrecisionName = Literal["fp32", "bf16", "fp16"]
 SourceMode = Literal["default-plus-given", "only"]
 
 
@@ -192,13 +191,12 @@ class RunConfig:
     # fp32 matmuls on CUDA: "high" allows TF32 tensor cores (about 5x faster on an H200);
     # "highest" keeps full fp32. No effect on CPU.
     matmul_precision: MatmulPrecision = "high"
-    # fp32, bf16 autocast, or fp16 autocast + GradScaler (train/components.py)
-    precision: PrecisionName = field(
+    # fp32, bf16 autocast, or fp16 autocast + GradScaler: a registered name of
+    # train/components.PRECISIONS, which (not this torch-free module) checks it and gives the
+    # --precision help (commands/options.py asks it)
+    precision: str = field(
         default="fp32",
-        metadata=cli(
-            help="fp32; bf16 (autocast); fp16 (autocast + GradScaler: an overflow skips the "
-            "update and halves the scale, both recorded)."
-        ),
+        metadata=cli(help="Precision of the forward and backward passes (train/components.py)."),
     )
     # D: data-parallel worker processes (train/distributed.py)
     replicas: int = field(
@@ -237,7 +235,7 @@ class RunConfig:
         default_factory=list,
         metadata=cli(
             flags=("--inject",),
-            help="Cause a spike: outlier@UPDATE or nonfinite@UPDATE. Repeatable. Without "
+            help=f"Cause a spike: {injection_forms()}. Repeatable. Without "
             "--inject and --steps, a size's own run injects: " + _PRESET_INJECTS + ".",
             **_ONE_CELL,
         ),
@@ -288,15 +286,16 @@ class RunConfig:
     def resolve(self) -> RunConfig:
         """Fill size/recipe defaults and validate; returns a new, fully concrete config.
 
-        The clip mode is checked where its registry is (``clip.modes.make_clipper`` and the
-        commands' ``--clip``), so that importing the config imports no torch."""
+        The clip mode and the precision are checked where their registries are
+        (``clip.modes.make_clipper`` and ``train.components.make_precision``; the commands'
+        ``--clip`` and ``commands.options.checked``), so that importing the config imports no
+        torch."""
         _check_choice(self.size, tuple(PRESETS), "size")
         _check_choice(self.recipe, tuple(RECIPES), "recipe")
         _check_choice(self.mixer, MixerPolicy, "mixer")
         _check_choice(self.clip_impl, ClipImpl, "clip implementation")
         _check_choice(self.matmul_precision, MatmulPrecision, "matmul precision")
         _check_choice(self.device, DeviceName, "device")
-        _check_choice(self.precision, PrecisionName, "precision")
         _check_choice(self.source_mode, SourceMode, "--sources mode")
         preset = PRESETS[self.size]
         lr = RECIPES[self.recipe].lr if preset.lr is None else preset.lr

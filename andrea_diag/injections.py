@@ -18,6 +18,11 @@ class Injection(StrEnum):
     NONFINITE = "nonfinite"  # an overflow (inf) in the last microbatch's gradients
 
 
+def injection_forms() -> str:
+    """ "outlier@UPDATE or nonfinite@UPDATE": every kind, for the help and the errors."""
+    return " or ".join(f"{k.value}@UPDATE" for k in Injection)
+
+
 def parse_injections(specs: list[str], steps: int) -> dict[int, Injection]:
     """``["outlier@40", "nonfinite@90"]`` -> {40: Injection.OUTLIER, 90: Injection.NONFINITE}."""
     out: dict[int, Injection] = {}
@@ -26,8 +31,7 @@ def parse_injections(specs: list[str], steps: int) -> dict[int, Injection]:
         kind, _, at = spec.partition("@")
         if kind not in kinds or not at.isdigit():
             raise UserError(
-                f"bad --inject {spec!r}",
-                hint="use outlier@UPDATE or nonfinite@UPDATE, e.g. outlier@40",
+                f"bad --inject {spec!r}", hint=f"use {injection_forms()}, e.g. {kinds[0]}@40"
             )
         update = int(at)
         if not 1 <= update <= steps:

@@ -147,9 +147,9 @@ def test_cli_exits_nonzero_when_the_toolkit_loop_is_off(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A broken loop (here: accumulate_group's gradient doubled) fails with one line, exit 1."""
-    import andrea_diag.experiments.accum_check as ac
+    import andrea_diag.train.components as components
 
-    real = ac.accumulate_group
+    real = components.accumulate_group
 
     def doubled(model, mbs, **kw):  # type: ignore[no-untyped-def]
         res = real(model, mbs, **kw)
@@ -157,7 +157,8 @@ def test_cli_exits_nonzero_when_the_toolkit_loop_is_off(
             p.grad.mul_(2)
         return res
 
-    monkeypatch.setattr(ac, "accumulate_group", doubled)
+    # the toolkit loop is the trainer's accumulate_with, which calls accumulate_group there
+    monkeypatch.setattr(components, "accumulate_group", doubled)
     res = _cli("--micro-batch", "2", "--accum", "2", "--seq-len", "8", "--out", str(tmp_path))
     assert res.exit_code == 1
     assert "toolkit's accumulation loop is off" in res.output and "Traceback" not in res.output
@@ -174,3 +175,98 @@ def test_unsupported_precision_is_one_clear_line(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(ac.torch, "autocast", refuse)
     with pytest.raises(UserError, match="--precision fp16 is not supported on cpu"):
         run_accum_check(AccumSpec(precision="fp16", **SMALL))
+
+
+def test_fp16_arm_uses_the_trainers_fp16_precision_and_its_grad_scaler(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The loss scale is FP16Precision's GradScaler's, not a constant of accum-check's own."""
+    from andrea_diag.train import components
+
+    made: list[components.FP16Precision] = []
+    real_init = components.FP16Precision.__init__
+
+    def init(self: components.FP16Precision, device: torch.device | None = None) -> None:
+        real_init(self, device)
+        self.scaler = torch.amp.GradScaler(self.device.type, init_scale=2.0**10)
+        made.append(self)
+
+    monkeypatch.setattr(components.FP16Precision, "__init__", init)
+    res = run_accum_check(AccumSpec(precision="fp16", **SMALL))
+    assert len(made) == 1 and res.meta["precision_component"] == "FP16Precision"
+    assert res.meta["loss_scale"] == 2.0**10  # what the trainer's scaler scaled by
+    assert res.ok and all(r.passed for r in res.rows if r.kind == "mistake")
+
+
+def test_accum_check_defines_no_precision_of_its_own() -> None:
+    """No dtype table, autocast or loss scale in accum-check: the trainer's components own them."""
+    import andrea_diag.experiments.accum_check as ac
+    import andrea_diag.experiments.accum_loops as loops
+    from andrea_diag.train.components import PRECISIONS
+
+    for module in (ac, loops):
+        source = Path(module.__file__).read_text(encoding="utf-8")
+        for owned in ("torch.float16", "torch.bfloat16", "torch.autocast", "GradScaler(",
+                      "LOSS_SCALE", "DTYPES"):  # fmt: skip
+            assert owned not in source, (module.__name__, owned)
+    assert set(TOLERANCE) == set(PRECISIONS)  # one tolerance per registered precision
+
+
+def test_toolkit_row_runs_the_trainers_accumulate_with_through_a_reducer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each replica's group is the trainer's accumulate_with under DDPReducer's rules (global
+    tokens, loss x D), not a loss-hook rescale of accumulate_group's own denominator."""
+    import andrea_diag.experiments.accum_loops as loops
+    from andrea_diag.train.components import Reducer
+
+    calls: list[tuple[int, int, float, str, bool]] = []
+    real = loops.accumulate_with
+
+    def spy(model, micro, precision, reducer, device, **kw):  # type: ignore[no-untyped-def]
+        assert isinstance(reducer, Reducer) and not kw.get("loss_hook")
+        calls.append((reducer.rank, reducer.world_size, reducer.backward_factor(),
+                      precision.name, reducer.global_tokens(reducer.counts[reducer.rank], device)
+                      == sum(reducer.counts)))  # fmt: skip
+        return real(model, micro, precision, reducer, device, **kw)
+
+    monkeypatch.setattr(loops, "accumulate_with", spy)
+    res = run_accum_check(AccumSpec(replicas=2, precision="bf16", **SMALL))
+    assert res.ok
+    # the partial group's one replica, then the D=2 toolkit row's ranks 0 and 1
+    assert calls == [
+        (0, 1, 1.0, "bf16", True),
+        (0, 2, 2.0, "bf16", True),
+        (1, 2, 2.0, "bf16", True),
+    ]
+
+
+def test_in_process_replicas_average_the_gradients_as_ddp_does() -> None:
+    from andrea_diag.experiments.accum_loops import InProcessReplicas
+
+    p = torch.nn.Parameter(torch.zeros(3))
+    red = InProcessReplicas([5, 7])
+    assert red.global_tokens(5, torch.device("cpu")) == 12 and red.backward_factor() == 2.0
+    for rank, g in enumerate((torch.tensor([2.0, 4.0, 6.0]), torch.tensor([0.0, 2.0, 4.0]))):
+        red.rank, p.grad = rank, g.clone()
+        red.reduce([p])
+    assert torch.equal(p.grad, torch.tensor([1.0, 3.0, 5.0]))  # (g0 + g1) / D
+
+
+def test_fp16_overflow_halves_the_scale_as_the_trainers_scaler_does(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """At a scale the gradients overflow at, the GradScaler's skipped step halves it until the
+    reference is finite; the rows are then measured (and pass) at the settled scale."""
+    from andrea_diag.train import components
+
+    real_init = components.FP16Precision.__init__
+
+    def init(self: components.FP16Precision, device: torch.device | None = None) -> None:
+        real_init(self, device)
+        self.scaler = torch.amp.GradScaler(self.device.type, init_scale=2.0**40)  # fp16 max 65504
+
+    monkeypatch.setattr(components.FP16Precision, "__init__", init)
+    res = run_accum_check(AccumSpec(precision="fp16", **SMALL))
+    assert res.meta["loss_scale"] == 2.0**40 > res.meta["loss_scale_end"]  # halved on overflow
+    assert res.ok and all(r.passed for r in res.rows if r.kind == "mistake")

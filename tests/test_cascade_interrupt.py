@@ -87,3 +87,13 @@ def test_sigterm_marks_the_cascade_interrupted_too(tmp_path, monkeypatch):
 )
 def test_the_resume_command_follows_how_the_run_was_started(command, want):
     assert resume_command(Path("runs/x"), command) == want
+
+
+def test_statuses_are_one_str_enum_whose_json_is_the_on_disk_string() -> None:
+    """Old runs' strings read back as the enum; a new run writes the same strings."""
+    from andrea_diag.experiments.status import Status
+
+    on_disk = {"running", "done", "interrupted", "crashed", "partial", "not run"}
+    assert {s.value for s in Status} == on_disk
+    assert all(Status(v) == v and json.dumps(Status(v)) == json.dumps(v) for v in on_disk)
+    assert set(STATUSES) <= set(Status)

@@ -66,3 +66,23 @@ def test_unsupported_errors_lists_only_loaded_extensions(monkeypatch: pytest.Mon
     assert cuda.unsupported_errors() == ()
     monkeypatch.setattr(cuda, "_ext", _fake_ext(RuntimeError()))
     assert cuda.unsupported_errors() == (_Unsupported,)
+
+
+def test_an_old_build_without_the_registered_type_falls_back_on_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A cached extension built before UnsupportedInput existed: its errors are raised as they
+    are (no message matching), and looking for the type is no AttributeError of its own."""
+    old = types.ModuleType("old_andrea_diag_clip")
+
+    def clip(*_args: object) -> None:
+        raise RuntimeError("andrea_clip unsupported: gradient 0 is not contiguous")
+
+    old.clip = clip
+    monkeypatch.setattr(cuda, "_ext", old)
+    monkeypatch.setattr(cuda, "_dev_ext", None)
+    monkeypatch.setattr(cuda, "load", lambda verbose=False: old)
+    monkeypatch.setattr(cuda, "supports", lambda grads, p: True)
+    assert cuda.unsupported_errors() == ()
+    with pytest.raises(RuntimeError, match="not contiguous"):
+        cuda.clip([torch.randn(4)], 0.5)

@@ -55,5 +55,13 @@ def test_the_clipper_sees_unscaled_gradients(
 
 
 def test_an_unknown_precision_is_one_clear_error() -> None:
+    """The precision registry checks the name (the torch-free config cannot see it): the
+    commands before any work starts, and the trainer's make_precision for library callers."""
+    from andrea_diag.commands.options import checked
+    from andrea_diag.train.components import UnknownPrecision, make_precision
+
     with pytest.raises(UserError, match="unknown precision 'fp8'"):
-        RunConfig(precision="fp8").resolve()  # type: ignore[arg-type]
+        checked(RunConfig(precision="fp8"))
+    with pytest.raises(UnknownPrecision, match="unknown precision 'fp8'") as err:
+        make_precision("fp8", torch.device("cpu"))
+    assert isinstance(err.value, ValueError) and "fp32, bf16, fp16" in (err.value.hint or "")

@@ -134,7 +134,8 @@ def test_out_of_memory_is_one_line_with_the_same_effective_batch(
     def oom(*args, **kwargs):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
 
-    monkeypatch.setattr("andrea_diag.train.loop.accumulate_group", oom)
+    # the trainer runs its group through components.accumulate_with
+    monkeypatch.setattr("andrea_diag.train.components.accumulate_group", oom)
     res = CliRunner().invoke(app, ["train", "--steps", "3", "--out", str(tmp_path / "r")])
     assert res.exit_code != 0 and "Traceback" not in res.output
     assert "out of memory at update 1 of arm global with m=8, A=2, D=1" in res.output

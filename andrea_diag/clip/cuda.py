@@ -186,8 +186,10 @@ def clip(
 
 def unsupported_errors() -> tuple[type[BaseException], ...]:
     """The extensions' registered ``UnsupportedInput`` types (RuntimeError subclasses): an
-    input the kernels cannot take but the reference can. Matched by type, never by message."""
-    return tuple(m.UnsupportedInput for m in (_ext, _dev_ext) if m is not None)
+    input the kernels cannot take but the reference can. Matched by type, never by message: an
+    old build that registers no such type contributes nothing (its errors are raised)."""
+    found = (getattr(m, "UnsupportedInput", None) for m in (_ext, _dev_ext) if m is not None)
+    return tuple(t for t in found if isinstance(t, type) and issubclass(t, BaseException))
 
 
 def _reference(

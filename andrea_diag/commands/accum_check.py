@@ -25,6 +25,7 @@ from rich.table import Table
 from andrea_diag.config import MODEL_PRESETS
 from andrea_diag.errors import UserError
 from andrea_diag.fields import MAX_SEED
+from andrea_diag.train.components import PRECISIONS  # the --precision registry (torch only)
 
 if TYPE_CHECKING:
     from andrea_diag.experiments.accum_check import AccumCheckResult
@@ -43,7 +44,12 @@ ReplicasOpt = Annotated[
     ),
 ]
 PrecisionOpt = Annotated[
-    str, typer.Option("--precision", help="fp32, bf16 or fp16 (autocast; fp16 loss-scaled)")
+    str,
+    typer.Option(
+        "--precision",
+        help=f"{', '.join(PRECISIONS)}: the trainer's precision components (fp16: its "
+        "GradScaler, undone before comparing)",
+    ),
 ]
 SeqOpt = Annotated[
     int, typer.Option("--seq-len", help="Tokens per sequence (before padding)", max=2**20)

@@ -30,6 +30,7 @@ from andrea_diag.config import ProbeConfig, RunConfig
 from andrea_diag.data.corpus import parse_source_overrides
 from andrea_diag.errors import UserError
 from andrea_diag.fields import Cli, cli_fields, cli_of
+from andrea_diag.train.components import check_precision, precision_help
 
 # The config's nested dataclasses whose CLI fields are options too, and their help panels.
 NESTED: dict[str, tuple[type, str | None]] = {
@@ -40,6 +41,11 @@ NESTED: dict[str, tuple[type, str | None]] = {
 CONVERT: dict[str, Callable[[Any], Any]] = {
     "sources": lambda v: parse_source_overrides(v or []),
     "inject": lambda v: list(v or []),
+}
+# Fields whose value names a registered class: the registry (not the torch-free config) gives
+# their help and checks them, so a new precision is one class and one @register_precision.
+REGISTRIES: dict[str, tuple[Callable[[], str], Callable[[str], None]]] = {
+    "precision": (precision_help, check_precision),
 }
 
 
@@ -92,6 +98,8 @@ def _options() -> list[ConfigOption]:
             out += [ConfigOption(g.name, f.name, sub[g.name], _default(g), m, panel)
                     for g, m in cli_fields(cls)]  # fmt: skip
         elif (meta := cli_of(f)) is not None:
+            if f.name in REGISTRIES:
+                meta = dataclasses.replace(meta, help=REGISTRIES[f.name][0]())
             out.append(ConfigOption(f.name, None, hints[f.name], _default(f), meta, None))
     return out
 
@@ -188,6 +196,8 @@ def run_options(
 
 def checked(cfg: RunConfig) -> RunConfig:
     """``cfg`` itself, once it resolves: bad options fail before any work starts."""
+    for name, (_, check) in REGISTRIES.items():
+        check(getattr(cfg, name))
     cfg.resolve()
     return cfg
 

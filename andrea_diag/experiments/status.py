@@ -3,11 +3,18 @@
     with marks_interruption(out_dir, meta, console):   # cascade.py, around the arms
         run_arms(...)
 
-``status`` is one of :data:`STATUSES`: ``running`` while the arms train (also what a kill -9
-leaves), ``done`` once every arm finished, ``interrupted`` when Ctrl-C (KeyboardInterrupt) or a
-SIGTERM/SIGHUP (:class:`~andrea_diag.signals.Terminated`) stopped it. An interrupted cascade
-prints one line with the exact command that continues it; ``--resume`` treats it like a
-``running`` one (finished arms kept, a stopped arm continued from its newest checkpoint).
+>>> import json
+>>> Status.INTERRUPTED == "interrupted", json.dumps({"status": Status.NOT_RUN})
+(True, '{"status": "not run"}')
+
+Every status an experiment writes is a :class:`Status` (a ``str`` enum, so the JSON on disk is
+its value and old runs read back the same). A cascade's is one of :data:`STATUSES`: ``running``
+while the arms train (also what a kill -9 leaves), ``done`` once every arm finished,
+``interrupted`` when Ctrl-C (KeyboardInterrupt) or a SIGTERM/SIGHUP
+(:class:`~andrea_diag.signals.Terminated`) stopped it. An interrupted cascade prints one line
+with the exact command that continues it; ``--resume`` treats it like a ``running`` one
+(finished arms kept, a stopped arm continued from its newest checkpoint). A sweep's
+``sweep.json`` adds ``crashed`` and ``partial``, and its table's arms ``crashed`` and ``not run``.
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import shlex
 from collections.abc import Iterator
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -24,10 +32,20 @@ from rich.markup import escape
 from andrea_diag.record import write_json
 from andrea_diag.signals import Terminated
 
-RUNNING = "running"
-DONE = "done"
-INTERRUPTED = "interrupted"
-STATUSES = (RUNNING, DONE, INTERRUPTED)
+
+class Status(StrEnum):
+    """The ``status`` of cascade.json, sweep.json and a sweep table's arm rows."""
+
+    RUNNING = "running"  # arms training (also what a kill -9 leaves)
+    DONE = "done"  # every arm (cell) finished
+    INTERRUPTED = "interrupted"  # Ctrl-C or a stop signal: --resume continues it
+    CRASHED = "crashed"  # a sweep cell's job failed (sweep.json), or that cell's unfinished arm
+    PARTIAL = "partial"  # sweep --merge-only: some cells are still to come
+    NOT_RUN = "not run"  # a sweep arm no job has written yet
+
+
+RUNNING, DONE, INTERRUPTED = Status.RUNNING, Status.DONE, Status.INTERRUPTED
+STATUSES = (RUNNING, DONE, INTERRUPTED)  # a cascade's
 # commands whose cells resume by running the same command again (sweep.py: finished cells kept)
 RERUN_RESUMES = ("sweep", "ladder")
 

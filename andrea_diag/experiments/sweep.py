@@ -49,6 +49,7 @@ from andrea_diag.experiments.executor import (
     throughput,
 )
 from andrea_diag.experiments.resume import check_same_run, move_aside
+from andrea_diag.experiments.status import DONE, Status
 from andrea_diag.probes.verdict import COLLAPSE_VERDICTS
 from andrea_diag.record import write_json
 from andrea_diag.rundir import read_json
@@ -118,7 +119,7 @@ def _arm_row(cfg: RunConfig, arm: str, summary: dict[str, Any], cell: str) -> di
         "max_v_share": poll.get("max_v_share"), "final_v_share": poll.get("final_v_share"),
         "lockin": verdict, "collapse": collapse,
         "nonfinite_updates": summary.get("nonfinite_updates"),
-        "status": summary.get("status", "done"), "error": summary.get("error"),
+        "status": summary.get("status", Status.DONE), "error": summary.get("error"),
     }  # fmt: skip
 
 
@@ -127,12 +128,12 @@ def _arm_summary(arm_dir: Path) -> dict[str, Any]:
     for name in ("summary.json", "partial_summary.json"):
         if (arm_dir / name).exists():
             return json.loads((arm_dir / name).read_text())
-    return {"status": "not run"}
+    return {"status": Status.NOT_RUN}
 
 
 def _finished(cell_dir: Path) -> bool:
     meta = cell_dir / "cascade.json"
-    return meta.exists() and json.loads(meta.read_text()).get("status") == "done"
+    return meta.exists() and json.loads(meta.read_text()).get("status") == Status.DONE
 
 
 def _check_same(
@@ -228,7 +229,7 @@ def run_sweep(
         "command": " ".join(shlex.quote(a) for a in ["andrea-diag", *sys.argv[1:]]),
         "cells": [name_of(c) for c in configs],
     }  # fmt: skip
-    write_json(out / "sweep.json", {**meta, "status": "running"})
+    write_json(out / "sweep.json", {**meta, "status": Status.RUNNING})
     rows: list[dict[str, Any]] = []
     crashed: dict[str, str] = {}  # cell -> error
     spec.executor.check()
@@ -262,19 +263,19 @@ def run_sweep(
                 crashed[name] = error
                 console.print(f"[red]cell {name} crashed[/] ({error}); continuing", highlight=False)
         for arm in spec.clips:
-            summary = {"status": "not run"} if unmerged else _arm_summary(cell_dir / arm)
+            summary = {"status": Status.NOT_RUN} if unmerged else _arm_summary(cell_dir / arm)
             # an arm that finished before another arm of its cell crashed keeps its summary
-            if name in crashed and summary.get("status", "done") != "done":
-                summary = {**summary, "status": "crashed", "error": crashed[name]}
+            if name in crashed and summary.get("status", Status.DONE) != Status.DONE:
+                summary = {**summary, "status": Status.CRASHED, "error": crashed[name]}
             rows.append(_arm_row(cfg, arm, summary, name))
         # the table grows cell by cell: a crash keeps every finished cell's rows
         pd.DataFrame(rows).to_csv(out / "sweep.csv", index=False)
     table = pd.DataFrame(rows)
     write_interval_tables(out, table)
-    status = {"status": "crashed", "crashed_cells": crashed} if crashed else {"status": "done"}
-    not_run = sorted({r["cell"] for r in rows if r["status"] == "not run"})
+    status = {"status": Status.CRASHED, "crashed_cells": crashed} if crashed else {"status": DONE}
+    not_run = sorted({r["cell"] for r in rows if r["status"] == Status.NOT_RUN})
     if spec.executor.merge_only and not_run and not crashed:  # merged, with cells to come
-        status = {"status": "partial", "not_run_cells": not_run}
+        status = {"status": Status.PARTIAL, "not_run_cells": not_run}
     wall = time.perf_counter() - t0
     meta["throughput"] = throughput(
         recorded_updates(dirs, spec.clips) - before, wall, spec.executor

@@ -1,7 +1,8 @@
 """Probes: spike detection and attribution, Adam-state pollution, lock-in detection.
 
-``build_probes(cfg, model, prompts=..., tokenizer=...)`` returns the probes a training arm runs;
-:class:`ProbeDriver` (``driver.py``) runs them in the order their declarations require (the spike
+``build_probes(cfg, model, prompts=..., tokenizer=...)`` returns the probes a training arm runs:
+one per factory registered in :data:`PROBES` (``@register_probe(name)``: a new probe is its class
+and one factory). :class:`ProbeDriver` (``driver.py``) runs them in the order their declarations require (the spike
 probe decides ``ctx.spike`` in ``after_clip`` before the optimizer-state probe reads it in
 ``after_step``). The protocol they follow is in ``base.py``; ``andrea_diag.monitor`` drives the
 same probes, through the same driver, in a user's own training loop.
@@ -11,7 +12,8 @@ Summary keys returned by ``close``: ``spikes``, ``pollution``, ``lockin``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from andrea_diag.config import ProbeConfig
@@ -28,16 +30,77 @@ if TYPE_CHECKING:
     from andrea_diag.config import RunConfig
 
 __all__ = [
+    "PROBES",
     "LayerGradNormProbe",
     "LockInProbe",
     "OptStateProbe",
     "Probe",
     "ProbeDriver",
+    "ProbeSetup",
     "SpikeProbe",
     "UpdateContext",
     "build_probes",
     "make_probes",
+    "register_probe",
 ]
+
+
+@dataclass(frozen=True)
+class ProbeSetup:
+    """What a probe's factory may read: the resolved probe config and what the caller knows."""
+
+    model: torch.nn.Module
+    cfg: ProbeConfig  # resolved
+    total_steps: int | None = None
+    seed: int = 0
+    prompts: Mapping[str, torch.Tensor] | None = None
+    tokenizer: Any = None
+    unigram_entropy: float | None = None
+    groups: Mapping[str, tuple[str, str]] | None = None
+    vocab_size: int | None = None
+    block_size: int | None = None
+    source_names: Sequence[str] | None = None
+
+
+ProbeFactory = Callable[[ProbeSetup], "Probe | None"]  # None: off under this config
+# The default probes, in registration order (the driver orders them by reads/writes anyway).
+PROBES: dict[str, ProbeFactory] = {}
+
+
+def register_probe(name: str) -> Callable[[ProbeFactory], ProbeFactory]:
+    """Decorator: ``factory(setup)`` builds probe ``name`` for every run (None when off)."""
+
+    def deco(factory: ProbeFactory) -> ProbeFactory:
+        PROBES[name] = factory
+        return factory
+
+    return deco
+
+
+@register_probe("layers")
+def _layers(s: ProbeSetup) -> Probe | None:
+    return LayerGradNormProbe(s.groups) if s.cfg.per_layer else None
+
+
+@register_probe("spikes")
+def _spikes(s: ProbeSetup) -> Probe:
+    names = {} if s.source_names is None else {"source_names": tuple(s.source_names)}  # who
+    return SpikeProbe(s.cfg.spike_window, s.cfg.spike_z, s.cfg.boundary_k, **names)
+
+
+@register_probe("optstate")
+def _optstate(s: ProbeSetup) -> Probe:
+    return OptStateProbe(shadow=bool(s.cfg.shadow), per_layer=s.cfg.per_layer,
+                         update_stats=s.cfg.update_stats, groups=s.groups)  # fmt: skip
+
+
+@register_probe("lockin")
+def _lockin(s: ProbeSetup) -> Probe | None:
+    if not s.cfg.lockin:
+        return None
+    return LockInProbe(s.model, s.prompts, s.tokenizer, every=int(s.cfg.lockin_every or 1),
+                       total_steps=s.total_steps, seed=s.seed, unigram_entropy=s.unigram_entropy,
+                       vocab_size=s.vocab_size, block_size=s.block_size)  # fmt: skip
 
 
 def make_probes(
@@ -54,7 +117,8 @@ def make_probes(
     block_size: int | None = None,
     source_names: Sequence[str] | None = None,
 ) -> list[Probe]:
-    """The probes of a resolved ``ProbeConfig`` (what the trainer and the monitor share).
+    """The probes of a resolved ``ProbeConfig`` (what the trainer and the monitor share): every
+    registered factory's (:data:`PROBES`), those its config turns off left out.
 
     ``prompts`` (source -> 1-D token ids) and ``tokenizer`` (``.decode(list[int])``) feed the
     lock-in samples; without prompts the lock-in verdict uses the loss trajectory only.
@@ -62,34 +126,9 @@ def make_probes(
     caller knows of a model that is not ours (None: read from names and the model's config).
     """
     cfg = (cfg or ProbeConfig()).resolve(total_steps)  # idempotent on a resolved config
-    probes: list[Probe] = []
-    if cfg.per_layer:
-        probes.append(LayerGradNormProbe(groups))
-    names = {} if source_names is None else {"source_names": tuple(source_names)}  # who spiked
-    probes.append(SpikeProbe(cfg.spike_window, cfg.spike_z, cfg.boundary_k, **names))
-    probes.append(
-        OptStateProbe(
-            shadow=bool(cfg.shadow),
-            per_layer=cfg.per_layer,
-            update_stats=cfg.update_stats,
-            groups=groups,
-        )
-    )
-    if cfg.lockin:
-        probes.append(
-            LockInProbe(
-                model,
-                prompts,
-                tokenizer,
-                every=int(cfg.lockin_every or 1),
-                total_steps=total_steps,
-                seed=seed,
-                unigram_entropy=unigram_entropy,
-                vocab_size=vocab_size,
-                block_size=block_size,
-            )
-        )
-    return probes
+    setup = ProbeSetup(model, cfg, total_steps, seed, prompts, tokenizer, unigram_entropy,
+                       groups, vocab_size, block_size, source_names)  # fmt: skip
+    return [p for factory in PROBES.values() if (p := factory(setup)) is not None]
 
 
 def build_probes(

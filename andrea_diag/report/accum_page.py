@@ -26,9 +26,9 @@ th{background:#f5f5f5;text-align:left} .num{text-align:right;font-variant-numeri
 """
 PAGE_CSS = ".pass{color:#1a7f37;font-weight:bold} .fail{color:#b00;font-weight:bold} .nw{white-space:nowrap}"
 
-WHAT = {  # what each row's loop does, by method name (experiments/accum_check.py)
-    "toolkit loop": "accumulate_group per replica, its loss × replica tokens / global tokens "
-    "(loss_hook), replicas' gradients summed (an all-reduce)",
+WHAT = {  # what each row's loop does, by method name (experiments/accum_loops.py)
+    "toolkit loop": "the trainer's accumulate_with per replica (its Precision and a Reducer "
+    "by DDPReducer's rules: global tokens, loss × D), replicas' gradients averaged as DDP does",
     "toolkit loop, partial group": "iterate_groups(use-real-denominator) on a dataset "
     "that is not a multiple of m×A: the short last group over its own tokens",
     "full batch vs fp64": "the precision's own floor: its full batch against an fp64 full "
@@ -48,6 +48,12 @@ WHAT = {  # what each row's loop does, by method name (experiments/accum_check.p
     "scheduler per microbatch": "lr reached after one update against the per-update "
     "linear warmup: A warmup steps taken instead of one",
 }
+
+
+def _halved(meta: dict[str, Any]) -> str:
+    """ ", 2048 after overflows" when the GradScaler halved its scale during the check."""
+    end = meta.get("loss_scale_end", meta["loss_scale"])
+    return f", {end:g} after overflows" if end != meta["loss_scale"] else ""
 
 
 def _verdict(row: CheckRow) -> str:
@@ -89,7 +95,12 @@ def _setup(meta: dict[str, Any]) -> str:
         ("model", f"{meta['size']} on {meta['device']} (torch {meta['torch']})"),
         ("batch", f"m={m} × A={a} × D={d} = {m * a * d} sequences of {meta['seq_len']} tokens"),
         ("supervised tokens", f"{meta['tokens_global']} in all; per microbatch: {tokens}"),
-        ("precision", f"{meta['precision']} (loss scale {meta['loss_scale']:g}, undone)"),
+        (
+            "precision",
+            f"{meta['precision']}: {meta.get('precision_component', '')} "
+            f"(loss scale {meta['loss_scale']:g}{_halved(meta)}, undone)",
+        ),
+        ("replicas", f"D={d}: {meta.get('reducer', '')}"),
         (
             "tolerance",
             f"{meta['tolerance']:.2e} = max({meta['tolerance_base']:.2e}, "
@@ -113,12 +124,15 @@ losses / supervised tokens (targets = IGNORE excluded). Each row's number is
 <li><b>Padding</b>: supervised lengths are random in 1..seq_len, sorted longest first (a
 length-bucketing loader's order), the first sequence full and the last one token long, so the
 microbatches' and replicas' token counts differ.</li>
-<li><b>Replicas</b> are simulated in one process: replica r takes its own m×A slice, every
-replica sees the same weights, and the replicas' gradients are summed as an all-reduce would.
-accumulate_group divides by its own group's tokens; each replica's microbatch losses are
-multiplied by (replica tokens / global tokens) through its loss_hook, which turns the
-denominator into the global one exactly, the gradient being linear in the loss.</li>
-<li><b>Tolerance</b>: fp32 1e-6; bf16 and fp16 4 units of the format's epsilon (2^-8, 2^-11),
+<li><b>Precision</b>: the trainer's own component for --precision (train/components.py):
+its autocast and backward; fp16's GradScaler scales the loss, and its unscale_ undoes the scale
+before any comparison, as it does before the trainer's clipper.</li>
+<li><b>Replicas</b> are simulated in one process, through a Reducer that keeps DDPReducer's
+rules: replica r takes its own m×A slice, every replica sees the same weights, the denominator
+is the global token count (all-reduced before the first microbatch), each loss is multiplied by
+D at backward, and the replicas' gradients are averaged, as DDP's all-reduce does. The toolkit
+row runs the trainer's own accumulate_with; every mistake row is reduced the same way.</li>
+<li><b>Tolerance</b>: fp32 1e-6; bf16 and fp16 4 units of the format's roundoff (2^-8, 2^-11),
 against the full batch in the same precision. The floor row is that full batch against an fp64
 one; where twice the floor exceeds the base tolerance (large models, many tokens), twice the
 floor is used, since two computations that far from the exact gradient may differ by that.</li>

@@ -5,11 +5,14 @@ Where the next features plug in (see docs/extending.md, "Where things plug in"):
 - :class:`Precision` (fp32), :class:`BF16Precision` (autocast), :class:`FP16Precision` (autocast
   plus a GradScaler): ``autocast()`` around each microbatch, ``backward`` (scaled for fp16),
   ``unscale_`` before the clipper (both our clipper and torch's see true units), ``step`` skipped
-  when the gradients are non-finite, ``update`` after it. :func:`make_precision` picks one.
+  when the gradients are non-finite, ``update`` after it. A precision is one class and one
+  ``@register_precision``: :data:`PRECISIONS` is the ``--precision`` registry (its choices, its
+  check and its help), and :func:`make_precision` picks one.
 - :class:`Reducer`: one process (D = 1); ``distributed.DDPReducer`` replaces it for D > 1
   replicas: ``microbatch(last)`` skips the all-reduce on every microbatch but the last,
   ``global_tokens`` gives the global token denominator, ``reduce`` sums the gradients, and
-  ``world_size`` is D in the run sheet.
+  ``world_size`` is D in the run sheet. :func:`accumulate_with` runs one replica's group through
+  a precision and a reducer, in the trainer's order (accum-check measures that same function).
 - :class:`Evaluator`: the no-op base; ``evaluation.HeldOutEvaluator`` is the held-out
   evaluation (``maybe_evaluate`` every N updates on the fixed eval set).
 - :class:`TrainState`: the run state a checkpoint must save, beside the model, optimizer,
@@ -22,23 +25,51 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator
+import warnings
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, ClassVar, TypeVar
 
 import torch
+
+from andrea_diag.errors import UserError
+from andrea_diag.train.accumulation import GroupResult, accumulate_group
 
 
 class Precision:
     """fp32 weights, gradients and optimizer state (matmuls may use TF32 on CUDA: RunConfig)."""
 
-    name = "fp32"
+    name: ClassVar[str] = "fp32"  # the --precision value
+    help: ClassVar[str] = "fp32"  # its part of the --precision help
+    dtype: ClassVar[torch.dtype | None] = None  # the forward passes' autocast dtype (None: off)
 
     def __init__(self, device: torch.device | None = None) -> None:
         self.device = device or torch.device("cpu")
 
     def autocast(self) -> contextlib.AbstractContextManager[Any]:
-        return contextlib.nullcontext()
+        if self.dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.dtype)
+
+    def check_supported(self) -> None:
+        """A :class:`UserError` (one line) when autocast cannot run ``dtype`` on this device."""
+        if self.dtype is None:
+            return
+        lin = torch.nn.Linear(8, 8).to(self.device)
+        ones = torch.ones(2, 8, device=self.device)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # an unsupported dtype warns, then runs in fp32
+                with self.autocast():
+                    ok = lin(ones).dtype == self.dtype
+        except (RuntimeError, ValueError):  # older torch refuses the dtype outright
+            ok = False
+        if not ok:
+            raise UserError(
+                f"--precision {self.name} is not supported on {self.device} by torch "
+                f"{torch.__version__}",
+                hint="use --precision fp32, or another --device",
+            )
 
     def backward(self, loss: torch.Tensor) -> None:
         loss.backward()
@@ -67,20 +98,32 @@ class Precision:
         del state
 
 
+PRECISIONS: dict[str, type[Precision]] = {}  # --precision name -> its class, in registration order
+P = TypeVar("P", bound=type[Precision])
+
+
+def register_precision(cls: P) -> P:
+    """Class decorator: make ``cls`` available as ``--precision cls.name``."""
+    PRECISIONS[cls.name] = cls
+    return cls
+
+
+register_precision(Precision)
+
+
+@register_precision
 class BF16Precision(Precision):
     """bf16 autocast for the forward passes; fp32 weights, gradients and optimizer state.
 
     bf16 has fp32's exponent range, so no loss scaling is needed (or done)."""
 
-    name = "bf16"
-
-    def autocast(self) -> contextlib.AbstractContextManager[Any]:
-        return torch.autocast(self.device.type, dtype=torch.bfloat16)
+    name, help, dtype = "bf16", "bf16 (autocast)", torch.bfloat16
 
     def describe(self, matmul_precision: str, device: torch.device) -> str:
         return "bf16 autocast (forward), fp32 weights, grads and optimizer state"
 
 
+@register_precision
 class FP16Precision(Precision):
     """fp16 autocast plus ``torch.amp.GradScaler`` (the seeds' third spike source: overflow).
 
@@ -88,14 +131,15 @@ class FP16Precision(Precision):
     update, after the step. A non-finite gradient skips the step and halves the scale.
     """
 
-    name = "fp16"
+    name, dtype = "fp16", torch.float16
+    help = (
+        "fp16 (autocast + GradScaler: an overflow skips the update and halves the scale, both "
+        "recorded)"
+    )
 
     def __init__(self, device: torch.device | None = None) -> None:
         super().__init__(device)
         self.scaler = torch.amp.GradScaler(self.device.type)
-
-    def autocast(self) -> contextlib.AbstractContextManager[Any]:
-        return torch.autocast(self.device.type, dtype=torch.float16)
 
     def backward(self, loss: torch.Tensor) -> None:
         self.scaler.scale(loss).backward()
@@ -121,15 +165,26 @@ class FP16Precision(Precision):
         self.scaler.load_state_dict(state["scaler"])
 
 
-PRECISIONS: dict[str, type[Precision]] = {
-    "fp32": Precision,
-    "bf16": BF16Precision,
-    "fp16": FP16Precision,
-}
+class UnknownPrecision(UserError, ValueError):
+    """``--precision NAME`` that no class registered: one line at the CLI, a ValueError to callers."""
+
+
+def check_precision(name: str) -> None:
+    """:class:`UnknownPrecision` unless ``name`` is a registered ``--precision``."""
+    if name not in PRECISIONS:
+        raise UnknownPrecision(
+            f"unknown precision {name!r}", hint=f"choose from {', '.join(PRECISIONS)}"
+        )
+
+
+def precision_help() -> str:
+    """The ``--precision`` help, from the registered classes: "fp32; bf16 (autocast); ..."."""
+    return "; ".join(cls.help for cls in PRECISIONS.values()) + "."
 
 
 def make_precision(name: str, device: torch.device) -> Precision:
     """The precision component for ``--precision name`` on ``device``."""
+    check_precision(name)
     return PRECISIONS[name](device)
 
 
@@ -166,6 +221,47 @@ class Reducer:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         del state
+
+
+def accumulate_with(
+    model: torch.nn.Module,
+    micro: Sequence[tuple[torch.Tensor, torch.Tensor]],
+    precision: Precision,
+    reducer: Reducer,
+    device: torch.device,
+    *,
+    loss_hook: Callable[[int, torch.Tensor], torch.Tensor] | None = None,
+    local_tokens: int | None = None,
+) -> GroupResult:
+    """One replica's accumulation group through the trainer's precision and reducer.
+
+    Around each microbatch the reducer's context (DDP: ``no_sync`` but on the last), inside it
+    the precision's autocast; the backward is the precision's (fp16: scaled) of the loss times
+    the reducer's factor (DDP: D, undoing its average); the denominator is the reducer's global
+    token count. The caller zeroes the gradients before, and calls ``reducer.reduce`` and
+    ``precision.unscale_`` after. The trainer's update and ``accum-check`` both run this.
+    """
+
+    def context(i: int) -> contextlib.ExitStack:
+        stack = contextlib.ExitStack()
+        stack.enter_context(reducer.microbatch(last=i == len(micro) - 1))
+        stack.enter_context(precision.autocast())
+        return stack
+
+    factor = reducer.backward_factor()
+
+    def backward(loss: torch.Tensor) -> None:
+        precision.backward(loss * factor if factor != 1.0 else loss)
+
+    return accumulate_group(
+        model,
+        micro,
+        loss_hook=loss_hook,
+        context=context,
+        backward=backward,
+        denominator=lambda n: reducer.global_tokens(n, device),
+        local_tokens=local_tokens,
+    )
 
 
 class Evaluator:

@@ -44,9 +44,16 @@ from andrea_diag.errors import UserError
 from andrea_diag.factories import build_model, config_record, run_sheet_origins
 from andrea_diag.probes import ProbeDriver, UpdateContext, build_probes
 from andrea_diag.record import NullRecorder, Recorder
-from andrea_diag.train.accumulation import IGNORE, GroupResult, accumulate_group
+from andrea_diag.train.accumulation import IGNORE, GroupResult
 from andrea_diag.train.checkpoint import Checkpointer, load_checkpoint, rng_state, set_rng_state
-from andrea_diag.train.components import ClipTimer, Evaluator, Reducer, TrainState, make_precision
+from andrea_diag.train.components import (
+    ClipTimer,
+    Evaluator,
+    Reducer,
+    TrainState,
+    accumulate_with,
+    make_precision,
+)
 from andrea_diag.train.distributed import DDPReducer, gather_examples, init_from_env, replica_slice
 from andrea_diag.train.evaluation import build_evaluator
 from andrea_diag.train.optim import build_optimizer, build_scheduler
@@ -177,27 +184,10 @@ class Trainer:
         micro = [(t[:, :-1].contiguous(), t[:, 1:].contiguous()) for t in tokens]  # for .view()
         self.optimizer.zero_grad(set_to_none=True)  # between groups only
         hook = overflow_last(len(micro)) if injected == "nonfinite" else None
-
-        def context(i: int) -> contextlib.ExitStack:
-            stack = contextlib.ExitStack()
-            stack.enter_context(self.reducer.microbatch(last=i == len(micro) - 1))
-            stack.enter_context(self.precision.autocast())
-            return stack
-
-        factor = self.reducer.backward_factor()
-
-        def backward(loss: torch.Tensor) -> None:
-            self.precision.backward(loss * factor if factor != 1.0 else loss)
-
-        return accumulate_group(
-            self.forward_model,
-            micro,
-            loss_hook=hook,
-            context=context,
-            backward=backward,
-            denominator=lambda n: self.reducer.global_tokens(n, self.device),
-            local_tokens=local_tokens,
-        )
+        return accumulate_with(
+            self.forward_model, micro, self.precision, self.reducer, self.device,
+            loss_hook=hook, local_tokens=local_tokens,
+        )  # fmt: skip
 
     def _measure(
         self, update: int, batch: Any, injected: str | None, group: GroupResult, clip: ClipResult
