@@ -41,7 +41,7 @@ __global__ void __launch_bounds__(kThreads, kNormBlocksPerSm)
     k_clip_norm(const __grid_constant__ SpanTable tt, float p, float max_norm, const ClipOut out,
                 int seg_base) {
   __shared__ double shd[kWarps];
-  __shared__ int flag[2];
+  __shared__ int flag[3];
   // Lets the scale launch (programmatic dependent launch) be scheduled now; it waits for this
   // whole grid, memory included, before it reads anything (k_clip_scale).
   let_dependents_launch();
