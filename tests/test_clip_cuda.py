@@ -229,9 +229,10 @@ def test_cuda_small_tensors_summed_by_one_warp_match_float64(cuda_ext, p, dtype)
     for i in range(24):
         big = torch.randn(400_000 + 4099 * i, generator=gen)
         small = [torch.randn(s, generator=gen) * (1 + i % 4) for s in (384, 1152, 2048, 129)]
-        small.append(torch.randn(769, generator=gen)[1:])  # 768 elements, 4-byte offset
-        grads += [big] + small
-    grads = [g.to("cuda", dtype) for g in grads]
+        small.append(torch.randn(769, generator=gen))  # sliced below: a view 4 bytes in
+        grads += [big, *small]
+    # the slice after the copy to the device (a copy would be aligned): 768 elements, offset 1
+    grads = [(g[1:] if g.numel() == 769 else g) for g in (x.to("cuda", dtype) for x in grads)]
     total64, per64, truth = reference.float64_truth(grads, 0.5, p)
     total, per, _, _ = cuda_ext.clip(grads, 0.5, p)
     assert reference.rel_err(total, total64) < 2e-6
