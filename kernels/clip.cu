@@ -63,7 +63,7 @@ __global__ void __launch_bounds__(kThreads, kNormBlocksPerSm)
   const float s = __ldcg(scale);  // uniform across the grid
   if (s == 1.0f) return;          // unclipped step: no second pass over the gradients
   for_each_span<true>(tt, blockIdx.x, gridDim.x, [&](int t, int64_t e0, int64_t e1) {
-    span_scale<T>(static_cast<T*>(tt.ptr[t]) + e0, e1 - e0, s);
+    scale_piece<T>(tt, t, e0, e1, s);
   });
 }
 

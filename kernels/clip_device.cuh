@@ -165,6 +165,14 @@ __device__ __forceinline__ void for_each_span(const SpanTable& tt, int v, int G,
   }
 }
 
+// A piece of at most this many tiles is done by one warp (tensor t by warp t % kWarps, so
+// neighbours run side by side) with no block barrier: in the norm pass when its tensor lies
+// inside the run (a shared one is counted by the block), in the scale pass always. The 12m
+// set's layer norms and biases (2-6 tiles) cost one block reduction each, one after the other,
+// when the block did them (H200 2026-12-01: k_clip_norm 49.7 us over the 12m list, 32.8 us
+// over one flat tensor of the same bytes).
+constexpr int kWarpPieceTiles = 8;
+
 // This thread's share of sum |x|^p (max |x| for inf) over n elements, in float64, for a group
 // of Stride threads (the block, or one warp for a small piece): thread threadIdx.x % Stride.
 // Each trip issues kUnroll independent 16-byte loads per thread before any use (out-of-range
@@ -207,32 +215,50 @@ __device__ __forceinline__ double span_sum(const T* __restrict__ g, int64_t n, f
   return combine<K>(s, static_cast<double>(a));
 }
 
-// In place g = g * s over n elements (fp32 math, rounded once), last trip first: the norm pass
-// read the end of each run last, so walking backwards starts on lines still in L2.
-template <typename T>
+// In place g = g * s over n elements (fp32 math, rounded once) by a group of Stride threads
+// (the block, or one warp for a small piece), last trip first: the norm pass read the end of
+// each run last, so walking backwards starts on lines still in L2.
+template <typename T, int Stride = kThreads>
 __device__ __forceinline__ void span_scale(T* __restrict__ g, int64_t n, float s) {
+  static_assert(Stride == kThreads || Stride == 32, "the block or one warp");
   constexpr int V = 16 / sizeof(T);
-  constexpr int64_t W = static_cast<int64_t>(kUnroll) * kThreads;
+  constexpr int64_t W = static_cast<int64_t>(kUnroll) * Stride;
+  const int tid = static_cast<int>(threadIdx.x) & (Stride - 1);
   const int64_t nvec = aligned16(g) ? n / V : 0;
-  for (int64_t j = nvec * V + threadIdx.x; j < n; j += kThreads) g[j] = from_f<T>(to_f(g[j]) * s);
+  for (int64_t j = nvec * V + tid; j < n; j += Stride) g[j] = from_f<T>(to_f(g[j]) * s);
   uint4* gv = reinterpret_cast<uint4*>(g);
 #pragma unroll 1
   for (int64_t base = nvec > 0 ? (nvec - 1) / W * W : -1; base >= 0; base -= W) {
     uint4 r[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {  // all loads first
-      const int64_t k = base + u * kThreads + threadIdx.x;
+      const int64_t k = base + u * Stride + tid;
       if (k < nvec) r[u] = gv[k];
     }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      const int64_t k = base + u * kThreads + threadIdx.x;
+      const int64_t k = base + u * Stride + tid;
       if (k >= nvec) continue;
       T* e = reinterpret_cast<T*>(&r[u]);
 #pragma unroll
       for (int q = 0; q < V; ++q) e[q] = from_f<T>(to_f(e[q]) * s);
       gv[k] = r[u];
     }
+  }
+}
+
+// The scale pass over piece [e0, e1) of tensor t of a run: a small piece (kWarpPieceTiles) by
+// warp t % kWarps alone, so a run crossing many small tensors scales them side by side instead
+// of one after the other on the block's first warps; elementwise, so the bits do not depend on
+// who does it.
+template <typename T>
+__device__ __forceinline__ void scale_piece(const SpanTable& tt, int t, int64_t e0, int64_t e1,
+                                            float s) {
+  T* g = static_cast<T*>(tt.ptr[t]) + e0;
+  if (e1 - e0 <= static_cast<int64_t>(kWarpPieceTiles) * kTile) {
+    if (static_cast<int>(threadIdx.x >> 5) == t % kWarps) span_scale<T, 32>(g, e1 - e0, s);
+  } else {
+    span_scale<T>(g, e1 - e0, s);
   }
 }
 
@@ -267,12 +293,6 @@ __device__ void final_total(const ClipOut& o, float p, float max_norm, double* s
     *o.scale = scale_of(norm, max_norm);
   }
 }
-
-// A piece of at most this many tiles, of a tensor inside the run, is summed by one warp (warps
-// take such pieces in turn) with no block barrier: the 12m set's layer norms and biases (2-6
-// tiles) cost one block reduction each, one after the other, when the block did them
-// (H200 2026-12-01: k_clip_norm 49.7 us over the 12m list, 32.8 us over one flat tensor).
-constexpr int kWarpPieceTiles = 8;
 
 // The blocks holding tensor t's pieces: first, first + 1, ..., first + n_seg - 1.
 __device__ __forceinline__ void owners_of(const SpanTable& tt, int t, int G, int P, int& first,

@@ -49,7 +49,7 @@ __global__ void __launch_bounds__(kThreads)
   if (!apply || s == 1.0f) return;
   for (int v = blockIdx.x; v < G; v += gridDim.x)
     for_each_span<true>(tt, v, G, [&](int t, int64_t e0, int64_t e1) {
-      span_scale<T>(static_cast<T*>(tt.ptr[t]) + e0, e1 - e0, s);
+      scale_piece<T>(tt, t, e0, e1, s);
     });
 }
 
