@@ -9,10 +9,11 @@ past a gradient's end is caught instead of landing in a neighbour inside one poo
 Exercises every kernel: all dtypes, sizes around the 256-element tile and the 16384-element
 chunk, odd sizes, empty tensors (the inf norm too), a tensor split over many blocks and blocks
 spanning many tensors, small tensors next to large ones (the one-warp path), a list needing
-several launches (one completion counter across them), the stages alone, an all-empty list, unaligned views (the scalar path), PDL on and off, and the experiments
-of kernels/dev/ (the single-launch variant, ClippedAdamW's fused update). Every clip's norm,
-per-tensor norms and clipped gradients are compared with torch's clip in float64; the script
-exits non-zero on the first mismatch.
+several launches (one completion counter across them), the stages alone, an all-empty list,
+unaligned views (the scalar path), PDL on and off, and the experiments of kernels/dev/ (the
+single-launch variant, ClippedAdamW's fused update). Every clip's norm, per-tensor norms and
+clipped gradients are compared with torch's clip in float64; the script exits non-zero on the
+first mismatch.
 """
 
 from __future__ import annotations
