@@ -165,13 +165,18 @@ __device__ __forceinline__ void for_each_span(const SpanTable& tt, int v, int G,
   }
 }
 
-// A piece of at most this many tiles is done by one warp (tensor t by warp t % kWarps, so
-// neighbours run side by side) with no block barrier: in the norm pass when its tensor lies
-// inside the run (a shared one is counted by the block), in the scale pass always. The 12m
-// set's layer norms and biases (2-6 tiles) cost one block reduction each, one after the other,
-// when the block did them (H200 2026-12-01: k_clip_norm 49.7 us over the 12m list, 32.8 us
-// over one flat tensor of the same bytes).
-constexpr int kWarpPieceTiles = 8;
+// A piece of at most kWarpPieceBytes (8 tiles of fp32, 16 of bf16 / fp16: at most 4 trips of
+// 4 16-byte loads per lane) is done by one warp (tensor t by warp t % kWarps, so neighbours run
+// side by side) with no block barrier: in the norm pass when its tensor lies inside the run (a
+// shared one is counted by the block), in the scale pass always. The 12m set's layer norms and
+// biases (2-6 tiles) cost one block reduction each, one after the other, when the block did
+// them (H200 2026-12-01: k_clip_norm 49.7 us over the 12m list, 32.8 us over one flat tensor
+// of the same bytes; 120m bf16 70.2 us vs 63.5 us flat).
+constexpr int64_t kWarpPieceBytes = 8 * kTile * 4;
+template <typename T>
+__device__ __forceinline__ bool warp_piece(int64_t n) {
+  return n <= kWarpPieceBytes / static_cast<int64_t>(sizeof(T));
+}
 
 // This thread's share of sum |x|^p (max |x| for inf) over n elements, in float64, for a group
 // of Stride threads (the block, or one warp for a small piece): thread threadIdx.x % Stride.
@@ -247,7 +252,7 @@ __device__ __forceinline__ void span_scale(T* __restrict__ g, int64_t n, float s
   }
 }
 
-// The scale pass over piece [e0, e1) of tensor t of a run: a small piece (kWarpPieceTiles) by
+// The scale pass over piece [e0, e1) of tensor t of a run: a small piece (kWarpPieceBytes) by
 // warp t % kWarps alone, so a run crossing many small tensors scales them side by side instead
 // of one after the other on the block's first warps; elementwise, so the bits do not depend on
 // who does it.
@@ -255,7 +260,7 @@ template <typename T>
 __device__ __forceinline__ void scale_piece(const SpanTable& tt, int t, int64_t e0, int64_t e1,
                                             float s) {
   T* g = static_cast<T*>(tt.ptr[t]) + e0;
-  if (e1 - e0 <= static_cast<int64_t>(kWarpPieceTiles) * kTile) {
+  if (warp_piece<T>(e1 - e0)) {
     if (static_cast<int>(threadIdx.x >> 5) == t % kWarps) span_scale<T, 32>(g, e1 - e0, s);
   } else {
     span_scale<T>(g, e1 - e0, s);
@@ -306,7 +311,7 @@ __device__ __forceinline__ void owners_of(const SpanTable& tt, int t, int G, int
 // of them, or both, goes up by one at each new piece), and the one slot a run starting on a
 // tensor boundary skips is written 0, so the launch's slots [seg_base, seg_base + G + n - 1) are
 // all written. A tensor inside the run gets its norm at once (a small one from one warp,
-// kWarpPieceTiles); only the run's first and last pieces can belong to a shared tensor, and both
+// kWarpPieceBytes); only the run's first and last pieces can belong to a shared tensor, and both
 // are counted at the end together with the block (three atomics in flight at once, one fence):
 // the block counting a shared tensor's last piece finishes it (per-tensor counter), the block
 // counting the last block of the clip (over every launch of it) sums all slots in order:
@@ -323,7 +328,7 @@ __device__ void norm_run(const SpanTable& tt, int v, int G, int seg_base, float 
     int first, n_seg;
     owners_of(tt, t, G, P, first, n_seg);
     double* segs = o.segs + seg_base + t;  // piece of block b: segs[b]
-    if (n_seg == 1 && e1 - e0 <= static_cast<int64_t>(kWarpPieceTiles) * kTile) {  // uniform
+    if (n_seg == 1 && warp_piece<T>(e1 - e0)) {  // uniform over the block
       // consecutive tensors go to different warps (tensor t to warp t % kWarps)
       if (static_cast<int>(threadIdx.x >> 5) == t % kWarps) {
         const double s = warp_reduce<K>(span_sum<T, K, 32>(g, e1 - e0, p));  // lane 0

@@ -221,8 +221,8 @@ def test_cuda_rejects_bad_inputs(cuda_ext) -> None:
 @pytest.mark.parametrize("p", [2.0, math.inf, 3.0], ids=["l2", "inf", "p3"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 def test_cuda_small_tensors_summed_by_one_warp_match_float64(cuda_ext, p, dtype) -> None:
-    # a GPT-like list: large matrices between runs of layer-norm / bias sized tensors (<= 8
-    # tiles of 256: one warp each, kWarpPieceTiles), some of them unaligned views (scalar path),
+    # a GPT-like list: large matrices between runs of layer-norm / bias sized tensors (<= 8 KB
+    # each: one warp each, kWarpPieceBytes), some of them unaligned views (scalar path),
     # and a NaN in one small tensor that must reach its own per-tensor norm and the total
     gen = torch.Generator().manual_seed(21)
     grads = []

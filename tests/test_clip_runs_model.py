@@ -18,7 +18,7 @@ import random
 import pytest
 
 TILE = 256  # kernels/tensor_table.h: kTile
-WARP_PIECE_TILES = 8  # kernels/clip_device.cuh: kWarpPieceTiles
+WARP_PIECE_BYTES = 8 * 1024  # kernels/clip_device.cuh: kWarpPieceBytes
 
 
 def tile_begin(v: int, g: int, p: int) -> int:
@@ -29,7 +29,7 @@ def owner_of(i: int, g: int, p: int) -> int:
     return ((i + 1) * g - 1) // p
 
 
-def simulate(numels: list[int], g: int) -> dict:
+def simulate(numels: list[int], g: int, elem_bytes: int = 4) -> dict:
     """One launch: which slots each block writes and which shared tensors it counts."""
     starts = [0]
     for n in numels:
@@ -58,7 +58,8 @@ def simulate(numels: list[int], g: int) -> dict:
             if t0 < t < t1:
                 assert n_seg == 1, "a tensor between the run's ends lies inside the run"
             a, b = max(lo, starts[t]), min(hi, starts[t + 1])
-            if n_seg == 1 and b - a <= WARP_PIECE_TILES:
+            n_elem = min(numels[t], (b - starts[t]) * TILE) - (a - starts[t]) * TILE
+            if n_seg == 1 and n_elem <= WARP_PIECE_BYTES // elem_bytes:
                 warp_pieces += 1
             else:
                 block_pieces += 1
@@ -79,8 +80,8 @@ def simulate(numels: list[int], g: int) -> dict:
     }
 
 
-def check(numels: list[int], g: int) -> dict:
-    r = simulate(numels, g)
+def check(numels: list[int], g: int, elem_bytes: int = 4) -> dict:
+    r = simulate(numels, g, elem_bytes)
     assert sorted(r["written"]) == list(range(r["g"] + r["n"] - 1)), "each slot written once"
     for t, (_first, n_seg) in r["owners"].items():
         # shared: counted once per piece, so exactly one block sees the counter reach n_seg
@@ -96,8 +97,9 @@ def model_numels(size: str) -> list[int]:
 
 @pytest.mark.parametrize("size", ["12m", "120m"])
 def test_real_lists_on_an_h200_grid_count_every_shared_piece_once(size: str) -> None:
-    r = check(model_numels(size), 132 * 3)
-    assert r["warp_pieces"] > 0  # the layer norms and biases take the warp path
+    for elem_bytes in (4, 2):
+        r = check(model_numels(size), 132 * 3, elem_bytes)
+        assert r["warp_pieces"] > 0  # the layer norms and biases take the warp path
 
 
 def test_random_lists_of_tiny_and_large_tensors_keep_the_slot_and_count_invariants() -> None:
