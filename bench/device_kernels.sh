@@ -3,7 +3,7 @@
 # clipper's GPU tests -> bench-kernels (12m, 120m x fp32, bf16; the CUDA-graphed torch clip
 # beside ours, and our graphed pair without PDL) -> compute-sanitizer memcheck + racecheck over
 # bench/sanitize_clip.py (odd sizes, every clip checked against the float64 reference). About 3-4
-# minutes on one H200; every step has a timeout, and they add up to under 10 minutes.
+# minutes on one H200; every step has a timeout, and they add up to under 10 minutes (590 s).
 #   (on the device, from the repo root, with .whl/ carried)   bash bench/device_kernels.sh
 # Writes to $OUT (7 files, each far under 16 MB):
 #   log.txt (everything, headline at the end), tests.txt, bench.txt (the console tables),
@@ -35,11 +35,11 @@ BENCH=/tmp/bench-kernels
   tail -12 "$OUT/bench.txt"
 } 2>&1 | tee "$LOG"
 echo "== memcheck" | tee -a "$LOG"
-PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout 80 compute-sanitizer --tool memcheck --print-limit 50 --error-exitcode 9 \
+PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout 100 compute-sanitizer --tool memcheck --print-limit 50 --error-exitcode 9 \
   python3 bench/sanitize_clip.py > "$OUT/memcheck.txt" 2>&1; echo "memcheck rc=$?" | tee -a "$LOG"
 tail -3 "$OUT/memcheck.txt" | tee -a "$LOG"
 echo "== racecheck" | tee -a "$LOG"
-timeout 80 compute-sanitizer --tool racecheck --print-limit 50 --error-exitcode 9 \
+timeout 100 compute-sanitizer --tool racecheck --print-limit 50 --error-exitcode 9 \
   python3 bench/sanitize_clip.py > "$OUT/racecheck.txt" 2>&1; echo "racecheck rc=$?" | tee -a "$LOG"
 tail -3 "$OUT/racecheck.txt" | tee -a "$LOG"
 {

@@ -7,12 +7,13 @@ against the float64 reference as it goes.
 With the caching allocator off, every tensor is its own cudaMalloc, so an out-of-bounds access
 past a gradient's end is caught instead of landing in a neighbour inside one pool block.
 Exercises every kernel: all dtypes, sizes around the 256-element tile and the 16384-element
-chunk, odd sizes, empty tensors, a tensor split over many blocks and blocks spanning many
-tensors, a list needing several launches (one completion counter across them), the stages
-alone, an all-empty list, unaligned views (the scalar path), PDL on and off, and the experiments
-of kernels/dev/ (the single-launch variant, ClippedAdamW's fused update). Every clip's norm,
-per-tensor norms and clipped gradients are compared with torch's clip in float64; the script
-exits non-zero on the first mismatch.
+chunk, odd sizes, empty tensors (the inf norm too), a tensor split over many blocks and blocks
+spanning many tensors, small tensors next to large ones (the one-warp path), a list needing
+several launches (one completion counter across them), the stages alone, an all-empty list,
+unaligned views (the scalar path), PDL on and off, and the experiments of kernels/dev/ (the
+single-launch variant, ClippedAdamW's fused update). Every clip's norm, per-tensor norms and
+clipped gradients are compared with torch's clip in float64; the script exits non-zero on the
+first mismatch.
 """
 
 from __future__ import annotations
@@ -80,6 +81,10 @@ def main() -> None:
         check(big, 0.5)
         check([torch.randn((i % 50) + 1, generator=gen, device="cuda") for i in range(400)], 0.5)
         cuda.set_pdl(before)
+    # GPT-like: matrices between layer-norm / bias sized tensors (one warp each, <= 8 tiles)
+    for p in (2.0, float("inf")):
+        gpt = [(200_000 + 999 * i, 384, 1152, 129, 2048)[i % 5] for i in range(60)]
+        check([torch.randn(n, generator=gen, device="cuda") for n in gpt], 0.5, p)
     many = [torch.randn((i % 300) + 1, generator=gen, device="cuda") for i in range(400)]
     mixed = [g.to(torch.bfloat16) if i % 2 else g for i, g in enumerate(many[:200])]
     check(mixed, 0.5)  # several dtypes and launches, one completion counter

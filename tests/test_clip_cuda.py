@@ -216,3 +216,29 @@ def test_cuda_rejects_bad_inputs(cuda_ext) -> None:
     g = [torch.randn(8, 8, device="cuda", dtype=torch.float64)]
     total, *_ = cuda_ext.clip(g, 1.0)
     assert total.dtype == torch.float64
+
+
+@pytest.mark.parametrize("p", [2.0, math.inf, 3.0], ids=["l2", "inf", "p3"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_cuda_small_tensors_summed_by_one_warp_match_float64(cuda_ext, p, dtype) -> None:
+    # a GPT-like list: large matrices between runs of layer-norm / bias sized tensors (<= 8 KB
+    # each: one warp each, kWarpPieceBytes), some of them unaligned views (scalar path),
+    # and a NaN in one small tensor that must reach its own per-tensor norm and the total
+    gen = torch.Generator().manual_seed(21)
+    grads = []
+    for i in range(24):
+        big = torch.randn(400_000 + 4099 * i, generator=gen)
+        small = [torch.randn(s, generator=gen) * (1 + i % 4) for s in (384, 1152, 2048, 129)]
+        small.append(torch.randn(769, generator=gen))  # sliced below: a view 4 bytes in
+        grads += [big, *small]
+    # the slice after the copy to the device (a copy would be aligned): 768 elements, offset 1
+    grads = [(g[1:] if g.numel() == 769 else g) for g in (x.to("cuda", dtype) for x in grads)]
+    total64, per64, truth = reference.float64_truth(grads, 0.5, p)
+    total, per, _, _ = cuda_ext.clip(grads, 0.5, p)
+    assert reference.rel_err(total, total64) < 2e-6
+    assert reference.rel_err(per, per64) < 2e-6
+    assert reference.rel_err(grads, truth) < (2e-7 if dtype == torch.float32 else 4e-3)
+    grads[8].view(-1)[100] = math.nan  # a 1152-element tensor (4.5 tiles): the warp path
+    total, per, _, nonfinite = cuda_ext.clip(grads, 0.5, p, apply=False)
+    assert bool(nonfinite) and math.isnan(float(total)) and math.isnan(float(per[8]))
+    assert torch.isfinite(per[:8]).all() and torch.isfinite(per[9:]).all()

@@ -115,3 +115,24 @@ def test_per_tensor_mode_scales_half_gradients_with_one_rounding() -> None:
     res = clip_grad_norm_with_stats([p], 0.7, mode="per-tensor")
     expected = (g_bf.float() * res.scale[0].float()).to(torch.bfloat16)  # one rounding
     assert torch.equal(p.grad, expected)
+
+
+@pytest.mark.parametrize("norm_type", [2.0, math.inf, 3.0], ids=["l2", "inf", "p3"])
+def test_float64_truth_gives_empty_tensors_norm_zero_for_every_norm_type(norm_type: float) -> None:
+    # torch refuses the inf norm of an empty tensor; the kernels and clip_reference give it 0
+    # (and it adds nothing to the total), so the truth every implementation is checked against
+    # must too (bench/sanitize_clip.py died on this before checking anything).
+    g = torch.tensor([3.0, -4.0, 1.0])
+    total, per, clipped = reference.float64_truth(
+        [torch.zeros(0), g, torch.zeros(0)], 1.0, norm_type
+    )
+    want = torch.linalg.vector_norm(g.double(), norm_type)
+    assert torch.equal(per, torch.stack([torch.zeros((), dtype=torch.float64), want, want * 0]))
+    assert torch.allclose(total, want)
+    assert [c.numel() for c in clipped] == [0, 3, 0]
+    ref_total, ref_per, _, _ = reference.clip_reference(
+        [torch.zeros(0), g, torch.zeros(0)], 1.0, norm_type
+    )
+    assert torch.allclose(ref_total.double(), total) and torch.allclose(ref_per.double(), per)
+    total0, per0, _ = reference.float64_truth([torch.zeros(0)], 1.0, norm_type)
+    assert float(total0) == 0.0 and per0.tolist() == [0.0]

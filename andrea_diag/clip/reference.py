@@ -161,14 +161,17 @@ def float64_truth(
     """torch's own clip_grad_norm_ on float64 copies: (total, per_tensor, clipped grads).
 
     The ground truth that tests and benchmarks check every implementation against; the inputs
-    are left untouched.
+    are left untouched. An empty tensor has norm 0 and adds nothing to the total, for every p
+    (0 is the identity of sums and of maxes of |g|), as in the kernels and clip_reference; torch
+    refuses the inf norm of an empty tensor, so empty tensors are left out of its call.
     """
     copies = [g.detach().to(torch.float64).clone() for g in grads]
+    zero = torch.zeros((), dtype=torch.float64)
     per = torch.stack(
-        [torch.linalg.vector_norm(c, norm_type) for c in copies]
-        or [torch.zeros((), dtype=torch.float64)]
+        [torch.linalg.vector_norm(c, norm_type) if c.numel() else zero for c in copies] or [zero]
     )[: len(copies)]
-    total = torch.nn.utils.clip_grad_norm_([GradHolder(c) for c in copies], max_norm, norm_type)
+    filled = [GradHolder(c) for c in copies if c.numel()]
+    total = torch.nn.utils.clip_grad_norm_(filled, max_norm, norm_type) if filled else zero
     return total, per, copies
 
 
