@@ -8,7 +8,7 @@ With the caching allocator off, every tensor is its own cudaMalloc, so an out-of
 past a gradient's end is caught instead of landing in a neighbour inside one pool block.
 Exercises every kernel: all dtypes, sizes around the 256-element tile and the 16384-element
 chunk, odd sizes, empty tensors (the inf norm too), a tensor split over many blocks and blocks
-spanning many tensors, small tensors next to large ones (the one-warp path), a list needing
+spanning many tensors, small tensors next to large ones (many tensor ends in one run), a list needing
 several launches (one completion counter across them), the stages alone, an all-empty list,
 unaligned views (the scalar path), PDL on and off, and the experiments of kernels/dev/ (the
 single-launch variant, ClippedAdamW's fused update). Every clip's norm, per-tensor norms and
@@ -81,7 +81,7 @@ def main() -> None:
         check(big, 0.5)
         check([torch.randn((i % 50) + 1, generator=gen, device="cuda") for i in range(400)], 0.5)
         cuda.set_pdl(before)
-    # GPT-like: matrices between layer-norm / bias sized tensors (one warp each, <= 8 tiles)
+    # GPT-like: matrices between layer-norm / bias sized tensors (many tensor ends in one run)
     for p in (2.0, float("inf")):
         gpt = [(200_000 + 999 * i, 384, 1152, 129, 2048)[i % 5] for i in range(60)]
         check([torch.randn(n, generator=gen, device="cuda") for n in gpt], 0.5, p)

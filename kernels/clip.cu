@@ -41,7 +41,7 @@ __global__ void __launch_bounds__(kThreads, kNormBlocksPerSm)
     k_clip_norm(const __grid_constant__ SpanTable tt, float p, float max_norm, const ClipOut out,
                 int seg_base) {
   __shared__ double shd[kWarps];
-  __shared__ int flag[3];
+  __shared__ int flag[2];
   // Lets the scale launch (programmatic dependent launch) be scheduled now; it waits for this
   // whole grid, memory included, before it reads anything (k_clip_scale).
   let_dependents_launch();
@@ -63,7 +63,7 @@ __global__ void __launch_bounds__(kThreads, kNormBlocksPerSm)
   const float s = __ldcg(scale);  // uniform across the grid
   if (s == 1.0f) return;          // unclipped step: no second pass over the gradients
   for_each_span<true>(tt, blockIdx.x, gridDim.x, [&](int t, int64_t e0, int64_t e1) {
-    scale_piece<T>(tt, t, e0, e1, s);
+    span_scale<T>(static_cast<T*>(tt.ptr[t]) + e0, e1 - e0, s);
   });
 }
 

@@ -165,42 +165,26 @@ __device__ __forceinline__ void for_each_span(const SpanTable& tt, int v, int G,
   }
 }
 
-// A piece of at most kWarpPieceBytes (8 tiles of fp32, 16 of bf16 / fp16: at most 4 trips of
-// 4 16-byte loads per lane) is done by one warp (tensor t by warp t % kWarps, so neighbours run
-// side by side) with no block barrier: in the norm pass when its tensor lies inside the run (a
-// shared one is counted by the block), in the scale pass always. The 12m set's layer norms and
-// biases (2-6 tiles) cost one block reduction each, one after the other, when the block did
-// them (H200 2026-12-01: k_clip_norm 49.7 us over the 12m list, 32.8 us over one flat tensor
-// of the same bytes; 120m bf16 70.2 us vs 63.5 us flat).
-constexpr int64_t kWarpPieceBytes = 8 * kTile * 4;
-template <typename T>
-__device__ __forceinline__ bool warp_piece(int64_t n) {
-  return n <= kWarpPieceBytes / static_cast<int64_t>(sizeof(T));
-}
-
-// This thread's share of sum |x|^p (max |x| for inf) over n elements, in float64, for a group
-// of Stride threads (the block, or one warp for a small piece): thread threadIdx.x % Stride.
-// Each trip issues kUnroll independent 16-byte loads per thread before any use (out-of-range
-// ones are zeros, the identity of every kind), reduces them in float32 (<= 32 elements) and
-// adds the trip into a float64 accumulator: float32 rounding never builds up over a long run.
-template <typename T, NormKind K, int Stride = kThreads>
+// This thread's share of sum |x|^p (max |x| for inf) over n elements, in float64. Each trip
+// issues kUnroll independent 16-byte loads per thread before any use (out-of-range ones are
+// zeros, the identity of every kind), reduces them in float32 (<= 32 elements) and adds the
+// trip into a float64 accumulator: float32 rounding never builds up over a long run.
+template <typename T, NormKind K>
 __device__ __forceinline__ double span_sum(const T* __restrict__ g, int64_t n, float p) {
-  static_assert(Stride == kThreads || Stride == 32, "the block or one warp");
   constexpr int V = 16 / sizeof(T);  // elements per 16-byte load
-  constexpr int64_t W = static_cast<int64_t>(kUnroll) * Stride;
+  constexpr int64_t W = static_cast<int64_t>(kUnroll) * kThreads;
   static_assert(kUnroll == 4, "the trip's combine tree below assumes 4 loads");
-  const int tid = static_cast<int>(threadIdx.x) & (Stride - 1);
   double s = 0.0;
   const int64_t nvec = aligned16(g) ? n / V : 0;
   const uint4* gv = reinterpret_cast<const uint4*>(g);
   // unroll 1: the kUnroll loads per trip are the memory parallelism; unrolling trips as well
   // only raises register pressure (40 registers at 3 blocks of 512 per SM).
 #pragma unroll 1
-  for (int64_t i = tid; i < nvec; i += W) {
+  for (int64_t i = threadIdx.x; i < nvec; i += W) {
     uint4 r[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      const int64_t k = i + u * Stride;
+      const int64_t k = i + u * kThreads;
       r[u] = k < nvec ? __ldg(gv + k) : make_uint4(0u, 0u, 0u, 0u);  // all loads first
     }
     float a[kUnroll];
@@ -216,54 +200,36 @@ __device__ __forceinline__ double span_sum(const T* __restrict__ g, int64_t n, f
   }
   // The scalar tail (< V elements at a tensor's end) and unaligned views.
   float a = 0.0f;
-  for (int64_t j = nvec * V + tid; j < n; j += Stride) a = acc<K>(a, to_f(g[j]), p);
+  for (int64_t j = nvec * V + threadIdx.x; j < n; j += kThreads) a = acc<K>(a, to_f(g[j]), p);
   return combine<K>(s, static_cast<double>(a));
 }
 
-// In place g = g * s over n elements (fp32 math, rounded once) by a group of Stride threads
-// (the block, or one warp for a small piece), last trip first: the norm pass read the end of
-// each run last, so walking backwards starts on lines still in L2.
-template <typename T, int Stride = kThreads>
+// In place g = g * s over n elements (fp32 math, rounded once), last trip first: the norm pass
+// read the end of each run last, so walking backwards starts on lines still in L2.
+template <typename T>
 __device__ __forceinline__ void span_scale(T* __restrict__ g, int64_t n, float s) {
-  static_assert(Stride == kThreads || Stride == 32, "the block or one warp");
   constexpr int V = 16 / sizeof(T);
-  constexpr int64_t W = static_cast<int64_t>(kUnroll) * Stride;
-  const int tid = static_cast<int>(threadIdx.x) & (Stride - 1);
+  constexpr int64_t W = static_cast<int64_t>(kUnroll) * kThreads;
   const int64_t nvec = aligned16(g) ? n / V : 0;
-  for (int64_t j = nvec * V + tid; j < n; j += Stride) g[j] = from_f<T>(to_f(g[j]) * s);
+  for (int64_t j = nvec * V + threadIdx.x; j < n; j += kThreads) g[j] = from_f<T>(to_f(g[j]) * s);
   uint4* gv = reinterpret_cast<uint4*>(g);
 #pragma unroll 1
   for (int64_t base = nvec > 0 ? (nvec - 1) / W * W : -1; base >= 0; base -= W) {
     uint4 r[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {  // all loads first
-      const int64_t k = base + u * Stride + tid;
+      const int64_t k = base + u * kThreads + threadIdx.x;
       if (k < nvec) r[u] = gv[k];
     }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      const int64_t k = base + u * Stride + tid;
+      const int64_t k = base + u * kThreads + threadIdx.x;
       if (k >= nvec) continue;
       T* e = reinterpret_cast<T*>(&r[u]);
 #pragma unroll
       for (int q = 0; q < V; ++q) e[q] = from_f<T>(to_f(e[q]) * s);
       gv[k] = r[u];
     }
-  }
-}
-
-// The scale pass over piece [e0, e1) of tensor t of a run: a small piece (kWarpPieceBytes) by
-// warp t % kWarps alone, so a run crossing many small tensors scales them side by side instead
-// of one after the other on the block's first warps; elementwise, so the bits do not depend on
-// who does it.
-template <typename T>
-__device__ __forceinline__ void scale_piece(const SpanTable& tt, int t, int64_t e0, int64_t e1,
-                                            float s) {
-  T* g = static_cast<T*>(tt.ptr[t]) + e0;
-  if (warp_piece<T>(e1 - e0)) {
-    if (static_cast<int>(threadIdx.x >> 5) == t % kWarps) span_scale<T, 32>(g, e1 - e0, s);
-  } else {
-    span_scale<T>(g, e1 - e0, s);
   }
 }
 
@@ -299,81 +265,59 @@ __device__ void final_total(const ClipOut& o, float p, float max_norm, double* s
   }
 }
 
-// The blocks holding tensor t's pieces: first, first + 1, ..., first + n_seg - 1.
-__device__ __forceinline__ void owners_of(const SpanTable& tt, int t, int G, int P, int& first,
-                                          int& n_seg) {
-  first = owner_of(tt.tile_start[t], G, P);
-  n_seg = owner_of(tt.tile_start[t + 1] - 1, G, P) - first + 1;
-}
-
 // The norm pass of block v (of G) over its run. Every piece (block v's part of tensor t) leaves
 // its float64 sum in slot seg_base + v + t: v + t differs for every piece (along the tiles one
 // of them, or both, goes up by one at each new piece), and the one slot a run starting on a
 // tensor boundary skips is written 0, so the launch's slots [seg_base, seg_base + G + n - 1) are
-// all written. A tensor inside the run gets its norm at once (a small one from one warp,
-// kWarpPieceBytes); only the run's first and last pieces can belong to a shared tensor, and both
-// are counted at the end together with the block (three atomics in flight at once, one fence):
-// the block counting a shared tensor's last piece finishes it (per-tensor counter), the block
-// counting the last block of the clip (over every launch of it) sums all slots in order:
-// total, flag, scale. `flag` is three shared ints.
+// all written. A tensor inside the run gets its norm at once; a shared one is finished by the
+// block counting its last piece (per-tensor counter). The block counting the last block of the
+// clip (over every launch of it) sums all slots in order: total, flag, scale. The run's last
+// piece is counted together with the block (two atomics in flight at once): the tail after the
+// last load is one fence, one atomic round trip and two short block reductions.
+// `flag` is two shared ints.
 template <typename T, NormKind K>
 __device__ void norm_run(const SpanTable& tt, int v, int G, int seg_base, float p,
                          float max_norm, const ClipOut& o, double* shd, int* flag) {
   const int P = tt.tile_start[tt.n];
   const int lo = tile_begin(v, G, P);
-  const int t0 = tensor_of(tt, lo);
+  const int t0 = tensor_of(tt, lo), t1 = tensor_of(tt, tile_begin(v + 1, G, P) - 1);
   if (threadIdx.x == 0 && v > 0 && tt.tile_start[t0] == lo) o.segs[seg_base + v + t0 - 1] = 0.0;
+  int last_first = 0, last_n = 1, last_gt = 0;  // the run's last piece, when its tensor is shared
   for_each_span<false>(tt, v, G, [&](int t, int64_t e0, int64_t e1) {
     const T* g = static_cast<const T*>(tt.ptr[t]) + e0;
-    int first, n_seg;
-    owners_of(tt, t, G, P, first, n_seg);
-    double* segs = o.segs + seg_base + t;  // piece of block b: segs[b]
-    if (n_seg == 1 && warp_piece<T>(e1 - e0)) {  // uniform over the block
-      // consecutive tensors go to different warps (tensor t to warp t % kWarps)
-      if (static_cast<int>(threadIdx.x >> 5) == t % kWarps) {
-        const double s = warp_reduce<K>(span_sum<T, K, 32>(g, e1 - e0, p));  // lane 0
-        if ((threadIdx.x & 31) == 0) {
-          segs[v] = s;  // published by the barrier + fence before the block is counted
-          o.per_tensor[tt.tensor[t]] = static_cast<float>(root<K>(s, p));
-        }
-      }
-      return;
-    }
     const double s = block_reduce<K>(span_sum<T, K>(g, e1 - e0, p), shd);  // thread 0
+    const int first = owner_of(tt.tile_start[t], G, P);
+    const int n_seg = owner_of(tt.tile_start[t + 1] - 1, G, P) - first + 1;
+    const int gt = tt.tensor[t];
+    double* segs = o.segs + seg_base + t;  // piece of block b: segs[b]
     if (threadIdx.x == 0) {
       segs[v] = s;
-      if (n_seg == 1) o.per_tensor[tt.tensor[t]] = static_cast<float>(root<K>(s, p));
+      if (n_seg == 1) o.per_tensor[gt] = static_cast<float>(root<K>(s, p));
     }
+    if (n_seg == 1) return;
+    if (t == t1) {  // counted below, with the block
+      last_first = first, last_n = n_seg, last_gt = gt;
+      return;
+    }
+    if (threadIdx.x == 0) {
+      __threadfence();  // publish the piece before counting it (threadFenceReduction)
+      flag[0] = atomicAdd(o.seg_count + gt, 1u) == static_cast<unsigned>(n_seg - 1);
+    }
+    __syncthreads();
+    if (flag[0]) finish_tensor<K>(o, segs, first, n_seg, gt, p, shd);  // uniform
   });
-  // Only the run's first and last pieces can belong to a shared tensor (a tensor between them
-  // lies inside the run); both are counted here, with the block. Recomputed rather than kept
-  // through the loop: fewer live registers in the load loop (40 at 3 blocks of 512 per SM).
-  const int t_end[2] = {t0, tensor_of(tt, tile_begin(v + 1, G, P) - 1)};
-  __syncthreads();  // every slot of the run written; every thread has read flag[] before
+  __syncthreads();  // every thread has read flag[0] before it is rewritten
   if (threadIdx.x == 0) {
-    __threadfence();  // this block's slots (all its threads', by the barrier), before counting
-    int n_seg[2];
-    unsigned c[2] = {0u, 0u};
-    for (int k = 0; k < 2; ++k) {  // the atomics have no dependence: all three in flight at once
-      int first;
-      owners_of(tt, t_end[k], G, P, first, n_seg[k]);
-      if (k == 1 && t_end[1] == t0) n_seg[1] = 1;  // one piece only: counted once
-      if (n_seg[k] > 1) c[k] = atomicAdd(o.seg_count + tt.tensor[t_end[k]], 1u);
-    }
+    __threadfence();  // this block's slots, before it is counted
+    const bool shared = last_n > 1;
+    const unsigned piece = shared ? atomicAdd(o.seg_count + last_gt, 1u) : 0u;
     const unsigned block = atomicAdd(o.done, 1u);
-    for (int k = 0; k < 2; ++k)
-      flag[k] = n_seg[k] > 1 && c[k] == static_cast<unsigned>(n_seg[k] - 1);
-    flag[2] = block == static_cast<unsigned>(o.n_blocks - 1);
+    flag[0] = shared && piece == static_cast<unsigned>(last_n - 1);
+    flag[1] = block == static_cast<unsigned>(o.n_blocks - 1);
   }
   __syncthreads();
-  for (int k = 0; k < 2; ++k)
-    if (flag[k]) {
-      int first, n_seg;
-      owners_of(tt, t_end[k], G, P, first, n_seg);
-      finish_tensor<K>(o, o.segs + seg_base + t_end[k], first, n_seg, tt.tensor[t_end[k]], p,
-                       shd);
-    }
-  if (flag[2]) {
+  if (flag[0]) finish_tensor<K>(o, o.segs + seg_base + t1, last_first, last_n, last_gt, p, shd);
+  if (flag[1]) {
     __threadfence();  // see every block's slots (each block fenced before it was counted)
     final_total<K>(o, p, max_norm, shd);
     if (threadIdx.x == 0) *o.done = 0u;

@@ -220,9 +220,9 @@ def test_cuda_rejects_bad_inputs(cuda_ext) -> None:
 
 @pytest.mark.parametrize("p", [2.0, math.inf, 3.0], ids=["l2", "inf", "p3"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
-def test_cuda_small_tensors_summed_by_one_warp_match_float64(cuda_ext, p, dtype) -> None:
-    # a GPT-like list: large matrices between runs of layer-norm / bias sized tensors (<= 8 KB
-    # each: one warp each, kWarpPieceBytes), some of them unaligned views (scalar path),
+def test_cuda_gpt_like_list_of_large_and_small_tensors_matches_float64(cuda_ext, p, dtype) -> None:
+    # a GPT-like list: large matrices between runs of layer-norm / bias sized tensors (many
+    # tensor ends inside one block's run), some of them unaligned views (scalar path),
     # and a NaN in one small tensor that must reach its own per-tensor norm and the total
     gen = torch.Generator().manual_seed(21)
     grads = []
@@ -238,7 +238,7 @@ def test_cuda_small_tensors_summed_by_one_warp_match_float64(cuda_ext, p, dtype)
     assert reference.rel_err(total, total64) < 2e-6
     assert reference.rel_err(per, per64) < 2e-6
     assert reference.rel_err(grads, truth) < (2e-7 if dtype == torch.float32 else 4e-3)
-    grads[8].view(-1)[100] = math.nan  # a 1152-element tensor (4.5 tiles): the warp path
+    grads[8].view(-1)[100] = math.nan  # a 1152-element tensor (4.5 tiles)
     total, per, _, nonfinite = cuda_ext.clip(grads, 0.5, p, apply=False)
     assert bool(nonfinite) and math.isnan(float(total)) and math.isnan(float(per[8]))
     assert torch.isfinite(per[:8]).all() and torch.isfinite(per[9:]).all()

@@ -166,7 +166,9 @@ def float64_truth(
     refuses the inf norm of an empty tensor, so empty tensors are left out of its call.
     """
     copies = [g.detach().to(torch.float64).clone() for g in grads]
-    zero = torch.zeros((), dtype=torch.float64)
+    # on the gradients' device: a CPU zero beside CUDA norms would not stack
+    device = copies[0].device if copies else torch.device("cpu")
+    zero = torch.zeros((), dtype=torch.float64, device=device)
     per = torch.stack(
         [torch.linalg.vector_norm(c, norm_type) if c.numel() else zero for c in copies] or [zero]
     )[: len(copies)]

@@ -41,7 +41,7 @@ __global__ void __launch_bounds__(kThreads)
     k_clip_single(const __grid_constant__ SpanTable tt, float p, float max_norm, int apply,
                   const ClipOut out, int G, unsigned* barrier) {
   __shared__ double shd[kWarps];
-  __shared__ int flag[3];
+  __shared__ int flag[2];
   for (int v = blockIdx.x; v < G; v += gridDim.x)
     norm_run<T, K>(tt, v, G, 0, p, max_norm, out, shd, flag);
   grid_barrier(barrier);
@@ -49,7 +49,7 @@ __global__ void __launch_bounds__(kThreads)
   if (!apply || s == 1.0f) return;
   for (int v = blockIdx.x; v < G; v += gridDim.x)
     for_each_span<true>(tt, v, G, [&](int t, int64_t e0, int64_t e1) {
-      scale_piece<T>(tt, t, e0, e1, s);
+      span_scale<T>(static_cast<T*>(tt.ptr[t]) + e0, e1 - e0, s);
     });
 }
 
