@@ -93,4 +93,8 @@ def bench_train(
     for row in result["probes"]:
         console.print(f"  probe {row['probe']:<12} {row['ms_per_update']:.3f} ms/update "
                       f"({100 * row['share_of_engine']:.1f}%)")  # fmt: skip
+    for row in result.get("once_per_run", []):
+        console.print(f"  once a run: {row['probe']} {row['work']}: {row['ms']:.1f} ms "
+                      f"({row['ms_per_update_over_run']:.3f} ms/update over "
+                      f"{row['run_updates']} updates)")  # fmt: skip
     console.print(f"wrote {out / 'bench-train.json'} and {out / 'bench-train.html'}")

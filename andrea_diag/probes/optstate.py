@@ -139,7 +139,7 @@ class OptStateProbe:
         ginfo = self._group_info(ctx.optimizer)
         out = []
         for p in params:
-            g = p.grad.detach()
+            g = p.grad  # a leaf's grad holds no graph: no .detach() (one op a tensor, issue 20)
             info = ginfo[self._gid_of.get(id(p), 0)]
             if info.l2:
                 g = g + info.wd * p.detach()
@@ -178,8 +178,8 @@ class OptStateProbe:
             or any(s.shape != p.shape for s, p in zip(self._snap, params, strict=True))
         ):
             self._snap, self._snap_flat = snapshot_buffers(params, self.flat_dot)
-        with torch.no_grad():
-            torch._foreach_copy_(self._snap, [p.detach() for p in params])
+        with torch.no_grad():  # the parameters themselves: no per-tensor .detach() op
+            torch._foreach_copy_(self._snap, params)
         self._snap_valid = True
 
     @torch.no_grad()
@@ -233,18 +233,17 @@ class OptStateProbe:
         push = out.push
         if self.has_moments:
             mv = torch._foreach_norm(ms + vs)  # one multi-tensor call for both moments
-            push("m", list(mv[: len(ms)]))
-            push("v", list(mv[len(ms) :]))
+            out.push_split(("m", "v"), mv, len(ms))
         if self._snap_valid and self._snap is not None:
-            torch._foreach_sub_(self._snap, [p.detach() for p in params])  # θ_prev - θ = -Δθ
-            push("d", list(torch._foreach_norm(self._snap)))
-            push("dot", [update_grad_dot(self._snap, self._snap_flat, g_eff)])
+            torch._foreach_sub_(self._snap, params)  # θ_prev - θ = -Δθ (under no_grad)
+            push("d", torch._foreach_norm(self._snap))
+            push("dot", update_grad_dot(self._snap, self._snap_flat, g_eff))
             post = self._post_clip_norms(ctx, g_eff)
-            push("g", [post] if post is not None else list(torch._foreach_norm(g_eff)))
+            push("g", post if post is not None else torch._foreach_norm(g_eff))
             self._snap_valid = False
         if spike_now and self.has_moments:
-            push("gs", list(torch._foreach_norm(g_eff)))
-            push("gs4", list(torch._foreach_norm(g_eff, 4.0)))  # ‖g²‖₂ = ‖g‖₄²
+            push("gs", torch._foreach_norm(g_eff))
+            push("gs4", torch._foreach_norm(g_eff, 4.0))  # ‖g²‖₂ = ‖g‖₄²
         return out.flat(), out.slots
 
     def resolve(self) -> None:

@@ -204,7 +204,8 @@ class Trainer:
     ) -> tuple[dict[str, Any], UpdateContext]:
         accum = batch.tokens.size(0)
         example_loss = gather_examples(group.example_loss, self.dist, accum)
-        example_tokens = gather_examples(group.example_tokens, self.dist, accum)
+        # every replica's sequences, from the host tokens: no device op, no gather (A, m·D)
+        example_tokens = (batch.tokens[:, :, 1:] != IGNORE).sum(dim=2).reshape(-1)
         # host sync: the update's one read (the spike probe's z, the step-or-not decision)
         *head, example_loss_host = read_update(  # every replica: the global loss
             self.reducer.all_reduce_sum(group.loss), clip, example_loss
@@ -244,9 +245,8 @@ class Trainer:
             "boundary": ctx.boundary,
             **{f"w_{k}": v for k, v in batch.weights.items()},
             "loss": loss,
-            **per_source_loss(
-                example_loss, example_tokens, batch.source_idx.reshape(-1), self.source_names
-            ),
+            # on the host, from the values read above: no launch, no copy of the indices
+            **per_source_loss(example_loss_host, example_tokens, example_source, self.source_names),
             "grad_norm": grad_norm,
             "lr": self.optimizer.param_groups[0]["lr"],
             "grad_norm_post": post,

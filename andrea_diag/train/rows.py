@@ -33,7 +33,9 @@ def read_scalars(*values: torch.Tensor | None) -> list[float | None]:
     update's host sync). A 0-dim value gives one float, a vector its elements, None stays None.
     float64 holds every float32/bf16 value and bool exactly, so each float equals ``.item()``'s.
     """
-    present = [v.detach().reshape(-1).double() for v in values if v is not None]
+    present = [
+        (v.detach() if v.requires_grad else v).reshape(-1).double() for v in values if v is not None
+    ]
     flat = torch.cat(present).tolist() if present else []  # host sync
     out: list[float | None] = []
     pos = 0
@@ -70,10 +72,12 @@ def per_source_loss(
     source_idx: torch.Tensor,
     names: Sequence[str] = SOURCE_NAMES,
 ) -> dict[str, torch.Tensor | float]:
-    """Token-weighted loss of each source's sequences in this group (NaN when absent). 0-dim
-    device tensors, no host sync: the rows of each source are picked on the host from
-    ``source_idx`` (a host tensor: boolean indexing on the device syncs) and reach the device in
-    one copy; summed in the order that indexing used, so the values are unchanged."""
+    """Token-weighted loss of each source's sequences in this group (NaN when absent), as 0-dim
+    tensors on ``example_loss``'s device. The trainer passes host tensors (the per-example
+    losses its one read brought over, token counts from the host batch): nothing is launched.
+    With device tensors there is no host sync either: the rows of each source are picked on the
+    host from ``source_idx`` (a host tensor: boolean indexing on the device syncs) and reach the
+    device in one copy; summed in the order that indexing used, so the values are unchanged."""
     src = source_idx.reshape(-1).numpy()  # refuses a device tensor: this must stay host-side
     picks = [np.flatnonzero(src == i) for i in range(len(names))]  # source_idx indexes names
     flat = torch.from_numpy(np.concatenate(picks).astype(np.int64))
