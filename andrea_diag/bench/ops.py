@@ -131,22 +131,24 @@ def counting(mode: DeviceTaint) -> Iterator[DeviceTaint]:
 
 @contextlib.contextmanager
 def marked_transfers(mode: DeviceTaint) -> Iterator[None]:
-    """The trainer's host-to-device copy (``rows.to_device``) gives a marked copy: on the CPU
-    the batch would otherwise stay the host tensor itself, and its reads look free."""
-    from andrea_diag.train import loop, rows
+    """The trainer's copy of the batch to the device (``to_device`` in ``loop.py``) gives a
+    marked copy: on the CPU the batch would otherwise stay the host tensor itself, and its
+    reads look free. (Only the batch's: ``rows.to_device`` of a host value onto the CPU is a
+    no-op on any machine.)"""
+    from andrea_diag.train import loop
 
-    real = rows.to_device
+    real = loop.to_device
 
     def to_device(tokens: torch.Tensor, device: torch.device) -> torch.Tensor:
         out = real(tokens, device).clone()
         mode.mark(out)
         return out
 
-    rows.to_device = loop.to_device = to_device  # type: ignore[assignment]
+    loop.to_device = to_device  # type: ignore[assignment]
     try:
         yield
     finally:
-        rows.to_device = loop.to_device = real  # type: ignore[assignment]
+        loop.to_device = real  # type: ignore[assignment]
 
 
 def _summary(mode: DeviceTaint, updates: int) -> dict[str, Any]:
@@ -172,22 +174,23 @@ def count_ops(
     from andrea_diag.bench.train import PlainLoop, _engine
 
     total = warmup + updates
-    cfg = dataclasses.replace(cfg, steps=max(cfg.steps, total + 1), eval_every=0,
+    cfg = dataclasses.replace(cfg, steps=max(cfg.steps, total + updates + 1), eval_every=0,
                               checkpoint_every=0, inject=[],
-                              flush_every=max(cfg.flush_every, total + 1))  # fmt: skip
+                              flush_every=max(cfg.flush_every, total + updates + 1))  # fmt: skip
     device = torch.device(cfg.device if cfg.device != "auto" else "cpu")
     out: dict[str, Any] = {"size": cfg.size, "precision": cfg.precision, "updates": updates,
                            "warmup": warmup, "device": str(device)}  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="count-ops-") as tmp:
         engine, batch_tokens = _engine(cfg, Path(tmp) / "engine")
         plain = PlainLoop(cfg, device)
-        tokens = [batch_tokens(u) for u in range(1, total + 1)]
+        tokens = [batch_tokens(u) for u in range(1, total + updates + 1)]
         loops: dict[str, tuple[torch.nn.Module, Callable[[int], Any]]] = {
             "engine": (engine.model, engine.train_update),
             "plain": (plain.model, lambda u: plain.update(tokens[u - 1])),
         }
         for name, (model, step) in loops.items():
             out[name] = _summary(count_steps(model, step, warmup, updates, sites=sites), updates)
+            out[name]["aten_ops_all_per_update"] = profile_steps(step, total + 1, updates)
         engine.recorder.close()
         engine.recorder.release()
     return out
@@ -211,6 +214,19 @@ def count_steps(
         for u in range(warmup + 1, warmup + updates + 1):
             step(u)
     return mode
+
+
+def profile_steps(step: Callable[[int], Any], first: int, updates: int) -> float:
+    """Every aten op per update as ``torch.profiler`` counts them (nested ones included: a
+    ``linear`` and its ``addmm``, a ``stack`` and its ``unsqueeze``), the measure
+    ``bench/profile_engine.py`` gives on a GPU, for ``step(first) .. step(first+updates-1)``."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for u in range(first, first + updates):
+            step(u)
+    n = sum(e.count for e in prof.key_averages() if e.key.startswith("aten::"))
+    return n / updates
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -237,7 +253,8 @@ def main(argv: list[str] | None = None) -> None:
     result = count_ops(cfg, a.updates, a.warmup, sites=a.sites)
     for name in ("engine", "plain"):
         r = result[name]
-        print(f"{name}: {r['aten_ops_per_update']:.1f} aten ops/update, "
+        print(f"{name}: {r['aten_ops_per_update']:.1f} aten ops dispatched/update "
+              f"({r['aten_ops_all_per_update']:.1f} with nested ones, profiler), "
               f"{r['device_reads_per_update']:.2f} device reads/update")  # fmt: skip
         for op, n in list(r["ops_per_update"].items())[: a.top]:
             print(f"    {op:<28} {n:8.1f}")

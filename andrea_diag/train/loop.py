@@ -12,8 +12,9 @@ depends on, top to bottom:
 3. reduce: gradients made global across replicas (one process: nothing to do);
 4. unscale: gradients back in true units (fp32: nothing to do);
 5. clip: after the last microbatch, before the optimizer touches ``m``/``v``;
-6. measure: the update's one host sync (``rows.read_update``: loss, grad norm, non-finite and
-   skip flags, per-example losses); the row's other scalars stay 0-dim device tensors;
+6. measure: the update's one host sync (``rows.read_update``: loss, grad norm, post-clip norm,
+   non-finite and skip flags, per-example losses), from which the row's own columns are host
+   arithmetic (per-source losses, clip coefficient);
 7. probes ``after_clip``, optimizer step (if applied), scheduler step (per update), probes
    ``after_step``; then evaluation and one metrics row, written every ``flush_every`` rows, when
    the probes' device scalars are read too (``ProbeDriver(defer=True)``).
@@ -210,8 +211,7 @@ class Trainer:
         *head, example_loss_host = read_update(  # every replica: the global loss
             self.reducer.all_reduce_sum(group.loss), clip, example_loss
         )
-        loss, grad_norm, clip_nonfinite, clip_skip = head
-        post = clip.post_norm.double()  # float64: clip_coef as exact as Python floats made it
+        loss, grad_norm, clip_nonfinite, clip_skip, post = head  # post: float64, as read
         nonfinite = bool(clip_nonfinite) or not math.isfinite(loss)
         skipped = clip.skip is not None and bool(clip_skip) and not nonfinite  # the mode's choice
         example_source = batch.source_idx.reshape(-1)  # host: the spike probe reads it there

@@ -50,12 +50,16 @@ def read_scalars(*values: torch.Tensor | None) -> list[float | None]:
 
 def read_update(
     loss: torch.Tensor, clip: ClipResult, example_loss: torch.Tensor
-) -> tuple[float, float, float, float | None, torch.Tensor]:
-    """The update's one host read: (loss, grad norm, non-finite, skip or None, the per-example
-    losses as a host tensor of their own dtype, values exact)."""
-    host = read_scalars(loss, clip.total_norm, clip.nonfinite, clip.skip, example_loss)
-    ex = torch.tensor(host[4:], dtype=example_loss.dtype)
-    return host[0], host[1], host[2], host[3], ex  # type: ignore[return-value]
+) -> tuple[float, float, float, float | None, float, torch.Tensor]:
+    """The update's one host read: (loss, grad norm, non-finite, skip or None, post-clip norm,
+    the per-example losses as a host tensor of their own dtype, values exact). The post-clip
+    norm rides along, so the row's ``grad_norm_post`` and ``clip_coef`` are host arithmetic
+    (float64 division either way: the same bits as on the device)."""
+    host = read_scalars(
+        loss, clip.total_norm, clip.nonfinite, clip.skip, clip.post_norm, example_loss
+    )
+    ex = torch.tensor(host[5:], dtype=example_loss.dtype)
+    return host[0], host[1], host[2], host[3], host[4], ex  # type: ignore[return-value]
 
 
 def to_device(tokens: torch.Tensor, device: torch.device) -> torch.Tensor:
@@ -88,5 +92,8 @@ def per_source_loss(
         idx = flat[start : start + len(pick)]
         start += len(pick)
         loss, tok = example_loss.index_select(0, idx), example_tokens.index_select(0, idx)
-        out[LOSS_SOURCE.name_for(name)] = (loss * tok).sum() / tok.sum() if len(pick) else math.nan
+        value = (loss * tok).sum() / tok.sum() if len(pick) else math.nan
+        if isinstance(value, torch.Tensor) and value.device.type == "cpu":
+            value = value.item()  # a host value: the float the flush would make of it
+        out[LOSS_SOURCE.name_for(name)] = value
     return out
