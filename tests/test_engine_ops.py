@@ -123,3 +123,26 @@ def test_foreach_norm_views_come_back_as_their_vector_without_a_stack() -> None:
     assert torch.equal(as_vector(apart), vec)
     gap = [*vec.unbind()[:2], *vec.unbind()[3:]]  # an element missing: stacked, not viewed
     assert torch.equal(as_vector(gap), torch.tensor([0.0, 1.0, 3.0, 4.0]))
+
+
+def test_update_stats_on_their_own_schedule_skip_the_snapshot_between(tmp_path: Path) -> None:
+    from andrea_diag.config import ProbeConfig
+
+    cfg = _cfg(probes=ProbeConfig(update_stats_every=3))
+    engine, _ = _engine(cfg, tmp_path / "engine")
+    mode = count_steps(engine.model, engine.train_update, warmup=0, updates=0, sites=True)
+    rows, copies = [], []
+    for u in range(1, 7):
+        before = sum(n for s, n in mode.op_sites.items() if "optstate.py" in s)
+        with counting(mode):
+            rows.append(engine.train_update(u))
+        copies.append(sum(n for s, n in mode.op_sites.items() if "optstate.py" in s) - before)
+    engine.recorder.flush()
+    spikes = {r["update"] for r in rows if r["spike"]}
+    measured = {r["update"] for r in rows if "update_rms" in r}
+    assert measured == {3, 6} | spikes and measured != set(range(1, 7))
+    assert all(r["m_norm"] > 0 for r in rows)  # the moments' norms stay every update
+    # the off-schedule updates dispatch less of the probe's work (no snapshot copy, no Δθ)
+    assert max(copies[i] for i in (0, 3)) < min(copies[i] for i in (2, 5)), copies
+    engine.recorder.close()
+    engine.recorder.release()

@@ -164,13 +164,22 @@ def _summary(mode: DeviceTaint, updates: int) -> dict[str, Any]:
 
 
 def count_ops(
-    cfg: RunConfig, updates: int = 4, warmup: int = 2, *, sites: bool = False
+    cfg: RunConfig,
+    updates: int = 4,
+    warmup: int = 2,
+    *,
+    sites: bool = False,
+    cuda_paths: bool = False,
 ) -> dict[str, Any]:
     """Run ``warmup`` then ``updates`` updates of the engine (every default probe, metric rows
     flushed after the counted ones: between two flushes, as most updates of a run are) and of
     the plain loop, under :class:`DeviceTaint`; per loop: aten ops and device reads per counted
     update, ops by name, and where each read happened (``sites``: the ops too, by the line of
-    ``andrea_diag`` that dispatched them; slow). ``cfg``: resolved."""
+    ``andrea_diag`` that dispatched them; slow), and what the engine's metrics flush then costs
+    (``flush``: its ops and reads for the rows waiting). ``cuda_paths``: the optimizer-state
+    probe takes its CUDA arithmetic for Δθ·g (one flat product and one sum; the CPU's default is
+    one dot a tensor, what tests/test_golden.py pins), so the engine's count is closer to what
+    a GPU dispatches. ``cfg``: resolved."""
     from andrea_diag.bench.train import PlainLoop, _engine
 
     total = warmup + updates
@@ -182,6 +191,9 @@ def count_ops(
                            "warmup": warmup, "device": str(device)}  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="count-ops-") as tmp:
         engine, batch_tokens = _engine(cfg, Path(tmp) / "engine")
+        for probe in engine.probes.probes:
+            if cuda_paths and hasattr(probe, "flat_dot"):
+                probe.flat_dot = True
         plain = PlainLoop(cfg, device)
         tokens = [batch_tokens(u) for u in range(1, total + updates + 1)]
         loops: dict[str, tuple[torch.nn.Module, Callable[[int], Any]]] = {
@@ -189,8 +201,15 @@ def count_ops(
             "plain": (plain.model, lambda u: plain.update(tokens[u - 1])),
         }
         for name, (model, step) in loops.items():
-            out[name] = _summary(count_steps(model, step, warmup, updates, sites=sites), updates)
+            mode = count_steps(model, step, warmup, updates, sites=sites)
+            out[name] = _summary(mode, updates)
             out[name]["aten_ops_all_per_update"] = profile_steps(step, total + 1, updates)
+            if name == "engine":
+                mode.reset()
+                with counting(mode):
+                    engine.recorder.flush()
+                out["flush"] = {"rows": total + updates, "aten_ops": sum(mode.ops.values()),
+                                "device_reads": len(mode.reads)}  # fmt: skip
         engine.recorder.close()
         engine.recorder.release()
     return out
@@ -245,12 +264,14 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--top", type=int, default=15, help="ops by name to print per loop")
     p.add_argument("--sites", action="store_true", help="ops by andrea_diag line too (slow)")
+    p.add_argument("--cuda-paths", action="store_true",
+                   help="the optimizer-state probe's CUDA arithmetic for Δθ·g (a flat dot)")  # fmt: skip
     p.add_argument("--json", type=Path, help="write the whole result here")
     a = p.parse_args(argv)
     shape = {k: v for k, v in (("micro_batch", a.micro_batch), ("seq_len", a.seq_len)) if v}
     cfg = RunConfig(size=a.size, precision=a.precision, clip=a.clip, device="cpu",
                     **shape).resolve()  # fmt: skip
-    result = count_ops(cfg, a.updates, a.warmup, sites=a.sites)
+    result = count_ops(cfg, a.updates, a.warmup, sites=a.sites, cuda_paths=a.cuda_paths)
     for name in ("engine", "plain"):
         r = result[name]
         print(f"{name}: {r['aten_ops_per_update']:.1f} aten ops dispatched/update "
@@ -262,6 +283,8 @@ def main(argv: list[str] | None = None) -> None:
             print(f"    {n:8.1f} ops at {site}")
         for site, n in r["read_sites"].items():
             print(f"    read {n / a.updates:.2f}/update: {site}")
+    f = result["flush"]
+    print(f"engine flush of {f['rows']} rows: {f['aten_ops']} aten ops, {f['device_reads']} reads")
     if a.json:
         a.json.write_text(json.dumps(result, indent=2))
 

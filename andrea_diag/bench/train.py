@@ -225,6 +225,7 @@ def _result(
             "clip_impl": cfg.clip_impl,
             "max_norm": cfg.max_norm,
             "recipe": cfg.recipe,
+            "update_stats_every": cfg.probes.update_stats_every,
             "m": cfg.micro_batch,
             "A": cfg.accum,
             "seq_len": cfg.seq_len,

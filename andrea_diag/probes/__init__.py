@@ -72,6 +72,7 @@ def make_probes(
             shadow=bool(cfg.shadow),
             per_layer=cfg.per_layer,
             update_stats=cfg.update_stats,
+            update_stats_every=cfg.update_stats_every,
             groups=groups,
         )
     )

@@ -6,7 +6,8 @@ Columns every update (Adam/AdamW; other optimizers get only the update columns):
   ``layer_m/<layer>.<kind>``, ``layer_v/<layer>.<kind>`` (one ``_foreach_norm`` each);
 - ``update_rms``: RMS of this step's parameter change ``Δθ`` over all elements;
 - ``cos_update_grad``: cosine between the update direction ``-Δθ`` and the gradient Adam
-  received (so +1 is a plain SGD step, ~0 means Adam's history dominates);
+  received (+1: a plain SGD step; ~0: Adam's history dominates); both every
+  ``update_stats_every`` updates (``ProbeConfig``; default 1) and at spikes, else absent;
 - ``m_spike_share = ‖m_spike‖/‖m‖``, ``v_spike_share = ‖v_spike‖/‖v‖`` (shadow buffers on).
 
 *Why a parameter snapshot for Δθ*: recomputing ``lr·m̂/(√v̂+ε)`` from the state needs five
@@ -83,10 +84,12 @@ class OptStateProbe:
         per_layer: bool = True,
         update_stats: bool = True,
         recovery_share: float = RECOVERY_SHARE,
+        update_stats_every: int = 1,
         groups: Mapping[str, tuple[str, str]] | None = None,  # name -> (layer, kind); None: names
     ) -> None:
         self.shadow, self.per_layer, self.update_stats = shadow, per_layer, update_stats
         self.recovery_share, self.groups = recovery_share, groups
+        self.update_stats_every = max(1, int(update_stats_every))
         self._groups_idx: dict[tuple[str, ...], GroupIndex] = {}
         self._snap: list[torch.Tensor] | None = None
         self._snap_flat: torch.Tensor | None = None  # one buffer under the views (flat_dot)
@@ -171,6 +174,8 @@ class OptStateProbe:
         self._g_eff = self._effective_grads(ctx, params)
         self._snap_valid = False
         if not self.update_stats or not ctx.applied or not params:
+            return
+        if ctx.update % self.update_stats_every and not ctx.spike:  # off its schedule
             return
         if (
             self._snap is None
