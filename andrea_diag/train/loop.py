@@ -322,19 +322,17 @@ class Trainer:
         self.recorder.close(summary)
         return summary
 
+    def components(self) -> dict[str, Any]:
+        """Every part with ``state_dict`` / ``load_state_dict``, by its checkpoint key, in load
+        order: the one list :meth:`state_dict` and :meth:`restore` both walk."""
+        return {"model": self.model, "optimizer": self.optimizer, "scheduler": self.scheduler,
+                "precision": self.precision, "reducer": self.reducer, "clipper": self.clipper,
+                "evaluator": self.evaluator, "probe_driver": self.probes,
+                "train_state": self.state}  # fmt: skip
+
     def state_dict(self) -> dict[str, Any]:
         """Every component's state: what a checkpoint holds (the probes' own state aside)."""
-        return {
-            "model": self.model.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "scheduler": self.scheduler.state_dict(),
-            "precision": self.precision.state_dict(),
-            "reducer": self.reducer.state_dict(),
-            "clipper": self.clipper.state_dict(),
-            "evaluator": self.evaluator.state_dict(),
-            "probe_driver": self.probes.state_dict(),
-            "train_state": self.state.state_dict(),
-        }
+        return {key: part.state_dict() for key, part in self.components().items()}
 
     # -- checkpoints ---------------------------------------------------------------------------
     def identity(self) -> dict[str, Any]:
@@ -364,15 +362,9 @@ class Trainer:
     def restore(self, path: Path) -> None:
         """Continue from the checkpoint at ``path``: rows written after it are cut."""
         state = load_checkpoint(path, expect=self.identity())
-        t = state["trainer"]
-        self.model.load_state_dict(t["model"])
-        self.optimizer.load_state_dict(t["optimizer"])
-        self.scheduler.load_state_dict(t["scheduler"])
-        for part in ("precision", "reducer", "clipper", "evaluator"):
-            getattr(self, part).load_state_dict(t[part])
-        self.probes.load_state_dict(t["probe_driver"])
+        for key, part in self.components().items():
+            part.load_state_dict(state["trainer"][key])
         self.probes.load_probe_states(state["probes"])
-        self.state.load_state_dict(t["train_state"])
         self.plan.load_state_dict(state["plan"])
         self.recorder.rewind(state["recorder"])
         set_rng_state(state["rng"])
