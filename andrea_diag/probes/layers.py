@@ -117,8 +117,8 @@ class LayerGradNormProbe(ProbeState):
         values = torch.cat([norms for _, _, norms in queue]).tolist()  # host sync: one a flush
         pos = 0
         for row, keys, _ in queue:
-            row.update({f"layer_gn/{k}": v for k, v in zip(keys, values[pos:], strict=False)})
-            pos += len(keys)
+            mine, pos = values[pos : pos + len(keys)], pos + len(keys)
+            row.update({f"layer_gn/{k}": v for k, v in zip(keys, mine, strict=True)})
 
     def after_step(self, ctx: UpdateContext) -> None:
         return None
