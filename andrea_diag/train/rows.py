@@ -31,11 +31,16 @@ def overflow_last(n_micro: int) -> Callable[[int, torch.Tensor], torch.Tensor]:
 def read_scalars(*values: torch.Tensor | None) -> list[float | None]:
     """Device scalars and vectors as Python floats, in order, in ONE copy to the host (the
     update's host sync). A 0-dim value gives one float, a vector its elements, None stays None.
-    float64 holds every float32/bf16 value and bool exactly, so each float equals ``.item()``'s.
+    Floats and bools are concatenated as they are: ``cat`` promotes them to the widest float
+    among them, which holds every value exactly (bool, bf16, fp16 in float32), so each float
+    equals ``.item()``'s, with one launch instead of a cast a value; anything else goes through
+    float64 first.
     """
-    present = [
-        (v.detach() if v.requires_grad else v).reshape(-1).double() for v in values if v is not None
-    ]
+    present = [(v.detach() if v.requires_grad else v).reshape(-1) for v in values if v is not None]
+    if not all(v.is_floating_point() or v.dtype == torch.bool for v in present) or not any(
+        v.is_floating_point() for v in present
+    ):
+        present = [v.double() for v in present]
     flat = torch.cat(present).tolist() if present else []  # host sync
     out: list[float | None] = []
     pos = 0
