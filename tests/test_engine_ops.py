@@ -34,7 +34,7 @@ def _cfg(size: str = "tiny", **kw: Any) -> RunConfig:
 
 @pytest.fixture(scope="module")
 def counted() -> dict[str, Any]:
-    return count_ops(_cfg(), updates=3, warmup=2, sites=True)
+    return count_ops(_cfg(), updates=3, warmup=2)
 
 
 def test_engine_update_reads_the_device_once_with_the_default_probes(counted: dict) -> None:
