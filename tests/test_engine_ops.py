@@ -146,3 +146,14 @@ def test_update_stats_on_their_own_schedule_skip_the_snapshot_between(tmp_path: 
     assert max(copies[i] for i in (0, 3)) < min(copies[i] for i in (2, 5)), copies
     engine.recorder.close()
     engine.recorder.release()
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="torch's CUDA _foreach_norm needs a GPU")
+def test_cuda_foreach_norm_results_are_taken_back_as_one_vector() -> None:
+    tensors = [torch.randn(n, device="cuda") for n in (3, 555, 65537, 1)]
+    norms = torch._foreach_norm(tensors)
+    out = as_vector(norms)
+    # the fast path: a view of the vector torch filled, not a stack of copies
+    assert out.data_ptr() == norms[0].data_ptr()
+    assert torch.equal(out, torch.stack(list(norms)))
