@@ -8,7 +8,9 @@ Both loops train the same model (same seed, preset, ``m``/``A``/``seq_len``, pre
 matmul precision, clip mode and clip implementation) on the same token batches, in one process:
 
 - **engine**: :class:`~andrea_diag.train.loop.Trainer` ``train_update``, every default probe on
-  (evaluation and checkpoints off: they are not per-update work);
+  (evaluation and checkpoints off: they are not per-update work; nor is the lock-in probe's
+  sample, once a run by default: it is timed on its own, ``once_per_run``, with its share of
+  an update over the run's own length);
 - **plain**: forward, token-weighted backward per microbatch, the same clipper (``make_clipper``
   of the same mode and implementation: no clipping for ``none``), the optimizer
   step, and one ``.item()`` every 50 updates (nanoGPT's logging habit).
@@ -137,8 +139,12 @@ def bench_train(
     if updates < 1 or warmup < 0 or block < 1:
         raise UserError("--updates and --block must be at least 1, --warmup 0 or more")
     total = warmup + updates
-    # no injection: a preset's own one (tiny's outlier) is placed for its length, not the bench's
-    cfg = dataclasses.replace(cfg, steps=total, eval_every=0, checkpoint_every=0, inject=[],
+    run_steps = cfg.steps  # the run's own length, over which its once-a-run costs spread
+    # no injection: a preset's own one (tiny's outlier) is placed for its length, not the bench's.
+    # steps one past the timed updates: the lock-in probe's default schedule samples once a run,
+    # at its last update, a per-run cost like evaluation; spread over the bench's few updates it
+    # would read as per-update work. It is timed on its own below (``once_per_run``).
+    cfg = dataclasses.replace(cfg, steps=total + 1, eval_every=0, checkpoint_every=0, inject=[],
                               flush_every=max(cfg.flush_every, 1))  # fmt: skip
     say = progress or (lambda _line: None)
     from andrea_diag.device import resolve_device
@@ -167,9 +173,28 @@ def bench_train(
             done += k
             say(f"timed {done}/{updates} updates each")
         probe_ms = engine.probes.hook_ms()
+        once = _once_per_run(engine, device, total + 1, run_steps)
         engine.recorder.close()
         engine.recorder.release()
-    return _result(cfg, device, times, probe_ms, updates, warmup, block)
+    result = _result(cfg, device, times, probe_ms, updates, warmup, block)
+    result["once_per_run"] = once
+    return result
+
+
+def _once_per_run(engine: Any, device: torch.device, update: int, run_steps: int) -> list[dict]:
+    """The probes' once-a-run work, timed once: the lock-in probe's final-state sample (its
+    default schedule), with its share of an update over a run of ``run_steps`` updates."""
+    lockin = next((p for p in engine.probes.probes if getattr(p, "name", "") == "lockin"), None)
+    if lockin is None or not lockin.prompts:
+        return []
+    _sync(device)
+    t0 = time.perf_counter()
+    lockin.sample_now(update)
+    _sync(device)
+    ms = (time.perf_counter() - t0) * 1e3
+    return [{"probe": "lockin", "work": "final-state sample (every source, greedy and temp 1)",
+             "ms": ms, "run_updates": run_steps,
+             "ms_per_update_over_run": ms / max(run_steps, 1)}]  # fmt: skip
 
 
 def _result(
@@ -200,6 +225,7 @@ def _result(
             "clip_impl": cfg.clip_impl,
             "max_norm": cfg.max_norm,
             "recipe": cfg.recipe,
+            "update_stats_every": cfg.probes.update_stats_every,
             "m": cfg.micro_batch,
             "A": cfg.accum,
             "seq_len": cfg.seq_len,

@@ -16,7 +16,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from andrea_diag.config import RunConfig
+from andrea_diag.config import ProbeConfig, RunConfig
 from andrea_diag.device import resolve_device
 from andrea_diag.fields import MAX_UPDATES
 
@@ -55,6 +55,15 @@ def bench_train(
             max=MAX_UPDATES,
         ),
     ] = None,
+    update_stats_every: Annotated[
+        int,
+        typer.Option(
+            help="The optimizer-state probe's update RMS / cosine (a parameter snapshot) every "
+            "N updates and at spikes.",
+            min=1,
+            max=MAX_UPDATES,
+        ),
+    ] = ProbeConfig.update_stats_every,
     device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
     out: Annotated[Path | None, typer.Option(help="Folder for bench-train.json / .html.")] = None,
 ) -> None:
@@ -65,8 +74,9 @@ def bench_train(
     console = Console(stderr=True)
     on_gpu = resolve_device(device).type == "cuda"  # UserError for cuda without a GPU
     size = size or ("12m" if on_gpu else "tiny")
+    probes = ProbeConfig(update_stats_every=update_stats_every)
     cfg = RunConfig(size=size, precision=precision, clip=clip, clip_impl=clip_impl,
-                    device=device).resolve()  # fmt: skip
+                    device=device, probes=probes).resolve()  # fmt: skip
     updates = updates if updates is not None else (200 if on_gpu else 6)
     warmup = warmup if warmup is not None else (20 if on_gpu else 2)
     block = block if block is not None else (20 if on_gpu else 2)
@@ -79,6 +89,7 @@ def bench_train(
         f"andrea-diag bench-train --size {size} --precision {precision} --clip {clip} "
         f"--clip-impl {clip_impl} --updates {updates} --warmup {warmup} --block {block} "
         f"--device {device} --out {out}"
+        + (f" --update-stats-every {update_stats_every}" if update_stats_every != 1 else "")
     )
     out.mkdir(parents=True, exist_ok=True)
     (out / "bench-train.json").write_text(json.dumps(result, indent=2))
@@ -93,4 +104,8 @@ def bench_train(
     for row in result["probes"]:
         console.print(f"  probe {row['probe']:<12} {row['ms_per_update']:.3f} ms/update "
                       f"({100 * row['share_of_engine']:.1f}%)")  # fmt: skip
+    for row in result.get("once_per_run", []):
+        console.print(f"  once a run: {row['probe']} {row['work']}: {row['ms']:.1f} ms "
+                      f"({row['ms_per_update_over_run']:.3f} ms/update over "
+                      f"{row['run_updates']} updates)")  # fmt: skip
     console.print(f"wrote {out / 'bench-train.json'} and {out / 'bench-train.html'}")

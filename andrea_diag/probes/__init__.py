@@ -91,7 +91,8 @@ def _spikes(s: ProbeSetup) -> Probe:
 @register_probe("optstate")
 def _optstate(s: ProbeSetup) -> Probe:
     return OptStateProbe(shadow=bool(s.cfg.shadow), per_layer=s.cfg.per_layer,
-                         update_stats=s.cfg.update_stats, groups=s.groups)  # fmt: skip
+                         update_stats=s.cfg.update_stats,
+                         update_stats_every=s.cfg.update_stats_every, groups=s.groups)  # fmt: skip
 
 
 @register_probe("lockin")

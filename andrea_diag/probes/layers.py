@@ -7,10 +7,11 @@ gradients, ``sqrt(sum of squares of the member tensors' norms)``. Groups come fr
 (``SpikeMonitor``: module types, :mod:`andrea_diag.probes.shape`).
 
 No second pass over the gradients: ``ctx.clip.per_tensor_norm`` comes from the clip pass, and
-the grouping is one ``index_add`` on that small vector. Under the trainer (``defer_reads``) the
-columns are 0-dim device tensors, read with the rest of the row at the recorder's flush; else
-one host transfer per update. Only when the loop does not clip through us (``ctx.clip is
-None``) are the norms computed from the grads.
+the grouping is one ``index_add`` on that small vector. Under the trainer (``defer_reads``) each
+update's group vector waits on the device and :meth:`LayerGradNormProbe.resolve` (the
+recorder's flush) reads every waiting update's in one copy and fills their columns; else one
+host transfer per update. Only when the loop does not clip through us (``ctx.clip is None``)
+are the norms computed from the grads.
 """
 
 from __future__ import annotations
@@ -46,11 +47,8 @@ class GroupIndex:
 
     def group_norms(self, per_tensor: torch.Tensor) -> torch.Tensor:
         """(n_tensors,) norms -> (n_groups,) norms: sqrt(index_add of squares)."""
-        sq = (
-            per_tensor.detach()
-            .to(torch.float64 if per_tensor.dtype == torch.float64 else torch.float32)
-            .square()
-        )
+        per = per_tensor.detach() if per_tensor.requires_grad else per_tensor
+        sq = per.to(torch.float64 if per.dtype == torch.float64 else torch.float32).square()
         out = torch.zeros(len(self.keys), dtype=sq.dtype, device=sq.device)
         return out.index_add_(0, self.index_on(sq.device), sq).sqrt()
 
@@ -85,12 +83,15 @@ class LayerGradNormProbe(ProbeState):
 
     name = "layers"
     columns: ClassVar[tuple[metrics.Column, ...]] = (metrics.LAYER_GN,)
-    transient = ("_groups", "defer_reads", "groups")  # rebuilt; set by the driver; passed in
+    # rebuilt; set by the driver; passed in; resolved before any state is taken
+    transient = ("_groups", "defer_reads", "groups", "_queue")
 
     def __init__(self, groups: Mapping[str, tuple[str, str]] | None = None) -> None:
         self.groups = groups  # name -> (layer, kind); None: by name (param_group_of)
         self._groups: dict[tuple[str, ...], GroupIndex] = {}
         self.defer_reads = False  # set by the ProbeDriver: columns stay on the device
+        # (the driver's guarded row, the group keys, the group norms on the device) per update
+        self._queue: list[tuple[Any, list[str], torch.Tensor]] = []
 
     def _names_with_grad(self, ctx: UpdateContext) -> list[str]:
         # clip.per_tensor_norm covers only parameters that have a gradient, in order
@@ -103,7 +104,21 @@ class LayerGradNormProbe(ProbeState):
         if per.numel() == 0:
             return
         gi = group_index_for(self._groups, self._names_with_grad(ctx), self.groups)
-        ctx.row.update(gi.columns("layer_gn", per, on_device=self.defer_reads))
+        if self.defer_reads:  # no op of the row's own per group: one vector, read at the flush
+            self._queue.append((ctx.row, gi.keys, gi.group_norms(per)))
+            return
+        ctx.row.update(gi.columns("layer_gn", per))
+
+    def resolve(self) -> None:
+        """Fill the waiting updates' columns from one host copy of their group norms."""
+        if not self._queue:
+            return
+        queue, self._queue = self._queue, []
+        values = torch.cat([norms for _, _, norms in queue]).tolist()  # host sync: one a flush
+        pos = 0
+        for row, keys, _ in queue:
+            mine, pos = values[pos : pos + len(keys)], pos + len(keys)
+            row.update({f"layer_gn/{k}": v for k, v in zip(keys, mine, strict=True)})
 
     def after_step(self, ctx: UpdateContext) -> None:
         return None

@@ -6,7 +6,8 @@ Columns every update (Adam/AdamW; other optimizers get only the update columns):
   ``layer_m/<layer>.<kind>``, ``layer_v/<layer>.<kind>`` (one ``_foreach_norm`` each);
 - ``update_rms``: RMS of this step's parameter change ``Δθ`` over all elements;
 - ``cos_update_grad``: cosine between the update direction ``-Δθ`` and the gradient Adam
-  received (so +1 is a plain SGD step, ~0 means Adam's history dominates);
+  received (+1: a plain SGD step; ~0: Adam's history dominates); both every
+  ``update_stats_every`` updates (``ProbeConfig``; default 1) and at spikes, else absent;
 - ``m_spike_share = ‖m_spike‖/‖m‖``, ``v_spike_share = ‖v_spike‖/‖v‖`` (shadow buffers on).
 
 *Why a parameter snapshot for Δθ*: recomputing ``lr·m̂/(√v̂+ε)`` from the state needs five
@@ -83,10 +84,12 @@ class OptStateProbe:
         per_layer: bool = True,
         update_stats: bool = True,
         recovery_share: float = RECOVERY_SHARE,
+        update_stats_every: int = 1,
         groups: Mapping[str, tuple[str, str]] | None = None,  # name -> (layer, kind); None: names
     ) -> None:
         self.shadow, self.per_layer, self.update_stats = shadow, per_layer, update_stats
         self.recovery_share, self.groups = recovery_share, groups
+        self.update_stats_every = max(1, int(update_stats_every))
         self._groups_idx: dict[tuple[str, ...], GroupIndex] = {}
         self._snap: list[torch.Tensor] | None = None
         self._snap_flat: torch.Tensor | None = None  # one buffer under the views (flat_dot)
@@ -139,7 +142,7 @@ class OptStateProbe:
         ginfo = self._group_info(ctx.optimizer)
         out = []
         for p in params:
-            g = p.grad.detach()
+            g = p.grad  # a leaf's grad holds no graph: no .detach() (one op a tensor, issue 20)
             info = ginfo[self._gid_of.get(id(p), 0)]
             if info.l2:
                 g = g + info.wd * p.detach()
@@ -172,14 +175,16 @@ class OptStateProbe:
         self._snap_valid = False
         if not self.update_stats or not ctx.applied or not params:
             return
+        if ctx.update % self.update_stats_every and not ctx.spike:  # off its schedule
+            return
         if (
             self._snap is None
             or len(self._snap) != len(params)
             or any(s.shape != p.shape for s, p in zip(self._snap, params, strict=True))
         ):
             self._snap, self._snap_flat = snapshot_buffers(params, self.flat_dot)
-        with torch.no_grad():
-            torch._foreach_copy_(self._snap, [p.detach() for p in params])
+        with torch.no_grad():  # the parameters themselves: no per-tensor .detach() op
+            torch._foreach_copy_(self._snap, params)
         self._snap_valid = True
 
     @torch.no_grad()
@@ -233,18 +238,17 @@ class OptStateProbe:
         push = out.push
         if self.has_moments:
             mv = torch._foreach_norm(ms + vs)  # one multi-tensor call for both moments
-            push("m", list(mv[: len(ms)]))
-            push("v", list(mv[len(ms) :]))
+            out.push_split(("m", "v"), mv, len(ms))
         if self._snap_valid and self._snap is not None:
-            torch._foreach_sub_(self._snap, [p.detach() for p in params])  # θ_prev - θ = -Δθ
-            push("d", list(torch._foreach_norm(self._snap)))
-            push("dot", [update_grad_dot(self._snap, self._snap_flat, g_eff)])
+            torch._foreach_sub_(self._snap, params)  # θ_prev - θ = -Δθ (under no_grad)
+            push("d", torch._foreach_norm(self._snap))
+            push("dot", update_grad_dot(self._snap, self._snap_flat, g_eff))
             post = self._post_clip_norms(ctx, g_eff)
-            push("g", [post] if post is not None else list(torch._foreach_norm(g_eff)))
+            push("g", post if post is not None else torch._foreach_norm(g_eff))
             self._snap_valid = False
         if spike_now and self.has_moments:
-            push("gs", list(torch._foreach_norm(g_eff)))
-            push("gs4", list(torch._foreach_norm(g_eff, 4.0)))  # ‖g²‖₂ = ‖g‖₄²
+            push("gs", torch._foreach_norm(g_eff))
+            push("gs4", torch._foreach_norm(g_eff, 4.0))  # ‖g²‖₂ = ‖g‖₄²
         return out.flat(), out.slots
 
     def resolve(self) -> None:

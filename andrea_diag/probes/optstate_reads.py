@@ -15,6 +15,28 @@ import torch
 from andrea_diag.probes.shadow import ShadowView
 
 
+def as_vector(scalars: list[torch.Tensor] | tuple[torch.Tensor, ...]) -> torch.Tensor:
+    """(n,) vector of ``n`` 0-dim tensors. ``torch._foreach_norm`` on CUDA returns views of one
+    vector, element ``i`` at offset ``i`` (``ret_per_tensor[i]``): that vector is taken back as
+    it is (one view op), where ``torch.stack`` would dispatch n ``unsqueeze`` and a ``cat``, the
+    largest host cost of this probe's update (issue 20). Anything else is stacked. The values
+    are the same either way."""
+    first, last = scalars[0], scalars[-1]
+    n, size = len(scalars), first.element_size()
+    if (
+        n > 1
+        and first.dim() == 0
+        and last.dim() == 0
+        and last.untyped_storage().data_ptr() == first.untyped_storage().data_ptr()
+        # offsets rise by one per element from the first to the last: a gap or a reorder
+        # (an empty tensor's norm is a fresh zero) makes the distance differ from n - 1
+        and last.data_ptr() - first.data_ptr() == (n - 1) * size
+        and last.dtype == first.dtype
+    ):
+        return first.as_strided((n,), (1,), first.storage_offset())
+    return torch.stack(list(scalars))
+
+
 class Scalars:
     """Named groups of 0-dim device scalars, concatenated into one float64 vector."""
 
@@ -23,12 +45,27 @@ class Scalars:
         self.slots: dict[str, slice] = {}
         self.size = 0
 
-    def push(self, key: str, tensors: list[torch.Tensor]) -> None:
-        if not tensors:
+    def push(self, key: str, tensors: list[torch.Tensor] | torch.Tensor) -> None:
+        """``tensors``: 0-dim tensors, or one tensor whose elements are the values."""
+        self.push_split((key,), tensors)
+
+    def push_split(
+        self, keys: tuple[str, ...], tensors: list[torch.Tensor] | torch.Tensor, *sizes: int
+    ) -> None:
+        """One vector of values under several keys: ``keys[i]`` gets ``sizes[i]`` of them in
+        order (the last key the rest), so one multi-tensor result is one cast, not one a key."""
+        if isinstance(tensors, torch.Tensor):
+            flat = tensors.reshape(-1)
+        elif tensors:
+            flat = as_vector(tensors).reshape(-1)
+        else:
             return
-        flat = torch.stack(tensors).reshape(-1).double()  # one cast
+        flat = flat.double()  # one cast
         self.parts.append(flat)
-        self.slots[key] = slice(self.size, self.size + flat.numel())
+        start = self.size
+        for key, n in zip(keys, (*sizes, flat.numel() - sum(sizes)), strict=True):
+            self.slots[key] = slice(start, start + n)
+            start += n
         self.size += flat.numel()
 
     def flat(self) -> torch.Tensor | None:

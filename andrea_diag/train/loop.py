@@ -12,8 +12,9 @@ depends on, top to bottom:
 3. reduce: gradients made global across replicas (one process: nothing to do);
 4. unscale: gradients back in true units (fp32: nothing to do);
 5. clip: after the last microbatch, before the optimizer touches ``m``/``v``;
-6. measure: the update's one host sync (``rows.read_update``: loss, grad norm, non-finite and
-   skip flags, per-example losses); the row's other scalars stay 0-dim device tensors;
+6. measure: the update's one host sync (``rows.read_update``: loss, grad norm, post-clip norm,
+   non-finite and skip flags, per-example losses), from which the row's own columns are host
+   arithmetic (per-source losses, clip coefficient);
 7. probes ``after_clip``, optimizer step (if applied), scheduler step (per update), probes
    ``after_step``; then evaluation and one metrics row, written every ``flush_every`` rows, when
    the probes' device scalars are read too (``ProbeDriver(defer=True)``).
@@ -194,13 +195,13 @@ class Trainer:
     ) -> tuple[dict[str, Any], UpdateContext]:
         accum = batch.tokens.size(0)
         example_loss = gather_examples(group.example_loss, self.dist, accum)
-        example_tokens = gather_examples(group.example_tokens, self.dist, accum)
+        # every replica's sequences, from the host tokens: no device op, no gather (A, m·D)
+        example_tokens = (batch.tokens[:, :, 1:] != IGNORE).sum(dim=2).reshape(-1)
         # host sync: the update's one read (the spike probe's z, the step-or-not decision)
         *head, example_loss_host = read_update(  # every replica: the global loss
             self.reducer.all_reduce_sum(group.loss), clip, example_loss
         )
-        loss, grad_norm, clip_nonfinite, clip_skip = head
-        post = clip.post_norm.double()  # float64: clip_coef as exact as Python floats made it
+        loss, grad_norm, clip_nonfinite, clip_skip, post = head  # post: float64, as read
         nonfinite = bool(clip_nonfinite) or not math.isfinite(loss)
         skipped = clip.skip is not None and bool(clip_skip) and not nonfinite  # the mode's choice
         example_source = batch.source_idx.reshape(-1)  # host: the spike probe reads it there
@@ -234,9 +235,8 @@ class Trainer:
             "boundary": ctx.boundary,
             **{f"w_{k}": v for k, v in batch.weights.items()},
             "loss": loss,
-            **per_source_loss(
-                example_loss, example_tokens, batch.source_idx.reshape(-1), self.source_names
-            ),
+            # on the host, from the values read above: no launch, no copy of the indices
+            **per_source_loss(example_loss_host, example_tokens, example_source, self.source_names),
             "grad_norm": grad_norm,
             "lr": self.optimizer.param_groups[0]["lr"],
             "grad_norm_post": post,
@@ -312,19 +312,17 @@ class Trainer:
         self.recorder.close(summary)
         return summary
 
+    def components(self) -> dict[str, Any]:
+        """Every part with ``state_dict`` / ``load_state_dict``, by its checkpoint key, in load
+        order: the one list :meth:`state_dict` and :meth:`restore` both walk."""
+        return {"model": self.model, "optimizer": self.optimizer, "scheduler": self.scheduler,
+                "precision": self.precision, "reducer": self.reducer, "clipper": self.clipper,
+                "evaluator": self.evaluator, "probe_driver": self.probes,
+                "train_state": self.state}  # fmt: skip
+
     def state_dict(self) -> dict[str, Any]:
         """Every component's state: what a checkpoint holds (the probes' own state aside)."""
-        return {
-            "model": self.model.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "scheduler": self.scheduler.state_dict(),
-            "precision": self.precision.state_dict(),
-            "reducer": self.reducer.state_dict(),
-            "clipper": self.clipper.state_dict(),
-            "evaluator": self.evaluator.state_dict(),
-            "probe_driver": self.probes.state_dict(),
-            "train_state": self.state.state_dict(),
-        }
+        return {key: part.state_dict() for key, part in self.components().items()}
 
     # -- checkpoints ---------------------------------------------------------------------------
     def identity(self) -> dict[str, Any]:
@@ -354,15 +352,9 @@ class Trainer:
     def restore(self, path: Path) -> None:
         """Continue from the checkpoint at ``path``: rows written after it are cut."""
         state = load_checkpoint(path, expect=self.identity())
-        t = state["trainer"]
-        self.model.load_state_dict(t["model"])
-        self.optimizer.load_state_dict(t["optimizer"])
-        self.scheduler.load_state_dict(t["scheduler"])
-        for part in ("precision", "reducer", "clipper", "evaluator"):
-            getattr(self, part).load_state_dict(t[part])
-        self.probes.load_state_dict(t["probe_driver"])
+        for key, part in self.components().items():
+            part.load_state_dict(state["trainer"][key])
         self.probes.load_probe_states(state["probes"])
-        self.state.load_state_dict(t["train_state"])
         self.plan.load_state_dict(state["plan"])
         self.recorder.rewind(state["recorder"])
         set_rng_state(state["rng"])

@@ -31,9 +31,16 @@ def overflow_last(n_micro: int) -> Callable[[int, torch.Tensor], torch.Tensor]:
 def read_scalars(*values: torch.Tensor | None) -> list[float | None]:
     """Device scalars and vectors as Python floats, in order, in ONE copy to the host (the
     update's host sync). A 0-dim value gives one float, a vector its elements, None stays None.
-    float64 holds every float32/bf16 value and bool exactly, so each float equals ``.item()``'s.
+    Floats and bools are concatenated as they are: ``cat`` promotes them to the widest float
+    among them, which holds every value exactly (bool, bf16, fp16 in float32), so each float
+    equals ``.item()``'s, with one launch instead of a cast a value; anything else goes through
+    float64 first.
     """
-    present = [v.detach().reshape(-1).double() for v in values if v is not None]
+    present = [(v.detach() if v.requires_grad else v).reshape(-1) for v in values if v is not None]
+    if not all(v.is_floating_point() or v.dtype == torch.bool for v in present) or not any(
+        v.is_floating_point() for v in present
+    ):
+        present = [v.double() for v in present]
     flat = torch.cat(present).tolist() if present else []  # host sync
     out: list[float | None] = []
     pos = 0
@@ -48,12 +55,16 @@ def read_scalars(*values: torch.Tensor | None) -> list[float | None]:
 
 def read_update(
     loss: torch.Tensor, clip: ClipResult, example_loss: torch.Tensor
-) -> tuple[float, float, float, float | None, torch.Tensor]:
-    """The update's one host read: (loss, grad norm, non-finite, skip or None, the per-example
-    losses as a host tensor of their own dtype, values exact)."""
-    host = read_scalars(loss, clip.total_norm, clip.nonfinite, clip.skip, example_loss)
-    ex = torch.tensor(host[4:], dtype=example_loss.dtype)
-    return host[0], host[1], host[2], host[3], ex  # type: ignore[return-value]
+) -> tuple[float, float, float, float | None, float, torch.Tensor]:
+    """The update's one host read: (loss, grad norm, non-finite, skip or None, post-clip norm,
+    the per-example losses as a host tensor of their own dtype, values exact). The post-clip
+    norm rides along, so the row's ``grad_norm_post`` and ``clip_coef`` are host arithmetic
+    (float64 division either way: the same bits as on the device)."""
+    host = read_scalars(
+        loss, clip.total_norm, clip.nonfinite, clip.skip, clip.post_norm, example_loss
+    )
+    ex = torch.tensor(host[5:], dtype=example_loss.dtype)
+    return host[0], host[1], host[2], host[3], host[4], ex  # type: ignore[return-value]
 
 
 def to_device(tokens: torch.Tensor, device: torch.device) -> torch.Tensor:
@@ -70,10 +81,12 @@ def per_source_loss(
     source_idx: torch.Tensor,
     names: Sequence[str] = SOURCE_NAMES,
 ) -> dict[str, torch.Tensor | float]:
-    """Token-weighted loss of each source's sequences in this group (NaN when absent). 0-dim
-    device tensors, no host sync: the rows of each source are picked on the host from
-    ``source_idx`` (a host tensor: boolean indexing on the device syncs) and reach the device in
-    one copy; summed in the order that indexing used, so the values are unchanged."""
+    """Token-weighted loss of each source's sequences in this group (NaN when absent), as 0-dim
+    tensors on ``example_loss``'s device. The trainer passes host tensors (the per-example
+    losses its one read brought over, token counts from the host batch): nothing is launched.
+    With device tensors there is no host sync either: the rows of each source are picked on the
+    host from ``source_idx`` (a host tensor: boolean indexing on the device syncs) and reach the
+    device in one copy; summed in the order that indexing used, so the values are unchanged."""
     src = source_idx.reshape(-1).numpy()  # refuses a device tensor: this must stay host-side
     picks = [np.flatnonzero(src == i) for i in range(len(names))]  # source_idx indexes names
     flat = torch.from_numpy(np.concatenate(picks).astype(np.int64))
@@ -84,5 +97,8 @@ def per_source_loss(
         idx = flat[start : start + len(pick)]
         start += len(pick)
         loss, tok = example_loss.index_select(0, idx), example_tokens.index_select(0, idx)
-        out[LOSS_SOURCE.name_for(name)] = (loss * tok).sum() / tok.sum() if len(pick) else math.nan
+        value = (loss * tok).sum() / tok.sum() if len(pick) else math.nan
+        if isinstance(value, torch.Tensor) and value.device.type == "cpu":
+            value = value.item()  # a host value: the float the flush would make of it
+        out[LOSS_SOURCE.name_for(name)] = value
     return out
