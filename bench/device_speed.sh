@@ -12,8 +12,9 @@ export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 TORCH_EXTENSIONS_DIR=$PWD/.t
 {
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
   python3 -c "from andrea_diag.clip import cuda; print('extension', cuda.available())"
-  echo "== the engine's CUDA sync count (tests/test_engine_syncs.py)"
-  timeout 90 python3 -m pytest -q -p no:cacheprovider -m cuda tests/test_engine_syncs.py 2>&1 | tail -3
+  echo "== the engine's CUDA tests (sync count, foreach-norm vector)"
+  timeout 90 python3 -m pytest -q -p no:cacheprovider tests/test_engine_syncs.py::test_engine_update_syncs_the_cuda_stream_at_most_once \
+    tests/test_engine_ops.py::test_cuda_foreach_norm_results_are_taken_back_as_one_vector 2>&1 | tail -3
   for sp in ${BT_CONFIGS:-12m:fp32 12m:bf16 120m:fp32 120m:bf16}; do
     s=${sp%%:*}; p=${sp##*:}
     echo "== bench-train $s $p"
