@@ -21,17 +21,17 @@ def as_vector(scalars: list[torch.Tensor] | tuple[torch.Tensor, ...]) -> torch.T
     it is (one view op), where ``torch.stack`` would dispatch n ``unsqueeze`` and a ``cat``, the
     largest host cost of this probe's update (issue 20). Anything else is stacked. The values
     are the same either way."""
-    first, last = scalars[0], scalars[-1]
-    n, size = len(scalars), first.element_size()
-    if (
-        n > 1
-        and first.dim() == 0
-        and last.dim() == 0
-        and last.untyped_storage().data_ptr() == first.untyped_storage().data_ptr()
-        # offsets rise by one per element from the first to the last: a gap or a reorder
-        # (an empty tensor's norm is a fresh zero) makes the distance differ from n - 1
-        and last.data_ptr() - first.data_ptr() == (n - 1) * size
-        and last.dtype == first.dtype
+    first = scalars[0]
+    n, size, base = len(scalars), first.element_size(), first.data_ptr()
+    storage = first.untyped_storage().data_ptr()
+    # every element at its own offset of one storage, in order (an empty tensor's norm is a
+    # fresh zero, so a gap or a reorder falls back): n pointer reads, far cheaper than a stack
+    if n > 1 and all(
+        t.dim() == 0
+        and t.dtype == first.dtype
+        and t.untyped_storage().data_ptr() == storage
+        and t.data_ptr() == base + i * size
+        for i, t in enumerate(scalars)
     ):
         return first.as_strided((n,), (1,), first.storage_offset())
     return torch.stack(list(scalars))
