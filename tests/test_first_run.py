@@ -1,5 +1,6 @@
 """The README's first run (issue 24): ``andrea-diag cascade`` on its defaults learns, meets an
-injected outlier it attributes, and the report's first finding says so in plain words.
+injected outlier it attributes and a phase transition (tiny's sharp mixer), and the report's
+first findings say so in plain words.
 
 The fast tests pin the preset rule (the tiny run's injection belongs to its own length) and the
 headline's sentences on hand-made arms; the slow one trains the default cascade end to end.
@@ -119,7 +120,9 @@ def test_headline_is_the_first_finding_on_the_page(make_run, tmp_path: Path) -> 
 
 
 @pytest.mark.slow  # trains the README's default cascade: two arms of the tiny preset's updates
-def test_default_cascade_learns_attributes_its_outlier_and_says_so_first(tmp_path: Path) -> None:
+def test_default_cascade_learns_attributes_its_outlier_and_a_phase_transition_and_says_so(
+    tmp_path: Path,
+) -> None:
     out = tmp_path / "c"
     res = CliRunner().invoke(app, ["cascade", "--device", "cpu", "--out", str(out)])
     assert res.exit_code == 0, res.output
@@ -135,16 +138,22 @@ def test_default_cascade_learns_attributes_its_outlier_and_says_so_first(tmp_pat
         assert set(hit["cause"]) == {"outlier"}, events[["update", "cause"]]  # and nothing else
         (spike,) = [p for p in s["pollution"]["per_spike"] if p["update"] == at]
         shares[arm] = spike
+    # and a phase transition: the sharp mixer's boundary shocks the unclipped model
+    events = load_run(out / "none")["events"]
+    pt = events[events["cause"].str.contains("phase-transition")]
+    assert len(pt) and (pt["update"] - pt["boundary_update"]).between(0, 3).all(), events
     # the clipped arm lets less of the outlier into v than the unclipped arm
     assert shares["global"]["share_v0"] < shares["none"]["share_v0"]
     page = (out / "report.html").read_text()
     findings = page.split("<ul class='findings'>", 1)[1]
-    first, second = re.findall(r"<li>(.*?)</li>", findings)[:2]
+    first, second, third = re.findall(r"<li>(.*?)</li>", findings)[:3]
     assert first.startswith("The model learned (none)")
     assert f"The outlier injected at update {at}" in second
     assert (
         "attributed it to: outlier (sequence" in second and "of the norm of Adam&#x27;s m" in second
     )
+    assert "followed a bandit phase boundary and were attributed to the phase transition" in third
+    assert "The strongest: " in third and "the mix changed at update" in third
     assert "What this cannot show: this is one seed (0)" in findings
 
 
