@@ -156,6 +156,16 @@ class RunConfig:
         default="seeded",
         metadata=cli(help="seeded: a fixed phase schedule. exp3: a loss-rewarded bandit."),
     )
+    mixer_sharpness: float | None = field(
+        default=None,
+        metadata=cli(
+            help="seeded mixer: a phase weighs each source u**sharpness (u uniform in 0.1..0.7, "
+            "normalised); higher, one source dominates a phase and its boundary is a sharper "
+            "shock. 1: the seeds' mixer.",
+            shown=per_size("mixer_sharpness"),
+            positive=True,
+        ),
+    )
     sources: dict[str, str] = field(
         default_factory=dict,
         metadata=cli(
@@ -306,6 +316,9 @@ class RunConfig:
             micro_batch=preset.micro_batch if self.micro_batch is None else self.micro_batch,
             accum=preset.accum if self.accum is None else self.accum,
             seq_len=preset.seq_len if self.seq_len is None else self.seq_len,
+            mixer_sharpness=(
+                preset.mixer_sharpness if self.mixer_sharpness is None else self.mixer_sharpness
+            ),
             arm=self.arm or self.clip,
             # the preset's own run only: its injection is placed for its length
             inject=self.inject or ([] if self.steps is not None else list(preset.inject)),
@@ -371,6 +384,7 @@ class RunConfig:
         kw = {k: v for k, v in d.items() if k in names and k not in ("probes", "clip_params")}
         kw["probes"] = ProbeConfig.from_dict({**d, **(d.get("probes") or {})})
         kw["clip_params"] = ClipParams.from_dict(d.get("clip_params"))
+        kw.setdefault("mixer_sharpness", 1.0)  # written before the knob: the seeds' mixer
         return cls(**kw)
 
 

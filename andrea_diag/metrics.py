@@ -272,6 +272,15 @@ class ProbeColumns:
                 f"probe {self.probe!r} wrote column {name!r}, which no one declares (owner: "
                 "none; add it to the probe's `columns`, see andrea_diag.metrics); not written"
             )
+        if col.owner != self.probe and col.variable is not None:
+            # A family name (loss_{source}) is the schema's, whoever declares a member: the
+            # report and the exports read loss_aux as the loss of a source named "aux".
+            raise ColumnCollision(
+                f"probe {self.probe!r} wrote column {name!r}, which the schema's pattern "
+                f"{col.name!r} reserves for {describe_owner(col.owner)} (its {col.variable} "
+                f"{col.match(name)!r}), even when declared; refused: rename it, e.g. "
+                f"'{self.probe}/{name}'"
+            )
         if col.owner != self.probe:
             raise ColumnCollision(
                 f"probe {self.probe!r} wrote column {name!r}, owned by "

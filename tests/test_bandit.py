@@ -129,3 +129,30 @@ def test_bad_policy_is_user_error():
         Mixer(0, policy="ucb")
     with pytest.raises(UserError):
         Mixer(0, policy="exp3", gamma=1.5)
+
+
+def test_a_sharper_mixer_keeps_the_boundaries_and_lets_one_source_dominate_each_phase():
+    tops: dict[float, list[float]] = {1.0: [], 4.0: []}
+    rarest: dict[float, list[float]] = {1.0: [], 4.0: []}
+    for seed in range(20):
+        assert Mixer(seed, sharpness=4.0).boundaries(N) == Mixer(seed).boundaries(N)
+        for k in tops:
+            phases = Mixer(seed, sharpness=k).schedule(N)
+            for p in phases:
+                w = sorted(p.weights.values())
+                tops[k].append(w[-1])
+                rarest[k].append(w[0])
+            for prev, cur in itertools.pairwise(phases):  # still a shock at every boundary
+                assert cur.dominant != prev.dominant
+                assert sum(abs(cur.weights[n] - prev.weights[n]) for n in SOURCE_NAMES) >= MIN_SHIFT
+    mean = {k: sum(v) / len(v) for k, v in tops.items()}
+    assert mean[1.0] < 0.5 < 0.7 < mean[4.0]  # the seeds' mixer: about half; sharp: ~70%
+    assert sorted(rarest[4.0])[len(rarest[4.0]) // 2] < 0.05 < min(rarest[1.0])
+    assert Mixer(0, sharpness=4.0).describe()["sharpness"] == 4.0
+    assert Mixer(0).describe()["sharpness"] == 1.0
+
+
+@pytest.mark.parametrize("bad", [0.0, -1.0, math.inf, math.nan])
+def test_a_mixer_sharpness_that_is_not_a_positive_number_is_refused(bad):
+    with pytest.raises(UserError, match="mixer sharpness must be a positive number"):
+        Mixer(0, sharpness=bad)

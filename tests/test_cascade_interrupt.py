@@ -76,17 +76,29 @@ def test_sigterm_marks_the_cascade_interrupted_too(tmp_path, monkeypatch):
     assert f"andrea-diag cascade --resume {out}" in said
 
 
+CELL = "runs/s/tiny-lr0.001-mn1-s0"  # a sweep's cell: the cascade that was stopped
+
+
 @pytest.mark.parametrize(
     ("command", "want"),
     [
-        ("andrea-diag train --size tiny --out runs/a", "andrea-diag train --resume runs/x"),
-        ("andrea-diag cascade --steps 5", "andrea-diag cascade --resume runs/x"),
+        ("andrea-diag train --size tiny --out runs/a", f"andrea-diag train --resume {CELL}"),
+        ("andrea-diag cascade --steps 5", f"andrea-diag cascade --resume {CELL}"),
         ("andrea-diag sweep --seed 0,1 --out runs/s", "andrea-diag sweep --seed 0,1 --out runs/s"),
-        ("andrea-diag -x tests/foo.py", "andrea-diag cascade --resume runs/x"),
+        ("andrea-diag ladder --out=runs/s --seed 0", "andrea-diag ladder --out=runs/s --seed 0"),
+        # without --out the same command would start a fresh folder: the hint names the sweep's
+        ("andrea-diag sweep --seed 0,1", "andrea-diag sweep --seed 0,1 --out runs/s"),
+        ("andrea-diag ladder --seed 0", "andrea-diag ladder --seed 0 --out runs/s"),
+        ("andrea-diag -x tests/foo.py", f"andrea-diag cascade --resume {CELL}"),
     ],
 )
 def test_the_resume_command_follows_how_the_run_was_started(command, want):
-    assert resume_command(Path("runs/x"), command) == want
+    assert resume_command(Path(CELL), command) == want
+
+
+def test_a_sweep_hint_quotes_a_folder_with_spaces():
+    said = resume_command(Path("my runs/s 1/cell"), "andrea-diag sweep --seed 0")
+    assert said == "andrea-diag sweep --seed 0 --out 'my runs/s 1'"
 
 
 def test_statuses_are_one_str_enum_whose_json_is_the_on_disk_string() -> None:

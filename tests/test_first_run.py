@@ -1,5 +1,6 @@
 """The README's first run (issue 24): ``andrea-diag cascade`` on its defaults learns, meets an
-injected outlier it attributes, and the report's first finding says so in plain words.
+injected outlier it attributes and a phase transition (tiny's sharp mixer), and the report's
+first findings say so in plain words.
 
 The fast tests pin the preset rule (the tiny run's injection belongs to its own length) and the
 headline's sentences on hand-made arms; the slow one trains the default cascade end to end.
@@ -36,6 +37,16 @@ def test_tiny_default_run_injects_its_outlier_only_at_its_own_length() -> None:
     assert again.resolve().inject == [] and cfg.resolve().inject == cfg.inject
 
 
+def test_tiny_defaults_to_a_sharp_mixer_and_an_older_run_reads_as_the_seeds_mixer() -> None:
+    assert RunConfig().resolve().mixer_sharpness == TINY.mixer_sharpness > 1.0
+    assert RunConfig(steps=40).resolve().mixer_sharpness == TINY.mixer_sharpness  # any length
+    assert RunConfig(size="12m").resolve().mixer_sharpness == 1.0  # the seeds' mixer
+    assert RunConfig(mixer_sharpness=2.0).resolve().mixer_sharpness == 2.0
+    old = RunConfig().resolve().to_dict()
+    del old["mixer_sharpness"]  # a config.json written before the option existed
+    assert RunConfig.from_dict(old).resolve().mixer_sharpness == 1.0
+
+
 def _arm(clip: str, *, loss: float, share_m0: float, share_v0: float, rec_v: int) -> Arm:
     updates = list(range(1, 31))
     metrics = pd.DataFrame(
@@ -44,6 +55,8 @@ def _arm(clip: str, *, loss: float, share_m0: float, share_v0: float, rec_v: int
             "boundary": [u in (1, 8, 22) for u in updates],
             "injected": ["outlier" if u == 25 else None for u in updates],
             "clip_coef": [0.25 if (u == 25 and clip != "none") else 1.0 for u in updates],
+            "w_gutenberg": [0.8 if u < 8 else 0.1 for u in updates],  # the phase of 1..7, then
+            "w_repo-docs": [0.2 if u < 8 else 0.9 for u in updates],  # the one from 8 on
         }
     )
     events = pd.DataFrame(
@@ -81,6 +94,10 @@ def test_headline_names_the_learned_run_the_attributed_outlier_and_its_life_in_m
     assert (
         "1 spike update(s) followed a bandit phase boundary" in bounds and "(updates 9;" in bounds
     )
+    assert bounds.endswith(
+        "The strongest: loss rose to 7.1 (z 6.5) at update 9, 1 update(s) after the mix changed "
+        "at update 8, from mostly gutenberg (80%) to mostly repo-docs (90%)."
+    )
     assert "one seed (3)" in caveat and "-0.010 nats" in caveat
     assert "andrea-diag sweep --size tiny --lr 0.002 --steps 30 --seed 0,1,2,3,4,5,6,7" in caveat
 
@@ -103,7 +120,9 @@ def test_headline_is_the_first_finding_on_the_page(make_run, tmp_path: Path) -> 
 
 
 @pytest.mark.slow  # trains the README's default cascade: two arms of the tiny preset's updates
-def test_default_cascade_learns_attributes_its_outlier_and_says_so_first(tmp_path: Path) -> None:
+def test_default_cascade_learns_attributes_its_outlier_and_a_phase_transition_and_says_so(
+    tmp_path: Path,
+) -> None:
     out = tmp_path / "c"
     res = CliRunner().invoke(app, ["cascade", "--device", "cpu", "--out", str(out)])
     assert res.exit_code == 0, res.output
@@ -119,16 +138,22 @@ def test_default_cascade_learns_attributes_its_outlier_and_says_so_first(tmp_pat
         assert set(hit["cause"]) == {"outlier"}, events[["update", "cause"]]  # and nothing else
         (spike,) = [p for p in s["pollution"]["per_spike"] if p["update"] == at]
         shares[arm] = spike
+    # and a phase transition: the sharp mixer's boundary shocks the unclipped model
+    events = load_run(out / "none")["events"]
+    pt = events[events["cause"].str.contains("phase-transition")]
+    assert len(pt) and (pt["update"] - pt["boundary_update"]).between(0, 3).all(), events
     # the clipped arm lets less of the outlier into v than the unclipped arm
     assert shares["global"]["share_v0"] < shares["none"]["share_v0"]
     page = (out / "report.html").read_text()
     findings = page.split("<ul class='findings'>", 1)[1]
-    first, second = re.findall(r"<li>(.*?)</li>", findings)[:2]
+    first, second, third = re.findall(r"<li>(.*?)</li>", findings)[:3]
     assert first.startswith("The model learned (none)")
     assert f"The outlier injected at update {at}" in second
     assert (
         "attributed it to: outlier (sequence" in second and "of the norm of Adam&#x27;s m" in second
     )
+    assert "followed a bandit phase boundary and were attributed to the phase transition" in third
+    assert "The strongest: " in third and "the mix changed at update" in third
     assert "What this cannot show: this is one seed (0)" in findings
 
 
@@ -151,3 +176,16 @@ def test_headline_survives_a_damaged_pollution_table(pollution: object) -> None:
     arm.summary["pollution"] = pollution
     _, spike, _, _ = headline([arm])
     assert "not tracked in m and v" in spike  # no crash, and no number made up
+
+
+def test_the_boundary_sentence_survives_damaged_weights_and_z_and_makes_no_number_up() -> None:
+    arm = _arm("none", loss=5.6, share_m0=0.9, share_v0=0.1, rec_v=3)
+    arm.metrics = arm.metrics.astype({"w_gutenberg": object})
+    arm.metrics.loc[arm.metrics["update"] == 8, "w_gutenberg"] = "<b>"
+    arm.events = arm.events.astype({"z": object})
+    arm.events.loc[0, "z"] = "high"
+    bounds = headline([arm])[2]
+    assert "The strongest: loss rose to 7.1 (z -) at update 9" in bounds
+    assert bounds.endswith("at update 8, from mostly gutenberg (80%) to mostly repo-docs (90%).")
+    arm.metrics = arm.metrics.drop(columns=["w_gutenberg", "w_repo-docs"])
+    assert headline([arm])[2].endswith("1 update(s) after the mix changed at update 8.")

@@ -91,6 +91,20 @@ def test_a_fixed_name_is_never_read_as_a_member_of_a_pattern() -> None:
     assert sorted(metrics.members(metrics.LAYER_M, columns)) == _layers()
 
 
+def test_a_user_probe_column_in_a_schema_pattern_is_refused_naming_the_pattern() -> None:
+    # loss_aux would be read back as the loss of a source named "aux" (report, exports)
+    mine = metrics.Column("loss_aux", "aux", float, "aux/loss", "my probe's auxiliary loss")
+    ours = metrics.Column("aux/loss_aux", "aux", float, "aux/loss_aux", "the same, renamed")
+    cols = metrics.ProbeColumns("aux", (mine, ours))
+    with pytest.raises(metrics.ColumnCollision) as err:
+        cols.check("loss_aux")
+    said = str(err.value)
+    assert "pattern 'loss_{source}' reserves for the loop (its source 'aux')" in said
+    assert "even when declared" in said and "e.g. 'aux/loss_aux'" in said
+    cols.check("aux/loss_aux")  # the suggested name is the probe's own
+    assert cols.allowed == {"aux/loss_aux"}
+
+
 def test_a_pattern_needs_the_same_variable_in_its_name_and_tag() -> None:
     with pytest.raises(ValueError, match="same variable"):
         metrics.Column("x_{source}", "loop", float, "x/total", "a per-source column, no tag var")

@@ -113,7 +113,7 @@ def _engine(cfg: RunConfig, run_dir: Path) -> tuple[Any, Callable[[int], torch.T
     from andrea_diag.train.loop import Trainer
 
     data = prepare_run_data(cfg)
-    mixer = Mixer(seed=cfg.seed, policy=cfg.mixer, source_names=data.names)
+    mixer = Mixer(cfg.seed, cfg.mixer, data.names, sharpness=cfg.mixer_sharpness)
     plan = BatchPlan(data, mixer, seed=cfg.seed,
                      micro_batch=cfg.micro_batch, accum=cfg.accum, seq_len=cfg.seq_len)  # fmt: skip
     trainer = Trainer(cfg, run_dir, data, plan)

@@ -10,6 +10,11 @@ successive phases genuinely different: under the default ``seeded`` policy the d
 changes at every boundary and the weights move by at least ``MIN_SHIFT`` in L1 distance. The
 schedule is a pure function of (seed, n_updates), so clipped and unclipped arms see the same one.
 
+``sharpness`` shapes the seeded weights: each source draws ``u`` uniform in ``RAW_WEIGHT_RANGE``
+and weighs ``u ** sharpness`` (normalised). At 1 (the seeds' mixer) a phase's top source has
+about half the mass; at 4 it has about 70% and a phase's rarest source a few percent, so the
+model specialises within a phase and a boundary is a shock it feels (tiny's default, issue 24).
+
 Policy ``exp3`` is an EXP3-style online mixer in the spirit of online data mixing (Albalak et
 al., 2023): the reward of a source is its training loss (higher loss, more weight: "learn what
 you don't know yet"). Weights still change only at phase boundaries, and the phase lengths are
@@ -72,9 +77,12 @@ class Mixer:
         gamma: float = 0.1,
         eta: float = 2.0,
         smoothing: float = 0.5,
+        sharpness: float = 1.0,
     ) -> None:
         if policy not in MIXER_POLICIES:
             raise UserError(f"unknown mixer {policy!r}", hint="choose seeded or exp3")
+        if not (math.isfinite(sharpness) and sharpness > 0):
+            raise UserError(f"mixer sharpness must be a positive number, got {sharpness}")
         if not 0.0 <= gamma <= 1.0:
             raise UserError(f"exp3 exploration gamma must be in [0, 1], got {gamma}")
         self.seed = seed
@@ -83,6 +91,7 @@ class Mixer:
         self.gamma = gamma  # exp3: share of the mass spread uniformly (exploration)
         self.eta = eta  # exp3: inverse temperature, per nat of loss
         self.smoothing = smoothing  # exp3: weight of the newest phase's loss in the score
+        self.sharpness = float(sharpness)  # seeded: weights u ** sharpness (1: the seeds')
         # Two independent streams: lengths never depend on weights, so both policies share
         # the same boundaries for one seed.
         self._len_rng = Rng(seed, "bandit-lengths")
@@ -162,6 +171,8 @@ class Mixer:
         lo, hi = RAW_WEIGHT_RANGE
         for _ in range(10_000):
             raw = [lo + (hi - lo) * self._w_rng.random() for _ in self.names]
+            if self.sharpness != 1.0:  # 1.0: the seeds' draws, bit for bit
+                raw = [r**self.sharpness for r in raw]
             total = sum(raw)
             w = {n: r / total for n, r in zip(self.names, raw, strict=True)}
             if prev is None or len(self.names) == 1:
@@ -222,5 +233,8 @@ class Mixer:
         if self.policy == "exp3":
             out.update(gamma=self.gamma, eta=self.eta, smoothing=self.smoothing)
         else:
-            out.update(raw_weight_range=list(RAW_WEIGHT_RANGE), min_shift=MIN_SHIFT)
+            out.update(
+                raw_weight_range=list(RAW_WEIGHT_RANGE), min_shift=MIN_SHIFT,
+                sharpness=self.sharpness,
+            )  # fmt: skip
         return out

@@ -141,7 +141,7 @@ def run_arms(
     # draws m x A x D sequences per update; each replica trains on its own m of them.
     plan = BatchPlan(
         data,
-        Mixer(seed=first.seed, policy=first.mixer, source_names=data.names),
+        Mixer(first.seed, first.mixer, data.names, sharpness=first.mixer_sharpness),
         seed=first.seed,
         micro_batch=first.micro_batch * first.replicas,
         accum=first.accum,

@@ -173,10 +173,11 @@ def check_same_run(out_dir: Path, arms: list[str], configs: list[RunConfig]) -> 
         )
         if diff:
             what = ", ".join(f"{k} {a.get(k)!r} -> {b.get(k)!r}" for k in diff[:3])
-            moved = old.size == "tiny" and {"lr", "inject"} & set(diff)
+            moved = old.size == "tiny" and {"lr", "inject", "mixer_sharpness"} & set(diff)
             raise UserError(
                 f"{out_dir} was run with other options ({what})",
                 hint="resume with the run's own options (or only --resume DIR)"
-                + ("; tiny's defaults moved on 2026-12-01 (lr 2e-3, outlier@190): an older "
-                   "tiny run continues with --lr 3e-4 --steps 240" if moved else ""),
+                + ("; tiny's defaults moved on 2026-12-01 (lr 2e-3, outlier@190, mixer sharpness "
+                   "4): an older tiny run continues with --lr 3e-4 --steps 240 "
+                   "--mixer-sharpness 1" if moved else ""),
             )  # fmt: skip

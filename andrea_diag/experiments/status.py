@@ -52,11 +52,16 @@ RERUN_RESUMES = ("sweep", "ladder")
 
 def resume_command(out_dir: Path, command: str) -> str:
     """The command that continues the cascade in ``out_dir``, from how it was started
-    (``command``: cascade.json's, ``andrea-diag`` + the process's arguments)."""
+    (``command``: cascade.json's, ``andrea-diag`` + the process's arguments). A sweep or
+    ladder cell resumes by its grid's command run again on the same folder, named with
+    ``--out`` when the command did not give one."""
     words = shlex.split(command) if command else []
     sub = words[1] if len(words) > 1 else ""
-    if sub in RERUN_RESUMES:
-        return command
+    if sub in RERUN_RESUMES:  # out_dir is a cell: the grid's folder is its parent
+        if any(w == "--out" or w.startswith("--out=") for w in words):
+            return command
+        # without --out the same command would start a fresh runs/<kind>-<time> folder
+        return f"{command} --out {shlex.quote(str(out_dir.parent))}"
     sub = sub if sub in ("cascade", "train") else "cascade"  # the Python API: the CLI's cascade
     return f"andrea-diag {sub} --resume {shlex.quote(str(out_dir))}"
 

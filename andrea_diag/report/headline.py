@@ -20,6 +20,7 @@ from typing import Any
 
 import pandas as pd
 
+from andrea_diag import metrics as schema
 from andrea_diag.presets import PRESETS
 from andrea_diag.report.arms import Arm, boundaries, compared_loss, fmt, has_bandit, is_clipped
 from andrea_diag.stats import MIN_PAIRS
@@ -39,6 +40,12 @@ def _num(x: Any) -> float | None:
 def _int(x: Any) -> int | None:
     v = _num(x)
     return None if v is None else int(v)
+
+
+def _z(x: Any) -> str:
+    """A z-score as the page says it: 6.3, 24, 601 (never 6e+02)."""
+    v = _num(x)
+    return "-" if v is None else f"{v:.0f}" if abs(v) >= 10 else f"{v:.2g}"
 
 
 def headline(arms: list[Arm]) -> list[str]:
@@ -179,7 +186,7 @@ def spike_sentence(base: Arm, spike: dict[str, Any], clipped: Arm | None) -> str
         f"In the unclipped arm ({base.label})")  # fmt: skip
     text = (
         f"{what} raised {spike.get('metric', '?')} to {fmt(spike.get('value'))} (z "
-        f"{fmt(spike.get('z'), 2)}){later}, and the spike probe {verb}. {where} that update "
+        f"{_z(spike.get('z'))}){later}, and the spike probe {verb}. {where} that update "
         f"made {_life(_per_spike(base, u), share)}."
     )
     if clipped is None:
@@ -201,13 +208,14 @@ def _at(metrics: pd.DataFrame, update: int, col: str) -> float | None:
 
 
 def boundary_sentence(arm: Arm) -> str:
-    """How many of the bandit's phase boundaries raised a spike attributed to the transition."""
+    """How many of the bandit's phase boundaries raised a spike attributed to the transition,
+    and the strongest one in plain words: what it raised, and the mix shift behind it."""
     bs = boundaries(arm.metrics)
     ev = arm.events
-    hit: list[int] = []
+    pt = pd.DataFrame()
     if not ev.empty and "update" in ev and "cause" in ev:
         pt = ev[ev["cause"].astype(str).str.contains("phase-transition")]
-        hit = sorted({u for v in pt["update"] if (u := _int(v)) is not None})
+    hit = sorted({u for v in pt.get("update", []) if (u := _int(v)) is not None})
     if not bs:
         return f"{arm.label}: no bandit phase boundary in this run."
     if not hit:
@@ -215,11 +223,42 @@ def boundary_sentence(arm: Arm) -> str:
             f"{arm.label}: none of the {len(bs)} bandit phase boundaries raised a spike "
             "(a phase transition is attributed only when one does)."
         )
-    return (
+    text = (
         f"{arm.label}: {len(hit)} spike update(s) followed a bandit phase boundary and were "
         f"attributed to the phase transition (updates {', '.join(map(str, hit))}; "
         f"{len(bs)} boundaries in all)."
     )
+    z = pd.to_numeric(pt["z"], errors="coerce") if "z" in pt else pd.Series(math.nan, pt.index)
+    top = pt.iloc[int(z.fillna(-math.inf).to_numpy().argmax())].to_dict()
+    u = _int(top.get("update"))
+    b = _int(top.get("boundary_update"))
+    b = b if b is not None else max((x for x in bs if u is not None and x <= u), default=None)
+    if u is None or b is None:
+        return text
+    when = "as" if u == b else f"{u - b} update(s) after"
+    return text + (
+        f" The strongest: {top.get('metric', '?')} rose to {fmt(top.get('value'))} (z "
+        f"{_z(top.get('z'))}) at update {u}, {when} the mix changed at update "
+        f"{b}{_mix_shift(arm.metrics, b)}."
+    )
+
+
+def _mix_shift(m: pd.DataFrame, boundary: int) -> str:
+    """' from mostly gutenberg (85%) to mostly hermes3-general (84%)', from the w_<source>
+    columns of the updates either side of the boundary ('' when they are not recorded)."""
+    cols = list(schema.members(schema.WEIGHT, m.columns).items()) if "update" in m else []
+    rows = [m.loc[m["update"] == u] for u in (boundary - 1, boundary)] if cols else []
+    if not cols or any(r.empty for r in rows):
+        return ""
+    tops = []
+    for r in rows:
+        w = {src: _num(r[col].iloc[0]) for src, col in cols}
+        w = {src: x for src, x in w.items() if x is not None}
+        if not w:
+            return ""
+        src = max(w, key=lambda n: w[n])
+        tops.append(f"mostly {src} ({100 * w[src]:.0f}%)")
+    return f", from {tops[0]} to {tops[1]}"
 
 
 def caveat_sentence(arms: list[Arm], base: Arm, clipped: Arm | None) -> str:
