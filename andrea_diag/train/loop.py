@@ -31,7 +31,7 @@ import math
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -61,6 +61,10 @@ from andrea_diag.train.optim import build_optimizer, build_scheduler
 from andrea_diag.train.rows import overflow_last, per_source_loss, read_update, to_device
 from andrea_diag.train.summary import oom_advice, run_sheet, summarize, unigram_entropy
 
+if TYPE_CHECKING:  # the seams' types, for readers and checkers; data is a lower layer
+    from andrea_diag.data.batches import Batch, BatchPlan
+    from andrea_diag.data.prepare import PreparedData
+
 ProgressFn = Callable[[int, dict[str, Any]], None]
 PROMPT_TOKENS = 16  # lock-in prompt length, taken from the start of each source stream
 
@@ -69,7 +73,13 @@ class Trainer:
     """One arm: model, optimizer, scheduler, precision, reducer, clipper, probes, evaluator."""
 
     def __init__(
-        self, cfg: RunConfig, run_dir: Path, data: Any, plan: Any, *, resume: bool = False
+        self,
+        cfg: RunConfig,
+        run_dir: Path,
+        data: PreparedData,
+        plan: BatchPlan,
+        *,
+        resume: bool = False,
     ) -> None:
         self.cfg, self.run_dir, self.data, self.plan = cfg, run_dir, data, plan
         self.device = resolve_device(cfg.device)
@@ -158,7 +168,7 @@ class Trainer:
         self.state.update = update
         return row
 
-    def _batch(self, update: int) -> tuple[Any, str | None]:
+    def _batch(self, update: int) -> tuple[Batch, str | None]:
         batch = self.plan.batch(update)
         injected = self.injections.get(update)
         if injected == "outlier":
@@ -177,7 +187,7 @@ class Trainer:
         self.state.phases.append(batch.phase)
         return batch, injected
 
-    def _accumulate(self, batch: Any, injected: str | None) -> GroupResult:
+    def _accumulate(self, batch: Batch, injected: str | None) -> GroupResult:
         host = replica_slice(batch.tokens, self.dist)  # (A, m, T+1), on the host
         # the denominator from the host tokens: no device read before the first forward
         local_tokens = int((host[:, :, 1:] != IGNORE).sum())
@@ -191,7 +201,7 @@ class Trainer:
         )  # fmt: skip
 
     def _measure(
-        self, update: int, batch: Any, injected: str | None, group: GroupResult, clip: ClipResult
+        self, update: int, batch: Batch, injected: str | None, group: GroupResult, clip: ClipResult
     ) -> tuple[dict[str, Any], UpdateContext]:
         accum = batch.tokens.size(0)
         example_loss = gather_examples(group.example_loss, self.dist, accum)
@@ -364,8 +374,8 @@ class Trainer:
 def train_arm(
     cfg: RunConfig,
     run_dir: Path,
-    data: Any,
-    plan: Any,
+    data: PreparedData,
+    plan: BatchPlan,
     *,
     progress: ProgressFn | None = None,
     resume_from: Path | None = None,
