@@ -161,9 +161,10 @@ class RunConfig:
         metadata=cli(
             help="seeded mixer: a phase weighs each source u**sharpness (u uniform in 0.1..0.7, "
             "normalised); higher, one source dominates a phase and its boundary is a sharper "
-            "shock. 1: the seeds' mixer.",
+            "shock. 1: the seeds' mixer. At least 0.5: flatter weights cannot make the 0.3 "
+            "shift a boundary must have.",
             shown=per_size("mixer_sharpness"),
-            positive=True,
+            lo=0.5,
         ),
     )
     sources: dict[str, str] = field(

@@ -36,6 +36,7 @@ PHASE_LENGTHS = (7, 14, 21, 28, 42)  # optimizer updates per phase (the seeds' b
 MIXER_POLICIES = ("seeded", "exp3")
 RAW_WEIGHT_RANGE = (0.1, 0.7)  # the seeds' example weights (0.1..0.7), normalised to sum 1
 MIN_SHIFT = 0.3  # minimum L1 change of the seeded weights at a boundary
+MIN_SHARPNESS = 0.5  # below ~0.22 three sources cannot shift by MIN_SHIFT; 0.5 keeps a margin
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,10 @@ class Phase:
 class Mixer:
     """Phase schedule plus per-phase source weights, under the ``seeded`` or ``exp3`` policy."""
 
+    # a checkpoint written before the knob restores its mixer without __init__ (state_codec):
+    # it then reads the seeds' mixer, as its config.json does
+    sharpness: float = 1.0
+
     def __init__(
         self,
         seed: int = 0,
@@ -81,8 +86,11 @@ class Mixer:
     ) -> None:
         if policy not in MIXER_POLICIES:
             raise UserError(f"unknown mixer {policy!r}", hint="choose seeded or exp3")
-        if not (math.isfinite(sharpness) and sharpness > 0):
-            raise UserError(f"mixer sharpness must be a positive number, got {sharpness}")
+        if not (math.isfinite(sharpness) and sharpness >= MIN_SHARPNESS):
+            raise UserError(
+                f"mixer sharpness must be at least {MIN_SHARPNESS}, got {sharpness}",
+                hint="flatter weights cannot make the weight shift a phase boundary must have",
+            )
         if not 0.0 <= gamma <= 1.0:
             raise UserError(f"exp3 exploration gamma must be in [0, 1], got {gamma}")
         self.seed = seed
