@@ -50,7 +50,7 @@ def test_a_crash_mid_run_keeps_metrics_events_and_says_it_crashed(
     data = prepare_data()
     plan = BatchPlan(data, Mixer(seed=0), seed=0, micro_batch=cfg.micro_batch,
                      accum=cfg.accum, seq_len=cfg.seq_len)  # fmt: skip
-    real = loop.accumulate_group
+    real = loop.accumulate_with  # one call an update
     calls = {"n": 0}
 
     def dies_at_update_6(*args, **kwargs):
@@ -59,7 +59,7 @@ def test_a_crash_mid_run_keeps_metrics_events_and_says_it_crashed(
             raise RuntimeError("simulated crash")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(loop, "accumulate_group", dies_at_update_6)
+    monkeypatch.setattr(loop, "accumulate_with", dies_at_update_6)
     with pytest.raises(RuntimeError, match="simulated crash"):
         loop.train_arm(cfg, tmp_path / "run", data, plan)
     run = tmp_path / "run"

@@ -144,8 +144,10 @@ def bench_train(
     # steps one past the timed updates: the lock-in probe's default schedule samples once a run,
     # at its last update, a per-run cost like evaluation; spread over the bench's few updates it
     # would read as per-update work. It is timed on its own below (``once_per_run``).
+    # the lock-in schedule was resolved for the preset's length: its one sample moves to the end
     cfg = dataclasses.replace(cfg, steps=total + 1, eval_every=0, checkpoint_every=0, inject=[],
-                              flush_every=max(cfg.flush_every, 1))  # fmt: skip
+                              flush_every=max(cfg.flush_every, 1),
+                              probes=dataclasses.replace(cfg.probes, lockin_every=total + 1))  # fmt: skip
     say = progress or (lambda _line: None)
     from andrea_diag.device import resolve_device
 

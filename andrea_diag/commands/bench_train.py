@@ -96,6 +96,12 @@ def bench_train(
     from andrea_diag.report.bench_train_page import render_bench_train_page
 
     (out / "bench-train.html").write_text(render_bench_train_page(result))
+    _print_result(console, result)
+    console.print(f"wrote {out / 'bench-train.json'} and {out / 'bench-train.html'}")
+
+
+def _print_result(console: Console, result: dict) -> None:
+    """The console's summary: both loops' ms/update, each probe's share, the once-a-run work."""
     e, p = result["engine"], result["plain"]
     console.print(
         f"engine {e['ms_per_update']:.2f} ms/update, plain {p['ms_per_update']:.2f} ms/update: "
@@ -108,4 +114,3 @@ def bench_train(
         console.print(f"  once a run: {row['probe']} {row['work']}: {row['ms']:.1f} ms "
                       f"({row['ms_per_update_over_run']:.3f} ms/update over "
                       f"{row['run_updates']} updates)")  # fmt: skip
-    console.print(f"wrote {out / 'bench-train.json'} and {out / 'bench-train.html'}")

@@ -37,6 +37,7 @@ from andrea_diag.factories import build_model, prepare_run_data
 from andrea_diag.record import read_cascade_meta, write_json
 from andrea_diag.rundir import child, read_json
 from andrea_diag.runlock import RunLock
+from andrea_diag.train.components import check_precision
 from andrea_diag.train.distributed import env_rank, env_world_size, init_from_env, launch
 from andrea_diag.train.loop import train_arm
 
@@ -98,7 +99,9 @@ def load_data(cfg: RunConfig, console: Console) -> PreparedData:
 
 
 def check_runnable(cfg: RunConfig) -> None:
-    """Device and clipper choices that cannot work here fail before any output exists."""
+    """Device, precision and clipper choices that cannot work here fail before any output
+    exists (the config imports no torch, so the precision registry is checked here)."""
+    check_precision(cfg.precision)
     device = resolve_device(cfg.device)
     if cfg.clip_impl == "cuda" and device.type != "cuda":
         raise UserError(

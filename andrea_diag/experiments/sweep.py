@@ -53,6 +53,7 @@ from andrea_diag.experiments.status import DONE, Status
 from andrea_diag.probes.verdict import COLLAPSE_VERDICTS
 from andrea_diag.record import write_json
 from andrea_diag.rundir import read_json
+from andrea_diag.train.components import check_precision
 
 
 @dataclass
@@ -218,6 +219,8 @@ def run_sweep(
     configs = cells(spec)
     if not configs:
         raise UserError("the sweep has no cells", hint="give at least one --size/--lr/--seed")
+    for precision in spec.precisions:  # before any folder exists (the config cannot tell)
+        check_precision(precision)
     data = load_data(configs[0], console)  # every cell shares the sources: prepare them once
     shas = {name: src.sha256 for name, src in data.sources.items()}
     out = spec.out or default_out("sweep", "-".join(spec.sizes))

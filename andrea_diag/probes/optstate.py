@@ -142,7 +142,9 @@ class OptStateProbe:
         ginfo = self._group_info(ctx.optimizer)
         out = []
         for p in params:
-            g = p.grad  # a leaf's grad holds no graph: no .detach() (one op a tensor, issue 20)
+            g = (
+                p.grad.detach() if p.grad.requires_grad else p.grad
+            )  # detach only a create_graph grad (issue 20)
             info = ginfo[self._gid_of.get(id(p), 0)]
             if info.l2:
                 g = g + info.wd * p.detach()
