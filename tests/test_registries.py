@@ -87,3 +87,18 @@ def test_a_registered_precision_is_a_choice_of_the_cli_and_of_the_trainer(
         "fp32; bf16 (autocast); fp16 (autocast + GradScaler: an overflow skips the update and "
         "halves the scale, both recorded)."
     )  # the CLI's help, from the registry as it stood at import
+
+
+def test_an_unknown_precision_from_python_is_refused_before_any_folder_exists(tmp_path) -> None:
+    """The config imports no torch, so the experiments check the precision registry first."""
+    from andrea_diag.config import RunConfig
+    from andrea_diag.experiments.cascade import CascadeSpec, run_cascade
+    from andrea_diag.experiments.sweep import SweepSpec, run_sweep
+    from andrea_diag.train.components import UnknownPrecision
+
+    base = RunConfig(size="tiny", precision="fp8", steps=2)
+    with pytest.raises(UnknownPrecision, match="fp8"):
+        run_cascade(CascadeSpec(base=base, out=tmp_path / "c"))
+    with pytest.raises(UnknownPrecision, match="fp8"):
+        run_sweep(SweepSpec(base=base, precisions=["fp8"], lrs=[1e-3], out=tmp_path / "s"))
+    assert list(tmp_path.iterdir()) == []

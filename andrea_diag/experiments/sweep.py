@@ -78,7 +78,10 @@ def cell_name(size: str, lr: float, max_norm: float, seed: int, precision: str =
 
 
 def cells(spec: SweepSpec) -> list[RunConfig]:
-    """One resolved base config per cell (validated up front: a bad value fails before work)."""
+    """One resolved base config per cell (validated up front: a bad value fails before work;
+    the precision against its registry, which the torch-free config cannot see)."""
+    for precision in spec.precisions:
+        check_precision(precision)
     out = []
     for size in spec.sizes:
         for lr in spec.lrs:
@@ -219,8 +222,6 @@ def run_sweep(
     configs = cells(spec)
     if not configs:
         raise UserError("the sweep has no cells", hint="give at least one --size/--lr/--seed")
-    for precision in spec.precisions:  # before any folder exists (the config cannot tell)
-        check_precision(precision)
     data = load_data(configs[0], console)  # every cell shares the sources: prepare them once
     shas = {name: src.sha256 for name, src in data.sources.items()}
     out = spec.out or default_out("sweep", "-".join(spec.sizes))

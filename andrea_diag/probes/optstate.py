@@ -142,9 +142,7 @@ class OptStateProbe:
         ginfo = self._group_info(ctx.optimizer)
         out = []
         for p in params:
-            g = (
-                p.grad.detach() if p.grad.requires_grad else p.grad
-            )  # detach only a create_graph grad (issue 20)
+            g = p.grad.detach() if p.grad.requires_grad else p.grad  # create_graph only
             info = ginfo[self._gid_of.get(id(p), 0)]
             if info.l2:
                 g = g + info.wd * p.detach()
