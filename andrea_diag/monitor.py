@@ -246,7 +246,7 @@ class SpikeMonitor:
             "loss": self._pending["loss"],
             "lr": self.optimizer.param_groups[0].get("lr"),
         }
-        ctx = self.probes.context(
+        ctx = UpdateContext(
             update=self.update,
             model=self.model,
             optimizer=self.optimizer,
@@ -256,9 +256,11 @@ class SpikeMonitor:
             example_loss=self._pending["example_loss"],
             example_source=self._pending["example_source"],
             clip=clip,
+            recorder=self.recorder,
             row=row,
-            phase=phase,
-            weights=self._pending["weights"],
+            phase=phase if phase is not None else 0,  # None: no phases, never a boundary
+            boundary=self.probes.enter_phase(phase),
+            weights=dict(self._pending["weights"]),
         )
         row["grad_norm"] = ctx.grad_norm()
         row["microbatches"] = self._pending["microbatches"]

@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from andrea_diag.clip.api import clip_grad_norm_with_stats
 from andrea_diag.config import MODEL_PRESETS, ProbeConfig
 from andrea_diag.model import GPT
-from andrea_diag.probes import ProbeDriver, make_probes
+from andrea_diag.probes import ProbeDriver, UpdateContext, make_probes
 
 M, T, A = 8, 64, 2
 N_UPDATES = 240  # per arm: the tiny preset's default run length
@@ -60,7 +60,7 @@ def _update(model, opt, names, params, probes: ProbeDriver | None, rec, update, 
     clip = clip_grad_norm_with_stats(params, 1.0, impl="reference")
     row: dict[str, Any] = {"update": update, "loss": total, "grad_norm": float(clip.total_norm)}
     if probes is not None:  # the driver the trainer and SpikeMonitor use, not a third copy
-        ctx = probes.context(
+        ctx = UpdateContext(
             update=update,
             model=model,
             optimizer=opt,
@@ -70,6 +70,7 @@ def _update(model, opt, names, params, probes: ProbeDriver | None, rec, update, 
             example_loss=torch.cat(ex),
             example_source=torch.arange(A * M) % 3,
             clip=clip,
+            recorder=probes.recorder,
             row=row,
         )
         probes.after_clip(ctx)

@@ -42,10 +42,11 @@ class _Tracer:
 
 def _ctx(driver: ProbeDriver, update: int, phase: int | None) -> UpdateContext:
     p = torch.nn.Parameter(torch.zeros(2))
-    return driver.context(
+    return UpdateContext(
         update=update, model=torch.nn.Linear(1, 1), optimizer=torch.optim.SGD([p], lr=0.1),
         param_names=["w"], params=[p], loss=1.0, example_loss=torch.zeros(0),
-        example_source=torch.zeros(0), clip=None, row={}, phase=phase,
+        example_source=torch.zeros(0), clip=None, recorder=driver.recorder, row={},
+        phase=phase if phase is not None else 0, boundary=driver.enter_phase(phase),
     )  # fmt: skip
 
 
@@ -287,10 +288,11 @@ def test_the_real_probes_write_only_their_declared_columns(tmp_path: Path) -> No
         loss.backward()
         clip = clip_grad_norm_with_stats(params, 1.0)
         row: dict[str, Any] = {"update": update, "loss": float(loss.detach())}
-        ctx = driver.context(
+        ctx = UpdateContext(
             update=update, model=model, optimizer=opt, param_names=names, params=params,
             loss=row["loss"], example_loss=torch.full((4,), row["loss"]),
-            example_source=torch.zeros(4, dtype=torch.long), clip=clip, row=row, phase=0,
+            example_source=torch.zeros(4, dtype=torch.long), clip=clip,
+            recorder=driver.recorder, row=row, phase=0, boundary=driver.enter_phase(0),
         )  # fmt: skip
         driver.after_clip(ctx)
         opt.step()

@@ -12,6 +12,8 @@ import torch
 from andrea_diag.clip.modes import CLIPPERS, Clipper, make_clipper, mode_color, register
 from andrea_diag.config import RunConfig
 from andrea_diag.data import prepare_data
+from andrea_diag.metrics import ProbeColumns
+from andrea_diag.probes import UpdateContext
 from andrea_diag.report.style import PREFERRED
 from andrea_diag.train.components import Evaluator, Precision, Reducer, TrainState
 
@@ -141,3 +143,41 @@ def test_out_of_memory_is_one_line_with_the_same_effective_batch(
     assert "out of memory at update 1 of arm global with m=8, A=2, D=1" in res.output
     assert "--micro-batch 4 --accum 4" in res.output  # 8*2 = 4*4: the same effective batch
     assert (tmp_path / "r" / "global" / "partial_summary.json").exists()  # nothing recorded lost
+
+
+class _Spy:
+    """A probe that keeps the context it was handed (and writes nothing)."""
+
+    name = "spy"
+
+    def __init__(self) -> None:
+        self.seen: list[UpdateContext] = []
+
+    def after_clip(self, ctx: UpdateContext) -> None:
+        self.seen.append(ctx)
+
+    def after_step(self, ctx: UpdateContext) -> None:
+        pass
+
+    def close(self, run_dir: Path, results: object = None) -> dict[str, object]:
+        return {}
+
+
+def test_the_probes_see_the_loops_own_facts_and_the_drivers_boundary(
+    tmp_path: Path, make_trainer
+) -> None:
+    cfg = RunConfig(size="tiny", steps=2, clip="global", device="cpu").resolve()
+    trainer = make_trainer(cfg, tmp_path / "run", prepare_data(cfg.sources, seed=cfg.corpus_seed))
+    spy = _Spy()
+    trainer.probes.probes.append(spy)
+    trainer.probes._columns[id(spy)] = ProbeColumns(spy.name, ())
+    row = trainer.train_update(1)
+    (ctx,) = spy.seen
+    assert ctx.row is row  # the row the loop logs: the probes add their columns to it
+    assert (ctx.update, ctx.loss, ctx.applied, ctx.skipped) == (1, row["loss"], True, False)
+    assert ctx.phase == row["phase"] and ctx.boundary is row["boundary"] is False
+    assert ctx.weights == {k[2:]: v for k, v in row.items() if k.startswith("w_")}
+    assert ctx.recorder is trainer.recorder and ctx.params is trainer.params
+    assert ctx.example_loss.numel() == row["examples"] == ctx.example_source.numel()
+    assert ctx.cache["grads_nonfinite"] is False  # from the update's one read
+    assert trainer.probes.prev_phase == row["phase"]  # the driver remembers it for the next

@@ -1,7 +1,8 @@
 """``ProbeDriver``: the one place that runs probes, for the trainer and for ``SpikeMonitor``.
 
     driver = ProbeDriver(probes, recorder)
-    ctx = driver.context(update=u, model=..., optimizer=..., ..., phase=batch.phase)
+    ctx = UpdateContext(update=u, model=..., ..., recorder=driver.recorder,
+                        phase=batch.phase, boundary=driver.enter_phase(batch.phase))
     driver.after_clip(ctx)      # gradients final, optimizer not stepped
     optimizer.step()
     driver.after_step(ctx)      # parameters and m/v updated, gradients still in .grad
@@ -14,7 +15,9 @@ What it owns, so no caller restates it:
   Writers run before readers in every hook. At close, a probe that reads another's summary
   (``close_reads``, e.g. the spike events' recovery columns read ``pollution``) closes after
   the probe that returns that key (``summary_key``). A cycle is a programming error.
-- **Phase boundaries**, detected once: the first update whose phase differs from the last one.
+- **Phase boundaries**, detected once (:meth:`ProbeDriver.enter_phase`): the first update whose
+  phase differs from the last one. The caller builds the :class:`UpdateContext` from its own
+  facts; the boundary is the one field that needs memory of the updates before.
 - **Deferred reads** (``defer=True``, the trainer): probes with a ``resolve()`` (optstate) keep
   their per-update scalars on the device and finish their host arithmetic at the recorder's
   flush (``Recorder.before_flush``), so an update needs no host sync of theirs; with
@@ -48,7 +51,6 @@ from andrea_diag.metrics import ProbeColumns
 from andrea_diag.probes.base import Probe, UpdateContext
 
 if TYPE_CHECKING:
-    from andrea_diag.clip.api import ClipResult
     from andrea_diag.record import Recorder
 
 FAILURE_KIND = "probe_failure"  # the ``kind`` of a failure row in events.jsonl
@@ -156,48 +158,17 @@ class ProbeDriver:
         self._cuda_marks = False
 
     # -- per update ------------------------------------------------------------------------
-    def context(
-        self,
-        *,
-        update: int,
-        model: torch.nn.Module,
-        optimizer: torch.optim.Optimizer,
-        param_names: list[str],
-        params: list[torch.nn.Parameter],
-        loss: float,
-        example_loss: torch.Tensor,
-        example_source: torch.Tensor,
-        clip: ClipResult | None,
-        row: MutableMapping[str, Any],
-        phase: int | None = None,
-        weights: Mapping[str, float] | None = None,
-        injected: str | None = None,
-        applied: bool = True,
-        skipped: bool = False,
-    ) -> UpdateContext:
-        """This update's context; ``phase`` None means the loop has no phases (no boundary)."""
+    def enter_phase(self, phase: int | None) -> bool:
+        """Note this update's phase; True when it starts a new one (the first update whose phase
+        differs from the last one seen). ``None``: the loop has no phases (never a boundary).
+
+        Call it once per update, before building the :class:`UpdateContext`: the caller holds
+        the update's facts and builds the context itself; the boundary (``ctx.boundary``) is the
+        one field that needs the updates before, and this driver keeps that memory."""
         boundary = phase is not None and self.prev_phase is not None and phase != self.prev_phase
         if phase is not None:
             self.prev_phase = phase
-        return UpdateContext(
-            update=update,
-            model=model,
-            optimizer=optimizer,
-            param_names=param_names,
-            params=params,
-            loss=loss,
-            example_loss=example_loss,
-            example_source=example_source,
-            clip=clip,
-            recorder=self.recorder,
-            row=row,
-            phase=phase if phase is not None else 0,
-            boundary=boundary,
-            weights=dict(weights or {}),
-            injected=injected,
-            applied=applied,
-            skipped=skipped,
-        )
+        return boundary
 
     def after_clip(self, ctx: UpdateContext) -> None:
         self._run("after_clip", ctx)

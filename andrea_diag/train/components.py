@@ -28,12 +28,21 @@ import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Protocol, TypeVar
 
 import torch
 
 from andrea_diag.errors import UserError
 from andrea_diag.train.accumulation import GroupResult, accumulate_group
+
+
+class Stateful(Protocol):
+    """A part a checkpoint saves and restores (``Trainer.components``): the precision, reducer,
+    evaluator and run state here, the clipper, the probe driver, and torch's own parts."""
+
+    def state_dict(self) -> Any: ...
+
+    def load_state_dict(self, state: Any, /) -> Any: ...
 
 
 class Precision:

@@ -12,9 +12,9 @@ depends on, top to bottom:
 3. reduce: gradients made global across replicas (one process: nothing to do);
 4. unscale: gradients back in true units (fp32: nothing to do);
 5. clip: after the last microbatch, before the optimizer touches ``m``/``v``;
-6. measure: the update's one host sync (``rows.read_update``: loss, grad norm, post-clip norm,
-   non-finite and skip flags, per-example losses), from which the row's own columns are host
-   arithmetic (per-source losses, clip coefficient);
+6. measure: the update's one host sync (``measure.read_group``: loss, grad norm, post-clip norm,
+   non-finite and skip flags, per-example losses), from which the row's loop columns are host
+   arithmetic (per-source losses, clip coefficient) and the probes' ``UpdateContext`` is built;
 7. probes ``after_clip``, optimizer step (if applied), scheduler step (per update), probes
    ``after_step``; then evaluation and one metrics row, written every ``flush_every`` rows, when
    the probes' device scalars are read too (``ProbeDriver(defer=True)``).
@@ -51,14 +51,16 @@ from andrea_diag.train.components import (
     ClipTimer,
     Evaluator,
     Reducer,
+    Stateful,
     TrainState,
     accumulate_with,
     make_precision,
 )
-from andrea_diag.train.distributed import DDPReducer, gather_examples, init_from_env, replica_slice
+from andrea_diag.train.distributed import DDPReducer, init_from_env, replica_slice
 from andrea_diag.train.evaluation import build_evaluator
+from andrea_diag.train.measure import UpdateRead, read_group
 from andrea_diag.train.optim import build_optimizer, build_scheduler
-from andrea_diag.train.rows import overflow_last, per_source_loss, read_update, to_device
+from andrea_diag.train.rows import overflow_last, per_source_loss, to_device
 from andrea_diag.train.summary import oom_advice, run_sheet, summarize, unigram_entropy
 
 if TYPE_CHECKING:  # the seams' types, for readers and checkers; data is a lower layer
@@ -67,6 +69,15 @@ if TYPE_CHECKING:  # the seams' types, for readers and checkers; data is a lower
 
 ProgressFn = Callable[[int, dict[str, Any]], None]
 PROMPT_TOKENS = 16  # lock-in prompt length, taken from the start of each source stream
+
+
+def seed_and_precision(cfg: RunConfig) -> None:
+    """The process-global torch state an arm depends on: the float32 matmul precision (torch
+    has no per-model setting) and the seed. :class:`Trainer` calls it right before it builds
+    the model, so every caller (``train_arm``, ``bench-train``, the tests) gets the same init
+    in every arm of a cascade: only the clip mode differs."""
+    torch.set_float32_matmul_precision(cfg.matmul_precision)
+    torch.manual_seed(cfg.seed)
 
 
 class Trainer:
@@ -87,8 +98,7 @@ class Trainer:
         if self.device.type == "cuda" and self.dist.world_size > 1:
             self.device = torch.device("cuda", self.dist.local_rank)
         self.injections = parse_injections(cfg.inject, cfg.steps)
-        torch.set_float32_matmul_precision(cfg.matmul_precision)
-        torch.manual_seed(cfg.seed)  # same init in every arm: only the clip mode differs
+        seed_and_precision(cfg)  # process-global: right before the model, as every arm must
         self.model = build_model(cfg).to(self.device)  # the toolkit GPT or --model/--hf-config
         self.optimizer = build_optimizer(self.model, cfg.recipe_cfg, cfg.lr, self.device)
         self.scheduler = build_scheduler(self.optimizer, cfg.recipe_cfg.warmup_updates)
@@ -103,7 +113,7 @@ class Trainer:
         )
         self.clip_timer = ClipTimer(self.device)
         # rank 0 alone writes: the other replicas record nothing and run no probes
-        self.recorder = (
+        self.recorder: Recorder | NullRecorder = (
             Recorder(
                 run_dir, config_record(cfg, self.model), resume=resume, flush_every=cfg.flush_every
             )
@@ -125,13 +135,9 @@ class Trainer:
         self.source_names = tuple(data.streams)
         prompts = {name: data.streams[name][:PROMPT_TOKENS] for name in self.source_names}
         probes = build_probes(
-            cfg,
-            self.model,
-            prompts=prompts,
-            tokenizer=data.tokenizer,
-            source_names=self.source_names,
-            unigram_entropy=unigram_entropy(data.token_counts),
-        )
+            cfg, self.model, prompts=prompts, tokenizer=data.tokenizer,
+            source_names=self.source_names, unigram_entropy=unigram_entropy(data.token_counts),
+        )  # fmt: skip
         # defer: the probes' per-update device scalars are read at the recorder's flush
         self.probes = ProbeDriver(probes if self.dist.is_main else [], self.recorder, defer=True)
         self.rare_ids = data.rare_token_ids()
@@ -203,62 +209,62 @@ class Trainer:
     def _measure(
         self, update: int, batch: Batch, injected: str | None, group: GroupResult, clip: ClipResult
     ) -> tuple[dict[str, Any], UpdateContext]:
-        accum = batch.tokens.size(0)
-        example_loss = gather_examples(group.example_loss, self.dist, accum)
-        # every replica's sequences, from the host tokens: no device op, no gather (A, m·D)
-        example_tokens = (batch.tokens[:, :, 1:] != IGNORE).sum(dim=2).reshape(-1)
-        # host sync: the update's one read (the spike probe's z, the step-or-not decision)
-        *head, example_loss_host = read_update(  # every replica: the global loss
-            self.reducer.all_reduce_sum(group.loss), clip, example_loss
-        )
-        loss, grad_norm, clip_nonfinite, clip_skip, post = head  # post: float64, as read
-        nonfinite = bool(clip_nonfinite) or not math.isfinite(loss)
-        skipped = clip.skip is not None and bool(clip_skip) and not nonfinite  # the mode's choice
-        example_source = batch.source_idx.reshape(-1)  # host: the spike probe reads it there
+        """The update's one host read, its row's loop columns, then the probes' context (whose
+        ``row`` is that row: the probes add their own columns to it)."""
+        read = read_group(batch, group, clip, self.reducer, self.dist)  # host sync
         st = self.state
         st.microbatches += group.microbatches
-        st.examples += example_loss.numel()
+        st.examples += read.example_loss.numel()
         st.tokens += group.tokens
-        row: dict[str, Any] = {}
-        ctx = self.probes.context(
-            update=update,
-            model=self.model,
-            optimizer=self.optimizer,
-            param_names=self.names,
-            params=self.params,
-            loss=loss,
-            example_loss=example_loss_host,
-            example_source=example_source,
-            clip=clip,
-            row=row,
-            phase=batch.phase,
-            weights=batch.weights,
-            injected=injected,
-            applied=not (nonfinite or skipped),
-            skipped=skipped,
+        boundary = self.probes.enter_phase(batch.phase)  # the driver remembers the last phase
+        row = self._loop_columns(update, batch, read, boundary)
+        return row, self._context(update, batch, injected, clip, read, row, boundary)
+
+    def _loop_columns(
+        self, update: int, batch: Batch, read: UpdateRead, boundary: bool
+    ) -> dict[str, Any]:
+        """The row's columns the loop owns: host arithmetic on the values read, no launch."""
+        # host tensors: per-source losses without a launch or a copy of the indices
+        sources = per_source_loss(
+            read.example_loss, read.example_tokens, batch.source_idx.reshape(-1), self.source_names
         )
-        ctx.cache["grads_nonfinite"] = bool(clip_nonfinite)  # read above: no second sync
-        row |= {
+        norm = read.grad_norm
+        row: dict[str, Any] = {
             "update": update,
-            **st.counts(),
+            **self.state.counts(),
             "phase": batch.phase,
-            "boundary": ctx.boundary,
+            "boundary": boundary,
             **{f"w_{k}": v for k, v in batch.weights.items()},
-            "loss": loss,
-            # on the host, from the values read above: no launch, no copy of the indices
-            **per_source_loss(example_loss_host, example_tokens, example_source, self.source_names),
-            "grad_norm": grad_norm,
+            "loss": read.loss,
+            **sources,
+            "grad_norm": norm,
             "lr": self.optimizer.param_groups[0]["lr"],
-            "grad_norm_post": post,
-            "clip_coef": post / grad_norm if grad_norm > 0 and math.isfinite(grad_norm) else 1.0,
+            "grad_norm_post": read.post,
+            "clip_coef": read.post / norm if norm > 0 and math.isfinite(norm) else 1.0,
             "clip_ms": self.clip_timer.ms(),
-            "nonfinite": nonfinite,
-            "skipped": skipped,
+            "nonfinite": read.nonfinite,
+            "skipped": read.skipped,
         }
         scale = self.precision.scale()
         if scale is not None:  # the loss scale this group's backward used (fp16)
             row["loss_scale"] = scale
-        return row, ctx
+        return row
+
+    def _context(
+        self, update: int, batch: Batch, injected: str | None, clip: ClipResult,
+        read: UpdateRead, row: dict[str, Any], boundary: bool,
+    ) -> UpdateContext:  # fmt: skip
+        """What the probes see of this update: the loop's facts, the driver's boundary."""
+        ctx = UpdateContext(
+            update=update, model=self.model, optimizer=self.optimizer,
+            param_names=self.names, params=self.params, loss=read.loss,
+            example_loss=read.example_loss, example_source=batch.source_idx.reshape(-1),
+            clip=clip, recorder=self.recorder, row=row, phase=batch.phase, boundary=boundary,
+            weights=dict(batch.weights), injected=injected, applied=read.applied,
+            skipped=read.skipped,
+        )  # fmt: skip
+        ctx.cache["grads_nonfinite"] = read.grads_nonfinite  # read above: no second sync
+        return ctx
 
     # -- the whole run -------------------------------------------------------------------------
     def run(self, progress: ProgressFn | None = None) -> dict[str, Any]:
@@ -322,7 +328,7 @@ class Trainer:
         self.recorder.close(summary)
         return summary
 
-    def components(self) -> dict[str, Any]:
+    def components(self) -> dict[str, Stateful]:
         """Every part with ``state_dict`` / ``load_state_dict``, by its checkpoint key, in load
         order: the one list :meth:`state_dict` and :meth:`restore` both walk."""
         return {"model": self.model, "optimizer": self.optimizer, "scheduler": self.scheduler,
