@@ -212,6 +212,10 @@ class Reducer:
         """What the loss is multiplied by at backward (DDP: D, to undo its averaging)."""
         return 1.0
 
+    def local_batch(self, tokens: torch.Tensor) -> torch.Tensor:
+        """This replica's share of the group's (A, m·D, T+1) host tokens (D = 1: all of them)."""
+        return tokens
+
     def all_reduce_sum(self, value: torch.Tensor) -> torch.Tensor:
         return value
 

@@ -155,6 +155,10 @@ class DDPReducer:
         dist.all_reduce(t)
         return int(t.item())  # host sync: one per group, the denominator every replica uses
 
+    def local_batch(self, tokens: torch.Tensor) -> torch.Tensor:
+        """This replica's microbatch columns of the group's host tokens."""
+        return replica_slice(tokens, self.info)
+
     def backward_factor(self) -> float:
         return float(self.world_size)  # undoes DDP's average: the gradient is the global sum
 

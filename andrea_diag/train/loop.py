@@ -56,7 +56,7 @@ from andrea_diag.train.components import (
     accumulate_with,
     make_precision,
 )
-from andrea_diag.train.distributed import DDPReducer, init_from_env, replica_slice
+from andrea_diag.train.distributed import DDPReducer, init_from_env
 from andrea_diag.train.evaluation import build_evaluator
 from andrea_diag.train.measure import UpdateRead, read_group
 from andrea_diag.train.optim import build_optimizer, build_scheduler
@@ -194,7 +194,7 @@ class Trainer:
         return batch, injected
 
     def _accumulate(self, batch: Batch, injected: str | None) -> GroupResult:
-        host = replica_slice(batch.tokens, self.dist)  # (A, m, T+1), on the host
+        host = self.reducer.local_batch(batch.tokens)  # (A, m, T+1), this replica's, on the host
         # the denominator from the host tokens: no device read before the first forward
         local_tokens = int((host[:, :, 1:] != IGNORE).sum())
         tokens = to_device(host, self.device)  # pinned + non_blocking on CUDA
