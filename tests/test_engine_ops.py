@@ -106,6 +106,7 @@ def _probe_ops_per_update(size: str, tmp_path: Path) -> tuple[int, int]:
     return len(engine.params), ops // 2
 
 
+@pytest.mark.slow  # two engines built and counted: ~6 s
 def test_probe_ops_per_update_do_not_grow_with_the_parameter_count(tmp_path: Path) -> None:
     n_small, ops_small = _probe_ops_per_update("tiny", tmp_path)
     n_large, ops_large = _probe_ops_per_update("tiny2", tmp_path)
@@ -127,6 +128,7 @@ def test_foreach_norm_views_come_back_as_their_vector_without_a_stack() -> None:
     assert torch.equal(as_vector(gap), torch.tensor([0.0, 1.0, 3.0, 4.0]))
 
 
+@pytest.mark.slow  # six counted updates of an engine: ~3 s
 def test_update_stats_on_their_own_schedule_skip_the_snapshot_between(tmp_path: Path) -> None:
     from andrea_diag.config import ProbeConfig
 

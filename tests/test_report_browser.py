@@ -25,7 +25,7 @@ import pytest
 
 from andrea_diag.report import render_cascade, render_report
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser, pytest.mark.slow]  # chromium: 5-6 s a page
 
 CHROMIUM_NAMES = ("/usr/bin/chromium", "chromium", "chromium-browser", "google-chrome")
 

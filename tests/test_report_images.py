@@ -58,6 +58,7 @@ def _png_size(path: Path) -> tuple[int, int]:
 
 
 @pytest.mark.browser
+@pytest.mark.slow  # kaleido renders every chart: ~8 s
 def test_report_png_and_svg_write_every_chart_beside_the_html(cascade):
     _need_browser()
     res = _report(str(cascade), "--png", "--svg")
