@@ -35,18 +35,8 @@ from andrea_diag.probe_config import ProbeConfig
 
 SOURCE_NAMES = ("repo-docs", "gutenberg", "hermes3-general")
 __all__ = [  # the presets live in presets.py; importers of the config find them here too
-    "MODEL_PRESETS",
-    "PRESETS",
-    "RECIPES",
-    "RUNTIME_KEYS",
-    "SOURCE_NAMES",
-    "VOCAB_SIZE",
-    "Injection",
-    "ModelConfig",
-    "Preset",
-    "ProbeConfig",
-    "Recipe",
-    "RunConfig",
+    "MODEL_PRESETS", "PRESETS", "RECIPES", "RUNTIME_KEYS", "SOURCE_NAMES", "VOCAB_SIZE",
+    "Injection", "ModelConfig", "Preset", "ProbeConfig", "Recipe", "RunConfig",
     "parse_injections",
 ]  # fmt: skip
 
@@ -249,6 +239,17 @@ class RunConfig:
             help=f"Cause a spike: {injection_forms()}. Repeatable. Without "
             "--inject and --steps, a size's own run injects: " + _PRESET_INJECTS + ".",
             **_ONE_CELL,
+        ),
+    )
+    # the accumulation group (forward, loss, backward) captured once as a CUDA graph and
+    # replayed (train/graphed.py): the same kernels, without the host's per-op dispatch
+    cuda_graph: bool = field(
+        default=False,
+        metadata=cli(
+            flags=("--cuda-graph/--no-cuda-graph",),
+            help="Replay each update's forward and backward as one captured CUDA graph (after 3 "
+            "eager updates): far less host time per update. CUDA, one process.",
+            runtime=True,
         ),
     )
     probes: ProbeConfig = field(default_factory=ProbeConfig)

@@ -10,20 +10,21 @@ SIZE=${1:?size}
 CONFIGS=${2:?configs}
 STEPS=${STEPS:-1500}
 EXTRA=${EXTRA:-}  # more sweep options, e.g. --shadow (the ladder's protocol at every rung)
+TAG=${TAG:-}  # a suffix of the folders and files, e.g. -graph with EXTRA=--cuda-graph
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 TORCH_EXTENSIONS_DIR=$PWD/.torch_extensions MAX_JOBS=16
-LOG=$OUT/log-$SIZE.txt
+LOG=$OUT/log-$SIZE$TAG.txt
 {
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
   python3 -c "from andrea_diag.clip import cuda; print('extension', cuda.available())"  # build once
   for c in $CONFIGS; do
     IFS=: read -r jobs mps seeds <<< "$c"
-    out=/tmp/tp-$SIZE-j$jobs-$mps
+    out=/tmp/tp-$SIZE-j$jobs-$mps$TAG
     echo "== sweep $SIZE --jobs $jobs --mps $mps --seed $seeds ($(date +%T))"
     python3 -m andrea_diag.cli sweep --size "$SIZE" --lr 3e-4 --recipe v1 --steps "$STEPS" \
       --seed "$seeds" --clip none,global --jobs "$jobs" --mps "$mps" --device cuda \
       --checkpoint-every 0 --plotly shared $EXTRA --out "$out" 2>&1 | grep -vE "^\s*(cell .* started|update)" | tail -12
-    cp "$out/sweep.json" "$OUT/sweep-$SIZE-j$jobs-$mps.json"
+    cp "$out/sweep.json" "$OUT/sweep-$SIZE-j$jobs-$mps$TAG.json"
     # the cells as a ladder keeps them (issue 21: no per-update metrics, checkpoints or pages)
     [ -n "$KEEP_CELLS" ] && tar czf "$OUT/cells-$SIZE-j$jobs-$mps.tgz" --exclude=metrics.jsonl \
       --exclude='*.html' --exclude=checkpoints --exclude=plotly.min.js --exclude=cells -C "$out" .
@@ -32,7 +33,7 @@ LOG=$OUT/log-$SIZE.txt
 import json, pathlib, sys
 out, size = pathlib.Path(sys.argv[1]), sys.argv[2]
 rows = {p.stem: json.loads(p.read_text())["throughput"] for p in sorted(out.glob(f"sweep-{size}-*.json"))}
-base = rows.get(f"sweep-{size}-j1-off", {}).get("updates_per_s")
+base = rows.get(f"sweep-{size}-j1-off", {}).get("updates_per_s")  # the eager jobs-1 cells
 for name, t in rows.items():
     ratio = f"{t['updates_per_s'] / base:.2f}x" if base else "-"
     print(f"{name}: {t['updates']} arm-updates in {t['wall_s']:.0f} s = {t['updates_per_s']:.1f}/s ({ratio} jobs 1)")

@@ -148,7 +148,9 @@ def test_engine_update_syncs_the_cuda_stream_at_most_once(tmp_path: Path) -> Non
                 engine.train_update(u)
         finally:
             torch.cuda.set_sync_debug_mode("default")
-    syncs = [w for w in caught if "synchroniz" in str(w.message).lower()]
-    assert len(syncs) <= n, [str(w.message) for w in syncs]
+    # torch's one-off notice ("Synchronization debug mode is a prototype feature ...") also
+    # says "synchroniz"; a sync itself reads "called a synchronizing CUDA operation"
+    syncs = [w for w in caught if "called a synchronizing" in str(w.message)]
+    assert 1 <= len(syncs) <= n, [str(w.message) for w in caught]
     engine.recorder.close()
     engine.recorder.release()

@@ -12,7 +12,7 @@ from andrea_diag.config import RunConfig
 from andrea_diag.data import BatchPlan, Mixer, prepare_data
 from andrea_diag.errors import UserError
 from andrea_diag.record import JsonlWriter, Recorder, load_run, read_jsonl
-from andrea_diag.train import loop
+from andrea_diag.train import graphed, loop
 
 
 def test_a_torn_row_is_skipped_and_appending_after_it_keeps_every_row(tmp_path: Path) -> None:
@@ -50,7 +50,7 @@ def test_a_crash_mid_run_keeps_metrics_events_and_says_it_crashed(
     data = prepare_data()
     plan = BatchPlan(data, Mixer(seed=0), seed=0, micro_batch=cfg.micro_batch,
                      accum=cfg.accum, seq_len=cfg.seq_len)  # fmt: skip
-    real = loop.accumulate_with  # one call an update
+    real = graphed.accumulate_with  # one call an update (the trainer's group runner's)
     calls = {"n": 0}
 
     def dies_at_update_6(*args, **kwargs):
@@ -59,7 +59,7 @@ def test_a_crash_mid_run_keeps_metrics_events_and_says_it_crashed(
             raise RuntimeError("simulated crash")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(loop, "accumulate_with", dies_at_update_6)
+    monkeypatch.setattr(graphed, "accumulate_with", dies_at_update_6)
     with pytest.raises(RuntimeError, match="simulated crash"):
         loop.train_arm(cfg, tmp_path / "run", data, plan)
     run = tmp_path / "run"

@@ -131,11 +131,12 @@ def counting(mode: DeviceTaint) -> Iterator[DeviceTaint]:
 
 @contextlib.contextmanager
 def marked_transfers(mode: DeviceTaint) -> Iterator[None]:
-    """The trainer's copy of the batch to the device (``to_device`` in ``loop.py``) gives a
+    """The trainer's copy of the batch to the device (``to_device`` in ``graphed.py``, the
+    group runner's) gives a
     marked copy: on the CPU the batch would otherwise stay the host tensor itself, and its
     reads look free. (Only the batch's: ``rows.to_device`` of a host value onto the CPU is a
     no-op on any machine.)"""
-    from andrea_diag.train import loop
+    from andrea_diag.train import graphed as loop  # the module whose to_device the group calls
 
     real = loop.to_device
 

@@ -68,9 +68,11 @@ def _sync(device: torch.device) -> None:
 
 
 class PlainLoop:
-    """The reference: the same model and parts, none of the engine's bookkeeping."""
+    """The reference: the same model and parts, none of the engine's bookkeeping. ``graphed``:
+    its forward and backward captured once as a CUDA graph and replayed, as ``--cuda-graph``
+    does the engine's (after the same :data:`~andrea_diag.train.graphed.WARMUP_UPDATES`)."""
 
-    def __init__(self, cfg: RunConfig, device: torch.device) -> None:
+    def __init__(self, cfg: RunConfig, device: torch.device, graphed: bool = False) -> None:
         from andrea_diag.clip.modes import make_clipper
         from andrea_diag.model import GPT
         from andrea_diag.train.components import make_precision
@@ -84,12 +86,12 @@ class PlainLoop:
         self.device = device
         self.clipper = make_clipper(cfg.clip, cfg.max_norm, cfg.clip_impl)  # the engine's own
         self.n = 0
+        self.graphed = graphed
+        self.graph: torch.cuda.CUDAGraph | None = None
+        self.static: tuple[torch.Tensor, torch.Tensor | None] | None = None  # (tokens, loss)
 
-    def update(self, tokens: torch.Tensor) -> None:
-        """One optimizer update on ``tokens`` (A, m, T+1)."""
-        tokens = tokens.to(self.device)
+    def _forward_backward(self, tokens: torch.Tensor) -> torch.Tensor | None:
         n_tokens = tokens[:, :, 1:].numel()
-        self.optimizer.zero_grad(set_to_none=True)
         loss = None
         for a in range(tokens.size(0)):
             x, y = tokens[a, :, :-1], tokens[a, :, 1:]  # (m, T) each
@@ -97,6 +99,32 @@ class PlainLoop:
                 logits = self.model(x)  # (m, T, vocab)
                 loss = F.cross_entropy(logits.flatten(0, 1).float(), y.flatten(), reduction="sum")
             self.precision.backward(loss / n_tokens)  # token-weighted over the group
+        return loss
+
+    def _graphed(self, tokens: torch.Tensor) -> torch.Tensor | None:
+        if self.graph is None:  # capture: grads from the graph's pool, as GroupRunner does
+            from andrea_diag.train.graphed import graph_forward_backward
+
+            static = tokens.clone()
+            self.optimizer.zero_grad(set_to_none=True)
+            self.graph, loss = graph_forward_backward(self._forward_backward, static)
+            self.static = (static, loss)
+        else:
+            assert self.static is not None
+            self.static[0].copy_(tokens)
+        self.graph.replay()
+        return self.static[1]
+
+    def update(self, tokens: torch.Tensor) -> None:
+        """One optimizer update on ``tokens`` (A, m, T+1)."""
+        from andrea_diag.train.graphed import WARMUP_UPDATES
+
+        tokens = tokens.to(self.device)
+        if self.graphed and self.n >= WARMUP_UPDATES:
+            loss = self._graphed(tokens)
+        else:
+            self.optimizer.zero_grad(set_to_none=True)
+            loss = self._forward_backward(tokens)
         self.precision.unscale_(self.optimizer)
         self.clipper(self.params)
         self.precision.step(self.optimizer, True)
@@ -138,6 +166,14 @@ def bench_train(
     each, in alternating blocks of ``block`` after ``warmup`` each. Returns the result dict."""
     if updates < 1 or warmup < 0 or block < 1:
         raise UserError("--updates and --block must be at least 1, --warmup 0 or more")
+    if cfg.cuda_graph:
+        from andrea_diag.device import resolve_device
+        from andrea_diag.train.graphed import WARMUP_UPDATES, check_graphable
+
+        check_graphable(resolve_device(cfg.device), cfg.replicas)
+        if warmup <= WARMUP_UPDATES:  # the capture is warm-up work, never a timed update
+            raise UserError(f"--cuda-graph needs --warmup above {WARMUP_UPDATES}, got {warmup}",
+                            hint=f"the graph is captured after {WARMUP_UPDATES} eager updates")  # fmt: skip
     total = warmup + updates
     run_steps = cfg.steps  # the run's own length, over which its once-a-run costs spread
     # no injection: a preset's own one (tiny's outlier) is placed for its length, not the bench's.
@@ -154,22 +190,27 @@ def bench_train(
     device = resolve_device(cfg.device)
     with tempfile.TemporaryDirectory(prefix="bench-train-") as tmp:
         engine, batch_tokens = _engine(cfg, Path(tmp) / "engine")
-        plain = PlainLoop(cfg, device)
         tokens = [batch_tokens(u) for u in range(1, total + 1)]  # drawn once, shared
+        arms: dict[str, Callable[[int], Any]] = {"engine": engine.train_update}
+        # --cuda-graph: both loops graphed (like for like), and the plain loop as users write it
+        plains = {"plain": cfg.cuda_graph} | ({"plain_eager": False} if cfg.cuda_graph else {})
+        for name, graphed in plains.items():
+            loop = PlainLoop(cfg, device, graphed=graphed)
+            arms[name] = lambda u, loop=loop: loop.update(tokens[u - 1])
         say(f"warm-up: {warmup} updates each")
         for u in range(1, warmup + 1):
-            engine.train_update(u)
-            plain.update(tokens[u - 1])
+            for step in arms.values():
+                step(u)
         engine.probes.time_hooks(device)
-        times: dict[str, list[float]] = {"engine": [], "plain": []}
+        times: dict[str, list[float]] = {arm: [] for arm in arms}
         done = 0
         while done < updates:
             k = min(block, updates - done)
-            for arm in ("engine", "plain"):
+            for arm, step in arms.items():
                 _sync(device)
                 t0 = time.perf_counter()
                 for u in range(warmup + done + 1, warmup + done + k + 1):
-                    engine.train_update(u) if arm == "engine" else plain.update(tokens[u - 1])
+                    step(u)
                 _sync(device)
                 times[arm].append((time.perf_counter() - t0) * 1e3)
             done += k
@@ -228,6 +269,7 @@ def _result(
             "max_norm": cfg.max_norm,
             "recipe": cfg.recipe,
             "update_stats_every": cfg.probes.update_stats_every,
+            "cuda_graph": cfg.cuda_graph,
             "m": cfg.micro_batch,
             "A": cfg.accum,
             "seq_len": cfg.seq_len,
@@ -249,6 +291,14 @@ def _result(
         "plain": _arm_numbers(ms["plain"], tokens, flops, peak),
         "engine_over_plain": engine_ms / ms["plain"],  # ms ratio: 1.0 = as fast as plain
         "speed_vs_plain": ms["plain"] / engine_ms,  # the issue's "0.6x": plain ms / engine ms
+        **(
+            {  # --cuda-graph: the graphed engine against the eager plain loop, as users write it
+                "plain_eager": _arm_numbers(ms["plain_eager"], tokens, flops, peak),
+                "speed_vs_plain_eager": ms["plain_eager"] / engine_ms,
+            }
+            if "plain_eager" in ms
+            else {}
+        ),
         "probes": [
             {
                 "probe": name,

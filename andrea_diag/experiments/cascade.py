@@ -39,6 +39,7 @@ from andrea_diag.rundir import child, read_json
 from andrea_diag.runlock import RunLock
 from andrea_diag.train.components import check_precision
 from andrea_diag.train.distributed import env_rank, env_world_size, init_from_env, launch
+from andrea_diag.train.graphed import check_graphable
 from andrea_diag.train.loop import train_arm
 
 
@@ -108,6 +109,8 @@ def check_runnable(cfg: RunConfig) -> None:
             "--clip-impl cuda needs the run on a CUDA device",
             hint="use --clip-impl auto (the CUDA clipper when available, else the reference)",
         )
+    if cfg.cuda_graph:
+        check_graphable(device, cfg.replicas)
     if cfg.model_factory or cfg.hf_config:  # a bad factory fails here, before any output
         with torch.random.fork_rng(devices=[]):
             build_model(cfg)

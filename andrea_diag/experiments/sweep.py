@@ -32,6 +32,7 @@ import pandas as pd
 from rich.console import Console
 
 from andrea_diag.config import RunConfig
+from andrea_diag.device import resolve_device
 from andrea_diag.errors import UserError
 from andrea_diag.experiments.aggregate import write_interval_tables
 from andrea_diag.experiments.cascade import (
@@ -54,6 +55,7 @@ from andrea_diag.probes.verdict import COLLAPSE_VERDICTS
 from andrea_diag.record import write_json
 from andrea_diag.rundir import read_json
 from andrea_diag.train.components import check_precision
+from andrea_diag.train.graphed import check_graphable
 
 
 @dataclass
@@ -82,6 +84,8 @@ def cells(spec: SweepSpec) -> list[RunConfig]:
     the precision against its registry, which the torch-free config cannot see)."""
     for precision in spec.precisions:
         check_precision(precision)
+    if spec.base.cuda_graph:  # before the sweep's folder: a CPU has no graphs to replay
+        check_graphable(resolve_device(spec.base.device), spec.base.replicas)
     out = []
     for size in spec.sizes:
         for lr in spec.lrs:

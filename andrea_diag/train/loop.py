@@ -53,14 +53,14 @@ from andrea_diag.train.components import (
     Reducer,
     Stateful,
     TrainState,
-    accumulate_with,
     make_precision,
 )
 from andrea_diag.train.distributed import DDPReducer, init_from_env
 from andrea_diag.train.evaluation import build_evaluator
+from andrea_diag.train.graphed import GroupRunner, check_graphable
 from andrea_diag.train.measure import UpdateRead, read_group
 from andrea_diag.train.optim import build_optimizer, build_scheduler
-from andrea_diag.train.rows import overflow_last, per_source_loss, to_device
+from andrea_diag.train.rows import overflow_last, per_source_loss
 from andrea_diag.train.summary import oom_advice, run_sheet, summarize, unigram_entropy
 
 if TYPE_CHECKING:  # the seams' types, for readers and checkers; data is a lower layer
@@ -112,6 +112,13 @@ class Trainer:
             cfg.clip, cfg.max_norm, cfg.clip_impl, cfg.clip_params, optimizer=self.optimizer
         )
         self.clip_timer = ClipTimer(self.device)
+        if cfg.cuda_graph:
+            check_graphable(self.device, self.dist.world_size)
+        self.groups = GroupRunner(
+            self.forward_model, self.precision, self.reducer, self.device,
+            lambda: self.optimizer.zero_grad(set_to_none=True), list(self.model.parameters()),
+            graphed=cfg.cuda_graph,
+        )  # fmt: skip
         # rank 0 alone writes: the other replicas record nothing and run no probes
         self.recorder: Recorder | NullRecorder = (
             Recorder(
@@ -197,14 +204,8 @@ class Trainer:
         host = self.reducer.local_batch(batch.tokens)  # (A, m, T+1), this replica's, on the host
         # the denominator from the host tokens: no device read before the first forward
         local_tokens = int((host[:, :, 1:] != IGNORE).sum())
-        tokens = to_device(host, self.device)  # pinned + non_blocking on CUDA
-        micro = [(t[:, :-1].contiguous(), t[:, 1:].contiguous()) for t in tokens]  # for .view()
-        self.optimizer.zero_grad(set_to_none=True)  # between groups only
-        hook = overflow_last(len(micro)) if injected == "nonfinite" else None
-        return accumulate_with(
-            self.forward_model, micro, self.precision, self.reducer, self.device,
-            loss_hook=hook, local_tokens=local_tokens,
-        )  # fmt: skip
+        hook = overflow_last(host.size(0)) if injected == "nonfinite" else None
+        return self.groups.run(host, local_tokens, hook)  # zero grads, forward, backward
 
     def _measure(
         self, update: int, batch: Batch, injected: str | None, group: GroupResult, clip: ClipResult
@@ -314,6 +315,7 @@ class Trainer:
         )
         summary["run_sheet"]["checkpoint_bytes"] = self.checkpointer.last_bytes
         summary["run_sheet"].update(run_sheet_origins(self.cfg, self.model, self.data))
+        summary["run_sheet"].update(self.groups.describe())  # {} unless --cuda-graph
         summary.update(self.evaluator.summary(wall_s))
         summary.update(self.probes.close(self.run_dir))
         mixer = self.plan.mixer

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Issue 20 items 1 and 4 in one device call: the CUDA-only tests (--cuda-graph against eager,
+# the engine's one sync), graph parity at 12m and 120m (bench/graph_parity.py, eager run twice
+# beside it), then bench-train --cuda-graph at 12m/120m x fp32/bf16 (graphed engine, graphed
+# plain loop and the eager plain loop, interleaved in one process). About 5 minutes on one H200.
+#   (on the device, from the repo root, .whl carried)   bash bench/device_graph.sh
+# Writes $OUT/log.txt, $OUT/tests.txt, $OUT/parity.tgz, $OUT/bt.tgz.
+set -o pipefail
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 TORCH_EXTENSIONS_DIR=$PWD/.torch_extensions MAX_JOBS=16
+mkdir -p /tmp/parity /tmp/bt
+{
+  nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+  echo "== CUDA tests"
+  timeout 200 python3 -m pytest -vv -s -p no:cacheprovider tests/test_graphed.py \
+    tests/test_engine_syncs.py::test_engine_update_syncs_the_cuda_stream_at_most_once \
+    > "$OUT/tests.txt" 2>&1; echo "tests rc=$?"; grep -E "graphed vs eager|PASS|FAIL|Error|passed|failed" "$OUT/tests.txt" | tail -20
+  for sp in ${PARITY_CONFIGS:-12m:fp32 12m:bf16 120m:bf16}; do
+    s=${sp%%:*}; p=${sp##*:}
+    echo "== parity $s $p"
+    timeout 120 python3 bench/graph_parity.py --size "$s" --precision "$p" --updates 60 \
+      --out "/tmp/parity/parity-$s-$p.json" 2>&1 | grep -v Warn
+  done
+  tar czf "$OUT/parity.tgz" -C /tmp/parity .
+  for sp in ${BT_CONFIGS:-12m:fp32 12m:bf16 120m:fp32 120m:bf16}; do
+    s=${sp%%:*}; p=${sp##*:}
+    echo "== bench-train --cuda-graph $s $p"
+    timeout 150 python3 -m andrea_diag.cli bench-train --size "$s" --precision "$p" --updates 120 \
+      --warmup 15 --block 20 --cuda-graph --device cuda --out "/tmp/bt/$s-$p" 2>&1 | grep -v "timed\|warm-up"
+    tar czf "$OUT/bt.tgz" -C /tmp/bt .
+  done
+} 2>&1 | tee "$OUT/log.txt"
