@@ -4,6 +4,7 @@
 # beside it), then bench-train --cuda-graph at 12m/120m x fp32/bf16 (graphed engine, graphed
 # plain loop and the eager plain loop, interleaved in one process). About 5 minutes on one H200.
 #   (on the device, from the repo root, .whl carried)   bash bench/device_graph.sh
+# BT_ONLY=1: bench-train alone; BT_CONFIGS: size:precision:update-stats-every triples.
 # Writes $OUT/log.txt, $OUT/tests.txt, $OUT/parity.tgz, $OUT/bt.tgz.
 set -o pipefail
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
@@ -11,6 +12,7 @@ export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 TORCH_EXTENSIONS_DIR=$PWD/.t
 mkdir -p /tmp/parity /tmp/bt
 {
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+  [ -n "${BT_ONLY:-}" ] || {
   echo "== CUDA tests"
   timeout 200 python3 -m pytest -vv -s -p no:cacheprovider tests/test_graphed.py \
     tests/test_engine_syncs.py::test_engine_update_syncs_the_cuda_stream_at_most_once \
@@ -22,11 +24,13 @@ mkdir -p /tmp/parity /tmp/bt
       --out "/tmp/parity/parity-$s-$p.json" 2>&1 | grep -v Warn
   done
   tar czf "$OUT/parity.tgz" -C /tmp/parity .
-  for sp in ${BT_CONFIGS:-12m:fp32 12m:bf16 120m:fp32 120m:bf16}; do
-    s=${sp%%:*}; p=${sp##*:}
-    echo "== bench-train --cuda-graph $s $p"
-    timeout 150 python3 -m andrea_diag.cli bench-train --size "$s" --precision "$p" --updates 120 \
-      --warmup 15 --block 20 --cuda-graph --device cuda --out "/tmp/bt/$s-$p" 2>&1 | grep -v "timed\|warm-up"
+  }
+  for spec in ${BT_CONFIGS:-12m:fp32:1 12m:bf16:1 120m:fp32:1 120m:bf16:1}; do
+    IFS=: read -r s p e <<< "$spec"
+    echo "== bench-train --cuda-graph $s $p --update-stats-every $e"
+    timeout 170 python3 -m andrea_diag.cli bench-train --size "$s" --precision "$p" --updates 120 \
+      --warmup 15 --block 20 --update-stats-every "$e" --cuda-graph --device cuda \
+      --out "/tmp/bt/$s-$p-e$e" 2>&1 | grep -v "timed\|warm-up"
     tar czf "$OUT/bt.tgz" -C /tmp/bt .
   done
 } 2>&1 | tee "$OUT/log.txt"

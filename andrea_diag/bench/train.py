@@ -189,14 +189,8 @@ def bench_train(
 
     device = resolve_device(cfg.device)
     with tempfile.TemporaryDirectory(prefix="bench-train-") as tmp:
-        engine, batch_tokens = _engine(cfg, Path(tmp) / "engine")
-        tokens = [batch_tokens(u) for u in range(1, total + 1)]  # drawn once, shared
-        arms: dict[str, Callable[[int], Any]] = {"engine": engine.train_update}
-        # --cuda-graph: both loops graphed (like for like), and the plain loop as users write it
-        plains = {"plain": cfg.cuda_graph} | ({"plain_eager": False} if cfg.cuda_graph else {})
-        for name, graphed in plains.items():
-            loop = PlainLoop(cfg, device, graphed=graphed)
-            arms[name] = lambda u, loop=loop: loop.update(tokens[u - 1])
+        engines, arms = _arms(cfg, device, Path(tmp), total)
+        engine = engines[0]
         say(f"warm-up: {warmup} updates each")
         for u in range(1, warmup + 1):
             for step in arms.values():
@@ -217,11 +211,33 @@ def bench_train(
             say(f"timed {done}/{updates} updates each")
         probe_ms = engine.probes.hook_ms()
         once = _once_per_run(engine, device, total + 1, run_steps)
-        engine.recorder.close()
-        engine.recorder.release()
+        for e in engines:
+            e.recorder.close()
+            e.recorder.release()
     result = _result(cfg, device, times, probe_ms, updates, warmup, block)
     result["once_per_run"] = once
     return result
+
+
+def _arms(
+    cfg: RunConfig, device: torch.device, tmp: Path, total: int
+) -> tuple[list[Any], dict[str, Callable[[int], Any]]]:
+    """The engines (the probed one first) and the timed loops by name: the engine and the
+    plain loop; with ``--cuda-graph`` both graphed (like for like), and both eager beside them
+    (the engine as it ran before, the plain loop as users write it)."""
+    engine, batch_tokens = _engine(cfg, tmp / "engine")
+    tokens = [batch_tokens(u) for u in range(1, total + 1)]  # drawn once, shared
+    engines = [engine]
+    arms: dict[str, Callable[[int], Any]] = {"engine": engine.train_update}
+    plains = {"plain": cfg.cuda_graph} | ({"plain_eager": False} if cfg.cuda_graph else {})
+    for name, graphed in plains.items():
+        loop = PlainLoop(cfg, device, graphed=graphed)
+        arms[name] = lambda u, loop=loop: loop.update(tokens[u - 1])
+    if cfg.cuda_graph:  # the same plan: the same batches
+        eager, _ = _engine(dataclasses.replace(cfg, cuda_graph=False), tmp / "engine_eager")
+        engines.append(eager)
+        arms["engine_eager"] = eager.train_update
+    return engines, arms
 
 
 def _once_per_run(engine: Any, device: torch.device, update: int, run_steps: int) -> list[dict]:
@@ -292,9 +308,12 @@ def _result(
         "engine_over_plain": engine_ms / ms["plain"],  # ms ratio: 1.0 = as fast as plain
         "speed_vs_plain": ms["plain"] / engine_ms,  # the issue's "0.6x": plain ms / engine ms
         **(
-            {  # --cuda-graph: the graphed engine against the eager plain loop, as users write it
+            {  # --cuda-graph: the graphed engine against the eager plain loop, as users write
+                # it, and the eager engine against it (the ratio without --cuda-graph)
                 "plain_eager": _arm_numbers(ms["plain_eager"], tokens, flops, peak),
+                "engine_eager": _arm_numbers(ms["engine_eager"], tokens, flops, peak),
                 "speed_vs_plain_eager": ms["plain_eager"] / engine_ms,
+                "eager_speed_vs_plain_eager": ms["plain_eager"] / ms["engine_eager"],
             }
             if "plain_eager" in ms
             else {}
