@@ -75,3 +75,28 @@ def test_mfu_is_the_models_flops_per_token_times_tokens_per_s_over_the_peak(
     tokens = cfg.micro_batch * cfg.accum * cfg.seq_len
     for arm, ms in (("engine", 500.0), ("plain", 300.0)):
         assert result[arm]["mfu"] == pytest.approx(flops * tokens / (ms / 1e3) / 989e12, rel=1e-12)
+
+
+def test_the_page_of_a_cuda_graph_run_shows_all_four_loops_and_both_ratios() -> None:
+    from andrea_diag.report.bench_train_page import render_bench_train_page
+
+    # a published H200 result (bench/device_graph.sh): the four loops of one process
+    src = Path(__file__).parent.parent / "reports/bench-train/h200-2026-12-01c/bt-12m-fp32-e1.json"
+    result = json.loads(src.read_text())
+    page = render_bench_train_page(result)
+    for label in ("engine (graphed)", "plain (graphed)", "engine (eager)", "plain (eager)"):
+        assert label in page
+    assert f"<b>{result['speed_vs_plain_eager']:.3f}x</b> the eager plain loop" in page
+    assert f"{result['eager_speed_vs_plain_eager']:.3f}x" in page
+    plain = result["plain_eager"]["ms_per_update"]
+    assert result["speed_vs_plain_eager"] == pytest.approx(
+        plain / result["engine"]["ms_per_update"]
+    )
+
+
+def test_bench_train_cuda_graph_off_cuda_is_one_line(tmp_path: Path) -> None:
+    args = ["bench-train", "--cuda-graph", "--device", "cpu", "--out", str(tmp_path / "bt")]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 2 and "Traceback" not in res.output
+    assert res.output.count("error:") == 1 and "--cuda-graph needs a CUDA device" in res.output
+    assert not (tmp_path / "bt").exists()

@@ -22,9 +22,20 @@ def _fmt(x: float | None, spec: str) -> str:
     return "n/a" if x is None else format(x, spec)
 
 
+ARM_LABELS = {"engine": "engine", "plain": "plain", "engine_eager": "engine (eager)",
+              "plain_eager": "plain (eager)"}  # fmt: skip
+
+
+def _arms(result: dict[str, Any]) -> dict[str, str]:
+    """The timed loops present, by key, with their labels (--cuda-graph: four, two graphed)."""
+    graphed = result["meta"].get("cuda_graph", False)
+    return {a: label + (" (graphed)" if graphed and a in ("engine", "plain") else "")
+            for a, label in ARM_LABELS.items() if a in result}  # fmt: skip
+
+
 def _figures(result: dict[str, Any]) -> tuple[go.Figure, go.Figure]:
-    arms = ("engine", "plain")
-    ms = go.Figure(go.Bar(x=list(arms), y=[result[a]["ms_per_update"] for a in arms],
+    arms = _arms(result)
+    ms = go.Figure(go.Bar(x=list(arms.values()), y=[result[a]["ms_per_update"] for a in arms],
                           text=[f"{result[a]['ms_per_update']:.2f} ms" for a in arms]))  # fmt: skip
     ms.update_layout(
         title="ms per optimizer update (lower is faster)", yaxis_title="ms", height=380
@@ -45,10 +56,18 @@ def render_bench_train_page(result: dict[str, Any]) -> str:
     parts = [pio.to_html(ms, include_plotlyjs=True, full_html=False),
              pio.to_html(cost, include_plotlyjs=False, full_html=False)]  # fmt: skip
     rows = "".join(
-        f"<tr><td>{esc(arm)}</td><td>{result[arm]['ms_per_update']:.3f}</td>"
+        f"<tr><td>{esc(label)}</td><td>{result[arm]['ms_per_update']:.3f}</td>"
         f"<td>{result[arm]['tokens_per_s']:.0f}</td>"
         f"<td>{_fmt(result[arm]['mfu'] and 100 * result[arm]['mfu'], '.1f')}</td></tr>"
-        for arm in ("engine", "plain")
+        for arm, label in _arms(result).items()
+    )
+    graph_note = (
+        f"<p>--cuda-graph: both loops' forward and backward replayed as a CUDA graph above. "
+        f"The graphed engine runs at <b>{result['speed_vs_plain_eager']:.3f}x</b> the eager "
+        f"plain loop's speed, the eager engine at {result['eager_speed_vs_plain_eager']:.3f}x."
+        "</p>"
+        if "plain_eager" in result
+        else ""
     )
     where = meta.get("gpu") or "CPU"
     mfu_note = (
@@ -63,7 +82,7 @@ def render_bench_train_page(result: dict[str, Any]) -> str:
         f"<h1>bench-train: {esc(where)}, {esc(meta['size'])} {esc(meta['precision'])}</h1>"
         f"<p>engine / plain: <b>{result['engine_over_plain']:.3f}x</b> the time per update "
         f"(speed {result['speed_vs_plain']:.3f}x the plain loop's). Plain loop: "
-        f"{esc(meta['plain_loop'])}. {mfu_note}</p>"
+        f"{esc(meta['plain_loop'])}. {mfu_note}</p>{graph_note}"
         "<table border='1' cellpadding='4'><tr><th>loop</th><th>ms/update</th><th>tokens/s</th>"
         f"<th>MFU %</th></tr>{rows}</table>"
         + "".join(parts)
