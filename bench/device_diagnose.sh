@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 20, one device call before the fixes: the two CUDA-only engine tests with their whole
-# output, the host profile by Python function (bench/profile_host.py), bench-train with the
+# output, the host profile by Python function (bench/profile_engine.py --host), bench-train with the
 # optimizer-state snapshot every 10 updates, and the shipped clip kernel's sanitizers
 # (SANITIZE_ONLY=1 bench/device_kernels.sh). About 6 minutes on one H200.
 #   (on the device, from the repo root, .whl carried)   bash bench/device_diagnose.sh
@@ -19,7 +19,7 @@ export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 TORCH_EXTENSIONS_DIR=$PWD/.t
   for spec in ${HOST_CONFIGS:-12m:fp32:1 12m:fp32:10 120m:bf16:1}; do
     IFS=: read -r s p e <<< "$spec"
     echo "== host profile $s $p update_stats_every=$e"
-    timeout 120 python3 bench/profile_host.py --size "$s" --precision "$p" --updates 30 \
+    timeout 120 python3 bench/profile_engine.py --host --size "$s" --precision "$p" --updates 30 \
       --update-stats-every "$e" --out "/tmp/host/host-$s-$p-e$e.txt" 2>&1 | grep -v Warn
   done
   tar czf "$OUT/host.tgz" -C /tmp/host .

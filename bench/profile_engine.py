@@ -1,11 +1,19 @@
-"""Where one engine update spends its time, against the plain loop: a torch.profiler summary.
+"""Where one engine update spends its time, against the plain loop: torch.profiler or cProfile.
 
     python3 bench/profile_engine.py --size 12m --precision bf16 --updates 20 --out $OUT/prof-12m-bf16.txt
+    python3 bench/profile_engine.py --host --size 12m --updates 30 --out $OUT/host-12m-fp32.txt
 
 Builds the engine and the plain loop exactly as ``bench-train`` does (andrea_diag/bench/train.py),
-warms both up, then profiles ``updates`` updates of each and writes, per loop: the top ops by
-self CUDA time and by CPU time, and the host-sync counts per update (cudaStreamSynchronize,
-cudaMemcpy*, aten::_local_scalar_dense = ``.item()``), all aten ops and kernel launches per update.
+warms both up, then profiles ``updates`` updates of each and writes, per loop:
+
+- by default (torch.profiler): the top ops by self CUDA time and by CPU time, and the host-sync
+  counts per update (cudaStreamSynchronize, cudaMemcpy*, aten::_local_scalar_dense = ``.item()``),
+  all aten ops and kernel launches per update;
+- ``--host`` (cProfile): each ``andrea_diag`` function's cumulative ms per update (its callees
+  included) and the top functions by own time. On the H200 the update is host-bound, so the
+  host's time per update *is* the update's time; this says which Python spends it. cProfile adds
+  about a microsecond per Python call to both loops alike: read the shares.
+
 On the CPU (``--device cpu --size tiny``) the op counts are a proxy; tests/test_engine_syncs.py
 counts the device reads themselves.
 """
@@ -13,8 +21,12 @@ counts the device reads themselves.
 from __future__ import annotations
 
 import argparse
+import cProfile
 import dataclasses
+import io
+import pstats
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -43,21 +55,66 @@ def _summary(prof: profile, updates: int, label: str) -> str:
     return "\n".join(lines)
 
 
+def _profiled(run: Callable[[], None], sync: Callable[[], None]) -> pstats.Stats:
+    prof = cProfile.Profile()
+    sync()
+    prof.enable()
+    run()
+    sync()
+    prof.disable()
+    return pstats.Stats(prof)
+
+
+def _host_table(stats: pstats.Stats, updates: int, label: str) -> str:
+    """The andrea_diag functions by cumulative ms/update, then everything by own ms/update."""
+    rows = stats.stats  # type: ignore[attr-defined]  # {(file, line, fn): (cc, nc, tt, ct, callers)}
+    total = max(ct for (_f, _l, _n), (_cc, _nc, _tt, ct, _c) in rows.items())
+    lines = [f"===== {label}: {updates} updates, {total / updates * 1e3:.2f} ms/update profiled"]
+    lines.append("-- andrea_diag functions, cumulative ms/update (callees included)")
+    ours = [
+        (ct, nc, f"{f.split('andrea_diag/')[-1]}:{ln} {fn}")
+        for (f, ln, fn), (_cc, nc, _tt, ct, _c) in rows.items()
+        if "andrea_diag" in f
+    ]
+    for ct, nc, name in sorted(ours, reverse=True)[:60]:
+        lines.append(f"  {ct / updates * 1e3:8.3f} ms  {nc / updates:7.1f} calls  {name}")
+    buf = io.StringIO()
+    stats.stream = buf  # type: ignore[attr-defined]
+    stats.sort_stats("tottime").print_stats(45)
+    lines.append("-- top functions by own time (all updates)")
+    lines.append(buf.getvalue())
+    return "\n".join(lines)
+
+
+def _profile_ops(
+    run: Callable[[], None], sync: Callable[[], None], updates: int, label: str
+) -> str:
+    acts = [ProfilerActivity.CPU, ProfilerActivity.CUDA]
+    with profile(activities=acts) as prof:
+        run()
+        sync()
+    return _summary(prof, updates, label)
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--size", default="12m")
     p.add_argument("--precision", default="fp32")
     p.add_argument("--updates", type=int, default=20)
     p.add_argument("--warmup", type=int, default=15)
+    p.add_argument("--update-stats-every", type=int, default=1)
+    p.add_argument("--host", action="store_true", help="cProfile by Python function")
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--device", default="cuda")
     a = p.parse_args()
     total = a.warmup + 2 * a.updates
     cfg = RunConfig(size=a.size, precision=a.precision, device=a.device).resolve()
-    cfg = dataclasses.replace(cfg, steps=total, eval_every=0, checkpoint_every=0)
+    probes = dataclasses.replace(cfg.probes, lockin_every=total + 1,  # once a run: at the end
+                                 update_stats_every=a.update_stats_every)  # fmt: skip
+    cfg = dataclasses.replace(cfg, steps=total + 1, eval_every=0, checkpoint_every=0, inject=[],
+                              probes=probes)  # fmt: skip
     device = torch.device(a.device)
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    out = []
+    sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
     with tempfile.TemporaryDirectory() as tmp:
         engine, batch_tokens = _engine(cfg, Path(tmp) / "engine")
         plain = PlainLoop(cfg, device)
@@ -65,28 +122,28 @@ def main() -> None:
         for u in range(1, a.warmup + 1):
             engine.train_update(u)
             plain.update(tokens[u - 1])
-        sync()
-        acts = [ProfilerActivity.CPU, ProfilerActivity.CUDA]
-        with profile(activities=acts) as prof:
-            for u in range(a.warmup + 1, a.warmup + a.updates + 1):
+        first = a.warmup + 1
+
+        def run_engine() -> None:
+            for u in range(first, first + a.updates):
                 engine.train_update(u)
-            sync()
-        out.append(_summary(prof, a.updates, f"engine {a.size} {a.precision}"))
-        with profile(activities=acts) as prof:
-            for u in range(a.warmup + a.updates + 1, total + 1):
+
+        def run_plain() -> None:
+            for u in range(first + a.updates, total + 1):
                 plain.update(tokens[u - 1])
-            sync()
-        out.append(_summary(prof, a.updates, f"plain {a.size} {a.precision}"))
+
+        label = f"{a.size} {a.precision} update_stats_every={a.update_stats_every}"
+        out = []
+        for name, run in (("engine", run_engine), ("plain", run_plain)):
+            if a.host:
+                out.append(_host_table(_profiled(run, sync), a.updates, f"{name} {label}"))
+            else:
+                out.append(_profile_ops(run, sync, a.updates, f"{name} {label}"))
         engine.recorder.close()
         engine.recorder.release()
     a.out.write_text("\n\n".join(out))
-    print(
-        "\n".join(
-            line
-            for line in "\n\n".join(out).splitlines()
-            if "per update" in line or "=====" in line
-        )
-    )
+    text = "\n".join(out).splitlines()
+    print("\n".join(line for line in text if "per update" in line or line.startswith("=====")))
 
 
 if __name__ == "__main__":

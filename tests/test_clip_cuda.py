@@ -126,6 +126,8 @@ def test_cuda_long_and_many_tensors_match_float64(cuda_ext, max_norm) -> None:
 
 
 def test_cuda_pdl_on_and_off_agree_bitwise(cuda_ext, make_grads) -> None:
+    if torch.cuda.get_device_capability() < (9, 0):  # else both launch alike: a vacuous pass
+        pytest.skip("programmatic dependent launch needs sm_90 or newer")
     base = make_grads("awkward", torch.float32, "cuda", seed=6)
     outs = []
     before = cuda_ext.set_pdl(True)

@@ -164,3 +164,10 @@ def test_cuda_foreach_norm_results_are_taken_back_as_one_vector() -> None:
     size, base = norms[0].element_size(), norms[0].data_ptr()
     if all(t.data_ptr() == base + i * size for i, t in enumerate(norms)):
         assert out.data_ptr() == base
+
+
+def test_optstate_probe_refuses_a_schedule_below_one_instead_of_clamping_it() -> None:
+    from andrea_diag.probes.optstate import OptStateProbe
+
+    with pytest.raises(ValueError, match="update_stats_every must be at least 1, got 0"):
+        OptStateProbe(update_stats_every=0)

@@ -10,10 +10,9 @@ Columns every update (Adam/AdamW; other optimizers get only the update columns):
   ``update_stats_every`` updates (``ProbeConfig``; default 1) and at spikes, else absent;
 - ``m_spike_share = ‖m_spike‖/‖m‖``, ``v_spike_share = ‖v_spike‖/‖v‖`` (shadow buffers on).
 
-*Why a parameter snapshot for Δθ*: recomputing ``lr·m̂/(√v̂+ε)`` from the state needs five
-elementwise passes and knows only Adam; a copy before the step plus one subtraction is two
-passes, exact for any optimizer (AdamW's decoupled decay included). Its memory is reported as
-``snapshot_bytes``.
+*Why a parameter snapshot for Δθ*: recomputing ``lr·m̂/(√v̂+ε)`` needs five elementwise passes
+and knows only Adam; a copy before the step and one subtraction is two, exact for any optimizer
+(AdamW's decoupled decay included). Its memory is ``snapshot_bytes``.
 
 **Spike contributions.** With ``m_0 = 0``, Adam's ``m_t = Σ_s (1-β1)·β1^(t-s)·g_s`` and
 ``v_t = Σ_s (1-β2)·β2^(t-s)·g_s²`` exactly, where ``g_s`` is the gradient Adam received at
@@ -89,7 +88,9 @@ class OptStateProbe:
     ) -> None:
         self.shadow, self.per_layer, self.update_stats = shadow, per_layer, update_stats
         self.recovery_share, self.groups = recovery_share, groups
-        self.update_stats_every = max(1, int(update_stats_every))
+        if update_stats_every < 1:  # ProbeConfig checks the CLI's; a direct caller's is here
+            raise ValueError(f"update_stats_every must be at least 1, got {update_stats_every}")
+        self.update_stats_every = int(update_stats_every)
         self._groups_idx: dict[tuple[str, ...], GroupIndex] = {}
         self._snap: list[torch.Tensor] | None = None
         self._snap_flat: torch.Tensor | None = None  # one buffer under the views (flat_dot)
@@ -154,10 +155,8 @@ class OptStateProbe:
     def _post_clip_norms(
         self, ctx: UpdateContext, g_eff: list[torch.Tensor]
     ) -> torch.Tensor | None:
-        """Per-tensor norms of the gradient Adam received, from the clip pass (no extra pass).
-
-        Only when that gradient is the clipped gradient itself (no coupled L2 term).
-        """
+        """Per-tensor norms of the gradient Adam received, from the clip pass (no extra pass),
+        when it is the clipped gradient itself (no coupled L2 term)."""
         if ctx.clip is None or any(i.l2 or i.maximize for i in self._ginfo or []):
             return None
         per = ctx.clip.per_tensor_norm
