@@ -122,37 +122,56 @@ inline std::shared_ptr<Plan> get_plan(const std::vector<at::Tensor>& grads) {
   return plan;
 }
 
+// The walk both table builders share: the non-empty gradients in order, each put in the open
+// entry of its dtype, a new entry opened when there is none or it holds `capacity` tensors.
+// `open_new(dt)` makes an empty entry, `count(entry)` says how many tensors it holds and
+// `add(entry, i)` puts tensor i in it. Empty tensors own no chunk and no tile: skipped.
+template <typename Entry, typename Open, typename Count, typename Add>
+std::vector<Entry> fill_by_dtype(const std::vector<at::Tensor>& grads, int capacity,
+                                 Open open_new, Count count, Add add) {
+  std::vector<Entry> out;
+  int open[3] = {-1, -1, -1};  // index in `out` of the entry being filled, per dtype
+  for (size_t i = 0; i < grads.size(); ++i) {
+    if (grads[i].numel() == 0) continue;
+    const DType dt = dtype_of(grads[i]);
+    int& o = open[static_cast<int>(dt)];
+    if (o < 0 || count(out[o]) == capacity) {
+      out.push_back(open_new(dt));
+      o = static_cast<int>(out.size()) - 1;
+    }
+    add(out[o], i);
+  }
+  return out;
+}
+
 // The one table builder. lists[0] are the gradients: they decide dtype, sizes and chunking;
 // lists[d][i] (d > 0) is the d-th pointer of tensor i (checked by the caller). One table per
-// dtype per <= kMax non-empty tensors; empty tensors own no chunk and are skipped (their
-// per-tensor norm comes out 0 from the offsets). global_start is the tensor's first slot.
+// dtype per <= kMax non-empty tensors (their per-tensor norm comes out 0 from the offsets).
+// global_start is the tensor's first slot.
 template <int Depth>
 std::vector<std::pair<DType, TensorTable<Depth>>> build_tables(
     const std::array<const std::vector<at::Tensor>*, Depth>& lists,
     const std::vector<int32_t>& offsets) {
   using Table = TensorTable<Depth>;
+  using Entry = std::pair<DType, Table>;
   const auto& grads = *lists[0];
-  std::vector<std::pair<DType, Table>> out;
-  int open[3] = {-1, -1, -1};  // index in `out` of the table being filled, per dtype
-  for (size_t i = 0; i < grads.size(); ++i) {
-    const auto& g = grads[i];
-    if (g.numel() == 0) continue;
-    const DType dt = dtype_of(g);
-    int& o = open[static_cast<int>(dt)];
-    if (o < 0 || out[o].second.n == Table::kMax) {
-      out.emplace_back(dt, Table{});
-      o = static_cast<int>(out.size()) - 1;
-      out[o].second.n = 0;
-      out[o].second.local_start[0] = 0;
-    }
-    Table& tt = out[o].second;
-    const int k = tt.n++;
-    for (int d = 0; d < Depth; ++d) tt.ptr[d][k] = (*lists[d])[i].data_ptr();
-    tt.numel[k] = g.numel();
-    tt.global_start[k] = offsets[i];
-    tt.local_start[k + 1] = tt.local_start[k] + (offsets[i + 1] - offsets[i]);
-  }
-  return out;
+  return fill_by_dtype<Entry>(
+      grads, Table::kMax,
+      [](DType dt) {
+        Entry e{dt, Table{}};
+        e.second.n = 0;
+        e.second.local_start[0] = 0;
+        return e;
+      },
+      [](const Entry& e) { return e.second.n; },
+      [&](Entry& e, size_t i) {
+        Table& tt = e.second;
+        const int k = tt.n++;
+        for (int d = 0; d < Depth; ++d) tt.ptr[d][k] = (*lists[d])[i].data_ptr();
+        tt.numel[k] = grads[i].numel();
+        tt.global_start[k] = offsets[i];
+        tt.local_start[k + 1] = tt.local_start[k] + (offsets[i + 1] - offsets[i]);
+      });
 }
 
 // One launch of the fused clip: a by-value table of one dtype, its grid (span_grid) and its
@@ -169,28 +188,25 @@ inline void check_cuda(cudaError_t e, const char* what);
 // The fused clip's tables: one per dtype per <= SpanTable::kMax non-empty tensors (empty ones
 // own no tile and are skipped), each tensor cut into ceil(numel / kTile) tiles.
 inline std::vector<SpanLaunch> build_span_tables(const std::vector<at::Tensor>& grads) {
-  std::vector<SpanLaunch> out;
-  int open[3] = {-1, -1, -1};  // index in `out` of the table being filled, per dtype
-  for (size_t i = 0; i < grads.size(); ++i) {
-    const auto& g = grads[i];
-    if (g.numel() == 0) continue;
-    const DType dt = dtype_of(g);
-    int& o = open[static_cast<int>(dt)];
-    if (o < 0 || out[o].tt.n == SpanTable::kMax) {
-      out.push_back(SpanLaunch{dt, SpanTable{}, 0, 0});
-      o = static_cast<int>(out.size()) - 1;
-      out[o].tt.n = 0;
-      out[o].tt.tile_start[0] = 0;
-    }
-    SpanTable& tt = out[o].tt;
-    const int k = tt.n++;
-    const int64_t tiles = tt.tile_start[k] + (g.numel() + kTile - 1) / kTile;
-    TORCH_CHECK(tiles < INT32_MAX, "andrea_clip: too many elements in one launch");
-    tt.ptr[k] = g.data_ptr();
-    tt.numel[k] = g.numel();
-    tt.tensor[k] = static_cast<int32_t>(i);
-    tt.tile_start[k + 1] = static_cast<int32_t>(tiles);
-  }
+  auto out = fill_by_dtype<SpanLaunch>(
+      grads, SpanTable::kMax,
+      [](DType dt) {
+        SpanLaunch l{dt, SpanTable{}, 0, 0};
+        l.tt.n = 0;
+        l.tt.tile_start[0] = 0;
+        return l;
+      },
+      [](const SpanLaunch& l) { return l.tt.n; },
+      [&](SpanLaunch& l, size_t i) {
+        SpanTable& tt = l.tt;
+        const int k = tt.n++;
+        const int64_t tiles = tt.tile_start[k] + (grads[i].numel() + kTile - 1) / kTile;
+        TORCH_CHECK(tiles < INT32_MAX, "andrea_clip: too many elements in one launch");
+        tt.ptr[k] = grads[i].data_ptr();
+        tt.numel[k] = grads[i].numel();
+        tt.tensor[k] = static_cast<int32_t>(i);
+        tt.tile_start[k + 1] = static_cast<int32_t>(tiles);
+      });
   int64_t base = 0;
   for (auto& l : out) {
     check_cuda(span_grid(l.tt.tile_start[l.tt.n], &l.grid), "span_grid");
