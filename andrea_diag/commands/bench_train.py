@@ -99,10 +99,15 @@ def bench_train(
         + (f" --update-stats-every {update_stats_every}" if update_stats_every != 1 else "")
         + (" --cuda-graph" if cuda_graph else "")
     )
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "bench-train.json").write_text(json.dumps(result, indent=2))
+    _write(console, out, result)
+
+
+def _write(console: Console, out: Path, result: dict) -> None:
+    """``bench-train.json`` and its page in ``out``, and the console's summary."""
     from andrea_diag.report.bench_train_page import render_bench_train_page
 
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "bench-train.json").write_text(json.dumps(result, indent=2))
     (out / "bench-train.html").write_text(render_bench_train_page(result))
     _print_result(console, result)
     console.print(f"wrote {out / 'bench-train.json'} and {out / 'bench-train.html'}")
