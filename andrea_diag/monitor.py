@@ -34,7 +34,6 @@ import math
 import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import torch
@@ -355,13 +354,8 @@ class SpikeMonitor:
     def __enter__(self) -> SpikeMonitor:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close(crashed=exc)
+    def __exit__(self, *exc_info: Any) -> None:  # (type, exception, traceback)
+        self.close(crashed=exc_info[1])
 
     # -- helpers -----------------------------------------------------------------------------
     def _clip_result(

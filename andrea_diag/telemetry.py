@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from types import TracebackType
 from typing import Any
 
 
@@ -73,12 +72,7 @@ class Telemetry:
             self._thread.start()
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=2.0)

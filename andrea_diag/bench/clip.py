@@ -39,7 +39,7 @@ from andrea_diag.bench.harness import (
     make_grads,
     make_row,
 )
-from andrea_diag.bench.headroom import diagnostic_rows
+from andrea_diag.bench.headroom import GradSet, diagnostic_rows
 from andrea_diag.clip import reference
 from andrea_diag.device import resolve_device
 
@@ -115,8 +115,9 @@ def bench_case(size: str, dt: str, timer: Timer, device: str, copy_gbps: float) 
         rows += mode_rows
         del truth
     if device.startswith("cuda"):
-        rows += _stage_rows(size, dt, grads, pristine, restore, timer, nbytes)
-        rows += diagnostic_rows(size, dt, grads, pristine, restore, timer, nbytes)
+        gset = GradSet(size, dt, grads, pristine, restore, timer, nbytes)
+        rows += _stage_rows(gset)
+        rows += diagnostic_rows(gset)
     for r in rows:
         r.pct_copy = 100.0 * r.gbps / copy_gbps if copy_gbps else None
     return rows
@@ -153,20 +154,13 @@ def _graph_variants(
     return out
 
 
-def _stage_rows(
-    size: str,
-    dt: str,
-    grads: list[torch.Tensor],
-    pristine: list[torch.Tensor],
-    restore: Callable[[], None],
-    timer: Timer,
-    nbytes: int,
-) -> list[Row]:
+def _stage_rows(gset: GradSet) -> list[Row]:
     """Each kernel alone, checked first: the fused clip's norm pass (k_clip_norm, 1x read, its
     last block's reduction included), the reference-layout stages (per-chunk partials 1x read,
     final tiny) and the scale pass (k_clip_scale: r+w, or the skip when the scale is 1)."""
     from andrea_diag.clip import cuda
 
+    size, dt, grads, pristine, restore, timer, nbytes = gset
     restore()
     parts = cuda.norm_partial(grads)
     ref_parts = reference.grad_norm_partial(pristine, acc_dtype=torch.float64)

@@ -1,7 +1,7 @@
 """Where the fused clip's norm-only time goes (issue 20 item 5), as extra rows of the "clip" case.
 
-    from andrea_diag.bench.headroom import diagnostic_rows
-    rows = diagnostic_rows("120m", "fp32", grads, pristine, restore, timer, nbytes)  # CUDA only
+    from andrea_diag.bench.headroom import GradSet, diagnostic_rows
+    rows = diagnostic_rows(GradSet("120m", "fp32", grads, pristine, restore, timer, nbytes))
 
 Each row is checked against the float64 truth before it is timed. Against the headline rows of
 :mod:`andrea_diag.bench.clip` (the same bytes, the same timer):
@@ -17,6 +17,7 @@ Each row is checked against the float64 truth before it is timed. Against the he
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import NamedTuple
 
 import torch
 
@@ -24,17 +25,24 @@ from andrea_diag.bench.harness import INACTIVE, Row, Timer, capture_graph, make_
 from andrea_diag.clip import reference
 
 
-def diagnostic_rows(
-    size: str,
-    dt: str,
-    grads: list[torch.Tensor],
-    pristine: list[torch.Tensor],
-    restore: Callable[[], None],
-    timer: Timer,
-    nbytes: int,
-) -> list[Row]:
+class GradSet(NamedTuple):
+    """One (preset, dtype) gradient set of the "clip" case and how its rows are timed: what
+    ``bench.clip``'s stage rows and these diagnostic rows both take (a tuple: unpacked whole)."""
+
+    size: str
+    dt: str
+    grads: list[torch.Tensor]  # clipped in place by the timed steps
+    pristine: list[torch.Tensor]  # the untouched copy: the float64 truth and ``restore``'s source
+    restore: Callable[[], None]  # grads <- pristine
+    timer: Timer
+    nbytes: int  # bytes of one read of every gradient
+
+
+def diagnostic_rows(gset: GradSet) -> list[Row]:
     """The rows listed in the module docstring (CUDA only); raises if one is wrong."""
     from andrea_diag.clip import cuda
+
+    size, dt, grads, pristine, restore, timer, nbytes = gset
 
     total64 = reference.float64_truth(pristine, INACTIVE)[0]
     flat = torch.cat([g.reshape(-1) for g in pristine])

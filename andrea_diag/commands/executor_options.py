@@ -4,12 +4,16 @@
     andrea-diag ladder --seed 0,1,2,3,4,5 --jobs 4 --mps off      # time-sliced instead
 
 Declared once here so that ``sweep`` and ``ladder`` take the same flags with the same defaults
-and help (andrea_diag/experiments/executor.py and mps.py say what each does).
+and help (andrea_diag/experiments/executor.py and mps.py say what each does):
+``@executor_options`` appends them to a command, which receives them as ``ex: ExecutorConfig``.
 """
 
 from __future__ import annotations
 
-from typing import Annotated
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Annotated, Any
 
 import typer
 
@@ -74,3 +78,35 @@ def executor_config(
                         time_min=time_min, mps=mps, merge_only=merge_only)  # fmt: skip
     ex.check()
     return ex
+
+
+# (parameter, annotation, default) in executor_config's order: the options a command gets
+EXECUTOR_OPTIONS: list[tuple[str, Any, Any]] = [
+    ("jobs", Jobs, 1),
+    ("executor", Executor, "local"),
+    ("mps", Mps, "auto"),
+    ("slurm_partition", SlurmPartition, None),
+    ("slurm_gpus", SlurmGpus, 1),
+    ("slurm_time", SlurmTime, 240),
+    ("merge_only", MergeOnly, False),
+]
+
+
+def executor_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Append the options above to a command (keyword-only, before its own keyword-only ones);
+    it receives them as ``ex``, checked by :func:`executor_config` before its body runs."""
+    sig = inspect.signature(fn, eval_str=True)
+    own = [p for p in sig.parameters.values() if p.name != "ex"]
+    at = next((i for i, p in enumerate(own) if p.kind is p.KEYWORD_ONLY), len(own))
+    added = [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=d, annotation=a)
+             for n, a, d in EXECUTOR_OPTIONS]  # fmt: skip
+
+    @functools.wraps(fn)
+    def wrapper(**kwargs: Any) -> Any:
+        ex = executor_config(*(kwargs.pop(n) for n, _, _ in EXECUTOR_OPTIONS))
+        return fn(**kwargs, ex=ex)
+
+    params = [*own[:at], *added, *own[at:]]
+    wrapper.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
+    wrapper.__annotations__ = {p.name: p.annotation for p in params}
+    return wrapper

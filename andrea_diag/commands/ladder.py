@@ -13,21 +13,13 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from andrea_diag.commands.executor_options import (
-    Executor,
-    Jobs,
-    MergeOnly,
-    Mps,
-    SlurmGpus,
-    SlurmPartition,
-    SlurmTime,
-    executor_config,
-)
+from andrea_diag.commands.executor_options import executor_options
 from andrea_diag.commands.options import RunArgs, run_options
 from andrea_diag.commands.pages import cell_pages, render_ladder_pages
 from andrea_diag.commands.publish import PlotlyMode, plotly_mode
 from andrea_diag.commands.run import _arms, grid_axes, grid_base
 from andrea_diag.errors import UserError
+from andrea_diag.experiments.executor import ExecutorConfig
 from andrea_diag.experiments.ladder import LADDER_CLIPS, LADDER_LRS, LADDER_SIZES, LADDER_STEPS
 from andrea_diag.stats import MIN_PAIRS
 
@@ -35,6 +27,7 @@ console = Console(stderr=True)
 
 
 @run_options(one_cell=False, defaults={"steps": LADDER_STEPS})
+@executor_options
 def ladder(
     size: Annotated[
         str, typer.Option(help="Comma list of rungs (ordered by parameter count).")
@@ -50,14 +43,8 @@ def ladder(
         LADDER_CLIPS
     ),
     plotly: PlotlyMode = "shared",
-    jobs: Jobs = 1,
-    executor: Executor = "local",
-    mps: Mps = "auto",
-    slurm_partition: SlurmPartition = None,
-    slurm_gpus: SlurmGpus = 1,
-    slurm_time: SlurmTime = 240,
-    merge_only: MergeOnly = False,
     *,
+    ex: ExecutorConfig,
     run: RunArgs,
 ) -> None:
     """The capacity ladder: the smallest size where clipping measurably helps (harm) and where
@@ -71,7 +58,6 @@ def ladder(
     """
     from andrea_diag.experiments.ladder import LadderSpec, run_ladder
 
-    ex = executor_config(jobs, executor, mps, slurm_partition, slurm_gpus, slurm_time, merge_only)
     arms = _arms(clip)
     if "none" not in arms or len(arms) < 2:
         raise UserError("the ladder compares arm none with at least one clipped arm",

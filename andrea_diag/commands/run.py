@@ -13,22 +13,14 @@ import typer
 from rich.console import Console
 
 from andrea_diag.clip.modes import clip_modes
-from andrea_diag.commands.executor_options import (
-    Executor,
-    Jobs,
-    MergeOnly,
-    Mps,
-    SlurmGpus,
-    SlurmPartition,
-    SlurmTime,
-    executor_config,
-)
+from andrea_diag.commands.executor_options import executor_options
 from andrea_diag.commands.options import BY_NAME, RunArgs, checked, resumed, run_options
 from andrea_diag.commands.pages import cell_pages, render_cascade_page, sweep_page_after
 from andrea_diag.commands.publish import PlotlyMode, plotly_mode
 from andrea_diag.config import RunConfig
 from andrea_diag.errors import UserError
 from andrea_diag.experiments.cascade import CascadeSpec, default_out, run_cascade
+from andrea_diag.experiments.executor import ExecutorConfig
 from andrea_diag.train.distributed import env_rank
 
 console = Console(stderr=True)
@@ -148,21 +140,16 @@ def grid_axes(run: RunArgs, **lists: str) -> dict[str, list]:
 
 
 @run_options(one_cell=False)
+@executor_options
 def sweep(
     size: Annotated[str, typer.Option(help="Comma list of presets, e.g. tiny,12m.")] = "tiny",
     lr: Annotated[str, typer.Option(help="Comma list of peak lrs.")] = "3e-4,1e-3,1e-2",
     max_norm: Annotated[str, typer.Option(help="Comma list of clip thresholds.")] = "1.0",
     seed: Annotated[str, typer.Option(help="Comma list of seeds.")] = "0",
     clip: Annotated[str, typer.Option(help="Comma-separated arms per cell.")] = "none,global",
-    jobs: Jobs = 1,
-    executor: Executor = "local",
-    mps: Mps = "auto",
-    slurm_partition: SlurmPartition = None,
-    slurm_gpus: SlurmGpus = 1,
-    slurm_time: SlurmTime = 240,
-    merge_only: MergeOnly = False,
     plotly: PlotlyMode = "inline",
     *,
+    ex: ExecutorConfig,
     run: RunArgs,
 ) -> None:
     """Find the regime: one cascade per (size, lr, max_norm, precision, seed) cell, one page.
@@ -175,8 +162,6 @@ def sweep(
     updates per second.
     """
     from andrea_diag.experiments.sweep import SweepSpec, run_sweep
-
-    ex = executor_config(jobs, executor, mps, slurm_partition, slurm_gpus, slurm_time, merge_only)
 
     arms = _arms(clip)
     axes = grid_axes(run, size=size, lr=lr, max_norm=max_norm, seed=seed)

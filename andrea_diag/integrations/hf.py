@@ -40,16 +40,9 @@ from typing import Any
 
 import torch
 
-from andrea_diag.integrations.capture import (
-    PreClipNorms,
-    UpdateCapture,
-    monitor_meta,
-    per_tensor_norms,
-    probe_params,
-    token_losses,
-)
+from andrea_diag.integrations.callback import MonitorCallback
+from andrea_diag.integrations.capture import PreClipNorms, per_tensor_norms, token_losses
 from andrea_diag.integrations.settings import hf_settings
-from andrea_diag.monitor import SpikeMonitor
 
 try:
     import transformers
@@ -67,7 +60,7 @@ HOOKS = {
 }
 
 
-class AndreaDiagCallback(TrainerCallback):
+class AndreaDiagCallback(MonitorCallback, TrainerCallback):
     """Spike, optimizer-state and lock-in probes for ``transformers.Trainer``.
 
     ``out_dir``: the run directory. Other keywords go to :class:`~andrea_diag.monitor.SpikeMonitor`
@@ -75,10 +68,7 @@ class AndreaDiagCallback(TrainerCallback):
     """
 
     def __init__(self, out_dir: str | Path, **monitor_options: Any) -> None:
-        self.out_dir = Path(out_dir)
-        self.options = monitor_options
-        self.monitor: SpikeMonitor | None = None
-        self.capture: UpdateCapture | None = None
+        super().__init__(out_dir, **monitor_options)
         self._norms: PreClipNorms | None = None
         self._forward_hook: Any = None
         self._accum = 1
@@ -89,20 +79,14 @@ class AndreaDiagCallback(TrainerCallback):
         # accelerate wraps the optimizer; the probes read the torch one's groups and state
         optimizer = getattr(self.optimizer, "optimizer", self.optimizer)
         self._accum = max(1, int(args.gradient_accumulation_steps))
-        self.monitor = SpikeMonitor(
+        capture = self._start(
             model,
             optimizer,
-            self.out_dir,
             total_steps=state.max_steps or None,
-            meta={
-                **monitor_meta("transformers", transformers.__version__, HOOKS),
-                **hf_settings(args, optimizer, model),
-            },
-            **self.options,
+            framework=("transformers", transformers.__version__, HOOKS),
+            settings=hf_settings(args, optimizer, model),
         )
-        params = probe_params(model)
-        self.capture = UpdateCapture(self.monitor, params, impl="transformers")
-        self._norms = PreClipNorms(params)
+        self._norms = PreClipNorms(capture.params)
         self._forward_hook = model.register_forward_hook(self._on_forward, with_kwargs=True)
 
     def on_pre_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -136,7 +120,7 @@ class AndreaDiagCallback(TrainerCallback):
         if self._norms is not None:
             self._norms.remove()
             self._norms = None
-        return self.monitor.close() if self.monitor is not None else None
+        return self._close_monitor()
 
     # -- hooks -----------------------------------------------------------------------------
     def _on_forward(

@@ -41,14 +41,9 @@ from typing import Any
 
 import torch
 
-from andrea_diag.integrations.capture import (
-    UpdateCapture,
-    monitor_meta,
-    per_tensor_norms,
-    probe_params,
-)
+from andrea_diag.integrations.callback import MonitorCallback
+from andrea_diag.integrations.capture import per_tensor_norms
 from andrea_diag.integrations.settings import lightning_settings
-from andrea_diag.monitor import SpikeMonitor
 
 try:
     import lightning
@@ -65,7 +60,7 @@ HOOKS = {
 }
 
 
-class AndreaDiagCallback(Callback):
+class AndreaDiagCallback(MonitorCallback, Callback):
     """Spike, optimizer-state and lock-in probes for ``lightning.pytorch.Trainer``.
 
     ``out_dir``: the run directory. Other keywords go to :class:`~andrea_diag.monitor.SpikeMonitor`
@@ -73,27 +68,19 @@ class AndreaDiagCallback(Callback):
     """
 
     def __init__(self, out_dir: str | Path, **monitor_options: Any) -> None:
-        self.out_dir = Path(out_dir)
-        self.options = monitor_options
-        self.monitor: SpikeMonitor | None = None
-        self.capture: UpdateCapture | None = None
+        super().__init__(out_dir, **monitor_options)
         self._stepping = False
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         steps = trainer.max_steps if trainer.max_steps and trainer.max_steps > 0 else None
-        self.monitor = SpikeMonitor(
+        self._start(
             pl_module,
             trainer.optimizers[0],
-            self.out_dir,
             total_steps=steps,
-            meta={
-                **monitor_meta("lightning", lightning.__version__, HOOKS),
-                **lightning_settings(trainer, trainer.optimizers[0], pl_module),
-            },
-            **self.options,
+            framework=("lightning", lightning.__version__, HOOKS),
+            settings=lightning_settings(trainer, trainer.optimizers[0], pl_module),
+            accumulate=trainer.accumulate_grad_batches,
         )
-        self.capture = UpdateCapture(self.monitor, probe_params(pl_module), impl="lightning",
-                                     accumulate=trainer.accumulate_grad_batches)  # fmt: skip
 
     def on_before_backward(self, trainer: Any, pl_module: Any, loss: torch.Tensor) -> None:
         if self.capture is not None:
@@ -129,4 +116,4 @@ class AndreaDiagCallback(Callback):
 
     def close(self) -> dict[str, Any] | None:
         """Write the run's summary (``on_train_end`` calls it)."""
-        return self.monitor.close() if self.monitor is not None else None
+        return self._close_monitor()

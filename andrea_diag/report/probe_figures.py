@@ -29,18 +29,27 @@ def _layer_order(col: str) -> tuple[int, int, str]:
     return ({"final": 2, "head": 3}.get(layer, 4), 0, name)
 
 
+def _stack(titles: list[str], spacing: float) -> go.Figure:
+    """One subplot per title, stacked in one column, sharing the update axis."""
+    return make_subplots(
+        rows=len(titles), cols=1, shared_xaxes=True, vertical_spacing=spacing, subplot_titles=titles
+    )
+
+
+def _arm_line(fig: go.Figure, style: Style, a: Arm, row: int, x: pd.Series, y: pd.Series,
+              **scatter: object) -> None:  # fmt: skip
+    """Arm ``a``'s line in subplot ``row``; its legend entry once (from the first row)."""
+    trace = go.Scatter(x=x, y=y, name=a.label, legendgroup=a.label, showlegend=row == 1,
+                       line=style.line(a, width=1.2), **scatter)  # fmt: skip
+    fig.add_trace(trace, row=row, col=1)
+
+
 def layer_heatmap_figure(arms: list[Arm]) -> tuple[go.Figure | None, str]:
     """Per-layer grad norm (update x layer group), log10 colour, one row per arm, shared scale."""
     with_cols = [a for a in arms if any(c.startswith("layer_gn/") for c in a.metrics.columns)]
     if not with_cols:
         return None, "no per-layer grad norms (layer_gn/* columns) recorded: heatmap omitted."
-    fig = make_subplots(
-        rows=len(with_cols),
-        cols=1,
-        shared_xaxes=True,
-        vertical_spacing=0.06,
-        subplot_titles=[a.label for a in with_cols],
-    )
+    fig = _stack([a.label for a in with_cols], 0.06)
     zs = []
     for a in with_cols:
         cols = sorted((c for c in a.metrics.columns if c.startswith("layer_gn/")), key=_layer_order)
@@ -90,30 +99,13 @@ def optimizer_state_figure(arms: list[Arm]) -> tuple[go.Figure | None, str]:
             None,
             "no optimizer-state probe columns (m_norm, v_norm, *_spike_share): chart omitted.",
         )
-    fig = make_subplots(
-        rows=len(rows),
-        cols=1,
-        shared_xaxes=True,
-        vertical_spacing=0.04,
-        subplot_titles=[r[1] for r in rows],
-    )
+    fig = _stack([r[1] for r in rows], 0.04)
     style = Style(arms)
     for i, (col, _, log) in enumerate(rows, start=1):
         for a in arms:
             if _has(a, col):
                 m = thin(a.metrics, _keep(a))
-                fig.add_trace(
-                    go.Scatter(
-                        x=m["update"],
-                        y=m[col],
-                        name=a.label,
-                        legendgroup=a.label,
-                        showlegend=i == 1,
-                        line=style.line(a, width=1.2),
-                    ),
-                    row=i,
-                    col=1,
-                )
+                _arm_line(fig, style, a, i, m["update"], m[col])
         if log:
             fig.update_yaxes(type="log", row=i, col=1)
     mark_boundaries(fig, arms)
@@ -152,13 +144,7 @@ def lockin_figure(arms: list[Arm]) -> tuple[go.Figure | None, str]:
     rows = [r for r in LOCKIN_ROWS if any(r[0] in tables[a.label] for a in have)]
     if not rows:
         return None, "samples carry no lock-in metrics: chart omitted."
-    fig = make_subplots(
-        rows=len(rows),
-        cols=1,
-        shared_xaxes=True,
-        vertical_spacing=0.05,
-        subplot_titles=[r[1] for r in rows],
-    )
+    fig = _stack([r[1] for r in rows], 0.05)
     style = Style(arms)
     for a in have:
         s = tables[a.label]
@@ -167,19 +153,7 @@ def lockin_figure(arms: list[Arm]) -> tuple[go.Figure | None, str]:
         for i, (col, _) in enumerate(rows, start=1):
             if col in s:
                 g = s.groupby("update")[col].mean().reset_index()
-                fig.add_trace(
-                    go.Scatter(
-                        x=g["update"],
-                        y=g[col],
-                        mode="lines+markers",
-                        name=a.label,
-                        legendgroup=a.label,
-                        showlegend=i == 1,
-                        line=style.line(a, width=1.2),
-                    ),
-                    row=i,
-                    col=1,
-                )
+                _arm_line(fig, style, a, i, g["update"], g[col], mode="lines+markers")
     mark_boundaries(fig, arms)
     fig.update_layout(
         title="Repetition lock-in metrics (greedy samples, mean over sources)",
