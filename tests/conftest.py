@@ -14,6 +14,7 @@ Gradient clipping, the same cases and tolerance table for the CPU reference
 (test_clip_reference.py) and the CUDA extension (test_clip_cuda.py):
     ``clip_case``, ``clip_dtype``, ``clip_norm_type``  parametrised over CASES, DTYPES, NORM_TYPES
     ``make_grads``, ``grad_holders``, ``check_impl``    gradients, their holders, the bound check
+    ``check_nonfinite``  a NaN/inf gradient poisons the rest as torch's clip does
 
 Trainers on CPU (test_precision.py, test_adaptive_clip.py, ...):
     ``make_trainer``      ``make_trainer(cfg, run_dir, data)``: a Trainer on the usual BatchPlan
@@ -375,6 +376,18 @@ def _check_impl(
     assert reference.rel_err(grads, truth) <= grad_bound
 
 
+def _check_nonfinite(grads: list[torch.Tensor], impl: str) -> None:
+    """Clip ``grads`` (one of them non-finite) with ``impl``; assert it poisons them like torch."""
+    expect = [g.clone() for g in grads]
+    t_total = torch.nn.utils.clip_grad_norm_(_grad_holders(expect), 1.0)
+    res = clip_grad_norm_with_stats(_grad_holders(grads), 1.0, impl=impl)
+    assert bool(res.nonfinite)
+    assert math.isnan(float(res.total_norm)) == math.isnan(float(t_total))
+    # torch poisons every gradient (NaN scale, or inf * 0); so must we, element for element.
+    for g, e in zip(grads, expect, strict=True):
+        assert torch.equal(g.isnan(), e.isnan())
+
+
 @pytest.fixture(params=list(CASES))
 def clip_case(request: pytest.FixtureRequest) -> str:
     """Each named case of CASES in turn."""
@@ -409,3 +422,9 @@ def grad_holders() -> Callable[[list[torch.Tensor]], list[reference.GradHolder]]
 def check_impl() -> Callable[..., None]:
     """``check_impl(grads, impl, max_norm, p, variant=None)``: clip, assert the table's bounds."""
     return _check_impl
+
+
+@pytest.fixture(scope="session")
+def check_nonfinite() -> Callable[[list[torch.Tensor], str], None]:
+    """``check_nonfinite(grads, impl)``: clip non-finite gradients, assert torch's poisoning."""
+    return _check_nonfinite

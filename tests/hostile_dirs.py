@@ -10,9 +10,11 @@ from __future__ import annotations
 import json
 import re
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
+import pytest
 from plotly.offline import get_plotlyjs
 from typer.testing import CliRunner
 
@@ -84,7 +86,21 @@ def jsonl_metrics(run: Path) -> list[dict]:
     return [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
 
 
-def make_cascade(c: Path, make_run) -> Path:
+# ---- fixtures ``run`` and ``cascade``: both modules import ``run_fixture`` and
+# ``cascade_fixture``, which pytest registers in each under the fixture names. Here rather than
+# in conftest so the names stay local: other modules have a ``cascade`` fixture of their own.
+
+
+@pytest.fixture(name="run")
+def run_fixture(tmp_path: Path, make_run: Callable[..., Path]) -> Path:
+    """One unclipped run dir of N updates."""
+    return make_run(tmp_path / "run" / "none", clip="none", n_updates=N)
+
+
+@pytest.fixture(name="cascade")
+def cascade_fixture(tmp_path: Path, make_run: Callable[..., Path]) -> Path:
+    """A finished two-arm cascade (none, global) of N updates each."""
+    c = tmp_path / "cascade"
     for arm in ("none", "global"):
         make_run(c / arm, clip=arm, n_updates=N)
     (c / "cascade.json").write_text(

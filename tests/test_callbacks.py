@@ -159,6 +159,23 @@ def _loss_module(pl: Any, log: bool) -> type:
     return Module
 
 
+def _fit_loss_module(pl: Any, run_dir: Path, n_batches: int, log: bool, **trainer_args: Any) -> Any:
+    """Fit a ``_loss_module`` on the first ``n_batches`` microbatches of ``_groups()``, two to an
+    update, on CPU with only AndreaDiagCallback(run_dir) attached; returns the fitted module."""
+    from andrea_diag.integrations.lightning import AndreaDiagCallback
+
+    Module = _loss_module(pl, log=log)
+    microbatches = [mb for group in _groups() for mb in group][:n_batches]
+    loader = torch.utils.data.DataLoader(microbatches, batch_size=None, shuffle=False)
+    module = Module()
+    trainer = pl.Trainer(accumulate_grad_batches=2, accelerator="cpu", devices=1, logger=False,
+                         enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False, callbacks=[AndreaDiagCallback(run_dir)],
+                         **trainer_args)  # fmt: skip
+    trainer.fit(module, loader)
+    return module
+
+
 def _tiny_gpt2_config(path: Path) -> Path:
     config = {
         "model_type": "gpt2",
@@ -288,17 +305,7 @@ def test_lightning_short_last_group_records_the_true_mean_loss(tmp_path: Path) -
     """5 batches an epoch with accumulate_grad_batches=2: groups of 2, 2 and 1. Lightning still
     divides the lone batch's loss by 2; the recorded loss must be each group's real mean."""
     pl = pytest.importorskip("lightning.pytorch")
-    from andrea_diag.integrations.lightning import AndreaDiagCallback
-
-    Module = _loss_module(pl, log=False)
-    microbatches = [mb for group in _groups() for mb in group][:5]
-    loader = torch.utils.data.DataLoader(microbatches, batch_size=None, shuffle=False)
-    module = Module()
-    trainer = pl.Trainer(max_epochs=2, accumulate_grad_batches=2, accelerator="cpu", devices=1,
-                         logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                         enable_model_summary=False,
-                         callbacks=[AndreaDiagCallback(tmp_path / "pl")])  # fmt: skip
-    trainer.fit(module, loader)
+    module = _fit_loss_module(pl, tmp_path / "pl", 5, log=False, max_epochs=2)
     ls = module.losses
     groups = [ls[0:2], ls[2:4], ls[4:5], ls[5:7], ls[7:9], ls[9:10]]
     want = [sum(g) / len(g) for g in groups]
@@ -408,17 +415,7 @@ def test_hf_trainer_logs_and_eval_loss_are_recorded_and_loggers_get_every_row(
 @pytest.mark.slow
 def test_lightning_self_log_values_are_recorded_with_their_step(tmp_path: Path) -> None:
     pl = pytest.importorskip("lightning.pytorch")
-    from andrea_diag.integrations.lightning import AndreaDiagCallback
-
-    Module = _loss_module(pl, log=True)
-    microbatches = [mb for group in _groups() for mb in group][:4]
-    loader = torch.utils.data.DataLoader(microbatches, batch_size=None, shuffle=False)
-    module = Module()
-    trainer = pl.Trainer(max_steps=2, accumulate_grad_batches=2, accelerator="cpu", devices=1,
-                         logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                         enable_model_summary=False, log_every_n_steps=1,
-                         callbacks=[AndreaDiagCallback(tmp_path / "pl")])  # fmt: skip
-    trainer.fit(module, loader)
+    module = _fit_loss_module(pl, tmp_path / "pl", 4, log=True, max_steps=2, log_every_n_steps=1)
     got = _framework_rows(tmp_path / "pl")
     # callback_metrics after each update hold the last batch's self.log value
     assert [(r["update"], r["train_loss"]) for r in got] == [

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from parked_child import PARKED_CHILD
 from typer.testing import CliRunner
 
 from andrea_diag.cli import app
@@ -33,22 +34,6 @@ KILL_AT = 9
 ARGS = ["train", "--size", "tiny", "--device", "cpu", "--steps", str(STEPS),
         "--checkpoint-every", str(CKPT), "--lr", "3e-3", "--inject", "outlier@8"]  # fmt: skip
 
-# The child: the real CLI, with train_arm's progress callback wrapped to park after each update.
-CHILD = """
-import sys
-from andrea_diag.experiments import cascade
-real = cascade.train_arm
-def parked(*args, progress=None, **kwargs):
-    def tick(update, row):
-        progress(update, row)
-        print(f"reached {update}", flush=True)
-        sys.stdin.readline()  # parked until the test answers (or kills this process)
-    return real(*args, progress=tick, **kwargs)
-cascade.train_arm = parked
-from andrea_diag.cli import app
-app(sys.argv[1:], prog_name="andrea-diag")
-"""
-
 
 def _rows(path: Path) -> list[dict]:
     """metrics.jsonl's rows without ``time_s`` (wall clock, the one column runs may differ in)."""
@@ -59,7 +44,8 @@ def _rows(path: Path) -> list[dict]:
 def _kill_parked(out: Path, at: int, log: Path) -> int:
     """Run ``train`` with --flush-every FLUSH; SIGKILL it parked after update ``at``.
     Returns the last update the child reported, read from its stdout."""
-    cmd = [sys.executable, "-c", CHILD, *ARGS, "--flush-every", str(FLUSH), "--out", str(out)]
+    args = [*ARGS, "--flush-every", str(FLUSH), "--out", str(out)]
+    cmd = [sys.executable, "-c", PARKED_CHILD, *args]  # parked_child.py: the CLI, parked
     with open(log, "wb") as err:  # a file, not a pipe: an unread pipe could block the child
         proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err)
         assert proc.stdin is not None and proc.stdout is not None

@@ -15,35 +15,25 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from hostile_dirs import (
+from hostile_dirs import (  # noqa: F401 (the *_fixture names are fixtures: run, cascade)
     ATTR,
     HOSTILE,
     JS,
     XSS,
     N,
     assert_safe,
+    cascade_fixture,
     cli,
     edit,
-    make_cascade,
     make_sweep,
     one_line_error,
+    run_fixture,
 )
 
 from andrea_diag.errors import UserError
 from andrea_diag.report import render_cascade, render_report
 from andrea_diag.report.safe import esc, href, json_safe, script_json
 from andrea_diag.report.sweep_page import render_sweep
-
-
-@pytest.fixture
-def run(tmp_path: Path, make_run: Callable[..., Path]) -> Path:
-    return make_run(tmp_path / "run" / "none", clip="none", n_updates=N)
-
-
-@pytest.fixture
-def cascade(tmp_path: Path, make_run: Callable[..., Path]) -> Path:
-    return make_cascade(tmp_path / "cascade", make_run)
-
 
 # ---- the one escaping place ----
 

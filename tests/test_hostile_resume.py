@@ -14,10 +14,12 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from parked_child import PARKED_CHILD
 from typer.testing import CliRunner
 
 from andrea_diag.cli import app
@@ -185,64 +187,69 @@ def test_a_symlinked_json_file_is_replaced_not_written_through(
     assert not (out / "none" / "env.json").is_symlink()
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("arm", ["../outside", "/tmp", "..", "a" * 300])
-def test_arm_names_that_leave_the_run_are_refused(finished: Path, tmp_path: Path, arm: str) -> None:
-    out = _stopped(finished, tmp_path)
-    meta = json.loads((out / "cascade.json").read_text())
-    (out / "cascade.json").write_text(json.dumps({**meta, "arms": ["none", arm]}))
-    before = _snapshot(out)
-    code, output = _invoke("cascade", "--resume", str(out))
-    assert code != 0 and "arm" in output
-    assert _snapshot(out) == before
+# Tampering a resume refuses before it moves anything: what is done to the stopped cascade
+# (returning the folder that must stay byte for byte as it was) and what the refusal says.
 
 
-@pytest.mark.slow
-def test_an_arm_linked_out_of_the_run_is_refused(finished: Path, tmp_path: Path) -> None:
-    out = _stopped(finished, tmp_path)
+def _arm_named(arm: str) -> Callable[[Path, Path], Path]:
+    def damage(out: Path, tmp_path: Path) -> Path:
+        meta = json.loads((out / "cascade.json").read_text())
+        (out / "cascade.json").write_text(json.dumps({**meta, "arms": ["none", arm]}))
+        return out
+
+    return damage
+
+
+def _arm_linked_out(out: Path, tmp_path: Path) -> Path:
     shutil.move(out / "none", tmp_path / "elsewhere")
     (out / "none").symlink_to(tmp_path / "elsewhere")
-    code, output = _invoke("cascade", "--resume", str(out))
-    assert code != 0 and "points outside" in output
+    return tmp_path / "elsewhere"
 
 
-@pytest.mark.slow
-def test_a_checkpoints_folder_linked_out_of_the_run_is_refused(
-    finished: Path, tmp_path: Path
-) -> None:
-    out = _stopped(finished, tmp_path)
+def _checkpoints_linked_out(out: Path, tmp_path: Path) -> Path:
     outside = tmp_path / "outside"
     shutil.move(out / "none" / "checkpoints", outside)
     (out / "none" / "checkpoints").symlink_to(outside)
-    before = _snapshot(outside)
-    code, output = _invoke("cascade", "--resume", str(out))
-    assert code != 0 and "the checkpoints folder 'checkpoints' points outside" in output
-    assert _snapshot(outside) == before
+    return outside
 
 
-@pytest.mark.slow
-def test_a_foreign_arms_checkpoint_is_refused_in_one_line(finished: Path, tmp_path: Path) -> None:
-    out = _stopped(finished, tmp_path)
+def _foreign_checkpoint(out: Path, tmp_path: Path) -> Path:
     ckpts = out / "none" / "checkpoints"
     shutil.copy(out / "global" / "checkpoints" / "ckpt-0000004.pt", ckpts / "ckpt-0000005.pt")
-    before = _snapshot(out)
-    code, output = _invoke("cascade", "--resume", str(out))
-    assert code != 0 and "is from another run: arm 'global', this run 'none'" in output
-    assert _snapshot(out) == before  # nothing moved, cut or rewritten
+    return out
+
+
+def _metrics_shorter_than_checkpoint(out: Path, tmp_path: Path) -> Path:
+    metrics = out / "none" / "metrics.jsonl"
+    metrics.write_bytes(b"".join(metrics.read_bytes().splitlines(keepends=True)[:2]))
+    return out  # the short file neither cut nor padded (with NUL bytes, say)
+
+
+REFUSED = [
+    *(pytest.param(_arm_named(arm), ["arm"], id=f"arm name {arm[:10]}")
+      for arm in ["../outside", "/tmp", "..", "a" * 300]),
+    pytest.param(_arm_linked_out, ["points outside"], id="arm linked out"),
+    pytest.param(_checkpoints_linked_out,
+                 ["the checkpoints folder 'checkpoints' points outside"],
+                 id="checkpoints linked out"),
+    pytest.param(_foreign_checkpoint, ["is from another run: arm 'global', this run 'none'"],
+                 id="foreign checkpoint"),
+    pytest.param(_metrics_shorter_than_checkpoint,
+                 ["is shorter", "than checkpoint ckpt-0000004.pt"], id="metrics shorter"),
+]  # fmt: skip
 
 
 @pytest.mark.slow
-def test_a_metrics_file_shorter_than_the_checkpoint_is_refused_and_left_unchanged(
-    finished: Path, tmp_path: Path
+@pytest.mark.parametrize(("damage", "says"), REFUSED)
+def test_a_tampered_run_is_refused_at_resume_and_left_unchanged(
+    finished: Path, tmp_path: Path, damage: Callable[[Path, Path], Path], says: list[str]
 ) -> None:
     out = _stopped(finished, tmp_path)
-    metrics = out / "none" / "metrics.jsonl"
-    metrics.write_bytes(b"".join(metrics.read_bytes().splitlines(keepends=True)[:2]))
-    before = _snapshot(out)
+    kept = damage(out, tmp_path)
+    before = _snapshot(kept)
     code, output = _invoke("cascade", "--resume", str(out))
-    assert code != 0 and "is shorter" in output and "than checkpoint ckpt-0000004.pt" in output
-    assert _snapshot(out) == before
-    assert b"\0" not in metrics.read_bytes()
+    assert code != 0 and all(s in output for s in says), output
+    assert _snapshot(kept) == before  # nothing moved, cut or rewritten
 
 
 @pytest.mark.slow
@@ -429,23 +436,6 @@ def test_a_read_only_run_dir_is_one_line_for_resume(finished: Path, tmp_path: Pa
         _umount(disk)
 
 
-# The child: the real CLI, parked after each update until the test answers (tests/test_flush.py)
-CHILD = """
-import sys
-from andrea_diag.experiments import cascade
-real = cascade.train_arm
-def parked(*args, progress=None, **kwargs):
-    def tick(update, row):
-        progress(update, row)
-        print(f"reached {update}", flush=True)
-        sys.stdin.readline()
-    return real(*args, progress=tick, **kwargs)
-cascade.train_arm = parked
-from andrea_diag.cli import app
-app(sys.argv[1:], prog_name="andrea-diag")
-"""
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize(("signame", "code"), [("SIGTERM", 143), ("SIGHUP", 129)])
 def test_a_signal_stops_the_cascade_like_ctrl_c_and_resume_finishes_it(
@@ -459,7 +449,7 @@ def test_a_signal_stops_the_cascade_like_ctrl_c_and_resume_finishes_it(
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     log = tmp_path / "stderr.txt"
     with open(log, "wb") as err:
-        proc = subprocess.Popen([sys.executable, "-c", CHILD, *ARGS, "--out", str(out)],
+        proc = subprocess.Popen([sys.executable, "-c", PARKED_CHILD, *ARGS, "--out", str(out)],
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
                                 env=env)  # fmt: skip
         assert proc.stdin is not None and proc.stdout is not None

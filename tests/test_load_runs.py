@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from monitor_helpers import monitored_update
 from typer.testing import CliRunner
 
 from andrea_diag.cli import app
@@ -21,12 +22,7 @@ def test_load_runs_puts_every_arm_of_every_run_in_one_frame(tmp_path):
     with SpikeMonitor(model, opt, tmp_path / "mine", shadow=False) as mon:
         for _ in range(2):
             loss = model(torch.randn(4, 3)).square().mean()
-            loss.backward()
-            mon.after_backward(loss)
-            mon.after_clip(None)
-            opt.step()
-            mon.after_step()
-            opt.zero_grad()
+            monitored_update(mon, opt, loss)
     df = load_runs([tmp_path / "c", tmp_path / "mine"])
     assert list(df.columns[:2]) == ["run", "arm"]
     counts = df.groupby(["run", "arm"])["update"].count().to_dict()

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
+from monitor_helpers import monitored_update
 
 from andrea_diag.config import MODEL_PRESETS
 from andrea_diag.model import GPT
@@ -108,12 +109,7 @@ def test_a_loop_that_raises_inside_the_monitor_is_recorded_as_crashed(tmp_path):
         for i in range(3):
             x = torch.randint(0, 8449, (2, 9))
             loss = torch.nn.functional.cross_entropy(model(x[:, :-1]).transpose(1, 2), x[:, 1:])
-            loss.backward()
-            mon.after_backward(loss)
-            mon.after_clip(None)
-            opt.step()
-            mon.after_step()
-            opt.zero_grad()
+            monitored_update(mon, opt, loss)
             if i == 1:
                 raise RuntimeError("user bug")
     assert not (tmp_path / "r" / "summary.json").exists()
@@ -132,12 +128,7 @@ def test_framework_values_logged_after_close_are_ignored_not_a_crash(tmp_path):
     mon = SpikeMonitor(model, opt, tmp_path / "run")
     for _ in range(2):
         loss = model(torch.randn(8, 4)).square().mean()
-        loss.backward()
-        mon.after_backward(loss)
-        mon.after_clip(None)
-        opt.step()
-        mon.after_step()
-        opt.zero_grad()
+        monitored_update(mon, opt, loss)
         mon.log_framework({"loss": float(loss)})
     mon.close()
     before = (tmp_path / "run" / "framework.jsonl").read_text()

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
+from monitor_helpers import monitored_update
 from torch import nn
 
 from andrea_diag.config import ModelConfig
@@ -213,12 +214,7 @@ def test_nanogpt_shape_groups_its_own_layernorm_and_samples_through_its_tuple(tm
         for _ in range(2):
             ids = torch.randint(0, V, (2, 16), generator=gen)
             _, loss = model(ids, ids)
-            loss.backward()
-            mon.after_backward(loss)
-            mon.after_clip(None)
-            opt.step()
-            mon.after_step()
-            opt.zero_grad()
+            monitored_update(mon, opt, loss)
     run = load_run(tmp_path / "nano")
     assert not run["probe_failures"], run["probe_failures"]
     assert len(run["samples"]) == 2
@@ -259,12 +255,7 @@ def test_lockin_is_skipped_with_one_warning_when_the_vocabulary_is_unknown(tmp_p
         warnings.simplefilter("error")  # nothing more during the run
         for _ in range(3):
             loss = model(torch.randn(8, 4)).square().mean()
-            loss.backward()
-            mon.after_backward(loss)
-            mon.after_clip(None)
-            opt.step()
-            mon.after_step()
-            opt.zero_grad()
+            monitored_update(mon, opt, loss)
     run = load_run(tmp_path / "mlp")
     assert "lockin" not in run["summary"] and not run["probe_failures"]
     assert math.isfinite(run["metrics"]["loss"].iloc[-1])

@@ -12,27 +12,17 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from hostile_dirs import (
+from hostile_dirs import (  # noqa: F401 (the *_fixture names are fixtures: run, cascade)
     N,
     assert_safe,
+    cascade_fixture,
     cli,
     edit,
     jsonl_metrics,
-    make_cascade,
     make_sweep,
     one_line_error,
+    run_fixture,
 )
-
-
-@pytest.fixture
-def run(tmp_path: Path, make_run: Callable[..., Path]) -> Path:
-    return make_run(tmp_path / "run" / "none", clip="none", n_updates=N)
-
-
-@pytest.fixture
-def cascade(tmp_path: Path, make_run: Callable[..., Path]) -> Path:
-    return make_cascade(tmp_path / "cascade", make_run)
-
 
 # ---- damaged and odd files: one line, never a traceback ----
 

@@ -8,6 +8,7 @@ import math
 
 import pytest
 import torch
+from monitor_helpers import monitored_update
 from wandb_records import wandb_records
 
 from andrea_diag.monitor import SpikeMonitor
@@ -40,12 +41,7 @@ def _train(tmp_path, loggers, nan_at: int | None = None):
         for u in range(1, 5):
             x = torch.randn(4, 3) * (float("nan") if u == nan_at else 1.0)
             loss = model(x).square().mean()
-            loss.backward()
-            mon.after_backward(loss)
-            mon.after_clip(None)
-            opt.step()
-            mon.after_step()
-            opt.zero_grad()
+            monitored_update(mon, opt, loss)
     return load_run(tmp_path / "run")["metrics"]
 
 
