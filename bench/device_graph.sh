@@ -4,7 +4,8 @@
 # beside it), then bench-train --cuda-graph at 12m/120m x fp32/bf16 (graphed engine, graphed
 # plain loop and the eager plain loop, interleaved in one process). About 5 minutes on one H200.
 #   (on the device, from the repo root, .whl carried)   bash bench/device_graph.sh
-# BT_ONLY=1: bench-train alone; BT_CONFIGS: size:precision:update-stats-every triples.
+# BT_ONLY=1: bench-train alone; BT_CONFIGS: size:precision:update-stats-every triples; BT_MODES:
+# the plain loop beside the graphed engine (--plain all|eager|same), or none (no --cuda-graph).
 # Writes $OUT/log.txt, $OUT/tests.txt, $OUT/parity.tgz, $OUT/bt.tgz.
 set -o pipefail
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
@@ -27,10 +28,13 @@ mkdir -p /tmp/parity /tmp/bt
   }
   for spec in ${BT_CONFIGS:-12m:fp32:1 12m:bf16:1 120m:fp32:1 120m:bf16:1}; do
     IFS=: read -r s p e <<< "$spec"
-    echo "== bench-train --cuda-graph $s $p --update-stats-every $e"
-    timeout 170 python3 -m andrea_diag.cli bench-train --size "$s" --precision "$p" --updates 120 \
-      --warmup 15 --block 20 --update-stats-every "$e" --cuda-graph --device cuda \
-      --out "/tmp/bt/$s-$p-e$e" 2>&1 | grep -v "timed\|warm-up"
-    tar czf "$OUT/bt.tgz" -C /tmp/bt .
+    for mode in ${BT_MODES:-all}; do  # all/eager/same: --cuda-graph --plain MODE; none: no graph
+      flags="--cuda-graph --plain $mode"; [ "$mode" = none ] && flags=""
+      echo "== bench-train $s $p --update-stats-every $e $flags"
+      timeout 170 python3 -m andrea_diag.cli bench-train --size "$s" --precision "$p" --updates 120 \
+        --warmup 15 --block 20 --update-stats-every "$e" $flags --device cuda \
+        --out "/tmp/bt/$s-$p-e$e-$mode" 2>&1 | grep -v "timed\|warm-up"
+      tar czf "$OUT/bt.tgz" -C /tmp/bt .
+    done
   done
 } 2>&1 | tee "$OUT/log.txt"

@@ -39,13 +39,17 @@ class StandInGraph:
         self.grads = [p.grad for p in params]
 
     def replay(self) -> None:
+        """Writes fresh gradients into the captured tensors only, as a real replay does: a
+        parameter whose ``.grad`` was pointed elsewhere (or set to None) keeps that."""
         self.replays += 1
-        torch._foreach_zero_([g for g in self.grads if g is not None])
+        before = [p.grad for p in self.params]
+        for p in self.params:
+            p.grad = None
         fresh = self.step(self.tokens)
-        for p, g in zip(self.params, self.grads, strict=True):
-            if g is not None and p.grad is not g:
+        for p, g, old in zip(self.params, self.grads, before, strict=True):
+            if g is not None:
                 g.copy_(p.grad)
-                p.grad = g
+            p.grad = old
         self.out.loss.copy_(fresh.loss)
         self.out.example_loss.copy_(fresh.example_loss)
 
@@ -59,12 +63,27 @@ def _tiny() -> tuple[torch.nn.Module, list[torch.nn.Parameter], torch.Tensor]:
 
 
 def _runner(model: torch.nn.Module, params: list, graphed_: bool) -> GroupRunner:
+    """A runner on the CPU; a graphed one needs the tests' ``cpu_graphs`` (no CUDA here)."""
+
     def zero() -> None:
         for p in params:
             p.grad = None
 
     cpu = torch.device("cpu")
     return GroupRunner(model, Precision(), Reducer(), cpu, zero, params, graphed=graphed_)
+
+
+@pytest.fixture
+def cpu_graphs(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    """The runner's own refusal off CUDA lifted, so its bookkeeping runs on stand-in graphs."""
+    monkeypatch.setattr(graphed, "check_graphable", lambda device, world_size: None)
+    return monkeypatch
+
+
+def test_a_graphed_runner_off_cuda_is_refused_when_built() -> None:
+    model, params, _ = _tiny()
+    with pytest.raises(UserError, match="--cuda-graph needs a CUDA device"):
+        _runner(model, params, True)
 
 
 def test_cuda_graph_is_refused_off_cuda_and_with_replicas_in_one_line() -> None:
@@ -103,7 +122,7 @@ def test_the_eager_runner_is_the_trainers_group_bit_for_bit() -> None:
 
 
 def test_runner_captures_after_warmup_replays_and_falls_back_into_the_graphs_grads(
-    monkeypatch: pytest.MonkeyPatch,
+    cpu_graphs: pytest.MonkeyPatch,
 ) -> None:
     model, params, tokens = _tiny()
     twin, twin_params, _ = _tiny()  # the same weights (no step here), its own gradients
@@ -113,7 +132,7 @@ def test_runner_captures_after_warmup_replays_and_falls_back_into_the_graphs_gra
         holder["g"] = StandInGraph(step, static, params)
         return holder["g"], holder["g"].out
 
-    monkeypatch.setattr(graphed, "graph_forward_backward", capture)
+    cpu_graphs.setattr(graphed, "graph_forward_backward", capture)
     runner, eager = _runner(model, params, True), _runner(twin, twin_params, False)
     n = tokens[:, :, 1:].numel()
     batches = [tokens.roll(k, dims=2) for k in range(WARMUP_UPDATES + 4)]
@@ -137,10 +156,10 @@ def test_runner_captures_after_warmup_replays_and_falls_back_into_the_graphs_gra
 
 
 def test_outputs_are_copies_the_next_replay_does_not_overwrite(
-    monkeypatch: pytest.MonkeyPatch,
+    cpu_graphs: pytest.MonkeyPatch,
 ) -> None:
     model, params, tokens = _tiny()
-    monkeypatch.setattr(
+    cpu_graphs.setattr(
         graphed,
         "graph_forward_backward",
         lambda step, static: ((g := StandInGraph(step, static, params)), g.out),
@@ -183,3 +202,101 @@ def test_graphed_engine_matches_the_eager_engine(tmp_path: Path, precision: str)
                 worst = max(worst, abs(a - b) / max(abs(a), 1e-12))
     print(f"graphed vs eager, tiny {precision}: worst relative difference {worst:.3g}")
     assert worst <= 1e-5
+
+
+def test_a_replay_points_the_grads_back_at_the_graph_after_outside_code_set_them_to_none(
+    cpu_graphs: pytest.MonkeyPatch,
+) -> None:
+    model, params, tokens = _tiny()
+    twin, twin_params, _ = _tiny()
+    holder: dict[str, StandInGraph] = {}
+
+    def capture(step: Any, static: torch.Tensor) -> tuple[StandInGraph, Any]:
+        holder["g"] = StandInGraph(step, static, params)
+        return holder["g"], holder["g"].out
+
+    cpu_graphs.setattr(graphed, "graph_forward_backward", capture)
+    runner, eager = _runner(model, params, True), _runner(twin, twin_params, False)
+    n = tokens[:, :, 1:].numel()
+    for i in range(WARMUP_UPDATES + 3):
+        batch = tokens.roll(i, dims=2)
+        eager.run(batch, n)
+        if i > WARMUP_UPDATES:  # after the capture: a user's zero_grad(set_to_none=True)
+            for p in params:
+                p.grad = None
+        runner.run(batch, n)
+        assert all(p.grad is not None for p in params), i
+        assert all(torch.equal(p.grad, q.grad) for p, q in zip(params, twin_params, strict=True))
+
+
+def test_a_model_that_cannot_be_captured_is_one_user_error(
+    cpu_graphs: pytest.MonkeyPatch,
+) -> None:
+    model, params, tokens = _tiny()
+
+    def capture(step: Any, static: torch.Tensor) -> Any:
+        raise RuntimeError("operation not permitted when stream is capturing\nmore detail")
+
+    cpu_graphs.setattr(graphed, "graph_forward_backward", capture)
+    runner = _runner(model, params, True)
+    n = tokens[:, :, 1:].numel()
+    for _ in range(WARMUP_UPDATES):
+        runner.run(tokens, n)
+    with pytest.raises(UserError, match=r"cannot be captured as a CUDA graph \(operation not "):
+        runner.run(tokens, n)
+
+
+def test_a_changing_token_count_after_the_capture_runs_eagerly_and_warns_once(
+    cpu_graphs: pytest.MonkeyPatch,
+) -> None:
+    model, params, tokens = _tiny()
+    cpu_graphs.setattr(
+        graphed,
+        "graph_forward_backward",
+        lambda step, static: ((g := StandInGraph(step, static, params)), g.out),
+    )
+    runner = _runner(model, params, True)
+    n = tokens[:, :, 1:].numel()
+    for _ in range(WARMUP_UPDATES + 1):
+        runner.run(tokens, n)  # the last one is captured
+    with pytest.warns(UserWarning, match="run eagerly") as seen:
+        runner.run(tokens, n - 1)
+        runner.run(tokens, n - 1)
+    assert len(seen) == 1
+    assert runner.counts == {"eager": WARMUP_UPDATES + 2, "replayed": 1}
+
+
+def test_a_sweep_for_slurm_or_merge_only_is_not_refused_for_this_hosts_device() -> None:
+    from andrea_diag.experiments.executor import ExecutorConfig
+    from andrea_diag.experiments.sweep import SweepSpec, cells
+
+    base = RunConfig(cuda_graph=True, device="auto")  # auto on this CPU host: cpu
+    for executor in (ExecutorConfig(kind="slurm"), ExecutorConfig(merge_only=True)):
+        spec = SweepSpec(base=base, lrs=[1e-3], executor=executor)
+        assert [c.cuda_graph for c in cells(spec)] == [True]  # the cells' own hosts decide
+    with pytest.raises(UserError, match="needs a CUDA device"):
+        cells(SweepSpec(base=base, lrs=[1e-3]))  # local cells: this host, a CPU
+    with pytest.raises(UserError, match="D = 2 replicas"):
+        cells(SweepSpec(base=RunConfig(cuda_graph=True, replicas=2), lrs=[1e-3],
+                        executor=ExecutorConfig(kind="slurm")))  # fmt: skip
+
+
+def test_torchruns_world_is_refused_before_any_output(monkeypatch: pytest.MonkeyPatch) -> None:
+    from andrea_diag.experiments.cascade import check_runnable
+
+    monkeypatch.setattr(graphed.torch.cuda, "is_available", lambda: True)  # resolve "cuda"
+    monkeypatch.setenv("WORLD_SIZE", "2")  # what torchrun sets; the config still says D = 1
+    cfg = RunConfig(cuda_graph=True, device="cuda").resolve()
+    with pytest.raises(UserError, match="D = 2 replicas"):
+        check_runnable(cfg)
+
+
+def test_bench_train_refuses_a_warmup_that_would_time_the_capture(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from andrea_diag.bench.train import bench_train
+
+    monkeypatch.setattr(graphed, "check_graphable", lambda device, world: None)
+    cfg = RunConfig(size="tiny", device="cpu", cuda_graph=True).resolve()
+    with pytest.raises(UserError, match=f"--warmup above {WARMUP_UPDATES}, got 3"):
+        bench_train(cfg, updates=2, warmup=3, block=1)

@@ -39,6 +39,7 @@ import torch.nn.functional as F
 from andrea_diag.config import RunConfig
 from andrea_diag.errors import UserError
 
+PLAIN_MODES = ("same", "eager", "all")  # the plain loop beside a --cuda-graph engine
 PLAIN_ITEM_EVERY = 50  # the plain loop's one host sync: a logged loss every 50 updates
 # Dense peak TFLOPs by GPU name and matmul kind. Source: NVIDIA H100/H200 Tensor Core GPU
 # datasheets (SXM, without sparsity): BF16/FP16 989, TF32 494, FP32 (no tensor cores) 67.
@@ -161,11 +162,19 @@ def bench_train(
     warmup: int,
     block: int,
     progress: Callable[[str], None] | None = None,
+    plain: str = "same",
 ) -> dict[str, Any]:
     """Time the engine and the plain loop on ``cfg`` (resolved): ``updates`` timed updates
-    each, in alternating blocks of ``block`` after ``warmup`` each. Returns the result dict."""
+    each, in alternating blocks of ``block`` after ``warmup`` each. Returns the result dict.
+    ``plain`` (with ``cfg.cuda_graph``): ``same``, the plain loop graphed too (like for like);
+    ``eager``, the plain loop as users write it; ``all``, four loops: both, each graphed and
+    eager (in one process the eager loops run slower than alone: more objects for the host)."""
     if updates < 1 or warmup < 0 or block < 1:
         raise UserError("--updates and --block must be at least 1, --warmup 0 or more")
+    if plain not in PLAIN_MODES or (plain != "same" and not cfg.cuda_graph):
+        if plain in PLAIN_MODES:
+            raise UserError(f"--plain {plain} needs --cuda-graph", hint="add --cuda-graph")
+        raise UserError(f"unknown --plain {plain!r}", hint="choose " + ", ".join(PLAIN_MODES))
     if cfg.cuda_graph:
         from andrea_diag.device import resolve_device
         from andrea_diag.train.graphed import WARMUP_UPDATES, check_graphable
@@ -189,7 +198,7 @@ def bench_train(
 
     device = resolve_device(cfg.device)
     with tempfile.TemporaryDirectory(prefix="bench-train-") as tmp:
-        engines, arms = _arms(cfg, device, Path(tmp), total)
+        engines, arms = _arms(cfg, device, Path(tmp), total, plain)
         engine = engines[0]
         say(f"warm-up: {warmup} updates each")
         for u in range(1, warmup + 1):
@@ -215,25 +224,27 @@ def bench_train(
             e.recorder.close()
             e.recorder.release()
     result = _result(cfg, device, times, probe_ms, updates, warmup, block)
+    result["meta"]["plain_graphed"] = cfg.cuda_graph and plain != "eager"
     result["once_per_run"] = once
     return result
 
 
 def _arms(
-    cfg: RunConfig, device: torch.device, tmp: Path, total: int
+    cfg: RunConfig, device: torch.device, tmp: Path, total: int, plain: str = "same"
 ) -> tuple[list[Any], dict[str, Callable[[int], Any]]]:
-    """The engines (the probed one first) and the timed loops by name: the engine and the
-    plain loop; with ``--cuda-graph`` both graphed (like for like), and both eager beside them
-    (the engine as it ran before, the plain loop as users write it)."""
+    """The engines (the probed one first) and the timed loops by name (see :func:`bench_train`
+    for ``plain``): ``engine`` and ``plain``, with ``all`` also ``engine_eager`` and
+    ``plain_eager`` (the same plan: the same batches)."""
     engine, batch_tokens = _engine(cfg, tmp / "engine")
     tokens = [batch_tokens(u) for u in range(1, total + 1)]  # drawn once, shared
     engines = [engine]
     arms: dict[str, Callable[[int], Any]] = {"engine": engine.train_update}
-    plains = {"plain": cfg.cuda_graph} | ({"plain_eager": False} if cfg.cuda_graph else {})
+    plains = {"plain": cfg.cuda_graph and plain != "eager"}
+    plains |= {"plain_eager": False} if plain == "all" else {}
     for name, graphed in plains.items():
         loop = PlainLoop(cfg, device, graphed=graphed)
         arms[name] = lambda u, loop=loop: loop.update(tokens[u - 1])
-    if cfg.cuda_graph:  # the same plan: the same batches
+    if plain == "all":
         eager, _ = _engine(dataclasses.replace(cfg, cuda_graph=False), tmp / "engine_eager")
         engines.append(eager)
         arms["engine_eager"] = eager.train_update

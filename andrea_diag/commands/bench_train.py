@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -19,6 +19,11 @@ from rich.console import Console
 from andrea_diag.config import ProbeConfig, RunConfig
 from andrea_diag.device import resolve_device
 from andrea_diag.fields import MAX_UPDATES
+
+
+def _count(help_: str, shown: str, lo: int) -> Any:
+    """A count option: its help, its per-device default as shown, its bounds."""
+    return typer.Option(help=help_, show_default=shown, min=lo, max=MAX_UPDATES)
 
 
 def bench_train(
@@ -29,31 +34,13 @@ def bench_train(
     clip: Annotated[str, typer.Option(help="Clip mode of both loops.")] = "global",
     clip_impl: Annotated[str, typer.Option(help="auto, cuda, reference or torch.")] = "auto",
     updates: Annotated[
-        int | None,
-        typer.Option(
-            help="Timed updates per loop.",
-            show_default="200 on CUDA, 6 on CPU",
-            min=1,
-            max=MAX_UPDATES,
-        ),
+        int | None, _count("Timed updates per loop.", "200 on CUDA, 6 on CPU", 1)
     ] = None,
     warmup: Annotated[
-        int | None,
-        typer.Option(
-            help="Untimed updates per loop first.",
-            show_default="20 on CUDA, 2 on CPU",
-            min=0,
-            max=MAX_UPDATES,
-        ),
+        int | None, _count("Untimed updates per loop first.", "20 on CUDA, 2 on CPU", 0)
     ] = None,
     block: Annotated[
-        int | None,
-        typer.Option(
-            help="Updates per timed block; blocks alternate.",
-            show_default="20 on CUDA, 2 on CPU",
-            min=1,
-            max=MAX_UPDATES,
-        ),
+        int | None, _count("Updates per timed block; blocks alternate.", "20 on CUDA, 2 on CPU", 1)
     ] = None,
     update_stats_every: Annotated[
         int,
@@ -67,10 +54,17 @@ def bench_train(
     cuda_graph: Annotated[
         bool,
         typer.Option(
-            help="Both loops' forward and backward as a replayed CUDA graph (the engine's "
-            "--cuda-graph), plus the eager plain loop beside them. CUDA only."
+            help="The engine's forward and backward as a replayed CUDA graph (its --cuda-graph); "
+            "CUDA only. The plain loop beside it: see --plain."
         ),
     ] = False,
+    plain: Annotated[
+        str,
+        typer.Option(
+            help="With --cuda-graph: same (the plain loop graphed too), eager (as users write "
+            "it) or all (four loops: both graphed and both eager, in one process)."
+        ),
+    ] = "same",
     device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
     out: Annotated[Path | None, typer.Option(help="Folder for bench-train.json / .html.")] = None,
 ) -> None:
@@ -84,22 +78,27 @@ def bench_train(
     probes = ProbeConfig(update_stats_every=update_stats_every)
     cfg = RunConfig(size=size, precision=precision, clip=clip, clip_impl=clip_impl,
                     device=device, probes=probes, cuda_graph=cuda_graph).resolve()  # fmt: skip
-    updates = updates if updates is not None else (200 if on_gpu else 6)
-    warmup = warmup if warmup is not None else (20 if on_gpu else 2)
-    block = block if block is not None else (20 if on_gpu else 2)
-    if out is None:
-        from andrea_diag.experiments.cascade import default_out
-
-        out = default_out("bench-train", size)
-    result = run(cfg, updates, warmup, block, progress=lambda s: console.print(f"[dim]{s}[/]"))
+    defaults = (200, 20, 20) if on_gpu else (6, 2, 2)  # updates, warmup, block
+    updates, warmup, block = (d if v is None else v
+                              for v, d in zip((updates, warmup, block), defaults, strict=True))  # fmt: skip
+    out = out or _default_out(size)
+    result = run(cfg, updates, warmup, block, plain=plain,
+                 progress=lambda s: console.print(f"[dim]{s}[/]"))  # fmt: skip
     result["meta"]["command"] = (
         f"andrea-diag bench-train --size {size} --precision {precision} --clip {clip} "
         f"--clip-impl {clip_impl} --updates {updates} --warmup {warmup} --block {block} "
         f"--device {device} --out {out}"
         + (f" --update-stats-every {update_stats_every}" if update_stats_every != 1 else "")
         + (" --cuda-graph" if cuda_graph else "")
+        + (f" --plain {plain}" if plain != "same" else "")
     )
     _write(console, out, result)
+
+
+def _default_out(size: str) -> Path:
+    from andrea_diag.experiments.cascade import default_out
+
+    return default_out("bench-train", size)
 
 
 def _write(console: Console, out: Path, result: dict) -> None:

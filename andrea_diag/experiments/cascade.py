@@ -109,8 +109,8 @@ def check_runnable(cfg: RunConfig) -> None:
             "--clip-impl cuda needs the run on a CUDA device",
             hint="use --clip-impl auto (the CUDA clipper when available, else the reference)",
         )
-    if cfg.cuda_graph:
-        check_graphable(device, cfg.replicas)
+    if cfg.cuda_graph:  # torchrun's world too: its ranks get replicas = 1 in the config
+        check_graphable(device, max(cfg.replicas, env_world_size()))
     if cfg.model_factory or cfg.hf_config:  # a bad factory fails here, before any output
         with torch.random.fork_rng(devices=[]):
             build_model(cfg)

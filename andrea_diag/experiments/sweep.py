@@ -85,7 +85,9 @@ def cells(spec: SweepSpec) -> list[RunConfig]:
     for precision in spec.precisions:
         check_precision(precision)
     if spec.base.cuda_graph:  # before the sweep's folder: a CPU has no graphs to replay
-        check_graphable(resolve_device(spec.base.device), spec.base.replicas)
+        here = spec.executor.kind == "local" and not spec.executor.merge_only
+        # cells trained elsewhere (Slurm) or not at all (--merge-only): not this host's device
+        check_graphable(resolve_device(spec.base.device) if here else None, spec.base.replicas)
     out = []
     for size in spec.sizes:
         for lr in spec.lrs:

@@ -32,8 +32,9 @@ is exactly the trainer's group of before (tests/test_graphed.py).
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 
@@ -42,21 +43,25 @@ from andrea_diag.train.accumulation import GroupResult
 from andrea_diag.train.components import Precision, Reducer, accumulate_with
 from andrea_diag.train.rows import to_device
 
+if TYPE_CHECKING:  # the trainer's other reducer, for readers and checkers
+    from andrea_diag.train.distributed import DDPReducer
+
 WARMUP_UPDATES = 3  # eager groups before the capture: lazy initialisation happens in them
 LossHook = Callable[[int, torch.Tensor], torch.Tensor]
 
 
-def check_graphable(device: torch.device, world_size: int) -> None:
-    """One :class:`UserError` line where ``--cuda-graph`` cannot run."""
-    if device.type != "cuda":
+def check_graphable(device: torch.device | None, world_size: int) -> None:
+    """One :class:`UserError` line where ``--cuda-graph`` cannot run. ``device`` None: the
+    cells run elsewhere (a Slurm job), whose trainer checks its own device."""
+    if device is not None and device.type != "cuda":
         raise UserError(
             f"--cuda-graph needs a CUDA device, and this run is on {device}",
-            hint="drop --cuda-graph, or pass --device cuda on a machine with a GPU",
+            hint="pass --no-cuda-graph, or --device cuda on a machine with a GPU",
         )
     if world_size > 1:
         raise UserError(
             f"--cuda-graph runs one process; this run has D = {world_size} replicas (--nproc)",
-            hint="drop --cuda-graph or --nproc",
+            hint="pass --no-cuda-graph, or drop --nproc",
         )
 
 
@@ -88,13 +93,15 @@ class GroupRunner:
         self,
         model: torch.nn.Module,
         precision: Precision,
-        reducer: Reducer | Any,
+        reducer: Reducer | DDPReducer,  # D > 1 runs eagerly only (check_graphable)
         device: torch.device,
         zero_grad: Callable[[], None],
         params: list[torch.nn.Parameter],
         *,
         graphed: bool = False,
     ) -> None:
+        if graphed:
+            check_graphable(device, reducer.world_size)
         self.model, self.precision, self.reducer, self.device = model, precision, reducer, device
         self.zero_grad, self.params, self.graphed = zero_grad, params, graphed
         self.graph: torch.cuda.CUDAGraph | None = None
@@ -102,7 +109,8 @@ class GroupRunner:
         self.static_tokens: torch.Tensor | None = None
         self.static_out: GroupResult | None = None
         self.grads: list[torch.Tensor | None] = []  # the graph's gradient tensors, by param
-        self.counts = {"eager": 0, "replayed": 0}
+        self.counts = {"eager": 0, "replayed": 0}  # this process's (a resume counts anew)
+        self._warned = False
 
     def run(
         self, host_tokens: torch.Tensor, local_tokens: int, loss_hook: LossHook | None = None
@@ -115,9 +123,17 @@ class GroupRunner:
             pinned = self.device.type == "cuda"  # as to_device: no host sync on CUDA
             self.static_tokens.copy_(host_tokens.pin_memory() if pinned else host_tokens,
                                      non_blocking=pinned)  # fmt: skip
+            self._point_grads_at_graph()  # outside code may have set them to None
             self.graph.replay()
             self.counts["replayed"] += 1
             return self._outputs()
+        if self.graph is not None and loss_hook is None and not self._warned:
+            self._warned = True  # a changing token count makes every update eager: say so once
+            warnings.warn(
+                f"--cuda-graph: this group's shape or supervised tokens {key} differ from the "
+                f"captured {self.key}; such groups run eagerly",
+                stacklevel=2,
+            )
         if (
             self.graphed
             and self.graph is None
@@ -144,6 +160,12 @@ class GroupRunner:
             self._keep_graph_grads()
         return out
 
+    def _point_grads_at_graph(self) -> None:
+        """Every parameter's ``.grad`` is the graph's tensor again (a replay writes only there)."""
+        for p, g in zip(self.params, self.grads, strict=True):
+            if g is not None and p.grad is not g:
+                p.grad = g
+
     def _keep_graph_grads(self) -> None:
         """After an eager group: the gradients back in the graph's tensors, wherever autograd
         put them (it accumulates in place, but need not)."""
@@ -159,9 +181,16 @@ class GroupRunner:
     def _capture(self, host: torch.Tensor, key: tuple[tuple[int, ...], int]) -> GroupResult:
         self.static_tokens = to_device(host, self.device).clone()
         self.zero_grad()  # None: the captured backward allocates them in the graph's pool
-        graph, self.static_out = graph_forward_backward(
-            lambda t: self._group(t, key[1], None), self.static_tokens
-        )
+        try:
+            graph, self.static_out = graph_forward_backward(
+                lambda t: self._group(t, key[1], None), self.static_tokens
+            )
+        except RuntimeError as e:  # a host read, a dynamic shape, ...: not capturable
+            raise UserError(
+                "--cuda-graph: this model's forward and backward cannot be captured as a CUDA "
+                f"graph ({str(e).splitlines()[0][:200]})",
+                hint="run it with --no-cuda-graph",
+            ) from None
         self.graph, self.key = graph, key
         self.grads = [p.grad for p in self.params]
         graph.replay()  # this update's numbers

@@ -27,6 +27,7 @@ registry in ``clip/modes.py``, the probe driver in ``probes/driver.py``); run st
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import time
 from collections.abc import Callable
@@ -57,7 +58,7 @@ from andrea_diag.train.components import (
 )
 from andrea_diag.train.distributed import DDPReducer, init_from_env
 from andrea_diag.train.evaluation import build_evaluator
-from andrea_diag.train.graphed import GroupRunner, check_graphable
+from andrea_diag.train.graphed import GroupRunner
 from andrea_diag.train.measure import UpdateRead, read_group
 from andrea_diag.train.optim import build_optimizer, build_scheduler
 from andrea_diag.train.rows import overflow_last, per_source_loss
@@ -112,12 +113,10 @@ class Trainer:
             cfg.clip, cfg.max_norm, cfg.clip_impl, cfg.clip_params, optimizer=self.optimizer
         )
         self.clip_timer = ClipTimer(self.device)
-        if cfg.cuda_graph:
-            check_graphable(self.device, self.dist.world_size)
-        self.groups = GroupRunner(
+        self.groups = GroupRunner(  # --cuda-graph: refused here off CUDA or at D > 1
             self.forward_model, self.precision, self.reducer, self.device,
-            lambda: self.optimizer.zero_grad(set_to_none=True), list(self.model.parameters()),
-            graphed=cfg.cuda_graph,
+            functools.partial(self.optimizer.zero_grad, set_to_none=True),  # no cycle to self
+            list(self.model.parameters()), graphed=cfg.cuda_graph,
         )  # fmt: skip
         # rank 0 alone writes: the other replicas record nothing and run no probes
         self.recorder: Recorder | NullRecorder = (
