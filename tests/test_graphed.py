@@ -270,12 +270,14 @@ def test_a_sweep_for_slurm_or_merge_only_is_not_refused_for_this_hosts_device() 
     from andrea_diag.experiments.executor import ExecutorConfig
     from andrea_diag.experiments.sweep import SweepSpec, cells
 
-    base = RunConfig(cuda_graph=True, device="auto")  # auto on this CPU host: cpu
+    base = RunConfig(cuda_graph=True, device="auto")  # whatever this host has
     for executor in (ExecutorConfig(kind="slurm"), ExecutorConfig(merge_only=True)):
         spec = SweepSpec(base=base, lrs=[1e-3], executor=executor)
         assert [c.cuda_graph for c in cells(spec)] == [True]  # the cells' own hosts decide
+        with pytest.raises(UserError, match="needs a CUDA device"):  # the CPU is one anywhere
+            cells(dataclasses.replace(spec, base=RunConfig(cuda_graph=True, device="cpu")))
     with pytest.raises(UserError, match="needs a CUDA device"):
-        cells(SweepSpec(base=base, lrs=[1e-3]))  # local cells: this host, a CPU
+        cells(SweepSpec(base=RunConfig(cuda_graph=True, device="cpu"), lrs=[1e-3]))  # local
     with pytest.raises(UserError, match="D = 2 replicas"):
         cells(SweepSpec(base=RunConfig(cuda_graph=True, replicas=2), lrs=[1e-3],
                         executor=ExecutorConfig(kind="slurm")))  # fmt: skip

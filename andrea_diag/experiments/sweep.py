@@ -86,8 +86,11 @@ def cells(spec: SweepSpec) -> list[RunConfig]:
         check_precision(precision)
     if spec.base.cuda_graph:  # before the sweep's folder: a CPU has no graphs to replay
         here = spec.executor.kind == "local" and not spec.executor.merge_only
-        # cells trained elsewhere (Slurm) or not at all (--merge-only): not this host's device
-        check_graphable(resolve_device(spec.base.device) if here else None, spec.base.replicas)
+        # cells trained elsewhere (Slurm) or not at all (--merge-only): not this host's device,
+        # unless the device asked for is the CPU wherever it runs
+        device = spec.base.device
+        known = resolve_device(device) if here or device == "cpu" else None
+        check_graphable(known, spec.base.replicas)
     out = []
     for size in spec.sizes:
         for lr in spec.lrs:
