@@ -210,8 +210,8 @@ class GroupRunner:
         )
 
     def describe(self) -> dict[str, Any]:
-        """For the run sheet: how many groups ran eagerly and how many were replayed ({} when
-        not graphed: an eager run's sheet is as it was)."""
+        """For the run sheet: how many groups this process ran eagerly and replayed (a resumed
+        run counts its own segment; {} when not graphed: an eager run's sheet is as it was)."""
         if not self.graphed:
             return {}
         return {"cuda_graph": True, **{f"groups_{k}": v for k, v in self.counts.items()}}
