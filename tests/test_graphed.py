@@ -73,6 +73,25 @@ def _runner(model: torch.nn.Module, params: list, graphed_: bool) -> GroupRunner
     return GroupRunner(model, Precision(), Reducer(), cpu, zero, params, graphed=graphed_)
 
 
+def _warm_runner(
+    mp: pytest.MonkeyPatch, capture: Any = None
+) -> tuple[GroupRunner, torch.Tensor, int]:
+    """A graphed runner on stand-in graphs (or ``capture``), past its eager warm-up: its next
+    group is captured."""
+    model, params, tokens = _tiny()
+
+    def stand_in(step: Any, static: torch.Tensor) -> tuple[StandInGraph, Any]:
+        g = StandInGraph(step, static, params)
+        return g, g.out
+
+    mp.setattr(graphed, "graph_forward_backward", capture or stand_in)
+    runner = _runner(model, params, True)
+    n = tokens[:, :, 1:].numel()
+    for _ in range(WARMUP_UPDATES):
+        runner.run(tokens, n)
+    return runner, tokens, n
+
+
 @pytest.fixture
 def cpu_graphs(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
     """The runner's own refusal off CUDA lifted, so its bookkeeping runs on stand-in graphs."""
@@ -158,16 +177,7 @@ def test_runner_captures_after_warmup_replays_and_falls_back_into_the_graphs_gra
 def test_outputs_are_copies_the_next_replay_does_not_overwrite(
     cpu_graphs: pytest.MonkeyPatch,
 ) -> None:
-    model, params, tokens = _tiny()
-    cpu_graphs.setattr(
-        graphed,
-        "graph_forward_backward",
-        lambda step, static: ((g := StandInGraph(step, static, params)), g.out),
-    )
-    runner = _runner(model, params, True)
-    n = tokens[:, :, 1:].numel()
-    for _ in range(WARMUP_UPDATES):
-        runner.run(tokens, n)
+    runner, tokens, n = _warm_runner(cpu_graphs)
     first = runner.run(tokens, n)  # the capture's replay
     kept = first.loss.clone()
     runner.run(tokens.roll(3, dims=2), n)
@@ -232,16 +242,10 @@ def test_a_replay_points_the_grads_back_at_the_graph_after_outside_code_set_them
 def test_a_model_that_cannot_be_captured_is_one_user_error(
     cpu_graphs: pytest.MonkeyPatch,
 ) -> None:
-    model, params, tokens = _tiny()
-
     def capture(step: Any, static: torch.Tensor) -> Any:
         raise RuntimeError("operation not permitted when stream is capturing\nmore detail")
 
-    cpu_graphs.setattr(graphed, "graph_forward_backward", capture)
-    runner = _runner(model, params, True)
-    n = tokens[:, :, 1:].numel()
-    for _ in range(WARMUP_UPDATES):
-        runner.run(tokens, n)
+    runner, tokens, n = _warm_runner(cpu_graphs, capture)
     with pytest.raises(UserError, match=r"cannot be captured as a CUDA graph \(operation not "):
         runner.run(tokens, n)
 
@@ -249,16 +253,8 @@ def test_a_model_that_cannot_be_captured_is_one_user_error(
 def test_a_changing_token_count_after_the_capture_runs_eagerly_and_warns_once(
     cpu_graphs: pytest.MonkeyPatch,
 ) -> None:
-    model, params, tokens = _tiny()
-    cpu_graphs.setattr(
-        graphed,
-        "graph_forward_backward",
-        lambda step, static: ((g := StandInGraph(step, static, params)), g.out),
-    )
-    runner = _runner(model, params, True)
-    n = tokens[:, :, 1:].numel()
-    for _ in range(WARMUP_UPDATES + 1):
-        runner.run(tokens, n)  # the last one is captured
+    runner, tokens, n = _warm_runner(cpu_graphs)
+    runner.run(tokens, n)  # captured
     with pytest.warns(UserWarning, match="run eagerly") as seen:
         runner.run(tokens, n - 1)
         runner.run(tokens, n - 1)
