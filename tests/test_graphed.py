@@ -73,18 +73,28 @@ def _runner(model: torch.nn.Module, params: list, graphed_: bool) -> GroupRunner
     return GroupRunner(model, Precision(), Reducer(), cpu, zero, params, graphed=graphed_)
 
 
+def _stand_in_graphs(mp: pytest.MonkeyPatch, params: list) -> dict[str, StandInGraph]:
+    """Captures make :class:`StandInGraph` s over ``params``; the last one is ``holder["g"]``."""
+    holder: dict[str, StandInGraph] = {}
+
+    def capture(step: Any, static: torch.Tensor) -> tuple[StandInGraph, Any]:
+        holder["g"] = StandInGraph(step, static, params)
+        return holder["g"], holder["g"].out
+
+    mp.setattr(graphed, "graph_forward_backward", capture)
+    return holder
+
+
 def _warm_runner(
     mp: pytest.MonkeyPatch, capture: Any = None
 ) -> tuple[GroupRunner, torch.Tensor, int]:
     """A graphed runner on stand-in graphs (or ``capture``), past its eager warm-up: its next
     group is captured."""
     model, params, tokens = _tiny()
-
-    def stand_in(step: Any, static: torch.Tensor) -> tuple[StandInGraph, Any]:
-        g = StandInGraph(step, static, params)
-        return g, g.out
-
-    mp.setattr(graphed, "graph_forward_backward", capture or stand_in)
+    if capture is None:
+        _stand_in_graphs(mp, params)
+    else:
+        mp.setattr(graphed, "graph_forward_backward", capture)
     runner = _runner(model, params, True)
     n = tokens[:, :, 1:].numel()
     for _ in range(WARMUP_UPDATES):
@@ -145,13 +155,7 @@ def test_runner_captures_after_warmup_replays_and_falls_back_into_the_graphs_gra
 ) -> None:
     model, params, tokens = _tiny()
     twin, twin_params, _ = _tiny()  # the same weights (no step here), its own gradients
-    holder: dict[str, StandInGraph] = {}
-
-    def capture(step: Any, static: torch.Tensor) -> tuple[StandInGraph, Any]:
-        holder["g"] = StandInGraph(step, static, params)
-        return holder["g"], holder["g"].out
-
-    cpu_graphs.setattr(graphed, "graph_forward_backward", capture)
+    holder = _stand_in_graphs(cpu_graphs, params)
     runner, eager = _runner(model, params, True), _runner(twin, twin_params, False)
     n = tokens[:, :, 1:].numel()
     batches = [tokens.roll(k, dims=2) for k in range(WARMUP_UPDATES + 4)]
@@ -219,13 +223,7 @@ def test_a_replay_points_the_grads_back_at_the_graph_after_outside_code_set_them
 ) -> None:
     model, params, tokens = _tiny()
     twin, twin_params, _ = _tiny()
-    holder: dict[str, StandInGraph] = {}
-
-    def capture(step: Any, static: torch.Tensor) -> tuple[StandInGraph, Any]:
-        holder["g"] = StandInGraph(step, static, params)
-        return holder["g"], holder["g"].out
-
-    cpu_graphs.setattr(graphed, "graph_forward_backward", capture)
+    _stand_in_graphs(cpu_graphs, params)
     runner, eager = _runner(model, params, True), _runner(twin, twin_params, False)
     n = tokens[:, :, 1:].numel()
     for i in range(WARMUP_UPDATES + 3):

@@ -169,20 +169,10 @@ def bench_train(
     ``plain`` (with ``cfg.cuda_graph``): ``same``, the plain loop graphed too (like for like);
     ``eager``, the plain loop as users write it; ``all``, four loops: both, each graphed and
     eager (in one process the eager loops run slower than alone: more objects for the host)."""
-    if updates < 1 or warmup < 0 or block < 1:
-        raise UserError("--updates and --block must be at least 1, --warmup 0 or more")
-    if plain not in PLAIN_MODES or (plain != "same" and not cfg.cuda_graph):
-        if plain in PLAIN_MODES:
-            raise UserError(f"--plain {plain} needs --cuda-graph", hint="add --cuda-graph")
-        raise UserError(f"unknown --plain {plain!r}", hint="choose " + ", ".join(PLAIN_MODES))
-    if cfg.cuda_graph:
-        from andrea_diag.device import resolve_device
-        from andrea_diag.train.graphed import WARMUP_UPDATES, check_graphable
+    from andrea_diag.device import resolve_device
 
-        check_graphable(resolve_device(cfg.device), cfg.replicas)
-        if warmup <= WARMUP_UPDATES:  # the capture is warm-up work, never a timed update
-            raise UserError(f"--cuda-graph needs --warmup above {WARMUP_UPDATES}, got {warmup}",
-                            hint=f"the graph is captured after {WARMUP_UPDATES} eager updates")  # fmt: skip
+    device = resolve_device(cfg.device)
+    _check_args(cfg, device, updates, warmup, block, plain)
     total = warmup + updates
     run_steps = cfg.steps  # the run's own length, over which its once-a-run costs spread
     # no injection: a preset's own one (tiny's outlier) is placed for its length, not the bench's.
@@ -194,9 +184,6 @@ def bench_train(
                               flush_every=max(cfg.flush_every, 1),
                               probes=dataclasses.replace(cfg.probes, lockin_every=total + 1))  # fmt: skip
     say = progress or (lambda _line: None)
-    from andrea_diag.device import resolve_device
-
-    device = resolve_device(cfg.device)
     with tempfile.TemporaryDirectory(prefix="bench-train-") as tmp:
         engines, arms = _arms(cfg, device, Path(tmp), total, plain)
         engine = engines[0]
@@ -227,6 +214,25 @@ def bench_train(
     result["meta"]["plain_graphed"] = cfg.cuda_graph and plain != "eager"
     result["once_per_run"] = once
     return result
+
+
+def _check_args(
+    cfg: RunConfig, device: torch.device, updates: int, warmup: int, block: int, plain: str
+) -> None:
+    """One :class:`UserError` line for a bench that cannot run as asked."""
+    if updates < 1 or warmup < 0 or block < 1:
+        raise UserError("--updates and --block must be at least 1, --warmup 0 or more")
+    if plain not in PLAIN_MODES or (plain != "same" and not cfg.cuda_graph):
+        if plain in PLAIN_MODES:
+            raise UserError(f"--plain {plain} needs --cuda-graph", hint="add --cuda-graph")
+        raise UserError(f"unknown --plain {plain!r}", hint="choose " + ", ".join(PLAIN_MODES))
+    if cfg.cuda_graph:
+        from andrea_diag.train.graphed import WARMUP_UPDATES, check_graphable
+
+        check_graphable(device, cfg.replicas)  # before any model is built
+        if warmup <= WARMUP_UPDATES:  # the capture is warm-up work, never a timed update
+            raise UserError(f"--cuda-graph needs --warmup above {WARMUP_UPDATES}, got {warmup}",
+                            hint=f"the graph is captured after {WARMUP_UPDATES} eager updates")  # fmt: skip
 
 
 def _arms(

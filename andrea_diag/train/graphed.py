@@ -123,10 +123,7 @@ class GroupRunner:
             pinned = self.device.type == "cuda"  # as to_device: no host sync on CUDA
             self.static_tokens.copy_(host_tokens.pin_memory() if pinned else host_tokens,
                                      non_blocking=pinned)  # fmt: skip
-            self._point_grads_at_graph()  # outside code may have set them to None
-            self.graph.replay()
-            self.counts["replayed"] += 1
-            return self._outputs()
+            return self._replay()
         if self.graph is not None and loss_hook is None and not self._warned:
             self._warned = True  # a changing token count makes every update eager: say so once
             warnings.warn(
@@ -193,13 +190,15 @@ class GroupRunner:
             ) from None
         self.graph, self.key = graph, key
         self.grads = [p.grad for p in self.params]
-        graph.replay()  # this update's numbers
-        self.counts["replayed"] += 1
-        return self._outputs()
+        return self._replay()  # this update's numbers
 
-    def _outputs(self) -> GroupResult:
+    def _replay(self) -> GroupResult:
+        """Run the graph on the static tokens; its outputs, copied out of the static tensors."""
+        assert self.graph is not None and self.static_out is not None
+        self._point_grads_at_graph()  # outside code may have set them to None
+        self.graph.replay()
+        self.counts["replayed"] += 1
         out = self.static_out
-        assert out is not None
         return GroupResult(
             loss=out.loss.clone(),
             tokens=out.tokens,
