@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Issue 20 items 1 and 4 in one device call: the CUDA-only tests (--cuda-graph against eager,
-# the engine's one sync), graph parity at 12m and 120m (bench/graph_parity.py, eager run twice
-# beside it), then bench-train --cuda-graph at 12m/120m x fp32/bf16 (graphed engine, graphed
-# plain loop and the eager plain loop, interleaved in one process). About 5 minutes on one H200.
+# the graphed step bit for bit, the engine's one sync), graph parity at 12m and 120m
+# (bench/graph_parity.py, eager run twice beside it), then bench-train --cuda-graph at
+# 12m/120m x fp32/bf16 (graphed engine, graphed plain loop and the eager plain loop,
+# interleaved in one process). About 5 minutes on one H200.
 #   (on the device, from the repo root, .whl carried)   bash bench/device_graph.sh
 # BT_ONLY=1: bench-train alone; BT_CONFIGS: size:precision:update-stats-every triples; BT_MODES:
 # the plain loop beside the graphed engine (--plain all|eager|same), or none (no --cuda-graph).
@@ -15,7 +16,7 @@ mkdir -p /tmp/parity /tmp/bt
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
   [ -n "${BT_ONLY:-}" ] || {
   echo "== CUDA tests"
-  timeout 200 python3 -m pytest -vv -s -p no:cacheprovider tests/test_graphed.py \
+  timeout 200 python3 -m pytest -vv -s -p no:cacheprovider tests/test_graphed.py tests/test_graphed_step.py \
     tests/test_engine_syncs.py::test_engine_update_syncs_the_cuda_stream_at_most_once \
     > "$OUT/tests.txt" 2>&1; echo "tests rc=$?"; grep -E "graphed vs eager|PASS|FAIL|Error|passed|failed" "$OUT/tests.txt" | tail -20
   for sp in ${PARITY_CONFIGS:-12m:fp32 12m:bf16 120m:bf16}; do

@@ -127,6 +127,57 @@ def test_replay_detects_changed_data(data, tmp_path):
         BatchPlan.load(tmp_path / "missing.json", data)
 
 
+def test_a_prefetched_batch_is_the_one_drawn_at_its_turn_and_recorded_then(data, tmp_path):
+    ahead, plain = plan(data), plan(data)
+    for u in range(1, 41):  # the trainer's order: batch(u), prefetch(u + 1) before the read
+        a, b = ahead.batch(u), plain.batch(u)
+        assert torch.equal(a.tokens, b.tokens) and a.hash == b.hash and a.phase == b.phase
+        assert list(ahead.records) == list(plain.records) == list(range(1, u + 1))
+        ahead.prefetch(u + 1, last=40)
+    assert ahead.to_dict() == plain.to_dict()  # nothing drawn past the last update, either
+    assert ahead.mixer.describe() == plain.mixer.describe()
+    path = plain.save(tmp_path / "plan.json")
+    rep, ref = BatchPlan.load(path, data), BatchPlan.load(path, data)
+    for u in range(1, 41):  # a replaying arm prefetches too
+        assert rep.batch(u).hash == ref.batch(u).hash
+        rep.prefetch(u + 1, last=40)
+
+
+def test_prefetch_draws_nothing_an_unobserved_loss_could_change(data, monkeypatch):
+    from andrea_diag.data import batches
+
+    drawn = []
+    real = batches.draw_sequences
+    monkeypatch.setattr(batches, "draw_sequences", lambda *a, **k: drawn.append(a) or real(*a, **k))
+    exp3 = plan(data, policy="exp3")
+    exp3.batch(1)
+    exp3.prefetch(2, last=10)  # exp3's next phase depends on losses not yet observed
+    seeded = plan(data)
+    seeded.batch(1)
+    seeded.prefetch(12, last=11)  # past the run
+    assert len(drawn) == 2
+    seeded.prefetch(2, last=11)
+    assert len(drawn) == 3 and seeded.batch(2).update == 2 and len(drawn) == 3  # handed over
+    seeded.prefetch(3, last=11)
+    seeded.batch(4)  # not the prefetched update: drawn anew, the prefetched one dropped
+    assert len(drawn) == 5 and sorted(seeded.records) == [1, 2, 4]
+
+
+def test_a_bad_replayed_record_fails_at_its_own_update_not_at_the_prefetch(data, tmp_path):
+    rec = plan(data)
+    for u in (1, 2):
+        rec.batch(u)
+    path = rec.save(tmp_path / "p.json")
+    d = json.loads(path.read_text())
+    d["records"][1]["offsets"][0] += 1
+    path.write_text(json.dumps(d))
+    rep = BatchPlan.load(path, data)
+    rep.batch(1)
+    rep.prefetch(2, last=2)  # no error here: update 1's row is still recorded first
+    with pytest.raises(UserError, match="differs from the recording"):
+        rep.batch(2)
+
+
 def test_seq_len_longer_than_a_stream_is_user_error(data):
     short = {n: s[:20] for n, s in data.streams.items()}
     with pytest.raises(UserError, match="fewer than seq_len"):

@@ -70,7 +70,8 @@ def _sync(device: torch.device) -> None:
 
 class PlainLoop:
     """The reference: the same model and parts, none of the engine's bookkeeping. ``graphed``:
-    its forward and backward captured once as a CUDA graph and replayed, as ``--cuda-graph``
+    its forward and backward captured once as a CUDA graph and replayed, and its optimizer step
+    through the engine's :class:`~andrea_diag.train.graphed_step.StepRunner`, as ``--cuda-graph``
     does the engine's (after the same :data:`~andrea_diag.train.graphed.WARMUP_UPDATES`)."""
 
     def __init__(self, cfg: RunConfig, device: torch.device, graphed: bool = False) -> None:
@@ -90,6 +91,9 @@ class PlainLoop:
         self.graphed = graphed
         self.graph: torch.cuda.CUDAGraph | None = None
         self.static: tuple[torch.Tensor, torch.Tensor | None] | None = None  # (tokens, loss)
+        from andrea_diag.train.graphed_step import StepRunner  # the engine's own step (graphed)
+
+        self.steps = StepRunner(self.optimizer, self.precision, self.params, graphed=graphed)
 
     def _forward_backward(self, tokens: torch.Tensor) -> torch.Tensor | None:
         n_tokens = tokens[:, :, 1:].numel()
@@ -128,7 +132,7 @@ class PlainLoop:
             loss = self._forward_backward(tokens)
         self.precision.unscale_(self.optimizer)
         self.clipper(self.params)
-        self.precision.step(self.optimizer, True)
+        self.steps.step(True)
         self.n += 1
         if self.n % PLAIN_ITEM_EVERY == 0 and loss is not None:
             loss.item()  # host sync: the plain loop's logged loss
@@ -227,12 +231,13 @@ def _check_args(
             raise UserError(f"--plain {plain} needs --cuda-graph", hint="add --cuda-graph")
         raise UserError(f"unknown --plain {plain!r}", hint="choose " + ", ".join(PLAIN_MODES))
     if cfg.cuda_graph:
-        from andrea_diag.train.graphed import WARMUP_UPDATES, check_graphable
+        from andrea_diag.train.graphed import check_graphable
+        from andrea_diag.train.graphed_step import CAPTURED_BY
 
         check_graphable(device, cfg.replicas)  # before any model is built
-        if warmup <= WARMUP_UPDATES:  # the capture is warm-up work, never a timed update
-            raise UserError(f"--cuda-graph needs --warmup above {WARMUP_UPDATES}, got {warmup}",
-                            hint=f"the graph is captured after {WARMUP_UPDATES} eager updates")  # fmt: skip
+        if warmup < CAPTURED_BY:  # the captures are warm-up work, never a timed update
+            raise UserError(f"--cuda-graph needs --warmup {CAPTURED_BY} or more, got {warmup}",
+                            hint=f"the graphs are captured by update {CAPTURED_BY}")  # fmt: skip
 
 
 def _arms(

@@ -194,6 +194,12 @@ class Mixer:
         vals = [prev[n] for n in self.names]  # type: ignore[index]
         return dict(zip(self.names, vals[1:] + vals[:1], strict=True))
 
+    @property
+    def observes_losses(self) -> bool:
+        """True where :meth:`observe` can change later phases (exp3): a batch can then be
+        drawn only after the updates before it reported their losses."""
+        return self.policy == "exp3"
+
     # -- exp3 policy --------------------------------------------------------------------------
 
     def observe(self, update: int, loss_by_source: dict[str, float]) -> None:

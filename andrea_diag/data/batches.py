@@ -17,6 +17,7 @@ its plan (:meth:`BatchPlan.save`) and the later arms replay it (:meth:`BatchPlan
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -145,13 +146,42 @@ class BatchPlan:
         self.micro_batch, self.accum, self.seq_len = micro_batch, accum, seq_len
         self.records: dict[int, dict[str, Any]] = {}
         self.replaying = False
+        self._ahead: tuple[Batch, dict[str, Any] | None] | None = (
+            None  # prefetch(): (batch, record)
+        )
 
     # -- producing batches --------------------------------------------------------------------
 
     def batch(self, update: int) -> Batch:
         """The batch of ``update`` (1-based). Replay mode checks it against the recorded hash."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None and ahead[0].update == update:  # drawn by prefetch(update)
+            if ahead[1] is not None:
+                self.records[update] = ahead[1]
+            return ahead[0]
         if self.replaying:
             return self._replay(update)
+        b, self.records[update] = self._draw(update)
+        return b
+
+    def prefetch(self, update: int, last: int) -> None:
+        """Draw ``update``'s batch now (the trainer: while the device runs the update before),
+        where no loss still to be observed can change it: a replay, or the seeded mixer, up to
+        update ``last``. The
+        next :meth:`batch` call for ``update`` hands it over (and records it); nothing else
+        changes, since each batch comes from its own (seed, update) generator."""
+        self._ahead = None
+        if update > last:  # past the run: nothing to draw (a mixer would grow a phase)
+            return
+        if self.replaying:
+            if update in self.records:
+                with contextlib.suppress(UserError):  # a bad record fails in batch(), in order
+                    self._ahead = (self._replay(update), None)
+        elif self.mixer is not None and not self.mixer.observes_losses:
+            self._ahead = self._draw(update)
+
+    def _draw(self, update: int) -> tuple[Batch, dict[str, Any]]:
+        """A recording plan's batch of ``update``, and its record (stored by :meth:`batch`)."""
         if self.mixer is None:
             raise ValueError("a recording BatchPlan needs a mixer")
         phase = self.mixer.phase_at(update)
@@ -163,7 +193,7 @@ class BatchPlan:
         tokens = gather_tokens(self.streams, src, off, self.seq_len)  # (A, m, T+1)
         b = Batch(update, tokens, src, phase.index, dict(phase.weights), tokens_hash(tokens), off,
                   torch.zeros_like(src, dtype=torch.bool))  # fmt: skip
-        self.records[update] = {
+        record = {
             "update": update,
             "phase": phase.index,
             "weights": w,
@@ -171,7 +201,7 @@ class BatchPlan:
             "offsets": off.reshape(-1).tolist(),
             "hash": b.hash,
         }
-        return b
+        return b, record
 
     def _replay(self, update: int) -> Batch:
         rec = self.records.get(update)
@@ -217,6 +247,7 @@ class BatchPlan:
         return {"records": dict(self.records), "mixer": self.mixer, "replaying": self.replaying}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self._ahead = None  # drawn from the state before
         self.records = dict(state["records"])
         self.mixer = state["mixer"]
         self.replaying = bool(state["replaying"])

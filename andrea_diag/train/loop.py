@@ -12,12 +12,13 @@ depends on, top to bottom:
 3. reduce: gradients made global across replicas (one process: nothing to do);
 4. unscale: gradients back in true units (fp32: nothing to do);
 5. clip: after the last microbatch, before the optimizer touches ``m``/``v``;
-6. measure: the update's one host sync (``measure.read_group``: loss, grad norm, post-clip norm,
+6. measure: the next update's batch is drawn while the device works (``plan.prefetch``), then
+   the update's one host sync (``measure.read_group``: loss, grad norm, post-clip norm,
    non-finite and skip flags, per-example losses), from which the row's loop columns are host
    arithmetic (per-source losses, clip coefficient) and the probes' ``UpdateContext`` is built;
-7. probes ``after_clip``, optimizer step (if applied), scheduler step (per update), probes
-   ``after_step``; then evaluation and one metrics row, written every ``flush_every`` rows, when
-   the probes' device scalars are read too (``ProbeDriver(defer=True)``).
+7. probes ``after_clip``, optimizer step (if applied; ``--cuda-graph``: a replay), scheduler
+   step (per update), probes ``after_step``; then evaluation and one metrics row, written every
+   ``flush_every`` rows, when the probes' device scalars are read too (``defer=True``).
 
 Each part is a component with ``state_dict``/``load_state_dict`` (``components.py``, the clipper
 registry in ``clip/modes.py``, the probe driver in ``probes/driver.py``); run state lives in
@@ -59,6 +60,7 @@ from andrea_diag.train.components import (
 from andrea_diag.train.distributed import DDPReducer, init_from_env
 from andrea_diag.train.evaluation import build_evaluator
 from andrea_diag.train.graphed import GroupRunner
+from andrea_diag.train.graphed_step import StepRunner
 from andrea_diag.train.measure import UpdateRead, read_group
 from andrea_diag.train.optim import build_optimizer, build_scheduler
 from andrea_diag.train.rows import overflow_last, per_source_loss
@@ -101,6 +103,9 @@ class Trainer:
         self.injections = parse_injections(cfg.inject, cfg.steps)
         seed_and_precision(cfg)  # process-global: right before the model, as every arm must
         self.model = build_model(cfg).to(self.device)  # the toolkit GPT or --model/--hf-config
+        self.names, self.params = (
+            list(t) for t in zip(*self.model.named_parameters(), strict=True)
+        )
         self.optimizer = build_optimizer(self.model, cfg.recipe_cfg, cfg.lr, self.device)
         self.scheduler = build_scheduler(self.optimizer, cfg.recipe_cfg.warmup_updates)
         self.precision = make_precision(cfg.precision, self.device)
@@ -116,8 +121,9 @@ class Trainer:
         self.groups = GroupRunner(  # --cuda-graph: refused here off CUDA or at D > 1
             self.forward_model, self.precision, self.reducer, self.device,
             functools.partial(self.optimizer.zero_grad, set_to_none=True),  # no cycle to self
-            list(self.model.parameters()), graphed=cfg.cuda_graph,
+            self.params, graphed=cfg.cuda_graph,
         )  # fmt: skip
+        self.steps = StepRunner(self.optimizer, self.precision, self.params, graphed=cfg.cuda_graph)
         # rank 0 alone writes: the other replicas record nothing and run no probes
         self.recorder: Recorder | NullRecorder = (
             Recorder(
@@ -133,11 +139,8 @@ class Trainer:
             if self.dist.is_main
             else Evaluator()
         )
-        self.names, self.params = (
-            list(t) for t in zip(*self.model.named_parameters(), strict=True)
-        )
-        # lock-in prompts: the first tokens of each source stream (a document start), fixed per data
-        # the data's sources: SOURCE_NAMES, or the given ones alone (--sources only, token ids)
+        # lock-in prompts: each source stream's first tokens (a document start), fixed per data;
+        # the sources: SOURCE_NAMES, or the given ones alone (--sources only, token ids)
         self.source_names = tuple(data.streams)
         prompts = {name: data.streams[name][:PROMPT_TOKENS] for name in self.source_names}
         probes = build_probes(
@@ -161,13 +164,13 @@ class Trainer:
         self.precision.unscale_(self.optimizer)
         with self.clip_timer:
             clip = self.clipper(self.params)
+        self.plan.prefetch(update + 1, last=self.cfg.steps)  # host work while the device runs
         row, ctx = self._measure(update, batch, injected, group, clip)  # host sync
         self.probes.after_clip(ctx)
-        self.precision.step(self.optimizer, ctx.applied)
+        self.steps.step(ctx.applied)  # precision.step, or its graph's replay (--cuda-graph)
         self.scheduler.step()  # per update, attempted or applied: the schedule counts updates
         self.probes.after_step(ctx)
-        # 0-dim tensors: a seeded mixer ignores them (no sync); exp3 reads them (syncs) and
-        # skips non-finite ones itself
+        # 0-dim host tensors (read above): exp3 skips non-finite ones, seeded ignores them
         self.plan.observe(update, {n: row[f"loss_{n}"] for n in self.source_names})
         row |= self.evaluator.maybe_evaluate(update, self.model)
         row.update(
@@ -184,10 +187,9 @@ class Trainer:
         batch = self.plan.batch(update)
         injected = self.injections.get(update)
         if injected == "outlier":
-            # Half of one microbatch becomes rare-token sequences: a quarter of the group at
-            # A=2, enough to spike, few enough that the rest of the batch stays ordinary
-            # (the outlier cause asks whether a few sequences carry the batch's excess).
-            # The same generator in every arm: the injected batch is identical too.
+            # Half of one microbatch becomes rare-token sequences (a quarter of the group at
+            # A=2): enough to spike, few enough that the rest stays ordinary (the outlier cause
+            # asks whether a few sequences carry the excess). Every arm injects the same batch.
             batch = make_outlier_batch(
                 batch,
                 outlier_generator(self.cfg.seed, update),
@@ -201,8 +203,7 @@ class Trainer:
 
     def _accumulate(self, batch: Batch, injected: str | None) -> GroupResult:
         host = self.reducer.local_batch(batch.tokens)  # (A, m, T+1), this replica's, on the host
-        # the denominator from the host tokens: no device read before the first forward
-        local_tokens = int((host[:, :, 1:] != IGNORE).sum())
+        local_tokens = int((host[:, :, 1:] != IGNORE).sum())  # the denominator: no device read
         hook = overflow_last(host.size(0)) if injected == "nonfinite" else None
         return self.groups.run(host, local_tokens, hook)  # zero grads, forward, backward
 
@@ -314,7 +315,7 @@ class Trainer:
         )
         summary["run_sheet"]["checkpoint_bytes"] = self.checkpointer.last_bytes
         summary["run_sheet"].update(run_sheet_origins(self.cfg, self.model, self.data))
-        summary["run_sheet"].update(self.groups.describe())  # {} unless --cuda-graph
+        summary["run_sheet"].update(self.groups.describe() | self.steps.describe())  # --cuda-graph
         summary.update(self.evaluator.summary(wall_s))
         summary.update(self.probes.close(self.run_dir))
         mixer = self.plan.mixer

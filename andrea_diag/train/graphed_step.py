@@ -1,0 +1,138 @@
+"""The optimizer step, eager or as a CUDA graph captured once and replayed (``--cuda-graph``).
+
+    steps = StepRunner(optimizer, precision, device, params, graphed=True)
+    steps.step(applied)          # after the clip and the probes' after_clip, as before
+
+Why: torch's fused Adam is one kernel launch per dtype, but its ``step()`` walks every
+parameter in Python first (``_init_group``), about 1 ms of host time an update at 12m on the
+H200 (reports/bench-train/h200-2026-12-01c/host-*.txt), while the GPU runs the step in tens of
+microseconds. A replay is one call.
+
+What is captured, and when:
+
+- **Only torch's fused** ``Adam``/``AdamW`` (the trainer's optimizers on CUDA), and only where
+  the precision steps the optimizer itself: fp16's GradScaler step reads its found-inf flag on
+  the host, so fp16 (and any other optimizer) steps eagerly, as without the flag.
+- **The same kernel, the same numbers.** The graph records the eager step's own fused kernel
+  with its scalar arguments (lr, betas, eps, weight decay) as they are at the capture; the
+  step count lives on the device and advances in the graph. So a replay computes what the eager
+  step would, bit for bit. torch's tensor-lr path would let one graph follow a schedule, but it
+  reads the lr as a float32 (``FusedAdamMathFunctor``), not the double the eager step passes.
+- **Key:** the gradient tensors by identity, every group's hyperparameters, and the state
+  (``load_state_dict`` replaces it). A replay runs
+  only while the key is the captured one; the first step whose key differs runs eagerly, and a
+  key that holds for two steps in a row is captured again (a warm-up schedule runs eagerly
+  until the lr settles, then is captured once). The gradients' identity matters because the
+  accumulation group's own capture (``graphed.py``) moves them into its graph's pool.
+- **Warm-up:** the first :data:`~andrea_diag.train.graphed.WARMUP_UPDATES` steps are eager.
+- A skipped update (``applied`` False) replays nothing, as the eager path steps nothing.
+
+``graphed=False`` is ``precision.step(optimizer, applied)`` unchanged (tests/test_graphed_step.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from andrea_diag.errors import UserError
+from andrea_diag.train.components import Precision
+from andrea_diag.train.graphed import WARMUP_UPDATES
+
+# the update by which both graphs exist: the group's is captured at WARMUP_UPDATES + 1, which
+# moves the gradients into its pool, so the step's key holds first at the update after
+CAPTURED_BY = WARMUP_UPDATES + 2
+# the hyperparameters a fused Adam kernel takes as scalars: a change is a new capture
+HYPER = ("lr", "betas", "eps", "weight_decay", "amsgrad", "maximize")
+
+
+def graph_step(optimizer: torch.optim.Optimizer) -> torch.cuda.CUDAGraph:
+    """``optimizer.step()`` captured as a CUDA graph, not yet replayed. torch refuses a
+    capture unless every group is ``capturable``; the flag only lifts that check for the fused
+    kernel, so it is set for the capture and put back (checkpoints keep the run's own)."""
+    groups = optimizer.param_groups
+    flags = [g.get("capturable", False) for g in groups]
+    graph = torch.cuda.CUDAGraph()
+    try:
+        for g in groups:
+            g["capturable"] = True
+        with torch.cuda.graph(graph):  # syncs, then records on a side stream: nothing runs
+            optimizer.step()
+    finally:
+        for g, flag in zip(groups, flags, strict=True):
+            g["capturable"] = flag
+    return graph
+
+
+def graphable_optimizer(optimizer: torch.optim.Optimizer, precision: Precision) -> bool:
+    """True for torch's own fused Adam/AdamW stepped by the base precision (no loss scaler)."""
+    fused = all(g.get("fused") for g in optimizer.param_groups)
+    own_step = type(precision).step is Precision.step  # fp16's scaler steps on a host flag
+    return type(optimizer) in (torch.optim.Adam, torch.optim.AdamW) and fused and own_step
+
+
+class StepRunner:
+    """Runs the trainer's optimizer step: eagerly, or through a captured CUDA graph."""
+
+    def __init__(
+        self,
+        optimizer: torch.optim.Optimizer,
+        precision: Precision,
+        params: list[torch.nn.Parameter],
+        *,
+        graphed: bool = False,
+    ) -> None:
+        self.optimizer, self.precision, self.params = optimizer, precision, params
+        self.graphed = graphed and graphable_optimizer(optimizer, precision)
+        self.graph: torch.cuda.CUDAGraph | None = None
+        self.key: tuple[Any, ...] | None = None  # the captured key
+        self._last: tuple[Any, ...] | None = None  # the previous step's key
+        self.counts = {"eager": 0, "replayed": 0, "captured": 0}
+
+    def _key(self) -> tuple[Any, ...]:
+        grads = tuple(id(p.grad) if p.grad is not None else None for p in self.params)
+        hyper = tuple(tuple(g.get(k) for k in HYPER) for g in self.optimizer.param_groups)
+        return grads, hyper, id(self.optimizer.state)  # load_state_dict makes a new state
+
+    def step(self, applied: bool) -> None:
+        """One optimizer step for an update (skipped, as the eager path does, if not applied)."""
+        if not self.graphed:
+            self.precision.step(self.optimizer, applied)
+            return
+        if not applied:
+            return
+        key = self._key()
+        if self.graph is not None and key == self.key:
+            self._replay()
+        elif self.counts["eager"] >= WARMUP_UPDATES and key == self._last:
+            self._capture(key)
+        else:
+            self.counts["eager"] += 1
+            self.optimizer.step()
+        self._last = key
+
+    def _capture(self, key: tuple[Any, ...]) -> None:
+        self.graph = None  # a new key replaces the old graph (and frees its pool)
+        try:
+            self.graph = graph_step(self.optimizer)
+        except RuntimeError as e:  # torch refused to capture this optimizer
+            raise UserError(
+                "--cuda-graph: this optimizer's step cannot be captured as a CUDA graph "
+                f"({str(e).splitlines()[0][:200]})",
+                hint="run it with --no-cuda-graph",
+            ) from None
+        self.key = key
+        self.counts["captured"] += 1
+        self._replay()  # this update's step
+
+    def _replay(self) -> None:
+        assert self.graph is not None
+        self.graph.replay()
+        self.counts["replayed"] += 1
+
+    def describe(self) -> dict[str, Any]:
+        """For the run sheet: this process's steps, eager and replayed ({} when not graphed)."""
+        if not self.graphed:
+            return {}
+        return {f"steps_{k}": v for k, v in self.counts.items()}
