@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 import torch
+from graph_stand_ins import stand_in_graphs
 
 from andrea_diag.bench.train import _engine
 from andrea_diag.config import ProbeConfig, RunConfig
@@ -27,31 +28,6 @@ from andrea_diag.train.graphed import WARMUP_UPDATES, GroupRunner, check_graphab
 from andrea_diag.train.rows import overflow_last
 
 COLUMNS = ("loss", "grad_norm", "grad_norm_post", "m_norm", "v_norm", "update_rms")
-
-
-class StandInGraph:
-    """Replays the captured step into the captured tensors: grads zeroed in place and
-    accumulated where they are, outputs copied into the ones the capture returned."""
-
-    def __init__(self, step: Any, tokens: torch.Tensor, params: list[torch.nn.Parameter]) -> None:
-        self.step, self.tokens, self.params, self.replays = step, tokens, params, 0
-        self.out = step(tokens)  # a real capture records without running; this runs once
-        self.grads = [p.grad for p in params]
-
-    def replay(self) -> None:
-        """Writes fresh gradients into the captured tensors only, as a real replay does: a
-        parameter whose ``.grad`` was pointed elsewhere (or set to None) keeps that."""
-        self.replays += 1
-        before = [p.grad for p in self.params]
-        for p in self.params:
-            p.grad = None
-        fresh = self.step(self.tokens)
-        for p, g, old in zip(self.params, self.grads, before, strict=True):
-            if g is not None:
-                g.copy_(p.grad)
-            p.grad = old
-        self.out.loss.copy_(fresh.loss)
-        self.out.example_loss.copy_(fresh.example_loss)
 
 
 def _tiny() -> tuple[torch.nn.Module, list[torch.nn.Parameter], torch.Tensor]:
@@ -73,18 +49,6 @@ def _runner(model: torch.nn.Module, params: list, graphed_: bool) -> GroupRunner
     return GroupRunner(model, Precision(), Reducer(), cpu, zero, params, graphed=graphed_)
 
 
-def _stand_in_graphs(mp: pytest.MonkeyPatch, params: list) -> dict[str, StandInGraph]:
-    """Captures make :class:`StandInGraph` s over ``params``; the last one is ``holder["g"]``."""
-    holder: dict[str, StandInGraph] = {}
-
-    def capture(step: Any, static: torch.Tensor) -> tuple[StandInGraph, Any]:
-        holder["g"] = StandInGraph(step, static, params)
-        return holder["g"], holder["g"].out
-
-    mp.setattr(graphed, "graph_forward_backward", capture)
-    return holder
-
-
 def _warm_runner(
     mp: pytest.MonkeyPatch, capture: Any = None
 ) -> tuple[GroupRunner, torch.Tensor, int]:
@@ -92,7 +56,7 @@ def _warm_runner(
     group is captured."""
     model, params, tokens = _tiny()
     if capture is None:
-        _stand_in_graphs(mp, params)
+        stand_in_graphs(mp, params)
     else:
         mp.setattr(graphed, "graph_forward_backward", capture)
     runner = _runner(model, params, True)
@@ -155,7 +119,7 @@ def test_runner_captures_after_warmup_replays_and_falls_back_into_the_graphs_gra
 ) -> None:
     model, params, tokens = _tiny()
     twin, twin_params, _ = _tiny()  # the same weights (no step here), its own gradients
-    holder = _stand_in_graphs(cpu_graphs, params)
+    holder = stand_in_graphs(cpu_graphs, params)
     runner, eager = _runner(model, params, True), _runner(twin, twin_params, False)
     n = tokens[:, :, 1:].numel()
     batches = [tokens.roll(k, dims=2) for k in range(WARMUP_UPDATES + 4)]
@@ -199,6 +163,8 @@ def _rows(tmp_path: Path, cuda_graph: bool, precision: str, steps: int) -> list[
     assert engine.groups.counts["replayed"] == (steps - WARMUP_UPDATES - 1 if cuda_graph else 0)
     # the step: captured once the group's capture has moved the grads (fp16's scaler: eager)
     assert engine.steps.counts["captured"] == (cuda_graph and precision != "fp16")
+    optstate = next(p for p in engine.probes.probes if p.name == "optstate")
+    assert (optstate.graphs is not None and optstate.graphs.counts["captured"] == 1) == cuda_graph
     engine.recorder.close()
     engine.recorder.release()
     return rows
@@ -225,7 +191,7 @@ def test_a_replay_points_the_grads_back_at_the_graph_after_outside_code_set_them
 ) -> None:
     model, params, tokens = _tiny()
     twin, twin_params, _ = _tiny()
-    _stand_in_graphs(cpu_graphs, params)
+    stand_in_graphs(cpu_graphs, params)
     runner, eager = _runner(model, params, True), _runner(twin, twin_params, False)
     n = tokens[:, :, 1:].numel()
     for i in range(WARMUP_UPDATES + 3):

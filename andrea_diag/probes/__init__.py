@@ -22,6 +22,7 @@ from andrea_diag.probes.driver import ProbeDriver
 from andrea_diag.probes.layers import LayerGradNormProbe
 from andrea_diag.probes.lockin import LockInProbe
 from andrea_diag.probes.optstate import OptStateProbe
+from andrea_diag.probes.optstate_graph import ScalarGraph
 from andrea_diag.probes.spikes import SpikeProbe
 
 if TYPE_CHECKING:
@@ -143,7 +144,7 @@ def build_probes(
 ) -> list[Probe]:
     """The probes for one arm of a resolved ``RunConfig``."""
     cfg = cfg.resolve()  # idempotent; the per-size defaults (shadow, lock-in cadence) live there
-    return make_probes(
+    probes = make_probes(
         model,
         cfg.probes,
         total_steps=cfg.steps,
@@ -153,3 +154,7 @@ def build_probes(
         unigram_entropy=unigram_entropy,
         source_names=source_names,
     )
+    for probe in probes if cfg.cuda_graph else []:  # the per-update device arithmetic, replayed
+        if isinstance(probe, OptStateProbe):
+            probe.graphs = ScalarGraph()
+    return probes

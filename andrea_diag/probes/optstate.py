@@ -38,7 +38,7 @@ Exactness assumes every parameter of a group receives a gradient at every applie
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -47,6 +47,7 @@ import torch
 from andrea_diag import metrics
 from andrea_diag.probes.base import UpdateContext
 from andrea_diag.probes.layers import GroupIndex, group_index_for
+from andrea_diag.probes.optstate_graph import ScalarGraph, tensor_key
 from andrea_diag.probes.optstate_reads import (
     Pending,
     Scalars,
@@ -57,9 +58,9 @@ from andrea_diag.probes.optstate_reads import (
 from andrea_diag.probes.shadow import (
     GroupInfo,
     ShadowBuffers,
-    ShadowView,
     SpikeTerm,
     pollution_summary,
+    shadow_columns,
     spike_shares,
 )
 
@@ -116,6 +117,7 @@ class OptStateProbe:
         # the driver sets defer_reads under the trainer, else every update resolves at once
         self._queue: list[Pending] = []
         self.defer_reads = False
+        self.graphs: ScalarGraph | None = None  # --cuda-graph: build_probes sets one
 
     # -- helpers ---------------------------------------------------------------------------
     def _with_grad(self, ctx: UpdateContext) -> tuple[list[str], list[torch.Tensor]]:
@@ -234,21 +236,39 @@ class OptStateProbe:
     ) -> tuple[torch.Tensor | None, dict[str, slice]]:
         """This update's scalars as one float64 device vector (no host read), and their slots."""
         out = Scalars()
-        push = out.push
+        snap = self._snap if self._snap_valid else None
+        post = self._post_clip_norms(ctx, g_eff) if snap is not None else None
+        if self.graphs is not None and self.has_moments and post is not None and not spike_now:
+
+            def compute() -> tuple[torch.Tensor, dict[str, slice]]:  # what the graph records
+                s = self._moments_and_update(Scalars(), ms, vs, params, g_eff, snap)
+                flat = s.flat()
+                assert flat is not None  # m and v: never empty
+                return flat, s.slots
+
+            out.adopt(*self.graphs.run(tensor_key(ms, vs, params, g_eff, snap), compute))
+        else:
+            self._moments_and_update(out, ms, vs, params, g_eff, snap)
+        if snap is not None:
+            out.push("g", post if post is not None else torch._foreach_norm(g_eff))
+            self._snap_valid = False
+        if spike_now and self.has_moments:
+            out.push("gs", torch._foreach_norm(g_eff))
+            out.push("gs4", torch._foreach_norm(g_eff, 4.0))  # ‖g²‖₂ = ‖g‖₄²
+        return out.flat(), out.slots
+
+    def _moments_and_update(
+        self, out: Scalars, ms: list, vs: list, params: list, g_eff: list, snap: list | None
+    ) -> Scalars:
+        """‖m‖, ‖v‖ per tensor, then (``snap``: θ_prev) Δθ's norms and Δθ·g, into ``out``."""
         if self.has_moments:
             mv = torch._foreach_norm(ms + vs)  # one multi-tensor call for both moments
             out.push_split(("m", "v"), mv, len(ms))
-        if self._snap_valid and self._snap is not None:
-            torch._foreach_sub_(self._snap, params)  # θ_prev - θ = -Δθ (under no_grad)
-            push("d", torch._foreach_norm(self._snap))
-            push("dot", update_grad_dot(self._snap, self._snap_flat, g_eff))
-            post = self._post_clip_norms(ctx, g_eff)
-            push("g", post if post is not None else torch._foreach_norm(g_eff))
-            self._snap_valid = False
-        if spike_now and self.has_moments:
-            push("gs", torch._foreach_norm(g_eff))
-            push("gs4", torch._foreach_norm(g_eff, 4.0))  # ‖g²‖₂ = ‖g‖₄²
-        return out.flat(), out.slots
+        if snap is not None:
+            torch._foreach_sub_(snap, params)  # θ_prev - θ = -Δθ (under no_grad)
+            out.push("d", torch._foreach_norm(snap))
+            out.push("dot", update_grad_dot(snap, self._snap_flat, g_eff))
+        return out
 
     def resolve(self) -> None:
         """Finish the waiting updates' columns and pollution bookkeeping, in update order, from
@@ -303,7 +323,7 @@ class OptStateProbe:
                 view_vals = (both[: e.view.bm.numel()], both[e.view.bm.numel() :])
         spike_shares(self, e.update, e.betas, m_norm, v_norm)
         if self.shadow:
-            self._shadow_columns(e.update, row, ginfo, m_norm, v_norm, e.view, view_vals)
+            shadow_columns(self, e.update, row, ginfo, m_norm, v_norm, e.view, view_vals)
 
     # -- pollution -------------------------------------------------------------------------
     def _add_spike(
@@ -331,39 +351,12 @@ class OptStateProbe:
             return  # a non-finite gradient would poison the buffers for good
         self._shadow.add(params, g_eff, gids, ginfo, self._gid_of)
 
-    def _shadow_columns(
-        self,
-        update: int,
-        row: MutableMapping[str, Any],  # the driver's guarded view of the row
-        ginfo: list[GroupInfo],
-        m_norm: float,
-        v_norm: float,
-        view: ShadowView | None,
-        view_vals: tuple[list[float], list[float]] | None,
-    ) -> None:
-        if view is None or view_vals is None:  # no spike yet, or a reset emptied the buffers
-            row["m_spike_share"] = row["v_spike_share"] = self.last_v_share = 0.0
-            return
-        ms, vs = view.norms(ginfo, *view_vals)
-        sm = ms / m_norm if m_norm > 0 else None
-        sv = vs / v_norm if v_norm > 0 else None
-        row["m_spike_share"], row["v_spike_share"] = sm, sv
-        self.last_v_share = sv if sv is not None and math.isfinite(sv) else self.last_v_share
-        if sm is not None and math.isfinite(sm):
-            self.max_m_share = max(self.max_m_share, sm)
-            if self.recovery_m_all is None and sm < self.recovery_share:
-                self.recovery_m_all = update - (self._last_spike_update or update)
-        if sv is not None and math.isfinite(sv):
-            self.max_v_share = max(self.max_v_share, sv)
-            if self.recovery_v_all is None and sv < self.recovery_share:
-                self.recovery_v_all = update - (self._last_spike_update or update)
-
     # -- checkpoint --------------------------------------------------------------------------
     # Buffers and group ids are keyed by id(param), which a new process does not share: the
     # state names parameters by their position in the context's parameter list instead.
     # (groups: the per-layer table, passed in again by the constructor)
     TRANSIENT = ("_groups_idx", "_snap", "_snap_flat", "_snap_valid", "_g_eff", "_gid_of",
-                 "_shadow", "_param_ids", "_queue", "defer_reads", "groups")  # fmt: skip
+                 "_shadow", "_param_ids", "_queue", "defer_reads", "groups", "graphs")  # fmt: skip
 
     def state_dict(self) -> dict[str, Any]:
         self.resolve()  # the waiting updates' bookkeeping belongs to the state

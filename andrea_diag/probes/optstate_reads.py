@@ -68,6 +68,10 @@ class Scalars:
             start += n
         self.size += flat.numel()
 
+    def adopt(self, flat: torch.Tensor, slots: dict[str, slice]) -> None:
+        """Start from a vector made elsewhere (a graph's copy) with its slots."""
+        self.parts, self.slots, self.size = [flat], dict(slots), flat.numel()
+
     def flat(self) -> torch.Tensor | None:
         return torch.cat(self.parts) if self.parts else None
 

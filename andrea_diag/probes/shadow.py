@@ -16,6 +16,7 @@ it), and ``B`` is renormalised in the update in which ``c`` drops below ``RENORM
 from __future__ import annotations
 
 import math
+from collections.abc import MutableMapping
 from typing import Any
 
 import torch
@@ -283,3 +284,32 @@ def spike_shares(
             sp.recovery_m = update - sp.update
         if sp.recovery_v is None and sv is not None and sv < probe.recovery_share:
             sp.recovery_v = update - sp.update
+
+
+def shadow_columns(
+    probe: Any,
+    update: int,
+    row: MutableMapping[str, Any],  # the driver's guarded view of the row
+    ginfo: list[GroupInfo],
+    m_norm: float,
+    v_norm: float,
+    view: ShadowView | None,
+    view_vals: tuple[list[float], list[float]] | None,
+) -> None:
+    """The shadow buffers' share columns of one update (a probe with the shadow on)."""
+    if view is None or view_vals is None:  # no spike yet, or a reset emptied the buffers
+        row["m_spike_share"] = row["v_spike_share"] = probe.last_v_share = 0.0
+        return
+    ms, vs = view.norms(ginfo, *view_vals)
+    sm = ms / m_norm if m_norm > 0 else None
+    sv = vs / v_norm if v_norm > 0 else None
+    row["m_spike_share"], row["v_spike_share"] = sm, sv
+    probe.last_v_share = sv if sv is not None and math.isfinite(sv) else probe.last_v_share
+    if sm is not None and math.isfinite(sm):
+        probe.max_m_share = max(probe.max_m_share, sm)
+        if probe.recovery_m_all is None and sm < probe.recovery_share:
+            probe.recovery_m_all = update - (probe._last_spike_update or update)
+    if sv is not None and math.isfinite(sv):
+        probe.max_v_share = max(probe.max_v_share, sv)
+        if probe.recovery_v_all is None and sv < probe.recovery_share:
+            probe.recovery_v_all = update - (probe._last_spike_update or update)

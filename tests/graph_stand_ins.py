@@ -1,0 +1,48 @@
+"""Stand-in CUDA graphs for the CPU: a capture that runs the step once, a replay that re-runs
+it into the captured tensors (tests/test_graphed.py, tests/test_optstate_graph.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+from andrea_diag.train import graphed
+
+
+class StandInGraph:
+    """Replays the captured step into the captured tensors: grads zeroed in place and
+    accumulated where they are, outputs copied into the ones the capture returned."""
+
+    def __init__(self, step: Any, tokens: torch.Tensor, params: list[torch.nn.Parameter]) -> None:
+        self.step, self.tokens, self.params, self.replays = step, tokens, params, 0
+        self.out = step(tokens)  # a real capture records without running; this runs once
+        self.grads = [p.grad for p in params]
+
+    def replay(self) -> None:
+        """Writes fresh gradients into the captured tensors only, as a real replay does: a
+        parameter whose ``.grad`` was pointed elsewhere (or set to None) keeps that."""
+        self.replays += 1
+        before = [p.grad for p in self.params]
+        for p in self.params:
+            p.grad = None
+        fresh = self.step(self.tokens)
+        for p, g, old in zip(self.params, self.grads, before, strict=True):
+            if g is not None:
+                g.copy_(p.grad)
+            p.grad = old
+        self.out.loss.copy_(fresh.loss)
+        self.out.example_loss.copy_(fresh.example_loss)
+
+
+def stand_in_graphs(mp: pytest.MonkeyPatch, params: list) -> dict[str, StandInGraph]:
+    """Captures make :class:`StandInGraph` s over ``params``; the last one is ``holder["g"]``."""
+    holder: dict[str, StandInGraph] = {}
+
+    def capture(step: Any, static: torch.Tensor) -> tuple[StandInGraph, Any]:
+        holder["g"] = StandInGraph(step, static, params)
+        return holder["g"], holder["g"].out
+
+    mp.setattr(graphed, "graph_forward_backward", capture)
+    return holder
