@@ -29,11 +29,11 @@ LOG=$OUT/log-$SIZE$TAG.txt
     [ -n "$KEEP_CELLS" ] && tar czf "$OUT/cells-$SIZE-j$jobs-$mps.tgz" --exclude=metrics.jsonl \
       --exclude='*.html' --exclude=checkpoints --exclude=plotly.min.js --exclude=cells -C "$out" .
   done
-  python3 - "$OUT" "$SIZE" <<'PY'
+  python3 - "$OUT" "$SIZE" "$TAG" <<'PY'
 import json, pathlib, sys
-out, size = pathlib.Path(sys.argv[1]), sys.argv[2]
+out, size, tag = pathlib.Path(sys.argv[1]), sys.argv[2], sys.argv[3]
 rows = {p.stem: json.loads(p.read_text())["throughput"] for p in sorted(out.glob(f"sweep-{size}-*.json"))}
-base = rows.get(f"sweep-{size}-j1-off", {}).get("updates_per_s")  # the eager jobs-1 cells
+base = rows.get(f"sweep-{size}-j1-off{tag}", {}).get("updates_per_s")  # this tag's jobs-1 cells
 for name, t in rows.items():
     ratio = f"{t['updates_per_s'] / base:.2f}x" if base else "-"
     print(f"{name}: {t['updates']} arm-updates in {t['wall_s']:.0f} s = {t['updates_per_s']:.1f}/s ({ratio} jobs 1)")
