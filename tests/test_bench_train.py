@@ -106,3 +106,21 @@ def test_the_page_labels_an_eager_plain_loop_beside_a_graphed_engine() -> None:
     page = render_bench_train_page(json.loads((root / "bt-12m-fp32-eager.json").read_text()))
     assert "engine (graphed)" in page and "<td>plain</td>" in page
     assert "plain (graphed)" not in page and "engine (eager)" not in page
+
+
+def test_a_graph_still_to_come_after_the_warmup_is_refused_not_timed() -> None:
+    from types import SimpleNamespace as NS
+
+    from andrea_diag.bench.train import _check_captured
+    from andrea_diag.errors import UserError
+
+    def engine(group: object, step: object, probe: object, graphed: bool = True) -> NS:
+        probes = [NS(graphs=NS(graph=probe))]
+        return NS(cfg=NS(cuda_graph=graphed), groups=NS(graph=group),
+                  steps=NS(graph=step, graphed=True), probes=NS(probes=probes))  # fmt: skip
+
+    _check_captured([engine(1, 1, 1), engine(None, None, None, graphed=False)], 15)
+    with pytest.raises(UserError, match="after --warmup 15 updates the optimizer step graph"):
+        _check_captured([engine(1, None, 1)], 15)  # v2's lr warm-up: the step comes later
+    with pytest.raises(UserError, match="the group, optimizer-state probe graph is not"):
+        _check_captured([engine(None, 1, None)], 15)

@@ -27,7 +27,8 @@ from andrea_diag.train.components import Precision, Reducer, accumulate_with
 from andrea_diag.train.graphed import WARMUP_UPDATES, GroupRunner, check_graphable
 from andrea_diag.train.rows import overflow_last
 
-COLUMNS = ("loss", "grad_norm", "grad_norm_post", "m_norm", "v_norm", "update_rms")
+COLUMNS = ("loss", "grad_norm", "grad_norm_post", "m_norm", "v_norm", "update_rms",
+           "cos_update_grad")  # fmt: skip  # Δθ·g: the CUDA-only flat product, graphed
 
 
 def _tiny() -> tuple[torch.nn.Module, list[torch.nn.Parameter], torch.Tensor]:

@@ -9,6 +9,7 @@ with the eager fused step bit for bit.
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import pytest
@@ -22,13 +23,24 @@ from andrea_diag.train.graphed_step import StepRunner, graphable_optimizer
 
 
 class StandInStepGraph:
-    """A capture that records nothing; each replay runs the optimizer's eager step."""
+    """A capture that records nothing; each replay runs the optimizer's eager step, and first
+    checks that it reads what a real graph would: the captured gradient and state tensors, and
+    the captured lr (a real replay cannot see a new tensor or a new lr)."""
 
     def __init__(self, optimizer: torch.optim.Optimizer) -> None:
         self.optimizer, self.replays = optimizer, 0
+        self.seen = self._reads()
+
+    def _reads(self) -> tuple[list, list, list]:
+        params = [p for g in self.optimizer.param_groups for p in g["params"]]
+        state = [self.optimizer.state[p].get(k) for p in params for k in ("exp_avg", "step")]
+        return [p.grad for p in params], state, [g["lr"] for g in self.optimizer.param_groups]
 
     def replay(self) -> None:
         self.replays += 1
+        grads, state, lrs = self._reads()
+        assert all(a is b for a, b in zip(grads + state, self.seen[0] + self.seen[1], strict=True))
+        assert lrs == self.seen[2]
         self.optimizer.step()
 
 
@@ -135,7 +147,7 @@ def test_a_changing_lr_steps_eagerly_and_a_settled_one_is_captured_again(
         _grads(ps, warm + 1 + i)
         runner.step(True)
     assert runner.counts == {"eager": warm + 1, "replayed": 3, "captured": 2}
-    assert runner.key is not None and runner.key[1][0][0] == 5e-3  # the new graph's lr
+    assert runner.key is not None and runner.key.extra[0][0] == 5e-3  # the new graph's lr
 
 
 def test_gradients_moved_to_new_tensors_step_eagerly_until_they_hold(
@@ -154,6 +166,24 @@ def test_gradients_moved_to_new_tensors_step_eagerly_until_they_hold(
     assert runner.counts["eager"] == WARMUP_UPDATES + 1 and len(stand_in) == 1
     runner.step(True)
     assert runner.counts["captured"] == 2 and len(stand_in) == 2
+
+
+def test_a_loaded_optimizer_state_steps_eagerly_then_is_captured_again(
+    stand_in: list[StandInStepGraph],
+) -> None:
+    cpu = torch.device("cpu")
+    ps = _params()
+    opt = _adam(ps)
+    runner = StepRunner(opt, make_precision("fp32", cpu), ps, graphed=True)
+    for i in range(WARMUP_UPDATES + 2):
+        _grads(ps, i)
+        runner.step(True)
+    assert runner.counts["captured"] == 1
+    opt.load_state_dict(copy.deepcopy(opt.state_dict()))  # a resume: the values, new tensors
+    for i in range(2):
+        _grads(ps, 10 + i)
+        runner.step(True)  # the stand-in's replay would fail on the old tensors
+    assert runner.counts == {"eager": WARMUP_UPDATES + 1, "replayed": 3, "captured": 2}
 
 
 def test_a_step_that_cannot_be_captured_is_one_user_error(
@@ -181,13 +211,16 @@ def test_a_replayed_step_is_the_eager_fused_step_bit_for_bit(cls: type) -> None:
     opt = _adam(ps, cls, weight_decay=0.1)
     runner = StepRunner(opt, make_precision("fp32", cuda), ps, graphed=True)
     ref = _adam(twin, cls, weight_decay=0.1)
-    for i in range(WARMUP_UPDATES + 6):
+    for i in range(WARMUP_UPDATES + 9):
+        if i == WARMUP_UPDATES + 4:  # a new lr: eager once, then captured again
+            for o in (opt, ref):
+                o.param_groups[0]["lr"] = 3e-3
         _grads(ps, i)
         _grads(twin, i)
         runner.step(True)
         ref.step()
     torch.cuda.synchronize()
-    assert runner.counts["replayed"] == 6 and runner.counts["captured"] == 1
+    assert runner.counts["replayed"] == 8 and runner.counts["captured"] == 2
     assert all(torch.equal(p, q) for p, q in zip(ps, twin, strict=True))
     assert all(not g["capturable"] for g in opt.param_groups)  # the flag put back
     assert torch.equal(opt.state[ps[0]]["step"], ref.state[twin[0]]["step"])

@@ -20,8 +20,10 @@ from graph_stand_ins import stand_in_graphs
 
 from andrea_diag.bench.train import _engine
 from andrea_diag.config import ProbeConfig, RunConfig
+from andrea_diag.errors import UserError
 from andrea_diag.probes import OptStateProbe, optstate_graph
-from andrea_diag.probes.optstate_graph import WARM, ScalarGraph, tensor_key
+from andrea_diag.probes.optstate_graph import WARM, ScalarGraph
+from andrea_diag.tensor_keys import TensorKey
 from andrea_diag.train import graphed
 
 
@@ -60,13 +62,40 @@ def test_a_key_seen_twice_past_the_warmup_is_captured_and_its_outputs_are_copies
         counter.add_(1)  # in place, as the probe's Δθ subtraction is
         return counter * 2, {"x": slice(0, 3)}
 
-    runner, key = ScalarGraph(), tensor_key([counter], None)
+    runner, key = ScalarGraph(), TensorKey([counter], None)
     got = [runner.run(key, compute)[0] for _ in range(WARM + 3)]
     assert [float(g[0]) for g in got] == [2.0 * (i + 1) for i in range(WARM + 3)]
     assert runner.counts == {"eager": WARM, "replayed": 3, "captured": 1}
     assert len(scalar_graphs) == 1
-    runner.run(tensor_key([counter.clone()], None), compute)  # other tensors: eager again
+    runner.run(TensorKey([counter.clone()], None), compute)  # other tensors: eager again
     assert runner.counts["eager"] == WARM + 1 and len(scalar_graphs) == 1
+
+
+def test_a_key_over_a_freed_tensor_never_matches_the_tensor_that_reuses_its_id() -> None:
+    grads = [torch.zeros(4), None]
+    key = TensorKey(grads, extra=("lr", 1e-3))
+    assert key == TensorKey(grads, extra=("lr", 1e-3))
+    assert key != TensorKey(grads, extra=("lr", 2e-3))
+    assert key != TensorKey([torch.zeros(4), None], extra=("lr", 1e-3))  # equal values: no
+    old_id = id(grads[0])
+    grads[0] = None  # freed: CPython may hand its id to the next tensor
+    fresh = [torch.zeros(4) for _ in range(64)]
+    reused = [t for t in fresh if id(t) == old_id]
+    assert all(key != TensorKey([t, None], extra=("lr", 1e-3)) for t in reused + fresh)
+
+
+def test_a_computation_torch_cannot_capture_is_one_user_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def refuse(compute: Any) -> Any:
+        raise RuntimeError("operation not permitted when stream is capturing\nmore")
+
+    monkeypatch.setattr(optstate_graph, "capture", refuse)
+    runner, x = ScalarGraph(), torch.zeros(2)
+    for _ in range(WARM):
+        runner.run(TensorKey([x]), lambda: (x.clone(), {}))
+    with pytest.raises(UserError, match=r"probe's arithmetic cannot be captured .*\(operation"):
+        runner.run(TensorKey([x]), lambda: (x.clone(), {}))
 
 
 def _rows(tmp_path: Path, cuda_graph: bool, mp: pytest.MonkeyPatch) -> tuple[list[dict], Any]:

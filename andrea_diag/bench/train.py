@@ -195,6 +195,7 @@ def bench_train(
         for u in range(1, warmup + 1):
             for step in arms.values():
                 step(u)
+        _check_captured(engines, warmup)
         engine.probes.time_hooks(device)
         times: dict[str, list[float]] = {arm: [] for arm in arms}
         done = 0
@@ -238,6 +239,28 @@ def _check_args(
         if warmup < CAPTURED_BY:  # the captures are warm-up work, never a timed update
             raise UserError(f"--cuda-graph needs --warmup {CAPTURED_BY} or more, got {warmup}",
                             hint=f"the graphs are captured by update {CAPTURED_BY}")  # fmt: skip
+
+
+def _check_captured(engines: list[Any], warmup: int) -> None:
+    """A :class:`UserError` where a graphed engine's graph is still to come after the warm-up:
+    its capture (and the eager updates before it) would be timed. The lr warm-up of ``v2`` and
+    ``--update-stats-every N`` move the step's and the probe's captures later."""
+    for e in engines:
+        if not e.cfg.cuda_graph:
+            continue
+        scalars = [p.graphs for p in e.probes.probes if getattr(p, "graphs", None) is not None]
+        missing = [name for name, ready in (
+            ("group", e.groups.graph is not None),
+            ("optimizer step", e.steps.graph is not None or not e.steps.graphed),
+            ("optimizer-state probe", all(g.graph is not None for g in scalars)),
+        ) if not ready]  # fmt: skip
+        if missing:
+            raise UserError(
+                f"--cuda-graph: after --warmup {warmup} updates the {', '.join(missing)} "
+                "graph is not captured yet, so the timed updates would include its capture",
+                hint="pass a longer --warmup (the v2 recipe's lr warm-up and "
+                "--update-stats-every N capture later)",
+            )
 
 
 def _arms(

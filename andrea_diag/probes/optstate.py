@@ -47,7 +47,7 @@ import torch
 from andrea_diag import metrics
 from andrea_diag.probes.base import UpdateContext
 from andrea_diag.probes.layers import GroupIndex, group_index_for
-from andrea_diag.probes.optstate_graph import ScalarGraph, tensor_key
+from andrea_diag.probes.optstate_graph import ScalarGraph
 from andrea_diag.probes.optstate_reads import (
     Pending,
     Scalars,
@@ -63,6 +63,7 @@ from andrea_diag.probes.shadow import (
     shadow_columns,
     spike_shares,
 )
+from andrea_diag.tensor_keys import TensorKey
 
 RECOVERY_SHARE = 0.1
 
@@ -246,7 +247,7 @@ class OptStateProbe:
                 assert flat is not None  # m and v: never empty
                 return flat, s.slots
 
-            out.adopt(*self.graphs.run(tensor_key(ms, vs, params, g_eff, snap), compute))
+            out.adopt(*self.graphs.run(TensorKey(ms, vs, params, g_eff, snap), compute))
         else:
             self._moments_and_update(out, ms, vs, params, g_eff, snap)
         if snap is not None:

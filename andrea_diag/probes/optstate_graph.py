@@ -1,7 +1,7 @@
 """The optimizer-state probe's per-update device arithmetic as one CUDA graph (``--cuda-graph``).
 
     graphs = ScalarGraph()
-    flat, slots = graphs.run(key, compute)   # compute() -> (flat float64 vector, slots)
+    flat, slots = graphs.run(TensorKey(ms, vs, ...), compute)   # compute() -> (vector, slots)
 
 Why: at every update the probe launches ``‖m‖``, ``‖v‖`` per tensor, ``Δθ = θ_prev - θ``, its
 norms and ``Δθ·g``: about ten multi-tensor ops over every parameter, 1.3 ms of host time an
@@ -11,9 +11,10 @@ microseconds of GPU work. Replayed, they are one call and one copy of the result
 - **The same ops, the same numbers:** the graph records the eager path's own calls; a replay
   writes the same values into the same static vector, which is copied out (the probe keeps each
   update's vector until the flush).
-- **Key:** the tensors it reads by identity (moments, parameters, snapshot, gradients). Only a
-  key seen twice in a row past :data:`WARM` eager calls is captured; a replay runs only on the
-  captured key, and anything else runs eagerly. The accumulation group's capture moves the
+- **Key:** the tensors it reads (moments, parameters, snapshot, gradients), held weakly
+  (:class:`~andrea_diag.tensor_keys.TensorKey`: a freed tensor's reused id never matches). Only
+  a key seen on two calls in a row, past :data:`WARM` eager calls, is captured; a replay runs
+  only on the captured key, and anything else runs eagerly. The accumulation group's capture moves the
   gradients, and a resume or a first step makes new moments: both change the key.
 - Only the common update is graphed (the probe decides): moments present, update statistics on
   their schedule, no spike (a spike's extra norms and host reads stay eager).
@@ -22,9 +23,11 @@ microseconds of GPU work. Replayed, they are one call and one copy of the result
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import torch
+
+from andrea_diag.errors import UserError
+from andrea_diag.tensor_keys import TensorKey
 
 WARM = 2  # eager calls before a capture: the allocator and the kernels' first-use set-up
 Result = tuple[torch.Tensor, dict[str, slice]]
@@ -38,30 +41,32 @@ def capture(compute: Callable[[], Result]) -> tuple[torch.cuda.CUDAGraph, Result
     return graph, out
 
 
-def tensor_key(*groups: list[torch.Tensor] | None) -> tuple[Any, ...]:
-    """The identity of every tensor a graph reads (None for an absent group)."""
-    return tuple(None if g is None else tuple(map(id, g)) for g in groups)
-
-
 class ScalarGraph:
     """Runs one probe computation eagerly, or through a CUDA graph captured for its key."""
 
     def __init__(self) -> None:
         self.graph: torch.cuda.CUDAGraph | None = None
-        self.key: tuple[Any, ...] | None = None
+        self.key: TensorKey | None = None
         self.out: Result | None = None
-        self._last: tuple[Any, ...] | None = None
+        self._last: TensorKey | None = None  # the previous call's key
         self.counts = {"eager": 0, "replayed": 0, "captured": 0}
 
-    def run(self, key: tuple[Any, ...], compute: Callable[[], Result]) -> Result:
+    def run(self, key: TensorKey, compute: Callable[[], Result]) -> Result:
         """``compute()``'s vector (a copy the next call does not overwrite) and its slots."""
+        last, self._last = self._last, key
         if self.graph is None or key != self.key:
-            if key != self._last or self.counts["eager"] < WARM:
-                self._last = key
+            if key != last or self.counts["eager"] < WARM:
                 self.counts["eager"] += 1
                 return compute()
             self.graph = None  # a new key: the old graph (and its pool) goes
-            self.graph, self.out = capture(compute)
+            try:
+                self.graph, self.out = capture(compute)
+            except RuntimeError as e:  # torch refused to capture these ops
+                raise UserError(
+                    "--cuda-graph: the optimizer-state probe's arithmetic cannot be captured as "
+                    f"a CUDA graph ({str(e).splitlines()[0][:200]})",
+                    hint="run it with --no-cuda-graph",
+                ) from None
             self.key = key
             self.counts["captured"] += 1
         assert self.graph is not None and self.out is not None

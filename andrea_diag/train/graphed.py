@@ -5,9 +5,10 @@
 
 Why a graph: on an H200 at 16 x 256 tokens an update is host-bound. At 12m the host dispatches
 about 1,500 aten ops of forward and backward per update while the GPU is busy about 5 ms of
-it (reports/bench-train/). A replay dispatches them all in one call. Only the group is
-captured: the clipper, the probes and the optimizer still run eagerly, after it, on the
-gradients the replay wrote, so what they compute and record is unchanged.
+it (reports/bench-train/). A replay dispatches them all in one call. This module captures
+the group. The optimizer step (``graphed_step.py``) and the optimizer-state probe's arithmetic
+(``probes/optstate_graph.py``) have graphs of their own; the clipper and the other probes run
+eagerly, after the replay, on the gradients it wrote.
 
 How (PyTorch's whole-network capture, "CUDA Graphs" in its docs):
 

@@ -1,6 +1,6 @@
 """The optimizer step, eager or as a CUDA graph captured once and replayed (``--cuda-graph``).
 
-    steps = StepRunner(optimizer, precision, device, params, graphed=True)
+    steps = StepRunner(optimizer, precision, params, graphed=True)
     steps.step(applied)          # after the clip and the probes' after_clip, as before
 
 Why: torch's fused Adam is one kernel launch per dtype, but its ``step()`` walks every
@@ -11,15 +11,17 @@ microseconds. A replay is one call.
 What is captured, and when:
 
 - **Only torch's fused** ``Adam``/``AdamW`` (the trainer's optimizers on CUDA), and only where
-  the precision steps the optimizer itself: fp16's GradScaler step reads its found-inf flag on
-  the host, so fp16 (and any other optimizer) steps eagerly, as without the flag.
+  the precision steps the optimizer itself: fp16's GradScaler hands the fused kernel a new
+  found-inf tensor and loss scale each step, which a graph would bake in as they were at the
+  capture, so fp16 (and any other optimizer) steps eagerly, as without the flag.
 - **The same kernel, the same numbers.** The graph records the eager step's own fused kernel
   with its scalar arguments (lr, betas, eps, weight decay) as they are at the capture; the
   step count lives on the device and advances in the graph. So a replay computes what the eager
   step would, bit for bit. torch's tensor-lr path would let one graph follow a schedule, but it
   reads the lr as a float32 (``FusedAdamMathFunctor``), not the double the eager step passes.
-- **Key:** the gradient tensors by identity, every group's hyperparameters, and the state
-  (``load_state_dict`` replaces it). A replay runs
+- **Key:** the gradient tensors and the optimizer-state tensors, held weakly
+  (:class:`~andrea_diag.tensor_keys.TensorKey`: a freed tensor's reused id never matches), and
+  every group's hyperparameters. ``load_state_dict`` (a resume) makes new state tensors. A replay runs
   only while the key is the captured one; the first step whose key differs runs eagerly, and a
   key that holds for two steps in a row is captured again (a warm-up schedule runs eagerly
   until the lr settles, then is captured once). The gradients' identity matters because the
@@ -37,6 +39,7 @@ from typing import Any
 import torch
 
 from andrea_diag.errors import UserError
+from andrea_diag.tensor_keys import TensorKey
 from andrea_diag.train.components import Precision
 from andrea_diag.train.graphed import WARMUP_UPDATES
 
@@ -45,6 +48,7 @@ from andrea_diag.train.graphed import WARMUP_UPDATES
 CAPTURED_BY = WARMUP_UPDATES + 2
 # the hyperparameters a fused Adam kernel takes as scalars: a change is a new capture
 HYPER = ("lr", "betas", "eps", "weight_decay", "amsgrad", "maximize")
+STATE = ("exp_avg", "exp_avg_sq", "max_exp_avg_sq", "step")  # the tensors the kernel updates
 
 
 def graph_step(optimizer: torch.optim.Optimizer) -> torch.cuda.CUDAGraph:
@@ -68,7 +72,7 @@ def graph_step(optimizer: torch.optim.Optimizer) -> torch.cuda.CUDAGraph:
 def graphable_optimizer(optimizer: torch.optim.Optimizer, precision: Precision) -> bool:
     """True for torch's own fused Adam/AdamW stepped by the base precision (no loss scaler)."""
     fused = all(g.get("fused") for g in optimizer.param_groups)
-    own_step = type(precision).step is Precision.step  # fp16's scaler steps on a host flag
+    own_step = type(precision).step is Precision.step  # fp16's scaler: new tensors each step
     return type(optimizer) in (torch.optim.Adam, torch.optim.AdamW) and fused and own_step
 
 
@@ -86,14 +90,15 @@ class StepRunner:
         self.optimizer, self.precision, self.params = optimizer, precision, params
         self.graphed = graphed and graphable_optimizer(optimizer, precision)
         self.graph: torch.cuda.CUDAGraph | None = None
-        self.key: tuple[Any, ...] | None = None  # the captured key
-        self._last: tuple[Any, ...] | None = None  # the previous step's key
+        self.key: TensorKey | None = None  # the captured key
+        self._last: TensorKey | None = None  # the previous step's key
         self.counts = {"eager": 0, "replayed": 0, "captured": 0}
 
-    def _key(self) -> tuple[Any, ...]:
-        grads = tuple(id(p.grad) if p.grad is not None else None for p in self.params)
+    def _key(self) -> TensorKey:
+        state = self.optimizer.state
+        moments = [state[p].get(k) if p in state else None for p in self.params for k in STATE]
         hyper = tuple(tuple(g.get(k) for k in HYPER) for g in self.optimizer.param_groups)
-        return grads, hyper, id(self.optimizer.state)  # load_state_dict makes a new state
+        return TensorKey([p.grad for p in self.params], moments, extra=hyper)
 
     def step(self, applied: bool) -> None:
         """One optimizer step for an update (skipped, as the eager path does, if not applied)."""
@@ -112,7 +117,7 @@ class StepRunner:
             self.optimizer.step()
         self._last = key
 
-    def _capture(self, key: tuple[Any, ...]) -> None:
+    def _capture(self, key: TensorKey) -> None:
         self.graph = None  # a new key replaces the old graph (and frees its pool)
         try:
             self.graph = graph_step(self.optimizer)
