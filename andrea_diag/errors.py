@@ -16,3 +16,13 @@ class UserError(Exception):
         self.message = message
         self.hint = hint
         self.exit_code = exit_code
+
+
+def capture_refused(what: str, exc: BaseException) -> UserError:
+    """The one line for a CUDA graph torch refused to capture (``--cuda-graph``): ``what`` could
+    not be captured, the first line of torch's reason, and the way out."""
+    return UserError(
+        f"--cuda-graph: {what} cannot be captured as a CUDA graph "
+        f"({str(exc).splitlines()[0][:200]})",
+        hint="run it with --no-cuda-graph",
+    )

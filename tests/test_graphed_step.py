@@ -150,16 +150,22 @@ def test_a_changing_lr_steps_eagerly_and_a_settled_one_is_captured_again(
     assert runner.key is not None and runner.key.extra[0][0] == 5e-3  # the new graph's lr
 
 
-def test_gradients_moved_to_new_tensors_step_eagerly_until_they_hold(
-    stand_in: list[StandInStepGraph],
-) -> None:
-    cpu = torch.device("cpu")
+def _captured_runner() -> tuple[list[torch.nn.Parameter], Any, StepRunner]:
+    """Parameters, their fused Adam and a graphed runner whose step is captured (stand-ins)."""
     ps = _params()
-    runner = StepRunner(_adam(ps), make_precision("fp32", cpu), ps, graphed=True)
+    opt = _adam(ps)
+    runner = StepRunner(opt, make_precision("fp32", torch.device("cpu")), ps, graphed=True)
     for i in range(WARMUP_UPDATES + 2):
         _grads(ps, i)
         runner.step(True)
     assert runner.counts["captured"] == 1
+    return ps, opt, runner
+
+
+def test_gradients_moved_to_new_tensors_step_eagerly_until_they_hold(
+    stand_in: list[StandInStepGraph],
+) -> None:
+    ps, _, runner = _captured_runner()
     for p in ps:  # the group's own capture moves the grads into its graph's pool
         p.grad = p.grad.clone()
     runner.step(True)
@@ -171,14 +177,7 @@ def test_gradients_moved_to_new_tensors_step_eagerly_until_they_hold(
 def test_a_loaded_optimizer_state_steps_eagerly_then_is_captured_again(
     stand_in: list[StandInStepGraph],
 ) -> None:
-    cpu = torch.device("cpu")
-    ps = _params()
-    opt = _adam(ps)
-    runner = StepRunner(opt, make_precision("fp32", cpu), ps, graphed=True)
-    for i in range(WARMUP_UPDATES + 2):
-        _grads(ps, i)
-        runner.step(True)
-    assert runner.counts["captured"] == 1
+    ps, opt, runner = _captured_runner()
     opt.load_state_dict(copy.deepcopy(opt.state_dict()))  # a resume: the values, new tensors
     for i in range(2):
         _grads(ps, 10 + i)

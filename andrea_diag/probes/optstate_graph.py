@@ -26,7 +26,7 @@ from collections.abc import Callable
 
 import torch
 
-from andrea_diag.errors import UserError
+from andrea_diag.errors import capture_refused
 from andrea_diag.tensor_keys import TensorKey
 
 WARM = 2  # eager calls before a capture: the allocator and the kernels' first-use set-up
@@ -62,11 +62,7 @@ class ScalarGraph:
             try:
                 self.graph, self.out = capture(compute)
             except RuntimeError as e:  # torch refused to capture these ops
-                raise UserError(
-                    "--cuda-graph: the optimizer-state probe's arithmetic cannot be captured as "
-                    f"a CUDA graph ({str(e).splitlines()[0][:200]})",
-                    hint="run it with --no-cuda-graph",
-                ) from None
+                raise capture_refused("the optimizer-state probe's arithmetic", e) from None
             self.key = key
             self.counts["captured"] += 1
         assert self.graph is not None and self.out is not None

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 
-from andrea_diag.errors import UserError
+from andrea_diag.errors import UserError, capture_refused
 from andrea_diag.train.accumulation import GroupResult
 from andrea_diag.train.components import Precision, Reducer, accumulate_with
 from andrea_diag.train.rows import to_device
@@ -184,11 +184,7 @@ class GroupRunner:
                 lambda t: self._group(t, key[1], None), self.static_tokens
             )
         except RuntimeError as e:  # a host read, a dynamic shape, ...: not capturable
-            raise UserError(
-                "--cuda-graph: this model's forward and backward cannot be captured as a CUDA "
-                f"graph ({str(e).splitlines()[0][:200]})",
-                hint="run it with --no-cuda-graph",
-            ) from None
+            raise capture_refused("this model's forward and backward", e) from None
         self.graph, self.key = graph, key
         self.grads = [p.grad for p in self.params]
         return self._replay()  # this update's numbers

@@ -38,7 +38,7 @@ from typing import Any
 
 import torch
 
-from andrea_diag.errors import UserError
+from andrea_diag.errors import capture_refused
 from andrea_diag.tensor_keys import TensorKey
 from andrea_diag.train.components import Precision
 from andrea_diag.train.graphed import WARMUP_UPDATES
@@ -122,11 +122,7 @@ class StepRunner:
         try:
             self.graph = graph_step(self.optimizer)
         except RuntimeError as e:  # torch refused to capture this optimizer
-            raise UserError(
-                "--cuda-graph: this optimizer's step cannot be captured as a CUDA graph "
-                f"({str(e).splitlines()[0][:200]})",
-                hint="run it with --no-cuda-graph",
-            ) from None
+            raise capture_refused("this optimizer's step", e) from None
         self.key = key
         self.counts["captured"] += 1
         self._replay()  # this update's step
