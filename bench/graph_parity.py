@@ -26,9 +26,11 @@ from andrea_diag.config import RunConfig
 
 def _rows(cfg: RunConfig, run_dir: Path, updates: int) -> tuple[list[dict[str, Any]], dict]:
     engine, _ = _engine(cfg, run_dir)
-    rows = [engine.train_update(u) for u in range(1, updates + 1)]
+    # as a run steps (train/pipeline.py): graphed, an update's host part follows the next group
+    rows = [r for u in range(1, updates + 1) for r in engine.pipeline.advance(u)]
+    rows += engine.pipeline.drain()
+    counts = dict(engine.groups.counts) | {"pipelined": engine.pipeline.counts["pipelined"]}
     engine.recorder.flush()  # the probes' device columns join the rows
-    counts = dict(engine.groups.counts)
     engine.recorder.close()
     engine.recorder.release()
     return rows, counts

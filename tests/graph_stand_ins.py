@@ -1,5 +1,6 @@
 """Stand-in CUDA graphs for the CPU: a capture that runs the step once, a replay that re-runs
-it into the captured tensors (tests/test_graphed.py, tests/test_optstate_graph.py)."""
+it into the captured tensors (tests/test_graphed.py, tests/test_optstate_graph.py), and an
+optimizer step whose replay runs the eager step (tests/test_graphed_step.py, test_pipeline.py)."""
 
 from __future__ import annotations
 
@@ -46,3 +47,25 @@ def stand_in_graphs(mp: pytest.MonkeyPatch, params: list) -> dict[str, StandInGr
 
     mp.setattr(graphed, "graph_forward_backward", capture)
     return holder
+
+
+class StandInStepGraph:
+    """A capture that records nothing; each replay runs the optimizer's eager step, and first
+    checks that it reads what a real graph would: the captured gradient and state tensors, and
+    the captured lr (a real replay cannot see a new tensor or a new lr)."""
+
+    def __init__(self, optimizer: torch.optim.Optimizer) -> None:
+        self.optimizer, self.replays = optimizer, 0
+        self.seen = self._reads()
+
+    def _reads(self) -> tuple[list, list, list]:
+        params = [p for g in self.optimizer.param_groups for p in g["params"]]
+        state = [self.optimizer.state[p].get(k) for p in params for k in ("exp_avg", "step")]
+        return [p.grad for p in params], state, [g["lr"] for g in self.optimizer.param_groups]
+
+    def replay(self) -> None:
+        self.replays += 1
+        grads, state, lrs = self._reads()
+        assert all(a is b for a, b in zip(grads + state, self.seen[0] + self.seen[1], strict=True))
+        assert lrs == self.seen[2]
+        self.optimizer.step()

@@ -14,34 +14,13 @@ from typing import Any
 
 import pytest
 import torch
+from graph_stand_ins import StandInStepGraph
 
 from andrea_diag.errors import UserError
 from andrea_diag.train import graphed_step
 from andrea_diag.train.components import make_precision
 from andrea_diag.train.graphed import WARMUP_UPDATES
 from andrea_diag.train.graphed_step import StepRunner, graphable_optimizer
-
-
-class StandInStepGraph:
-    """A capture that records nothing; each replay runs the optimizer's eager step, and first
-    checks that it reads what a real graph would: the captured gradient and state tensors, and
-    the captured lr (a real replay cannot see a new tensor or a new lr)."""
-
-    def __init__(self, optimizer: torch.optim.Optimizer) -> None:
-        self.optimizer, self.replays = optimizer, 0
-        self.seen = self._reads()
-
-    def _reads(self) -> tuple[list, list, list]:
-        params = [p for g in self.optimizer.param_groups for p in g["params"]]
-        state = [self.optimizer.state[p].get(k) for p in params for k in ("exp_avg", "step")]
-        return [p.grad for p in params], state, [g["lr"] for g in self.optimizer.param_groups]
-
-    def replay(self) -> None:
-        self.replays += 1
-        grads, state, lrs = self._reads()
-        assert all(a is b for a, b in zip(grads + state, self.seen[0] + self.seen[1], strict=True))
-        assert lrs == self.seen[2]
-        self.optimizer.step()
 
 
 def _params(device: str = "cpu", seed: int = 0) -> list[torch.nn.Parameter]:
@@ -147,7 +126,7 @@ def test_a_changing_lr_steps_eagerly_and_a_settled_one_is_captured_again(
         _grads(ps, warm + 1 + i)
         runner.step(True)
     assert runner.counts == {"eager": warm + 1, "replayed": 3, "captured": 2}
-    assert runner.key is not None and runner.key.extra[0][0] == 5e-3  # the new graph's lr
+    assert runner.key is not None and runner.key.extra[0][0][0] == 5e-3  # the new graph's lr
 
 
 def _captured_runner() -> tuple[list[torch.nn.Parameter], Any, StepRunner]:
@@ -183,6 +162,30 @@ def test_a_loaded_optimizer_state_steps_eagerly_then_is_captured_again(
         _grads(ps, 10 + i)
         runner.step(True)  # the stand-in's replay would fail on the old tensors
     assert runner.counts == {"eager": WARMUP_UPDATES + 1, "replayed": 3, "captured": 2}
+
+
+def test_a_device_skipped_step_is_the_skip_and_an_unskipped_one_the_plain_step(
+    stand_in: list[StandInStepGraph],
+) -> None:
+    ps, opt, runner = _captured_runner()
+    twin = _params()
+    twin_opt = _adam(twin)
+    twin_opt.load_state_dict(copy.deepcopy(opt.state_dict()))  # the same state, its own tensors
+    for p, q in zip(ps, twin, strict=True):
+        q.data.copy_(p.data)
+    skip = [0.0, 1.0, 0.0, 0.0, 1.0, 0.0]
+    for i, flag in enumerate(skip):
+        _grads(ps, 20 + i)
+        _grads(twin, 20 + i)
+        runner.step_unless(torch.tensor(flag))
+        if not flag:  # the reference: the host's decision, one plain fused step
+            twin_opt.step()
+        assert all(torch.equal(p, q) for p, q in zip(ps, twin, strict=True)), i
+        steps = [opt.state[p]["step"] for p in ps] + [twin_opt.state[q]["step"] for q in twin]
+        assert len({float(s) for s in steps}) == 1, i  # a skip puts the step count back
+    assert not hasattr(opt, "found_inf")  # only during the step: an eager step reads none
+    # the device-skipping step is a graph of its own: captured again once its key held
+    assert runner.counts["captured"] == 2 and runner.counts["replayed"] > 1
 
 
 def test_a_step_that_cannot_be_captured_is_one_user_error(

@@ -192,9 +192,15 @@ def bench_train(
         engines, arms = _arms(cfg, device, Path(tmp), total, plain)
         engine = engines[0]
         say(f"warm-up: {warmup} updates each")
+        # an engine's updates may be pipelined (train/pipeline.py): a block ends with its last
+        # update finished, so its host part is timed inside the block
+        names = ("engine", "engine_eager")[: len(engines)]
+        drains = {arm: e.pipeline.drain for arm, e in zip(names, engines, strict=True)}
         for u in range(1, warmup + 1):
             for step in arms.values():
                 step(u)
+        for drain in drains.values():
+            drain()
         _check_captured(engines, warmup)
         engine.probes.time_hooks(device)
         times: dict[str, list[float]] = {arm: [] for arm in arms}
@@ -206,6 +212,8 @@ def bench_train(
                 t0 = time.perf_counter()
                 for u in range(warmup + done + 1, warmup + done + k + 1):
                     step(u)
+                if arm in drains:
+                    drains[arm]()
                 _sync(device)
                 times[arm].append((time.perf_counter() - t0) * 1e3)
             done += k
@@ -217,6 +225,7 @@ def bench_train(
             e.recorder.release()
     result = _result(cfg, device, times, probe_ms, updates, warmup, block)
     result["meta"]["plain_graphed"] = cfg.cuda_graph and plain != "eager"
+    result["meta"]["engine_pipeline"] = engine.pipeline.describe()  # {} without --cuda-graph
     result["once_per_run"] = once
     return result
 
@@ -272,7 +281,7 @@ def _arms(
     engine, batch_tokens = _engine(cfg, tmp / "engine")
     tokens = [batch_tokens(u) for u in range(1, total + 1)]  # drawn once, shared
     engines = [engine]
-    arms: dict[str, Callable[[int], Any]] = {"engine": engine.train_update}
+    arms: dict[str, Callable[[int], Any]] = {"engine": engine.pipeline.advance}
     plains = {"plain": cfg.cuda_graph and plain != "eager"}
     plains |= {"plain_eager": False} if plain == "all" else {}
     for name, graphed in plains.items():
@@ -281,7 +290,7 @@ def _arms(
     if plain == "all":
         eager, _ = _engine(dataclasses.replace(cfg, cuda_graph=False), tmp / "engine_eager")
         engines.append(eager)
-        arms["engine_eager"] = eager.train_update
+        arms["engine_eager"] = eager.pipeline.advance
     return engines, arms
 
 

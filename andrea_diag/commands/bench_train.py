@@ -124,6 +124,10 @@ def _print_result(console: Console, result: dict) -> None:
                       f"graphed engine at {result['speed_vs_plain_eager']:.2f}x its speed, eager "
                       f"engine ({result['engine_eager']['ms_per_update']:.2f} ms/update) at "
                       f"{result['eager_speed_vs_plain_eager']:.2f}x")  # fmt: skip
+    pipe = result["meta"].get("engine_pipeline") or {}
+    if pipe:  # --cuda-graph: the engine's host part overlapping the next group, or why not
+        console.print("engine pipelined: " + ("yes" if pipe["pipelined"] else
+                                              f"no ({pipe['pipeline_refused']})"))  # fmt: skip
     for row in result["probes"]:
         console.print(f"  probe {row['probe']:<12} {row['ms_per_update']:.3f} ms/update "
                       f"({100 * row['share_of_engine']:.1f}%)")  # fmt: skip

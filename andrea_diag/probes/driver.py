@@ -178,6 +178,21 @@ class ProbeDriver:
         if not self.defer:
             self.resolve()
 
+    def launch(self, hook: str, ctx: UpdateContext) -> None:
+        """The pipelined update's device work (``train/pipeline.py``): ``launch_<hook>`` of each
+        probe that has one, before the update's values are read; isolated like a hook."""
+        self._run("launch_" + hook, ctx)
+
+    def pipeline_refusal(self) -> str | None:
+        """Why these probes cannot run pipelined (None: they can). A probe can when its hooks
+        need no gradient once the update's values are known (``pipeline_safe``, True or a
+        reason): its device work on the gradients runs in ``launch_<hook>``."""
+        for probe in self.probes:
+            safe = getattr(probe, "pipeline_safe", f"{probe_name(probe)} does not say it can")
+            if safe is not True:
+                return str(safe)
+        return None
+
     def resolve(self) -> None:
         """Finish every probe's deferred device reads (one host sync per probe that has any)."""
         for probe in self.probes:
@@ -192,7 +207,7 @@ class ProbeDriver:
         row = ctx.row  # the caller's row; each probe sees it through its own guard
         try:
             for probe in self.probes:
-                if id(probe) in self._failed:
+                if id(probe) in self._failed or not hasattr(probe, hook):  # launch_: optional
                     continue
                 start = self._mark() if self._marks is not None else None
                 ctx.row = GuardedRow(row, self._columns[id(probe)])

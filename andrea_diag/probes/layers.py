@@ -83,6 +83,7 @@ class LayerGradNormProbe(ProbeState):
 
     name = "layers"
     columns: ClassVar[tuple[metrics.Column, ...]] = (metrics.LAYER_GN,)
+    pipeline_safe = True  # host values and the clip pass's norms only (train/pipeline.py)
     # rebuilt; set by the driver; passed in; resolved before any state is taken
     transient = ("_groups", "defer_reads", "groups", "_queue")
 

@@ -115,6 +115,8 @@ class LockInProbe(ProbeState):
     )  # fmt: skip
     summary_key = "lockin"
     transient = ("model", "tokenizer", "recorder")  # the run's own, passed in again
+    # samples the weights of its own update: the pipelined loop steps again only after it
+    pipeline_safe = True
 
     def __init__(
         self,

@@ -37,7 +37,7 @@ Exactness assumes every parameter of a group receives a gradient at every applie
 
 from __future__ import annotations
 
-import math
+import dataclasses
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
@@ -46,22 +46,22 @@ import torch
 
 from andrea_diag import metrics
 from andrea_diag.probes.base import UpdateContext
-from andrea_diag.probes.layers import GroupIndex, group_index_for
+from andrea_diag.probes.layers import GroupIndex
 from andrea_diag.probes.optstate_graph import ScalarGraph
 from andrea_diag.probes.optstate_reads import (
+    Launched,
     Pending,
     Scalars,
     read_queue,
     snapshot_buffers,
     update_grad_dot,
 )
+from andrea_diag.probes.optstate_rows import finish_entry
 from andrea_diag.probes.shadow import (
     GroupInfo,
     ShadowBuffers,
     SpikeTerm,
     pollution_summary,
-    shadow_columns,
-    spike_shares,
 )
 from andrea_diag.tensor_keys import TensorKey
 
@@ -119,6 +119,9 @@ class OptStateProbe:
         self._queue: list[Pending] = []
         self.defer_reads = False
         self.graphs: ScalarGraph | None = None  # --cuda-graph: build_probes sets one
+        self._launched: Launched | None = None  # the pipelined update's device part
+        self._pipelined = 0  # the update whose after_clip work was launched already
+        self._g_kept: list[torch.Tensor] | None = None  # the pipelined shadow's copy of g
 
     # -- helpers ---------------------------------------------------------------------------
     def _with_grad(self, ctx: UpdateContext) -> tuple[list[str], list[torch.Tensor]]:
@@ -170,6 +173,8 @@ class OptStateProbe:
     # -- protocol --------------------------------------------------------------------------
     def after_clip(self, ctx: UpdateContext) -> None:
         self.optimizer_name = type(ctx.optimizer).__name__
+        if self._pipelined == ctx.update:  # launch_after_clip did it, on this update's grads
+            return
         _, params = self._with_grad(ctx)
         self._rebind(ctx, params)
         # the gradient Adam will receive, captured before the step (coupled L2 needs θ_prev)
@@ -192,9 +197,42 @@ class OptStateProbe:
     @torch.no_grad()
     def after_step(self, ctx: UpdateContext) -> None:
         self.last_update = ctx.update
+        launched, self._launched = self._launched, None
+        if launched is None or launched.update != ctx.update:  # eager: both parts now
+            launched = self._device_part(ctx, bool(ctx.spike and ctx.applied))
+        if launched is not None:
+            self._host_part(ctx, launched)
+
+    @property
+    def pipeline_safe(self) -> bool | str:
+        """True when the host part needs no live gradient (the shadow's spike add reads a copy
+        the launch keeps); an off-schedule snapshot depends on the spike decision."""
+        if self.update_stats and self.update_stats_every != 1:
+            return "the optimizer-state probe's --update-stats-every N follows the spikes"
+        return True
+
+    # -- the pipelined update (train/pipeline.py): the device work before the values are read
+    def launch_after_clip(self, ctx: UpdateContext) -> None:
+        """``after_clip``'s device work, before the update is known to be applied or a spike:
+        the snapshot is taken on its schedule either way (a skipped update's Δθ is then 0,
+        which gives the eager path's columns)."""
+        self._launched = None
+        self.after_clip(dataclasses.replace(ctx, applied=True, spike=False))
+        self._pipelined = ctx.update
+
+    @torch.no_grad()
+    def launch_after_step(self, ctx: UpdateContext) -> None:
+        """``after_step``'s device work with the spike still unknown: the common update's
+        scalars, plus the two norms a spike needs and (shadow on) a copy of the gradient for
+        its add, since by the time the spike is known the next group has overwritten the
+        gradient. :meth:`after_step` does the host part later."""
+        self._launched = self._device_part(ctx, None)
+
+    def _device_part(self, ctx: UpdateContext, spike_now: bool | None) -> Launched | None:
+        """The update's device scalars (``spike_now`` None: not known yet)."""
         names, params = self._with_grad(ctx)
         if not params:
-            return
+            return None
         self._rebind(ctx, params)
         self._param_ids = [id(p) for p in params]  # the order a checkpoint names buffers by
         g_eff = self._g_eff if self._g_eff is not None else self._effective_grads(ctx, params)
@@ -203,8 +241,18 @@ class OptStateProbe:
         ms = [state[p].get("exp_avg") if p in state else None for p in params]
         vs = [state[p].get("exp_avg_sq") if p in state else None for p in params]
         self.has_moments = all(m is not None for m in ms) and all(v is not None for v in vs)
-        spike_now = bool(ctx.spike and ctx.applied)
         flat, slots = self._device_scalars(ctx, params, ms, vs, g_eff, spike_now)
+        if spike_now is None and self.shadow and self.has_moments:  # a spike's add, if one
+            if self._g_kept is None or len(self._g_kept) != len(g_eff):
+                self._g_kept = [torch.empty_like(g) for g in g_eff]
+            torch._foreach_copy_(self._g_kept, g_eff)  # the next group overwrites g_eff
+            g_eff = self._g_kept
+        return Launched(ctx.update, names, params, g_eff, flat, slots)
+
+    def _host_part(self, ctx: UpdateContext, launched: Launched) -> None:
+        """The update's bookkeeping, once its values are known: queued for :meth:`resolve`."""
+        names, params, g_eff, flat, slots = launched[1:]
+        spike_now = bool(ctx.spike and ctx.applied)
         ginfo = self._group_info(ctx.optimizer)
         reset = bool(ctx.clip is not None and ctx.clip.moments_reset) and self.has_moments
         if self.has_moments:  # the buffers change now; the spike terms' bookkeeping at resolve
@@ -233,9 +281,10 @@ class OptStateProbe:
         ms: list[torch.Tensor | None],
         vs: list[torch.Tensor | None],
         g_eff: list[torch.Tensor],
-        spike_now: bool,
+        spike_now: bool | None,
     ) -> tuple[torch.Tensor | None, dict[str, slice]]:
-        """This update's scalars as one float64 device vector (no host read), and their slots."""
+        """This update's scalars as one float64 device vector (no host read), and their slots.
+        ``spike_now`` None (the pipelined update): the common update's, and a spike's norms."""
         out = Scalars()
         snap = self._snap if self._snap_valid else None
         post = self._post_clip_norms(ctx, g_eff) if snap is not None else None
@@ -253,7 +302,7 @@ class OptStateProbe:
         if snap is not None:
             out.push("g", post if post is not None else torch._foreach_norm(g_eff))
             self._snap_valid = False
-        if spike_now and self.has_moments:
+        if spike_now is not False and self.has_moments:
             out.push("gs", torch._foreach_norm(g_eff))
             out.push("gs4", torch._foreach_norm(g_eff, 4.0))  # ‖g²‖₂ = ‖g‖₄²
         return out.flat(), out.slots
@@ -279,85 +328,15 @@ class OptStateProbe:
         queue, self._queue = self._queue, []
         at = read_queue(queue)  # host sync: one per resolve
         for e in queue:
-            self._finish(e, at.get(id(e.view)))
-
-    def _finish(self, e: Pending, view_vals: tuple[list[float], list[float]] | None) -> None:
-        """One update's host part: its columns in ``e.row``, then the spike bookkeeping."""
-        row = e.row
-
-        def get(key: str) -> list[float]:
-            return e.vals[e.slots[key]] if key in e.slots else []
-
-        if "d" in e.slots:
-            d, g = get("d"), get("g")
-            d_norm = math.sqrt(sum(x * x for x in d))
-            g_norm = math.sqrt(sum(x * x for x in g))
-            row["update_rms"] = d_norm / math.sqrt(max(e.n_elem, 1))
-            denom = d_norm * g_norm
-            row["cos_update_grad"] = get("dot")[0] / denom if denom > 0 else None
-        elif self.update_stats and not e.applied:
-            row["update_rms"] = 0.0
-            row["cos_update_grad"] = None
-        if "m" not in e.slots:  # no moments (not Adam): update columns only
-            return
-        m_pt, v_pt = get("m"), get("v")
-        m_norm = math.sqrt(sum(x * x for x in m_pt))
-        v_norm = math.sqrt(sum(x * x for x in v_pt))
-        row["m_norm"], row["v_norm"] = m_norm, v_norm
-        if self.per_layer:
-            gi = group_index_for(self._groups_idx, e.names, self.groups)
-            row.update(gi.columns("layer_m", torch.tensor(m_pt, dtype=torch.float64)))
-            row.update(gi.columns("layer_v", torch.tensor(v_pt, dtype=torch.float64)))
-        ginfo = self._ginfo or []
-        if e.reset:
-            for sp in self.spikes:
-                sp.forget(e.update)
-        if e.applied:  # every spike term decays by β (the buffers' c decayed at the update)
-            for sp in self.spikes:
-                sp.k += 1
-        if e.spike is not None:
-            params, g_eff, gids = e.spike
-            self._add_spike(e.update, ginfo, gids, params, g_eff, get("gs"), get("gs4"))
-            e.view = self._shadow.view(ginfo, self._gid_of) if self.shadow else None
-            if e.view is not None:  # host sync: the spike's own shadow norms (rare)
-                both = torch.cat([e.view.bm, e.view.bv]).tolist()
-                view_vals = (both[: e.view.bm.numel()], both[e.view.bm.numel() :])
-        spike_shares(self, e.update, e.betas, m_norm, v_norm)
-        if self.shadow:
-            shadow_columns(self, e.update, row, ginfo, m_norm, v_norm, e.view, view_vals)
-
-    # -- pollution -------------------------------------------------------------------------
-    def _add_spike(
-        self,
-        update: int,
-        ginfo: list[GroupInfo],
-        gids: list[int],
-        params: list[torch.Tensor],
-        g_eff: list[torch.Tensor],
-        gs: list[float],
-        gs4: list[float],
-    ) -> None:
-        n_groups = len(ginfo)
-        sq_g, sq_g2 = [0.0] * n_groups, [0.0] * n_groups
-        for gid, a, b in zip(gids, gs, gs4, strict=True):
-            sq_g[gid] += a * a
-            sq_g2[gid] += b**4  # ‖g²‖₂² = Σ g⁴ = ‖g‖₄⁴
-        am = [(1 - info.beta1) * math.sqrt(s) for info, s in zip(ginfo, sq_g, strict=True)]
-        av = [(1 - info.beta2) * math.sqrt(s) for info, s in zip(ginfo, sq_g2, strict=True)]
-        # the spike's term is in m_t already (k = 0 after this update's decay)
-        self.spikes.append(SpikeTerm(update, am, av))
-        self._last_spike_update = update
-        self.recovery_m_all = self.recovery_v_all = None
-        if not self.shadow or not all(math.isfinite(x) for x in gs + gs4):
-            return  # a non-finite gradient would poison the buffers for good
-        self._shadow.add(params, g_eff, gids, ginfo, self._gid_of)
+            finish_entry(self, e, at.get(id(e.view)))
 
     # -- checkpoint --------------------------------------------------------------------------
     # Buffers and group ids are keyed by id(param), which a new process does not share: the
     # state names parameters by their position in the context's parameter list instead.
     # (groups: the per-layer table, passed in again by the constructor)
     TRANSIENT = ("_groups_idx", "_snap", "_snap_flat", "_snap_valid", "_g_eff", "_gid_of",
-                 "_shadow", "_param_ids", "_queue", "defer_reads", "groups", "graphs")  # fmt: skip
+                 "_shadow", "_param_ids", "_queue", "defer_reads", "groups", "graphs",
+                 "_launched", "_pipelined", "_g_kept")  # fmt: skip
 
     def state_dict(self) -> dict[str, Any]:
         self.resolve()  # the waiting updates' bookkeeping belongs to the state

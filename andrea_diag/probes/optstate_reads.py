@@ -8,7 +8,7 @@ before, only later, so the columns are bit-identical.
 from __future__ import annotations
 
 from collections.abc import MutableMapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -74,6 +74,17 @@ class Scalars:
 
     def flat(self) -> torch.Tensor | None:
         return torch.cat(self.parts) if self.parts else None
+
+
+class Launched(NamedTuple):
+    """An update's device part, waiting for its host part (``OptStateProbe.after_step``)."""
+
+    update: int
+    names: list[str]
+    params: list[torch.Tensor]
+    g_eff: list[torch.Tensor]
+    flat: torch.Tensor | None  # the update's device scalars, one float64 vector
+    slots: dict[str, slice]
 
 
 class Pending:

@@ -100,6 +100,7 @@ class SpikeProbe(ProbeState):
         metrics.SPIKE,
     )  # fmt: skip
     writes = ("spike",)  # ctx.spike, decided in after_clip
+    pipeline_safe = True  # host values and the clip pass's norms only (train/pipeline.py)
     summary_key = "spikes"
     close_reads = ("pollution",)  # per-spike recovery for the events table
 

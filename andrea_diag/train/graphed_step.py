@@ -2,6 +2,7 @@
 
     steps = StepRunner(optimizer, precision, params, graphed=True)
     steps.step(applied)          # after the clip and the probes' after_clip, as before
+    steps.step_unless(skip)      # or: the device decides (the pipelined update, pipeline.py)
 
 Why: torch's fused Adam is one kernel launch per dtype, but its ``step()`` walks every
 parameter in Python first (``_init_group``), about 1 ms of host time an update at 12m on the
@@ -27,7 +28,8 @@ What is captured, and when:
   until the lr settles, then is captured once). The gradients' identity matters because the
   accumulation group's own capture (``graphed.py``) moves them into its graph's pool.
 - **Warm-up:** the first :data:`~andrea_diag.train.graphed.WARMUP_UPDATES` steps are eager.
-- A skipped update (``applied`` False) replays nothing, as the eager path steps nothing.
+- A skipped update (``applied`` False) replays nothing, as the eager path steps nothing;
+  :meth:`StepRunner.step_unless` leaves the skip to the device instead.
 
 ``graphed=False`` is ``precision.step(optimizer, applied)`` unchanged (tests/test_graphed_step.py).
 """
@@ -92,22 +94,43 @@ class StepRunner:
         self.graph: torch.cuda.CUDAGraph | None = None
         self.key: TensorKey | None = None  # the captured key
         self._last: TensorKey | None = None  # the previous step's key
+        self._skip: torch.Tensor | None = None  # step_unless's flag, read by its graph
         self.counts = {"eager": 0, "replayed": 0, "captured": 0}
 
-    def _key(self) -> TensorKey:
+    def _key(self, device_skip: bool) -> TensorKey:
         state = self.optimizer.state
         moments = [state[p].get(k) if p in state else None for p in self.params for k in STATE]
         hyper = tuple(tuple(g.get(k) for k in HYPER) for g in self.optimizer.param_groups)
-        return TensorKey([p.grad for p in self.params], moments, extra=hyper)
+        return TensorKey([p.grad for p in self.params], moments, extra=(hyper, device_skip))
 
     def step(self, applied: bool) -> None:
         """One optimizer step for an update (skipped, as the eager path does, if not applied)."""
         if not self.graphed:
             self.precision.step(self.optimizer, applied)
-            return
-        if not applied:
-            return
-        key = self._key()
+        elif applied:
+            self._graphed_step(device_skip=False)
+
+    def step_unless(self, skip: torch.Tensor) -> None:
+        """One step that the device itself skips where ``skip`` (0-dim float32) is 1: the
+        pipelined update (``train/pipeline.py``) steps before it reads anything, through fused
+        Adam's ``found_inf`` input (GradScaler's mechanism: the kernel returns at once and the
+        step counts are put back). Where it is 0 the kernel and its numbers are the plain
+        step's. The flag is copied into one tensor of this runner's, the one a graph reads."""
+        if self._skip is None:
+            self._skip = torch.zeros((), dtype=torch.float32, device=skip.device)
+        self._skip.copy_(skip)
+        self.optimizer.found_inf = self._skip  # type: ignore[attr-defined]
+        try:
+            if self.graphed:
+                self._graphed_step(device_skip=True)
+            else:
+                self.optimizer.step()
+        finally:
+            del self.optimizer.found_inf  # type: ignore[attr-defined]
+
+    def _graphed_step(self, device_skip: bool) -> None:
+        # a graph records whether the step reads the skip flag: a change is a new key
+        key = self._key(device_skip)
         if self.graph is not None and key == self.key:
             self._replay()
         elif self.counts["eager"] >= WARMUP_UPDATES and key == self._last:

@@ -61,9 +61,10 @@ from andrea_diag.train.distributed import DDPReducer, init_from_env
 from andrea_diag.train.evaluation import build_evaluator
 from andrea_diag.train.graphed import GroupRunner
 from andrea_diag.train.graphed_step import StepRunner
-from andrea_diag.train.measure import UpdateRead, read_group
+from andrea_diag.train.measure import UpdateRead, loop_columns, read_group
 from andrea_diag.train.optim import build_optimizer, build_scheduler
-from andrea_diag.train.rows import overflow_last, per_source_loss
+from andrea_diag.train.pipeline import Pipeline
+from andrea_diag.train.rows import overflow_last
 from andrea_diag.train.summary import oom_advice, run_sheet, summarize, unigram_entropy
 
 if TYPE_CHECKING:  # the seams' types, for readers and checkers; data is a lower layer
@@ -152,6 +153,7 @@ class Trainer:
         self.rare_ids = data.rare_token_ids()
         self.state = TrainState()
         self.checkpointer = Checkpointer(run_dir, cfg.checkpoint_every if self.dist.is_main else 0)
+        self.pipeline = Pipeline(self, wanted=cfg.cuda_graph)  # train/pipeline.py: when, why
 
     # -- one update ----------------------------------------------------------------------------
     def train_update(self, update: int) -> dict[str, Any]:
@@ -170,6 +172,13 @@ class Trainer:
         self.steps.step(ctx.applied)  # precision.step, or its graph's replay (--cuda-graph)
         self.scheduler.step()  # per update, attempted or applied: the schedule counts updates
         self.probes.after_step(ctx)
+        return self._finish_row(update, batch, injected, row, ctx, t0)
+
+    def _finish_row(
+        self, update: int, batch: Batch, injected: str | None, row: dict[str, Any],
+        ctx: UpdateContext, t0: float,
+    ) -> dict[str, Any]:  # fmt: skip
+        """The update's last host work, eager or pipelined: the mixer, evaluation, the row."""
         # 0-dim host tensors (read above): exp3 skips non-finite ones, seeded ignores them
         self.plan.observe(update, {n: row[f"loss_{n}"] for n in self.source_names})
         row |= self.evaluator.maybe_evaluate(update, self.model)
@@ -208,63 +217,42 @@ class Trainer:
         return self.groups.run(host, local_tokens, hook)  # zero grads, forward, backward
 
     def _measure(
-        self, update: int, batch: Batch, injected: str | None, group: GroupResult, clip: ClipResult
-    ) -> tuple[dict[str, Any], UpdateContext]:
-        """The update's one host read, its row's loop columns, then the probes' context (whose
-        ``row`` is that row: the probes add their own columns to it)."""
-        read = read_group(batch, group, clip, self.reducer, self.dist)  # host sync
+        self, update: int, batch: Batch, injected: str | None, group: GroupResult,
+        clip: ClipResult, read: UpdateRead | None = None, lr: float | None = None,
+    ) -> tuple[dict[str, Any], UpdateContext]:  # fmt: skip
+        """The update's one host read (``read``: the pipeline's, done), its row's loop columns,
+        then the probes' context (whose ``row`` is that row: the probes add their columns)."""
+        read = read or read_group(batch, group, clip, self.reducer, self.dist)  # host sync
         st = self.state
         st.microbatches += group.microbatches
         st.examples += read.example_loss.numel()
         st.tokens += group.tokens
         boundary = self.probes.enter_phase(batch.phase)  # the driver remembers the last phase
-        row = self._loop_columns(update, batch, read, boundary)
+        lr = self.optimizer.param_groups[0]["lr"] if lr is None else lr  # before its step
+        row = loop_columns(update, batch, read, boundary, self.source_names, lr=lr,
+                           counts=self.state.counts(), clip_ms=self.clip_timer.ms(),
+                           loss_scale=self.precision.scale())  # fmt: skip
         return row, self._context(update, batch, injected, clip, read, row, boundary)
-
-    def _loop_columns(
-        self, update: int, batch: Batch, read: UpdateRead, boundary: bool
-    ) -> dict[str, Any]:
-        """The row's columns the loop owns: host arithmetic on the values read, no launch."""
-        # host tensors: per-source losses without a launch or a copy of the indices
-        sources = per_source_loss(
-            read.example_loss, read.example_tokens, batch.source_idx.reshape(-1), self.source_names
-        )
-        norm = read.grad_norm
-        row: dict[str, Any] = {
-            "update": update,
-            **self.state.counts(),
-            "phase": batch.phase,
-            "boundary": boundary,
-            **{f"w_{k}": v for k, v in batch.weights.items()},
-            "loss": read.loss,
-            **sources,
-            "grad_norm": norm,
-            "lr": self.optimizer.param_groups[0]["lr"],
-            "grad_norm_post": read.post,
-            "clip_coef": read.post / norm if norm > 0 and math.isfinite(norm) else 1.0,
-            "clip_ms": self.clip_timer.ms(),
-            "nonfinite": read.nonfinite,
-            "skipped": read.skipped,
-        }
-        scale = self.precision.scale()
-        if scale is not None:  # the loss scale this group's backward used (fp16)
-            row["loss_scale"] = scale
-        return row
 
     def _context(
         self, update: int, batch: Batch, injected: str | None, clip: ClipResult,
-        read: UpdateRead, row: dict[str, Any], boundary: bool,
+        read: UpdateRead | None, row: dict[str, Any], boundary: bool,
     ) -> UpdateContext:  # fmt: skip
-        """What the probes see of this update: the loop's facts, the driver's boundary."""
+        """What the probes see of this update: the loop's facts, the driver's boundary.
+        ``read`` None (the pipeline's launch hooks): nothing read yet, so the host values are
+        placeholders (``row`` a scratch one) and only the device facts are real."""
         ctx = UpdateContext(
             update=update, model=self.model, optimizer=self.optimizer,
-            param_names=self.names, params=self.params, loss=read.loss,
-            example_loss=read.example_loss, example_source=batch.source_idx.reshape(-1),
-            clip=clip, recorder=self.recorder, row=row, phase=batch.phase, boundary=boundary,
-            weights=dict(batch.weights), injected=injected, applied=read.applied,
-            skipped=read.skipped,
+            param_names=self.names, params=self.params,
+            loss=read.loss if read is not None else math.nan,
+            example_loss=read.example_loss if read is not None else torch.empty(0),
+            example_source=batch.source_idx.reshape(-1), clip=clip, recorder=self.recorder,
+            row=row, phase=batch.phase, boundary=boundary, weights=dict(batch.weights),
+            injected=injected, applied=read.applied if read is not None else True,
+            skipped=read.skipped if read is not None else False,
         )  # fmt: skip
-        ctx.cache["grads_nonfinite"] = read.grads_nonfinite  # read above: no second sync
+        if read is not None:
+            ctx.cache["grads_nonfinite"] = read.grads_nonfinite  # read above: no second sync
         return ctx
 
     # -- the whole run -------------------------------------------------------------------------
@@ -273,10 +261,13 @@ class Trainer:
         t_start = time.perf_counter()
         try:
             for update in range(self.state.update + 1, self.cfg.steps + 1):
-                row = self.train_update(update)
-                if progress is not None:
-                    progress(update, row)
-                if self.checkpointer.due(update, self.cfg.steps):
+                rows = self.pipeline.advance(update)  # this update launched, the one before done
+                due = self.checkpointer.due(update, self.cfg.steps)
+                if due or update == self.cfg.steps:  # a checkpoint holds whole updates only
+                    rows += self.pipeline.drain()
+                for row in rows if progress is not None else ():
+                    progress(row["update"], row)
+                if due:
                     self.checkpointer.save(self.checkpoint_state(), update)
         except torch.OutOfMemoryError:
             self._close_crashed()
@@ -292,6 +283,8 @@ class Trainer:
         # Keep everything recorded so far: the probes' events (spikes are written at close)
         # and metrics.parquet. Neither may replace the error that stopped the run.
         partial: dict[str, Any] = {"status": "crashed"}
+        with contextlib.suppress(Exception):  # a launched update's row, where it can be read
+            self.pipeline.drain()
         with contextlib.suppress(Exception):
             partial.update(self.probes.close(self.run_dir))
         with contextlib.suppress(Exception):
@@ -315,7 +308,8 @@ class Trainer:
         )
         summary["run_sheet"]["checkpoint_bytes"] = self.checkpointer.last_bytes
         summary["run_sheet"].update(run_sheet_origins(self.cfg, self.model, self.data))
-        summary["run_sheet"].update(self.groups.describe() | self.steps.describe())  # --cuda-graph
+        graphs = self.groups.describe() | self.steps.describe() | self.pipeline.describe()
+        summary["run_sheet"].update(graphs)  # --cuda-graph
         summary.update(self.evaluator.summary(wall_s))
         summary.update(self.probes.close(self.run_dir))
         mixer = self.plan.mixer

@@ -28,20 +28,23 @@ def overflow_last(n_micro: int) -> Callable[[int, torch.Tensor], torch.Tensor]:
     return hook
 
 
-def read_scalars(*values: torch.Tensor | None) -> list[float | None]:
-    """Device scalars and vectors as Python floats, in order, in ONE copy to the host (the
-    update's host sync). A 0-dim value gives one float, a vector its elements, None stays None.
+def pack_scalars(*values: torch.Tensor | None) -> torch.Tensor | None:
+    """The values of :func:`read_scalars` as ONE flat device vector (None when all are None).
     Floats and bools are concatenated as they are: ``cat`` promotes them to the widest float
     among them, which holds every value exactly (bool, bf16, fp16 in float32), so each float
     equals ``.item()``'s, with one launch instead of a cast a value; anything else goes through
-    float64 first.
-    """
+    float64 first."""
     present = [(v.detach() if v.requires_grad else v).reshape(-1) for v in values if v is not None]
     if not all(v.is_floating_point() or v.dtype == torch.bool for v in present) or not any(
         v.is_floating_point() for v in present
     ):
         present = [v.double() for v in present]
-    flat = torch.cat(present).tolist() if present else []  # host sync
+    return torch.cat(present) if present else None
+
+
+def unpack_scalars(flat: list[float], *values: torch.Tensor | None) -> list[float | None]:
+    """``flat`` (the packed vector on the host) back in ``values``' order: a 0-dim value gives
+    one float, a vector its elements, None stays None."""
     out: list[float | None] = []
     pos = 0
     for v in values:
@@ -53,6 +56,30 @@ def read_scalars(*values: torch.Tensor | None) -> list[float | None]:
     return out
 
 
+def read_scalars(*values: torch.Tensor | None) -> list[float | None]:
+    """Device scalars and vectors as Python floats, in order, in ONE copy to the host (the
+    update's host sync): :func:`pack_scalars`, then :func:`unpack_scalars`."""
+    flat = pack_scalars(*values)
+    return unpack_scalars(flat.tolist() if flat is not None else [], *values)  # host sync
+
+
+def update_values(
+    loss: torch.Tensor, clip: ClipResult, example_loss: torch.Tensor
+) -> tuple[torch.Tensor | None, ...]:
+    """The device values of the update's one host read: loss, grad norm, non-finite flag, skip
+    flag (or None), post-clip norm, per-example losses."""
+    return loss, clip.total_norm, clip.nonfinite, clip.skip, clip.post_norm, example_loss
+
+
+def split_update(
+    host: list[float | None], example_loss: torch.Tensor
+) -> tuple[float, float, float, float | None, float, torch.Tensor]:
+    """:func:`update_values` as read: the five scalars, and the per-example losses as a host
+    tensor of their own dtype (values exact)."""
+    ex = torch.tensor(host[5:], dtype=example_loss.dtype)
+    return host[0], host[1], host[2], host[3], host[4], ex  # type: ignore[return-value]
+
+
 def read_update(
     loss: torch.Tensor, clip: ClipResult, example_loss: torch.Tensor
 ) -> tuple[float, float, float, float | None, float, torch.Tensor]:
@@ -60,11 +87,7 @@ def read_update(
     the per-example losses as a host tensor of their own dtype, values exact). The post-clip
     norm rides along, so the row's ``grad_norm_post`` and ``clip_coef`` are host arithmetic
     (float64 division either way: the same bits as on the device)."""
-    host = read_scalars(
-        loss, clip.total_norm, clip.nonfinite, clip.skip, clip.post_norm, example_loss
-    )
-    ex = torch.tensor(host[5:], dtype=example_loss.dtype)
-    return host[0], host[1], host[2], host[3], host[4], ex  # type: ignore[return-value]
+    return split_update(read_scalars(*update_values(loss, clip, example_loss)), example_loss)
 
 
 def to_device(tokens: torch.Tensor, device: torch.device) -> torch.Tensor:

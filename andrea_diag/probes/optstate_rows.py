@@ -1,0 +1,98 @@
+"""The optimizer-state probe's host part: one update's columns, then its spike bookkeeping.
+
+    finish_entry(probe, entry, view_vals)   # OptStateProbe.resolve, in update order
+
+Runs on the values one host copy brought (``optstate_reads.read_queue``): Python float math,
+the same whichever path (eager, deferred to the flush, or the pipelined update) queued the
+entry. Kept apart from ``optstate.py`` so the probe's hooks read as device work, and this as
+the arithmetic ``tests/test_golden.py`` pins.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import torch
+
+from andrea_diag.probes.layers import group_index_for
+from andrea_diag.probes.optstate_reads import Pending
+from andrea_diag.probes.shadow import GroupInfo, SpikeTerm, shadow_columns, spike_shares
+
+if TYPE_CHECKING:
+    from andrea_diag.probes.optstate import OptStateProbe
+
+
+def finish_entry(
+    probe: OptStateProbe, e: Pending, view_vals: tuple[list[float], list[float]] | None
+) -> None:
+    """One update's host part: its columns in ``e.row``, then the spike bookkeeping."""
+    row = e.row
+
+    def get(key: str) -> list[float]:
+        return e.vals[e.slots[key]] if key in e.slots else []
+
+    if "d" in e.slots:
+        d, g = get("d"), get("g")
+        d_norm = math.sqrt(sum(x * x for x in d))
+        g_norm = math.sqrt(sum(x * x for x in g))
+        row["update_rms"] = d_norm / math.sqrt(max(e.n_elem, 1))
+        denom = d_norm * g_norm
+        row["cos_update_grad"] = get("dot")[0] / denom if denom > 0 else None
+    elif probe.update_stats and not e.applied:
+        row["update_rms"] = 0.0
+        row["cos_update_grad"] = None
+    if "m" not in e.slots:  # no moments (not Adam): update columns only
+        return
+    m_pt, v_pt = get("m"), get("v")
+    m_norm = math.sqrt(sum(x * x for x in m_pt))
+    v_norm = math.sqrt(sum(x * x for x in v_pt))
+    row["m_norm"], row["v_norm"] = m_norm, v_norm
+    if probe.per_layer:
+        gi = group_index_for(probe._groups_idx, e.names, probe.groups)
+        row.update(gi.columns("layer_m", torch.tensor(m_pt, dtype=torch.float64)))
+        row.update(gi.columns("layer_v", torch.tensor(v_pt, dtype=torch.float64)))
+    ginfo = probe._ginfo or []
+    if e.reset:
+        for sp in probe.spikes:
+            sp.forget(e.update)
+    if e.applied:  # every spike term decays by β (the buffers' c decayed at the update)
+        for sp in probe.spikes:
+            sp.k += 1
+    if e.spike is not None:
+        params, g_eff, gids = e.spike
+        add_spike(probe, e.update, ginfo, gids, params, g_eff, get("gs"), get("gs4"))
+        e.view = probe._shadow.view(ginfo, probe._gid_of) if probe.shadow else None
+        if e.view is not None:  # host sync: the spike's own shadow norms (rare)
+            both = torch.cat([e.view.bm, e.view.bv]).tolist()
+            view_vals = (both[: e.view.bm.numel()], both[e.view.bm.numel() :])
+    spike_shares(probe, e.update, e.betas, m_norm, v_norm)
+    if probe.shadow:
+        shadow_columns(probe, e.update, row, ginfo, m_norm, v_norm, e.view, view_vals)
+
+
+def add_spike(
+    probe: OptStateProbe,
+    update: int,
+    ginfo: list[GroupInfo],
+    gids: list[int],
+    params: list[torch.Tensor],
+    g_eff: list[torch.Tensor],
+    gs: list[float],
+    gs4: list[float],
+) -> None:
+    """A spike's own terms in m and v (from its norms), and its shadow add (``--shadow``)."""
+    n_groups = len(ginfo)
+    sq_g, sq_g2 = [0.0] * n_groups, [0.0] * n_groups
+    for gid, a, b in zip(gids, gs, gs4, strict=True):
+        sq_g[gid] += a * a
+        sq_g2[gid] += b**4  # ‖g²‖₂² = Σ g⁴ = ‖g‖₄⁴
+    am = [(1 - info.beta1) * math.sqrt(s) for info, s in zip(ginfo, sq_g, strict=True)]
+    av = [(1 - info.beta2) * math.sqrt(s) for info, s in zip(ginfo, sq_g2, strict=True)]
+    # the spike's term is in m_t already (k = 0 after this update's decay)
+    probe.spikes.append(SpikeTerm(update, am, av))
+    probe._last_spike_update = update
+    probe.recovery_m_all = probe.recovery_v_all = None
+    if not probe.shadow or not all(math.isfinite(x) for x in gs + gs4):
+        return  # a non-finite gradient would poison the buffers for good
+    probe._shadow.add(params, g_eff, gids, ginfo, probe._gid_of)

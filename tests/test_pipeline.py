@@ -1,0 +1,177 @@
+"""The pipelined update (train/pipeline.py): an update's host part runs after the next group.
+
+On the CPU there are no graphs and no asynchrony, but the order of work is the pipeline's own:
+the next group writes its gradients into the same tensors (the group's stand-in graph) before
+the update before it is finished, and the optimizer step is skipped by the device flag
+(CPU fused Adam takes ``found_inf`` too). So a host part that read a gradient, a step that
+missed a skip, or a row finished with the wrong lr would change the rows. Against the same arm
+run eagerly, every recorded value is equal, bit for bit (``repr``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from graph_stand_ins import StandInStepGraph, stand_in_graphs
+
+from andrea_diag.bench.train import _engine
+from andrea_diag.config import ProbeConfig, RunConfig
+from andrea_diag.record import WALL_CLOCK_COLUMNS
+from andrea_diag.train import graphed, graphed_step, loop, optim
+from andrea_diag.train.graphed_step import CAPTURED_BY
+from andrea_diag.train.pipeline import Pipeline
+
+STEPS = 18
+
+
+@pytest.fixture
+def cpu_pipeline(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    """``--cuda-graph`` on the CPU: the group's and the step's stand-in graphs, and torch's
+    fused Adam (what the trainer builds on CUDA), so the pipeline is not refused."""
+    monkeypatch.setattr(graphed, "check_graphable", lambda device, world_size: None)
+    monkeypatch.setattr(graphed_step, "graph_step", StandInStepGraph)
+
+    def fused(model: torch.nn.Module, recipe: Any, lr: float, device: torch.device) -> Any:
+        return optim.build_optimizer(model, recipe, lr, torch.device("cuda"))  # fused=True
+
+    monkeypatch.setattr(loop, "build_optimizer", fused)
+    return monkeypatch
+
+
+def _cfg(**probes: Any) -> RunConfig:
+    cfg = RunConfig(
+        size="tiny",
+        device="cpu",
+        probes=ProbeConfig(lockin_every=5, spike_window=10, spike_z=1.0, **probes),
+    )
+    return dataclasses.replace(cfg.resolve(), steps=STEPS, eval_every=4, checkpoint_every=7,
+                               cuda_graph=True, inject=["outlier@14", "nonfinite@16"])  # fmt: skip
+
+
+def _arm(tmp: Path, mp: pytest.MonkeyPatch, pipelined: bool) -> tuple[list[dict], dict, Any]:
+    engine, _ = _engine(_cfg(), tmp)
+    stand_in_graphs(mp, engine.params)
+    for probe in engine.probes.probes:  # the probe's replay has its own test (optstate_graph)
+        if hasattr(probe, "graphs"):
+            probe.graphs = None
+    engine.pipeline = Pipeline(engine, wanted=pipelined)
+    rows: list[dict] = []
+    summary = engine.run(lambda update, row: rows.append(dict(row)))
+    return rows, summary, engine
+
+
+def _recorded(run_dir: Path) -> list[dict]:
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    return [{k: v for k, v in json.loads(x).items() if k not in WALL_CLOCK_COLUMNS} for x in lines]
+
+
+def test_a_pipelined_arm_records_the_eager_arms_rows_bit_for_bit(
+    tmp_path: Path, cpu_pipeline: pytest.MonkeyPatch
+) -> None:
+    _, eager_summary, e = _arm(tmp_path / "eager", cpu_pipeline, False)
+    piped, piped_summary, p = _arm(tmp_path / "piped", cpu_pipeline, True)
+    assert e.pipeline.refused == "off without --cuda-graph" and p.pipeline.refused is None
+    assert p.pipeline.counts == {"eager": CAPTURED_BY, "pipelined": STEPS - CAPTURED_BY}
+    assert [r["update"] for r in piped] == list(range(1, STEPS + 1))  # each once, in order
+    # the injected non-finite update was skipped by the device flag, as by the host's decision
+    assert piped[15]["applied"] is False and piped[15]["nonfinite"] is True
+    rec, rec_eager = _recorded(tmp_path / "piped"), _recorded(tmp_path / "eager")
+    late = rec[CAPTURED_BY:]  # the pipelined updates: each one finished after the next group
+    # spikes with finite gradients (the shadow adds their copy of g), and the non-finite one
+    assert sum(r["spike"] and r["applied"] for r in late) >= 2, "spikes finished late"
+    assert any("eval_loss" in r for r in late), "an evaluation finished late"
+    assert any("lockin/distinct_1" in r for r in late), "a lock-in sample taken late"
+    assert {"m_norm", "update_rms", "cos_update_grad", "m_spike_share"} <= set(rec[-1])
+    assert any(k.startswith("layer_gn/") for k in rec[-1])
+    assert len(rec) == STEPS and repr(rec_eager) == repr(rec)  # every value, exactly
+    for key in ("spikes", "pollution", "lockin"):
+        assert repr(eager_summary[key]) == repr(piped_summary[key]), key
+    params = [(a, b) for a, b in zip(e.params, p.params, strict=True)]
+    assert all(torch.equal(a, b) for a, b in params)
+    assert p.steps.counts["captured"] >= 1 and p.steps.counts["replayed"] > 0
+
+
+def test_the_run_sheet_says_whether_the_arm_ran_pipelined(
+    tmp_path: Path, cpu_pipeline: pytest.MonkeyPatch
+) -> None:
+    _, summary, _ = _arm(tmp_path / "piped", cpu_pipeline, True)
+    sheet = summary["run_sheet"]
+    assert sheet["pipelined"] is True and sheet["pipeline_refused"] is None
+    assert sheet["updates_pipelined"] == STEPS - CAPTURED_BY
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        ({"probes": ProbeConfig(update_stats_every=2)}, "--update-stats-every N"),
+        ({"mixer": "exp3"}, "next batch from this update's losses"),
+        ({"precision": "fp16"}, "not torch's fused Adam"),
+    ],
+)
+def test_a_trainer_the_pipeline_cannot_serve_runs_eagerly_and_says_why(
+    tmp_path: Path, cpu_pipeline: pytest.MonkeyPatch, change: dict, reason: str
+) -> None:
+    cfg = dataclasses.replace(RunConfig(size="tiny", device="cpu", **change).resolve(),
+                              steps=CAPTURED_BY + 3, eval_every=0, checkpoint_every=0,
+                              inject=[])  # fmt: skip
+    engine, _ = _engine(cfg, tmp_path / "arm")
+    pipe = Pipeline(engine, wanted=True)
+    assert pipe.refused is not None and reason in pipe.refused
+    engine.pipeline = pipe
+    rows = [r for u in range(1, cfg.steps + 1) for r in pipe.advance(u)]
+    assert [r["update"] for r in rows] == list(range(1, cfg.steps + 1))  # each one at once
+    assert pipe.pending is None and pipe.counts["pipelined"] == 0
+    engine.recorder.close()
+    engine.recorder.release()
+
+
+def test_a_crash_in_the_next_update_keeps_the_launched_updates_row(
+    tmp_path: Path, cpu_pipeline: pytest.MonkeyPatch
+) -> None:
+    engine, _ = _engine(dataclasses.replace(_cfg(), inject=[]), tmp_path / "arm")
+    stand_in_graphs(cpu_pipeline, engine.params)
+    engine.pipeline = Pipeline(engine, wanted=True)
+    crash_at = CAPTURED_BY + 3
+    accumulate = engine._accumulate
+
+    def accumulate_or_crash(batch: Any, injected: str | None) -> Any:
+        if engine.state.batch_hashes and len(engine.state.batch_hashes) == crash_at:
+            raise RuntimeError("the device fell over")
+        return accumulate(batch, injected)
+
+    engine._accumulate = accumulate_or_crash  # type: ignore[method-assign]
+    with pytest.raises(RuntimeError, match="fell over"):
+        engine.run()
+    # update crash_at - 1 was launched, not yet finished, when crash_at's group failed
+    assert [r["update"] for r in _recorded(tmp_path / "arm")] == list(range(1, crash_at))
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the device-side pipeline needs a GPU")
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_a_pipelined_cuda_arm_records_what_the_same_graphed_arm_does_unpipelined(
+    tmp_path: Path, precision: str
+) -> None:
+    recorded = {}
+    for piped in (False, True):
+        cfg = dataclasses.replace(_cfg(), device="cuda", precision=precision, checkpoint_every=0)
+        engine, _ = _engine(cfg, tmp_path / f"arm-{piped}")
+        engine.pipeline = Pipeline(engine, wanted=piped)
+        assert (engine.pipeline.refused is None) == piped
+        engine.run()
+        assert engine.pipeline.counts["pipelined"] == (STEPS - CAPTURED_BY if piped else 0)
+        recorded[piped] = _recorded(tmp_path / f"arm-{piped}")
+    worst = 0.0
+    for a, b in zip(recorded[False], recorded[True], strict=True):
+        assert set(a) == set(b) and a["applied"] == b["applied"] and a["spike"] == b["spike"]
+        for col, x in a.items():
+            if isinstance(x, float) and math.isfinite(x):
+                worst = max(worst, abs(x - b[col]) / max(abs(x), 1e-12))
+    print(f"pipelined vs not, tiny {precision}: worst relative difference {worst:.3g}")
+    assert worst <= 1e-5
