@@ -121,7 +121,14 @@ BATCH_HASH = C("batch_hash", LOOP, str, "data/batch_hash",
                "hash of this update's tokens (the same in every arm)")  # fmt: skip
 INJECTED = C("injected", LOOP, str, "data/injected",
              "'outlier' / 'nonfinite' when this update was injected, else empty")  # fmt: skip
-TIME_S = C("time_s", LOOP, float, "progress/time_s", "wall time of the whole update (s)")
+TIME_S = C(
+    "time_s",
+    LOOP,
+    float,
+    "progress/time_s",
+    "wall time of the whole update (s); pipelined (train/pipeline.py): since the "
+    "row before was finished, the updates overlapping",
+)
 UNIX_TIME_S = C(
     "unix_time_s",
     LOOP,

@@ -69,3 +69,33 @@ class StandInStepGraph:
         assert all(a is b for a, b in zip(grads + state, self.seen[0] + self.seen[1], strict=True))
         assert lrs == self.seen[2]
         self.optimizer.step()
+
+
+class StandInScalarGraph:
+    """The probe's arithmetic: computed at the capture, recomputed into its vector at a replay."""
+
+    def __init__(self, compute: Any) -> None:
+        self.compute, self.replays, self.fresh = compute, 0, True
+        self.out = compute()  # what the capture's first replay would compute, for this call
+
+    def replay(self) -> None:
+        self.replays += 1
+        if self.fresh:  # the capture's own run was this call's
+            self.fresh = False
+            return
+        flat, _ = self.compute()
+        self.out[0].copy_(flat)
+
+
+def stand_in_scalar_graphs(mp: pytest.MonkeyPatch) -> list[StandInScalarGraph]:
+    """The optimizer-state probe's captures make :class:`StandInScalarGraph` s (listed)."""
+    from andrea_diag.probes import optstate_graph
+
+    made: list[StandInScalarGraph] = []
+
+    def capture(compute: Any) -> tuple[StandInScalarGraph, Any]:
+        made.append(StandInScalarGraph(compute))
+        return made[-1], made[-1].out
+
+    mp.setattr(optstate_graph, "capture", capture)
+    return made

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 import torch
-from graph_stand_ins import stand_in_graphs
+from graph_stand_ins import StandInScalarGraph, stand_in_graphs, stand_in_scalar_graphs
 
 from andrea_diag.bench.train import _engine
 from andrea_diag.config import ProbeConfig, RunConfig
@@ -27,30 +27,9 @@ from andrea_diag.tensor_keys import TensorKey
 from andrea_diag.train import graphed
 
 
-class StandInScalarGraph:
-    def __init__(self, compute: Any) -> None:
-        self.compute, self.replays, self.fresh = compute, 0, True
-        self.out = compute()  # what the capture's first replay would compute, for this call
-
-    def replay(self) -> None:
-        self.replays += 1
-        if self.fresh:  # the capture's own run was this call's
-            self.fresh = False
-            return
-        flat, _ = self.compute()
-        self.out[0].copy_(flat)
-
-
 @pytest.fixture
 def scalar_graphs(monkeypatch: pytest.MonkeyPatch) -> list[StandInScalarGraph]:
-    made: list[StandInScalarGraph] = []
-
-    def capture(compute: Any) -> tuple[StandInScalarGraph, Any]:
-        made.append(StandInScalarGraph(compute))
-        return made[-1], made[-1].out
-
-    monkeypatch.setattr(optstate_graph, "capture", capture)
-    return made
+    return stand_in_scalar_graphs(monkeypatch)
 
 
 def test_a_key_seen_twice_past_the_warmup_is_captured_and_its_outputs_are_copies(

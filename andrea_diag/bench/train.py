@@ -7,7 +7,9 @@
 Both loops train the same model (same seed, preset, ``m``/``A``/``seq_len``, precision,
 matmul precision, clip mode and clip implementation) on the same token batches, in one process:
 
-- **engine**: :class:`~andrea_diag.train.loop.Trainer` ``train_update``, every default probe on
+- **engine**: :class:`~andrea_diag.train.loop.Trainer` updates as a run makes them
+  (``pipeline.advance``: pipelined under ``--cuda-graph``, train/pipeline.py; a block ends with
+  its last update finished), every default probe on
   (evaluation and checkpoints off: they are not per-update work; nor is the lock-in probe's
   sample, once a run by default: it is timed on its own, ``once_per_run``, with its share of
   an update over the run's own length);

@@ -3,7 +3,7 @@
 Columns every update (Adam/AdamW; other optimizers get only the update columns):
 
 - ``m_norm``, ``v_norm``: global L2 norms of ``exp_avg`` / ``exp_avg_sq``; per layer
-  ``layer_m/<layer>.<kind>``, ``layer_v/<layer>.<kind>`` (one ``_foreach_norm`` each);
+  ``layer_m/<layer>.<kind>``, ``layer_v/<layer>.<kind>`` (one multi-tensor norm for both);
 - ``update_rms``: RMS of this step's parameter change ``Δθ`` over all elements;
 - ``cos_update_grad``: cosine between the update direction ``-Δθ`` and the gradient Adam
   received (+1: a plain SGD step; ~0: Adam's history dominates); both every
@@ -49,11 +49,12 @@ from andrea_diag.probes.base import UpdateContext
 from andrea_diag.probes.layers import GroupIndex
 from andrea_diag.probes.optstate_graph import ScalarGraph
 from andrea_diag.probes.optstate_reads import (
-    Launched,
+    DevicePart,
     Pending,
     Scalars,
     read_queue,
     snapshot_buffers,
+    tensor_norms,
     update_grad_dot,
 )
 from andrea_diag.probes.optstate_rows import finish_entry
@@ -119,9 +120,9 @@ class OptStateProbe:
         self._queue: list[Pending] = []
         self.defer_reads = False
         self.graphs: ScalarGraph | None = None  # --cuda-graph: build_probes sets one
-        self._launched: Launched | None = None  # the pipelined update's device part
-        self._pipelined = 0  # the update whose after_clip work was launched already
-        self._g_kept: list[torch.Tensor] | None = None  # the pipelined shadow's copy of g
+        self._launched: DevicePart | None = None  # the pipelined update's device part
+        self._pipelined: int | None = None  # the update whose after_clip work is launched
+        self._g_kept: list[torch.Tensor] | None = None  # the pipelined update's copy of g
 
     # -- helpers ---------------------------------------------------------------------------
     def _with_grad(self, ctx: UpdateContext) -> tuple[list[str], list[torch.Tensor]]:
@@ -223,12 +224,12 @@ class OptStateProbe:
     @torch.no_grad()
     def launch_after_step(self, ctx: UpdateContext) -> None:
         """``after_step``'s device work with the spike still unknown: the common update's
-        scalars, plus the two norms a spike needs and (shadow on) a copy of the gradient for
-        its add, since by the time the spike is known the next group has overwritten the
-        gradient. :meth:`after_step` does the host part later."""
+        scalars, and a copy of the gradient, since by the time a spike is known the next group
+        has overwritten it (its norms and its shadow add read the copy).
+        :meth:`after_step` does the host part later."""
         self._launched = self._device_part(ctx, None)
 
-    def _device_part(self, ctx: UpdateContext, spike_now: bool | None) -> Launched | None:
+    def _device_part(self, ctx: UpdateContext, spike_now: bool | None) -> DevicePart | None:
         """The update's device scalars (``spike_now`` None: not known yet)."""
         names, params = self._with_grad(ctx)
         if not params:
@@ -242,17 +243,25 @@ class OptStateProbe:
         vs = [state[p].get("exp_avg_sq") if p in state else None for p in params]
         self.has_moments = all(m is not None for m in ms) and all(v is not None for v in vs)
         flat, slots = self._device_scalars(ctx, params, ms, vs, g_eff, spike_now)
-        if spike_now is None and self.shadow and self.has_moments:  # a spike's add, if one
-            if self._g_kept is None or len(self._g_kept) != len(g_eff):
+        kept = spike_now is None and self.has_moments
+        if kept:  # for a spike, if this is one: the next group overwrites g_eff
+            kept_like = [(k.shape, k.dtype) for k in self._g_kept or []]
+            if kept_like != [(g.shape, g.dtype) for g in g_eff]:
                 self._g_kept = [torch.empty_like(g) for g in g_eff]
-            torch._foreach_copy_(self._g_kept, g_eff)  # the next group overwrites g_eff
+            torch._foreach_copy_(self._g_kept, g_eff)  # one copy: cheaper than two norms
             g_eff = self._g_kept
-        return Launched(ctx.update, names, params, g_eff, flat, slots)
+        return DevicePart(ctx.update, names, params, g_eff, flat, slots, kept)
 
-    def _host_part(self, ctx: UpdateContext, launched: Launched) -> None:
+    def _host_part(self, ctx: UpdateContext, launched: DevicePart) -> None:
         """The update's bookkeeping, once its values are known: queued for :meth:`resolve`."""
-        names, params, g_eff, flat, slots = launched[1:]
+        _, names, params, g_eff, flat, slots, kept = launched
         spike_now = bool(ctx.spike and ctx.applied)
+        if spike_now and kept and self.has_moments:  # the spike's norms, from the launch's copy
+            out = Scalars()
+            out.adopt(flat, slots)
+            out.push("gs", torch._foreach_norm(g_eff))
+            out.push("gs4", torch._foreach_norm(g_eff, 4.0))
+            flat, slots = out.flat(), out.slots
         ginfo = self._group_info(ctx.optimizer)
         reset = bool(ctx.clip is not None and ctx.clip.moments_reset) and self.has_moments
         if self.has_moments:  # the buffers change now; the spike terms' bookkeeping at resolve
@@ -284,7 +293,7 @@ class OptStateProbe:
         spike_now: bool | None,
     ) -> tuple[torch.Tensor | None, dict[str, slice]]:
         """This update's scalars as one float64 device vector (no host read), and their slots.
-        ``spike_now`` None (the pipelined update): the common update's, and a spike's norms."""
+        ``spike_now`` None (the pipelined update): the common update's."""
         out = Scalars()
         snap = self._snap if self._snap_valid else None
         post = self._post_clip_norms(ctx, g_eff) if snap is not None else None
@@ -302,7 +311,7 @@ class OptStateProbe:
         if snap is not None:
             out.push("g", post if post is not None else torch._foreach_norm(g_eff))
             self._snap_valid = False
-        if spike_now is not False and self.has_moments:
+        if spike_now and self.has_moments:
             out.push("gs", torch._foreach_norm(g_eff))
             out.push("gs4", torch._foreach_norm(g_eff, 4.0))  # ‖g²‖₂ = ‖g‖₄²
         return out.flat(), out.slots
@@ -312,11 +321,11 @@ class OptStateProbe:
     ) -> Scalars:
         """‖m‖, ‖v‖ per tensor, then (``snap``: θ_prev) Δθ's norms and Δθ·g, into ``out``."""
         if self.has_moments:
-            mv = torch._foreach_norm(ms + vs)  # one multi-tensor call for both moments
+            mv = tensor_norms(ms + vs)  # one multi-tensor call for both moments
             out.push_split(("m", "v"), mv, len(ms))
         if snap is not None:
             torch._foreach_sub_(snap, params)  # θ_prev - θ = -Δθ (under no_grad)
-            out.push("d", torch._foreach_norm(snap))
+            out.push("d", tensor_norms(snap))
             out.push("dot", update_grad_dot(snap, self._snap_flat, g_eff))
         return out
 

@@ -7,6 +7,7 @@ before, only later, so the columns are bit-identical.
 
 from __future__ import annotations
 
+import math
 from collections.abc import MutableMapping
 from typing import Any, NamedTuple
 
@@ -76,7 +77,7 @@ class Scalars:
         return torch.cat(self.parts) if self.parts else None
 
 
-class Launched(NamedTuple):
+class DevicePart(NamedTuple):
     """An update's device part, waiting for its host part (``OptStateProbe.after_step``)."""
 
     update: int
@@ -85,6 +86,7 @@ class Launched(NamedTuple):
     g_eff: list[torch.Tensor]
     flat: torch.Tensor | None  # the update's device scalars, one float64 vector
     slots: dict[str, slice]
+    kept: bool  # g_eff is the launch's copy: a spike's two norms are still to take from it
 
 
 class Pending:
@@ -146,6 +148,19 @@ def snapshot_buffers(
         views.append(buf[start : start + p.numel()].view(p.shape))
         start += p.numel()
     return views, buf
+
+
+def tensor_norms(ts: list[torch.Tensor]) -> torch.Tensor | list[torch.Tensor]:
+    """Per-tensor L2 norms. On CUDA: the clipper's own norm pass (one launch, float64 sums,
+    deterministic; 83% of the read bandwidth at 120m fp32 where torch's ``_foreach_norm`` got
+    24%, reports/bench-kernels/h200-2026-12-01b/). Elsewhere, or without the extension:
+    ``_foreach_norm``, the CPU arithmetic tests/test_golden.py pins."""
+    if ts and ts[0].device.type == "cuda":
+        from andrea_diag.clip import cuda
+
+        if cuda.available()[0] and cuda.supports(ts, 2.0):
+            return cuda.clip(ts, math.inf, 2.0, apply=False)[1]
+    return torch._foreach_norm(ts)
 
 
 def update_grad_dot(

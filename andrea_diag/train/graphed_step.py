@@ -95,6 +95,8 @@ class StepRunner:
         self.key: TensorKey | None = None  # the captured key
         self._last: TensorKey | None = None  # the previous step's key
         self._skip: torch.Tensor | None = None  # step_unless's flag, read by its graph
+        # every graphed step reads the flag (set by a Pipeline that will run): one graph
+        self.device_skip = False
         self.counts = {"eager": 0, "replayed": 0, "captured": 0}
 
     def _key(self, device_skip: bool) -> TensorKey:
@@ -107,18 +109,24 @@ class StepRunner:
         """One optimizer step for an update (skipped, as the eager path does, if not applied)."""
         if not self.graphed:
             self.precision.step(self.optimizer, applied)
+        elif self.device_skip:  # the host's decision, as the flag a pipelined step reads
+            self.step_unless(not applied)
         elif applied:
             self._graphed_step(device_skip=False)
 
-    def step_unless(self, skip: torch.Tensor) -> None:
+    def step_unless(self, skip: torch.Tensor | bool) -> None:
         """One step that the device itself skips where ``skip`` (0-dim float32) is 1: the
         pipelined update (``train/pipeline.py``) steps before it reads anything, through fused
         Adam's ``found_inf`` input (GradScaler's mechanism: the kernel returns at once and the
         step counts are put back). Where it is 0 the kernel and its numbers are the plain
         step's. The flag is copied into one tensor of this runner's, the one a graph reads."""
         if self._skip is None:
-            self._skip = torch.zeros((), dtype=torch.float32, device=skip.device)
-        self._skip.copy_(skip)
+            device = skip.device if isinstance(skip, torch.Tensor) else self.params[0].device
+            self._skip = torch.zeros((), dtype=torch.float32, device=device)
+        if isinstance(skip, torch.Tensor):
+            self._skip.copy_(skip)
+        else:  # a host decision: a fill, no copy from the host
+            self._skip.fill_(float(skip))
         self.optimizer.found_inf = self._skip  # type: ignore[attr-defined]
         try:
             if self.graphed:

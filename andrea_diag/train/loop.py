@@ -176,12 +176,12 @@ class Trainer:
 
     def _finish_row(
         self, update: int, batch: Batch, injected: str | None, row: dict[str, Any],
-        ctx: UpdateContext, t0: float,
+        ctx: UpdateContext, t0: float, evaluate: bool = True,
     ) -> dict[str, Any]:  # fmt: skip
         """The update's last host work, eager or pipelined: the mixer, evaluation, the row."""
         # 0-dim host tensors (read above): exp3 skips non-finite ones, seeded ignores them
         self.plan.observe(update, {n: row[f"loss_{n}"] for n in self.source_names})
-        row |= self.evaluator.maybe_evaluate(update, self.model)
+        row |= self.evaluator.maybe_evaluate(update, self.model) if evaluate else {}
         row.update(
             applied=ctx.applied,
             batch_hash=batch.hash,
@@ -283,8 +283,9 @@ class Trainer:
         # Keep everything recorded so far: the probes' events (spikes are written at close)
         # and metrics.parquet. Neither may replace the error that stopped the run.
         partial: dict[str, Any] = {"status": "crashed"}
-        with contextlib.suppress(Exception):  # a launched update's row, where it can be read
-            self.pipeline.drain()
+        # a launched update's row, where it can be read; a second Ctrl-C must not skip the rest
+        with contextlib.suppress(BaseException):
+            self.pipeline.drain(crashed=True)
         with contextlib.suppress(Exception):
             partial.update(self.probes.close(self.run_dir))
         with contextlib.suppress(Exception):

@@ -1,7 +1,7 @@
 """The pipelined update (``--cuda-graph``): an update's host part runs while the device runs the
 next update's accumulation group.
 
-    pipe = Pipeline(trainer)           # the trainer builds one; refused: every update eager
+    pipe = Pipeline(trainer, wanted=cfg.cuda_graph)  # the trainer's; refused: all eager
     rows = pipe.advance(update)        # launches ``update``, finishes the one before it
     rows += pipe.drain()               # finishes the launched one (a checkpoint, the end)
 
@@ -26,9 +26,14 @@ CPU). A row's ``time_s`` is the time since the row before it was finished.
 
 Eager instead (the run sheet's ``pipeline_refused`` says why): without ``--cuda-graph``; an
 optimizer step that is not torch's fused Adam stepped by its precision (fp16's GradScaler);
-the exp3 mixer (the next batch follows this update's losses); a probe whose host part needs the
-gradient (``--update-stats-every N``). The first :data:`CAPTURED_BY`
-updates are always eager: the graphs' captures, and the optimizer's lazily made state.
+the exp3 mixer (the next batch follows this update's losses); replicas; a probe whose host part
+needs the gradient (``--update-stats-every N``). The first :data:`CAPTURED_BY` updates are
+eager, for the graphs' captures and the optimizer's lazily made state; their steps already
+take the skip flag (:attr:`StepRunner.device_skip`), so the step's graph is captured once.
+
+It drives the trainer's own pieces (``_batch``, ``_accumulate``, ``_measure``, ``_context``,
+``_finish_row``) in ``Trainer.train_update``'s order, with the read moved behind the step: a
+change to one order belongs in the other.
 """
 
 from __future__ import annotations
@@ -42,9 +47,11 @@ from andrea_diag.train.accumulation import GroupResult
 from andrea_diag.train.graphed_step import CAPTURED_BY, graphable_optimizer
 from andrea_diag.train.measure import PendingRead
 
-if TYPE_CHECKING:  # the trainer composes this; data is a lower layer
+if TYPE_CHECKING:  # data is a lower layer
     from andrea_diag.data.batches import Batch
-    from andrea_diag.train.loop import Trainer
+
+# the trainer (train/loop.py) composes a Pipeline, so its type is not imported here (a cycle)
+Trainer = Any
 
 
 def refusal(trainer: Trainer) -> str | None:
@@ -60,7 +67,7 @@ def refusal(trainer: Trainer) -> str | None:
 
 
 @dataclass
-class Launched:
+class LaunchedUpdate:
     """An update launched whole, its host part still to do."""
 
     update: int
@@ -79,7 +86,9 @@ class Pipeline:
     def __init__(self, trainer: Trainer, wanted: bool) -> None:
         self.trainer, self.wanted = trainer, wanted
         self.refused = refusal(trainer) if wanted else "off without --cuda-graph"
-        self.pending: Launched | None = None
+        # the warm-up's steps read the skip flag too: one step graph, not one before and after
+        trainer.steps.device_skip = self.refused is None
+        self.pending: LaunchedUpdate | None = None
         self._done_at = 0.0  # when the last pipelined row was finished (perf_counter)
         self.counts = {"eager": 0, "pipelined": 0}
 
@@ -106,12 +115,13 @@ class Pipeline:
         t.scheduler.step()  # per update, attempted or applied, as in train_update
         t.probes.launch("after_step", ctx)
         t.plan.prefetch(update + 1, last=t.cfg.steps)
-        self.pending = Launched(update, batch, injected, group, clip, read, lr, t0)
+        self.pending = LaunchedUpdate(update, batch, injected, group, clip, read, lr, t0)
         self.counts["pipelined"] += 1
         return rows
 
-    def drain(self) -> list[dict[str, Any]]:
-        """Finish the launched update, if any: its read, row, probes and evaluation."""
+    def drain(self, crashed: bool = False) -> list[dict[str, Any]]:
+        """Finish the launched update, if any: its read, row, probes and evaluation (not after
+        a crash: the row is kept, a long evaluation would hold the exit)."""
         if self.pending is None:
             return []
         p, self.pending = self.pending, None
@@ -120,7 +130,8 @@ class Pipeline:
         row, ctx = t._measure(p.update, p.batch, p.injected, p.group, p.clip, read=read, lr=p.lr)
         t.probes.after_clip(ctx)
         t.probes.after_step(ctx)
-        row = t._finish_row(p.update, p.batch, p.injected, row, ctx, max(p.t0, self._done_at))
+        start = max(p.t0, self._done_at)  # since the row before: the updates overlap
+        row = t._finish_row(p.update, p.batch, p.injected, row, ctx, start, evaluate=not crashed)
         self._done_at = time.perf_counter()
         return [row]
 
