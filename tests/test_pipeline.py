@@ -209,3 +209,32 @@ def test_a_pipelined_cuda_arm_records_what_the_same_graphed_arm_does_unpipelined
                 assert not math.isfinite(b[col]), (a["update"], col)
     print(f"pipelined vs not, tiny {precision}: worst relative difference {worst:.3g}")
     assert worst <= 1e-5
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the real CUDA sync count needs a GPU")
+def test_a_pipelined_update_never_syncs_the_stream(tmp_path: Path) -> None:
+    import warnings
+
+    # no flush, evaluation, checkpoint or lock-in sample in the counted updates: those sync
+    cfg = RunConfig(size="tiny", device="cuda", cuda_graph=True, probes=ProbeConfig(lockin=False))
+    cfg = dataclasses.replace(cfg.resolve(), steps=16, eval_every=0, checkpoint_every=0,
+                              flush_every=50, inject=[])  # fmt: skip
+    engine, _ = _engine(cfg, tmp_path / "engine")
+    assert engine.pipeline.refused is None
+    for u in range(1, CAPTURED_BY + 3):  # the captures, and the first pipelined updates
+        engine.pipeline.advance(u)
+    torch.cuda.synchronize()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            rows = [r for u in range(CAPTURED_BY + 3, 13) for r in engine.pipeline.advance(u)]
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    syncs = [str(w.message) for w in caught if "called a synchronizing" in str(w.message)]
+    # the read waits on its own copy's event, which is not a stream sync
+    assert syncs == [] and len(rows) == 13 - CAPTURED_BY - 3
+    engine.pipeline.drain()
+    engine.recorder.close()
+    engine.recorder.release()
