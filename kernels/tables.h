@@ -8,6 +8,7 @@
 // in libstdc++'s locale code (SIGSEGV in _M_insert<unsigned long>, seen under cuda-gdb).
 #pragma once
 
+#include <c10/cuda/CUDAGraphsC10Utils.h>
 #include <torch/extension.h>
 
 #include <array>
@@ -86,6 +87,17 @@ struct Plan {
   unsigned* seg_count() const { return done() + 4; }
 };
 
+// A CUDA graph captured over a plan holds its device pointers (offsets, counters) raw, so a
+// plan used under capture is kept for the process: the cap below may then drop it from the
+// cache, never free it under a graph (the optimizer-state probe captures its norms this way).
+inline void keep_if_captured(const std::shared_ptr<Plan>& plan) {
+  if (c10::cuda::currentStreamCaptureStatusMayInitCtx() == c10::cuda::CaptureStatus::None) return;
+  static auto& kept = *new std::vector<std::shared_ptr<Plan>>();  // leaked, as `plans` below
+  for (const auto& k : kept)
+    if (k == plan) return;
+  kept.push_back(plan);
+}
+
 // Built once per gradient-list shape from pinned memory with a non_blocking copy and cached.
 // Call once eagerly before CUDA-graph capture (pinned allocation is not allowed in capture).
 inline std::shared_ptr<Plan> get_plan(const std::vector<at::Tensor>& grads) {
@@ -100,7 +112,10 @@ inline std::shared_ptr<Plan> get_plan(const std::vector<at::Tensor>& grads) {
   auto key = std::make_pair(static_cast<int>(grads[0].get_device()), std::move(numels));
   std::lock_guard<std::mutex> lock(mu);
   auto it = plans.find(key);
-  if (it != plans.end()) return it->second;
+  if (it != plans.end()) {
+    keep_if_captured(it->second);
+    return it->second;
+  }
   auto plan = std::make_shared<Plan>();
   plan->offsets.resize(key.second.size() + 1);
   int64_t acc = 0;

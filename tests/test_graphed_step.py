@@ -188,6 +188,23 @@ def test_a_device_skipped_step_is_the_skip_and_an_unskipped_one_the_plain_step(
     assert runner.counts["captured"] == 2 and runner.counts["replayed"] > 1
 
 
+def test_a_flagged_runner_skipping_before_the_first_step_makes_no_state(
+    stand_in: list[StandInStepGraph],
+) -> None:
+    ps = _params()
+    opt = _adam(ps)
+    runner = StepRunner(opt, make_precision("fp32", torch.device("cpu")), ps, graphed=True)
+    runner.device_skip = True  # a pipeline follows: the host's decisions go through the flag
+    _grads(ps, 0)
+    runner.step(False)
+    assert not opt.state  # as the eager path: nothing stepped, no moments made
+    runner.step(False)
+    runner.step(True)
+    assert [float(opt.state[p]["step"]) for p in ps] == [1.0, 1.0]
+    runner.step(False)  # now the device skips it: the count is put back
+    assert [float(opt.state[p]["step"]) for p in ps] == [1.0, 1.0]
+
+
 def test_a_step_that_cannot_be_captured_is_one_user_error(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

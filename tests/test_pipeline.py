@@ -57,8 +57,10 @@ def _cfg(**probes: Any) -> RunConfig:
                                cuda_graph=True, inject=["outlier@14", "nonfinite@16"])  # fmt: skip
 
 
-def _arm(tmp: Path, mp: pytest.MonkeyPatch, pipelined: bool) -> tuple[list[dict], dict, Any]:
-    engine, _ = _engine(_cfg(), tmp)
+def _arm(
+    tmp: Path, mp: pytest.MonkeyPatch, pipelined: bool, **change: Any
+) -> tuple[list[dict], dict, Any]:
+    engine, _ = _engine(dataclasses.replace(_cfg(), **change), tmp)
     stand_in_graphs(mp, engine.params)
     engine.pipeline = Pipeline(engine, wanted=pipelined)
     rows: list[dict] = []
@@ -98,6 +100,19 @@ def test_a_pipelined_arm_records_the_eager_arms_rows_bit_for_bit(
     assert p.steps.counts["captured"] == 1 and p.steps.counts["replayed"] > STEPS // 2
     optstate = next(x for x in p.probes.probes if x.name == "optstate")
     assert optstate.graphs is not None and optstate.graphs.counts["replayed"] > STEPS // 2
+
+
+def test_a_non_finite_first_update_makes_no_optimizer_state_as_the_eager_arm_does(
+    tmp_path: Path, cpu_pipeline: pytest.MonkeyPatch
+) -> None:
+    # the warm-up's steps read the skip flag when a pipeline follows: a skip before Adam's first
+    # step must not make its moments (the eager arm's row then has no m_norm)
+    change = {"steps": CAPTURED_BY + 4, "inject": ["nonfinite@1"], "checkpoint_every": 0}
+    _arm(tmp_path / "eager", cpu_pipeline, False, **change)
+    _arm(tmp_path / "piped", cpu_pipeline, True, **change)
+    eager, piped = _recorded(tmp_path / "eager"), _recorded(tmp_path / "piped")
+    assert eager[0]["applied"] is False and "m_norm" not in eager[0]
+    assert repr(eager) == repr(piped)
 
 
 def test_the_run_sheet_says_whether_the_arm_ran_pipelined(

@@ -154,7 +154,8 @@ def build_probes(
         unigram_entropy=unigram_entropy,
         source_names=source_names,
     )
-    for probe in probes if cfg.cuda_graph else []:  # the per-update device arithmetic, replayed
+    for probe in probes:
         if isinstance(probe, OptStateProbe):
-            probe.graphs = ScalarGraph()
+            probe.fused_norms = cfg.clip_impl != "reference"  # the extension, where it builds
+            probe.graphs = ScalarGraph() if cfg.cuda_graph else None  # its arithmetic, replayed
     return probes

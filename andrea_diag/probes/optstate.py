@@ -100,6 +100,9 @@ class OptStateProbe:
         # Δθ·g as one product pass + one sum (CUDA: 2 launches, not one dot per tensor); the CPU
         # keeps the per-tensor dots, the arithmetic tests/test_golden.py pins. None: CUDA only.
         self.flat_dot: bool | None = None
+        # the clipper's CUDA norm pass for m, v and Δθ (build_probes: unless --clip-impl
+        # reference, which asks for no extension); a direct caller gets torch's _foreach_norm
+        self.fused_norms = False
         self._snap_valid = False
         self._g_eff: list[torch.Tensor] | None = None
         self._ginfo: list[GroupInfo] | None = None
@@ -248,7 +251,8 @@ class OptStateProbe:
             kept_like = [(k.shape, k.dtype) for k in self._g_kept or []]
             if kept_like != [(g.shape, g.dtype) for g in g_eff]:
                 self._g_kept = [torch.empty_like(g) for g in g_eff]
-            torch._foreach_copy_(self._g_kept, g_eff)  # one copy: cheaper than two norms
+            # torch's _foreach_norm runs far below a copy's bandwidth: the norms wait for a spike
+            torch._foreach_copy_(self._g_kept, g_eff)
             g_eff = self._g_kept
         return DevicePart(ctx.update, names, params, g_eff, flat, slots, kept)
 
@@ -256,7 +260,7 @@ class OptStateProbe:
         """The update's bookkeeping, once its values are known: queued for :meth:`resolve`."""
         _, names, params, g_eff, flat, slots, kept = launched
         spike_now = bool(ctx.spike and ctx.applied)
-        if spike_now and kept and self.has_moments:  # the spike's norms, from the launch's copy
+        if spike_now and kept:  # the spike's norms, from the launch's copy
             out = Scalars()
             out.adopt(flat, slots)
             out.push("gs", torch._foreach_norm(g_eff))
@@ -321,11 +325,11 @@ class OptStateProbe:
     ) -> Scalars:
         """‖m‖, ‖v‖ per tensor, then (``snap``: θ_prev) Δθ's norms and Δθ·g, into ``out``."""
         if self.has_moments:
-            mv = tensor_norms(ms + vs)  # one multi-tensor call for both moments
+            mv = tensor_norms(ms + vs, self.fused_norms)  # one call for both moments
             out.push_split(("m", "v"), mv, len(ms))
         if snap is not None:
             torch._foreach_sub_(snap, params)  # θ_prev - θ = -Δθ (under no_grad)
-            out.push("d", tensor_norms(snap))
+            out.push("d", tensor_norms(snap, self.fused_norms))
             out.push("dot", update_grad_dot(snap, self._snap_flat, g_eff))
         return out
 

@@ -17,7 +17,9 @@ microseconds of GPU work. Replayed, they are one call and one copy of the result
   only on the captured key, and anything else runs eagerly. The accumulation group's capture moves the
   gradients, and a resume or a first step makes new moments: both change the key.
 - Only the common update is graphed (the probe decides): moments present, update statistics on
-  their schedule, no spike (a spike's extra norms and host reads stay eager).
+  their schedule, no spike (a spike's extra norms and host reads stay eager). A pipelined
+  update (train/pipeline.py) is launched before its spike is known: it is replayed, and a
+  spike's norms come later from a copy of the gradient.
 """
 
 from __future__ import annotations

@@ -150,12 +150,12 @@ def snapshot_buffers(
     return views, buf
 
 
-def tensor_norms(ts: list[torch.Tensor]) -> torch.Tensor | list[torch.Tensor]:
-    """Per-tensor L2 norms. On CUDA: the clipper's own norm pass (one launch, float64 sums,
+def tensor_norms(ts: list[torch.Tensor], fused: bool) -> torch.Tensor | list[torch.Tensor]:
+    """Per-tensor L2 norms. ``fused`` on CUDA: the clipper's own norm pass (one launch, float64 sums,
     deterministic; 83% of the read bandwidth at 120m fp32 where torch's ``_foreach_norm`` got
     24%, reports/bench-kernels/h200-2026-12-01b/). Elsewhere, or without the extension:
     ``_foreach_norm``, the CPU arithmetic tests/test_golden.py pins."""
-    if ts and ts[0].device.type == "cuda":
+    if fused and ts and ts[0].device.type == "cuda":
         from andrea_diag.clip import cuda
 
         if cuda.available()[0] and cuda.supports(ts, 2.0):

@@ -29,7 +29,8 @@ What is captured, and when:
   accumulation group's own capture (``graphed.py``) moves them into its graph's pool.
 - **Warm-up:** the first :data:`~andrea_diag.train.graphed.WARMUP_UPDATES` steps are eager.
 - A skipped update (``applied`` False) replays nothing, as the eager path steps nothing;
-  :meth:`StepRunner.step_unless` leaves the skip to the device instead.
+  :meth:`StepRunner.step_unless` (and every step, once ``device_skip`` is set) leaves the skip
+  to the device instead: a replay whose kernel returns at once.
 
 ``graphed=False`` is ``precision.step(optimizer, applied)`` unchanged (tests/test_graphed_step.py).
 """
@@ -109,7 +110,9 @@ class StepRunner:
         """One optimizer step for an update (skipped, as the eager path does, if not applied)."""
         if not self.graphed:
             self.precision.step(self.optimizer, applied)
-        elif self.device_skip:  # the host's decision, as the flag a pipelined step reads
+        elif self.device_skip and (applied or self.optimizer.state):
+            # the host's decision as the flag a pipelined step reads (a skip before the first
+            # step steps nothing: the eager path makes no optimizer state there either)
             self.step_unless(not applied)
         elif applied:
             self._graphed_step(device_skip=False)

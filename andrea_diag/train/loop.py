@@ -281,18 +281,19 @@ class Trainer:
         if not self.dist.is_main:
             return
         # Keep everything recorded so far: the probes' events (spikes are written at close)
-        # and metrics.parquet. Neither may replace the error that stopped the run.
+        # and metrics.parquet. Neither may replace the error that stopped the run, and a second
+        # Ctrl-C must not skip the steps after it (the lock above all).
         partial: dict[str, Any] = {"status": "crashed"}
-        # a launched update's row, where it can be read; a second Ctrl-C must not skip the rest
+        # a launched update's row (train/pipeline.py), where it can still be read
         with contextlib.suppress(BaseException):
             self.pipeline.drain(crashed=True)
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(BaseException):
             partial.update(self.probes.close(self.run_dir))
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(BaseException):
             self.recorder.close()
-        with contextlib.suppress(Exception):  # each step on its own: a full disk failing one
+        with contextlib.suppress(BaseException):  # each step on its own: a full disk failing one
             self.recorder.write("partial_summary.json", partial)
-        with contextlib.suppress(Exception):  # must not keep the lock
+        with contextlib.suppress(BaseException):  # must not keep the lock
             self.recorder.release()
 
     def _close(self, wall_s: float) -> dict[str, Any]:

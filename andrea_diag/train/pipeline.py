@@ -14,7 +14,8 @@ whole before anything is read:
 1. the optimizer step is decided on the device (:meth:`StepRunner.step_unless`: fused Adam's
    ``found_inf``, 1 where the eager path would not step);
 2. the probes' device work on the gradients runs in their ``launch_`` hooks (the
-   optimizer-state probe's norms, with the two a spike needs, since a spike is known later);
+   optimizer-state probe's norms, and a copy of ``g`` for a spike's, since a spike is known
+   only later);
 3. the values are copied to pinned host memory behind the update (:class:`PendingRead`);
 4. the host part (the read, the row, every probe's hooks, the evaluation) runs after the next
    update's group is launched and before its clip. The weights, the optimizer state and the
@@ -27,7 +28,8 @@ CPU). A row's ``time_s`` is the time since the row before it was finished.
 Eager instead (the run sheet's ``pipeline_refused`` says why): without ``--cuda-graph``; an
 optimizer step that is not torch's fused Adam stepped by its precision (fp16's GradScaler);
 the exp3 mixer (the next batch follows this update's losses); replicas; a probe whose host part
-needs the gradient (``--update-stats-every N``). The first :data:`CAPTURED_BY` updates are
+needs the gradient (``--update-stats-every N``), or one that does not say (``pipeline_safe``).
+The first :data:`CAPTURED_BY` updates are
 eager, for the graphs' captures and the optimizer's lazily made state; their steps already
 take the skip flag (:attr:`StepRunner.device_skip`), so the step's graph is captured once.
 
