@@ -180,6 +180,34 @@ def test_cuda_graph_capture(cuda_ext, make_grads) -> None:
     del pristine
 
 
+def test_a_captured_clip_replays_right_after_the_plan_cache_is_refilled(
+    cuda_ext, make_grads
+) -> None:
+    # the cache holds 64 list shapes, then starts over; a graph keeps its plan's raw pointers,
+    # so a plan used under capture must outlive that (tables.h keep_if_captured)
+    grads = make_grads("awkward", torch.float32, "cuda", seed=7)
+    for _ in range(2):
+        cuda_ext.clip(grads, 0.5)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        total, per, _scale, _nonfinite = cuda_ext.clip(grads, 0.5)
+    for n in range(1, 70):  # 69 new list shapes: the cache is cleared at least once
+        cuda_ext.clip([torch.ones(n + 1000, device="cuda")], 1e9)
+    torch.cuda.empty_cache()  # a freed plan's memory is given back and may be reused
+    junk = [torch.full((1 << 20,), 7, dtype=torch.int32, device="cuda") for _ in range(8)]
+    fresh = make_grads("awkward", torch.float32, "cuda", seed=13)
+    for g, f in zip(grads, fresh, strict=True):
+        g.copy_(f)
+    total64, per64, truth = reference.float64_truth(fresh, 0.5)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert reference.rel_err(total, total64) < 2e-6
+    assert reference.rel_err(per, per64) < 2e-6
+    assert reference.rel_err(grads, truth) < 2e-7
+    del junk
+
+
 def test_stages_alone_match_reference(cuda_ext, make_grads) -> None:
     grads = make_grads("awkward", torch.float32, "cuda", seed=9)
     parts = cuda_ext.norm_partial(grads)
