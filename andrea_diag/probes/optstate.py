@@ -52,6 +52,7 @@ from andrea_diag.probes.optstate_reads import (
     DevicePart,
     Pending,
     Scalars,
+    push_spike_norms,
     read_queue,
     snapshot_buffers,
     tensor_norms,
@@ -263,8 +264,7 @@ class OptStateProbe:
         if spike_now and kept:  # the spike's norms, from the launch's copy
             out = Scalars()
             out.adopt(flat, slots)
-            out.push("gs", torch._foreach_norm(g_eff))
-            out.push("gs4", torch._foreach_norm(g_eff, 4.0))
+            push_spike_norms(out, g_eff)
             flat, slots = out.flat(), out.slots
         ginfo = self._group_info(ctx.optimizer)
         reset = bool(ctx.clip is not None and ctx.clip.moments_reset) and self.has_moments
@@ -316,8 +316,7 @@ class OptStateProbe:
             out.push("g", post if post is not None else torch._foreach_norm(g_eff))
             self._snap_valid = False
         if spike_now and self.has_moments:
-            out.push("gs", torch._foreach_norm(g_eff))
-            out.push("gs4", torch._foreach_norm(g_eff, 4.0))  # ‖g²‖₂ = ‖g‖₄²
+            push_spike_norms(out, g_eff)
         return out.flat(), out.slots
 
     def _moments_and_update(

@@ -150,6 +150,13 @@ def snapshot_buffers(
     return views, buf
 
 
+def push_spike_norms(out: Scalars, g_eff: list[torch.Tensor]) -> None:
+    """A spike's two norms per tensor of the gradient Adam received: ``‖g‖`` and ``‖g‖₄``
+    (``‖g²‖₂ = ‖g‖₄²``), for its terms in ``m`` and ``v``; eager, or from the pipeline's copy."""
+    out.push("gs", torch._foreach_norm(g_eff))
+    out.push("gs4", torch._foreach_norm(g_eff, 4.0))
+
+
 def tensor_norms(ts: list[torch.Tensor], fused: bool) -> torch.Tensor | list[torch.Tensor]:
     """Per-tensor L2 norms. ``fused`` on CUDA: the clipper's own norm pass (one launch, float64 sums,
     deterministic; 83% of the read bandwidth at 120m fp32 where torch's ``_foreach_norm`` got

@@ -162,10 +162,7 @@ class Trainer:
         t0 = time.perf_counter()
         batch, injected = self._batch(update)
         group = self._accumulate(batch, injected)
-        self.reducer.reduce(self.params)
-        self.precision.unscale_(self.optimizer)
-        with self.clip_timer:
-            clip = self.clipper(self.params)
+        clip = self._reduce_and_clip()
         self.plan.prefetch(update + 1, last=self.cfg.steps)  # host work while the device runs
         row, ctx = self._measure(update, batch, injected, group, clip)  # host sync
         self.probes.after_clip(ctx)
@@ -215,6 +212,13 @@ class Trainer:
         local_tokens = int((host[:, :, 1:] != IGNORE).sum())  # the denominator: no device read
         hook = overflow_last(host.size(0)) if injected == "nonfinite" else None
         return self.groups.run(host, local_tokens, hook)  # zero grads, forward, backward
+
+    def _reduce_and_clip(self) -> ClipResult:
+        """Gradients global, in true units, then clipped (timed): eager and pipelined alike."""
+        self.reducer.reduce(self.params)
+        self.precision.unscale_(self.optimizer)
+        with self.clip_timer:
+            return self.clipper(self.params)
 
     def _measure(
         self, update: int, batch: Batch, injected: str | None, group: GroupResult,

@@ -33,8 +33,8 @@ The first :data:`CAPTURED_BY` updates are
 eager, for the graphs' captures and the optimizer's lazily made state; their steps already
 take the skip flag (:attr:`StepRunner.device_skip`), so the step's graph is captured once.
 
-It drives the trainer's own pieces (``_batch``, ``_accumulate``, ``_measure``, ``_context``,
-``_finish_row``) in ``Trainer.train_update``'s order, with the read moved behind the step: a
+It drives the trainer's own pieces (``_batch``, ``_accumulate``, ``_reduce_and_clip``,
+``_measure``, ``_context``, ``_finish_row``) in ``Trainer.train_update``'s order, with the read moved behind the step: a
 change to one order belongs in the other.
 """
 
@@ -105,10 +105,7 @@ class Pipeline:
         batch, injected = t._batch(update)
         group = t._accumulate(batch, injected)  # the device runs this group ...
         rows = self.drain()  # ... while the host finishes the update before
-        t.reducer.reduce(t.params)
-        t.precision.unscale_(t.optimizer)
-        with t.clip_timer:
-            clip = t.clipper(t.params)
+        clip = t._reduce_and_clip()
         lr = t.optimizer.param_groups[0]["lr"]
         ctx = t._context(update, batch, injected, clip, None, {}, False)  # nothing read yet
         t.probes.launch("after_clip", ctx)
