@@ -1,4 +1,5 @@
-"""Which torch device a command runs on: the one place that turns ``--device`` into a device.
+"""Which torch device a command runs on: the one place that turns ``--device`` into a device;
+and :class:`HostCopy`, a device value read without waiting for the work queued after it.
 
 from andrea_diag.device import resolve_device
 resolve_device("auto")   # cuda when present, else cpu
@@ -25,3 +26,34 @@ def resolve_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(name)
+
+
+class HostCopy:
+    """A tensor's values on their way to the host, started now: on CUDA one non-blocking copy
+    into pinned memory behind the work queued so far, and an event, so :meth:`wait` waits for
+    that work only (not for what is queued after it, as ``.tolist()`` would). On the CPU the
+    copy is the tensor itself.
+
+    >>> HostCopy(torch.tensor([1.5, 2.0])).wait().tolist()
+    [1.5, 2.0]
+    """
+
+    def __init__(self, t: torch.Tensor) -> None:
+        self.event: torch.cuda.Event | None = None
+        if t.device.type == "cuda":
+            self.host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+            self.host.copy_(t, non_blocking=True)
+            self.event = torch.cuda.Event()
+            self.event.record()
+        else:
+            self.host = t
+
+    def ready(self) -> bool:
+        """Whether :meth:`wait` would return at once (no wait, no host sync)."""
+        return self.event is None or self.event.query()
+
+    def wait(self) -> torch.Tensor:
+        """The values on the host, once the copy has landed."""
+        if self.event is not None:
+            self.event.synchronize()
+        return self.host

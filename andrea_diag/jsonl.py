@@ -42,6 +42,24 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
+_AS_IS = frozenset((str, int, bool, type(None)))  # JSON values already (float: if finite)
+
+
+def _row_jsonable(row: dict[str, Any]) -> dict[str, Any]:
+    """:func:`_jsonable` of one metrics row, the same values, several times faster: a row is a
+    flat dict of mostly finite floats, and encoding 50 rows of ~100 columns walked one by one
+    held the host for ~10 ms a flush, time the device then waited through (issue 20)."""
+    out: dict[str, Any] = {}
+    for k, v in row.items():
+        key = k if type(k) is str else str(k)
+        t = type(v)
+        if (t is float and v - v == 0.0) or t in _AS_IS:  # v - v: 0.0 unless inf or nan
+            out[key] = v
+        else:
+            out[key] = _jsonable(v)
+    return out
+
+
 def rows_to_host(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The rows with every 0-dim floating tensor replaced by its Python float, brought over
     in one copy per device (one host sync per flush, not one per value). float64 holds every
@@ -127,7 +145,7 @@ class JsonlWriter:
         """Append ``rows`` with one write and one fsync (the batch is one string)."""
         if not rows:
             return
-        text = "".join(json.dumps(_jsonable(row)) + "\n" for row in rows_to_host(rows))
+        text = "".join(json.dumps(_row_jsonable(row)) + "\n" for row in rows_to_host(rows))
         try:
             self._f.write(text)
             self._f.flush()

@@ -68,3 +68,25 @@ def test_a_crash_mid_run_keeps_metrics_events_and_says_it_crashed(
     assert 3 in events["update"].tolist()  # the non-finite update's event survived the crash
     assert json.loads((run / "partial_summary.json").read_text())["status"] == "crashed"
     assert not (run / "summary.json").exists()  # an unfinished run never looks finished
+
+
+def test_a_metrics_row_is_written_exactly_as_the_general_encoder_writes_it(tmp_path: Path) -> None:
+    import math
+
+    import numpy as np
+    import torch
+
+    from andrea_diag.jsonl import _jsonable
+
+    # the row writer's fast path (finite floats, ints, strings as they are) against the walk
+    # every other JSON value takes: non-finite floats, tensors, numpy scalars, nested values
+    row = {"a": 1.5, "nan": math.nan, "inf": math.inf, "-inf": -math.inf, "i": 3, "b": True,
+           "none": None, "s": "x", "t": torch.tensor(2.5), "f32": np.float32(1.25),
+           "f64": np.float64(math.inf), "i64": np.int64(7), "list": [1.0, math.nan],
+           "nested": {"x": -math.inf}, 5: 1.0, "neg0": -0.0}  # fmt: skip
+    w = JsonlWriter(tmp_path / "m.jsonl")
+    w.write_many([row])
+    w.close()
+    line = (tmp_path / "m.jsonl").read_text()
+    assert line == json.dumps(_jsonable(row)) + "\n"
+    assert json.loads(line)["nan"] is None and json.loads(line)["f64"] == "inf"

@@ -193,13 +193,15 @@ class ProbeDriver:
                 return str(safe)
         return None
 
-    def resolve(self) -> None:
-        """Finish every probe's deferred device reads (one host sync per probe that has any)."""
+    def resolve(self, ready_only: bool = False) -> None:
+        """Finish every probe's deferred device reads (one host sync per probe that has any;
+        none for values already on their way to the host). ``ready_only``: only those whose
+        copies have landed, no wait (the pipelined update, every update)."""
         for probe in self.probes:
             if id(probe) in self._failed or not hasattr(probe, "resolve"):
                 continue
             try:
-                probe.resolve()
+                probe.resolve(ready_only=True) if ready_only else probe.resolve()
             except Exception as exc:  # isolated like a hook
                 self._fail(probe, "resolve", None, exc)
 

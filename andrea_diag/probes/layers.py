@@ -23,6 +23,7 @@ from typing import Any, ClassVar
 import torch
 
 from andrea_diag import metrics
+from andrea_diag.device import HostCopy
 from andrea_diag.model import param_group_of
 from andrea_diag.probes.base import ProbeState, UpdateContext
 
@@ -85,14 +86,17 @@ class LayerGradNormProbe(ProbeState):
     columns: ClassVar[tuple[metrics.Column, ...]] = (metrics.LAYER_GN,)
     pipeline_safe = True  # host values and the clip pass's norms only (train/pipeline.py)
     # rebuilt; set by the driver; passed in; resolved before any state is taken
-    transient = ("_groups", "defer_reads", "groups", "_queue")
+    transient = ("_groups", "defer_reads", "groups", "_queue", "_launched")
 
     def __init__(self, groups: Mapping[str, tuple[str, str]] | None = None) -> None:
         self.groups = groups  # name -> (layer, kind); None: by name (param_group_of)
         self._groups: dict[tuple[str, ...], GroupIndex] = {}
         self.defer_reads = False  # set by the ProbeDriver: columns stay on the device
-        # (the driver's guarded row, the group keys, the group norms on the device) per update
-        self._queue: list[tuple[Any, list[str], torch.Tensor]] = []
+        # (the driver's guarded row, the group keys, the group norms on the device, and their
+        # copy on its way to the host or None) per update
+        self._queue: list[tuple[Any, list[str], torch.Tensor, HostCopy | None]] = []
+        # the pipelined update's norms (launch_after_clip): (update, keys, norms, copy)
+        self._launched: tuple[int, list[str], torch.Tensor, HostCopy] | None = None
 
     def _names_with_grad(self, ctx: UpdateContext) -> list[str]:
         # clip.per_tensor_norm covers only parameters that have a gradient, in order
@@ -100,24 +104,48 @@ class LayerGradNormProbe(ProbeState):
             return ctx.param_names
         return [n for n, p in zip(ctx.param_names, ctx.params, strict=True) if p.grad is not None]
 
+    def launch_after_clip(self, ctx: UpdateContext) -> None:
+        """The pipelined update (train/pipeline.py): the group norms, and their copy to the
+        host, start with the update's own work, so reading them later waits for nothing after
+        it; :meth:`after_clip` queues them with the row."""
+        self._launched = None
+        per = ctx.per_tensor_grad_norm()
+        if per.numel() and self.defer_reads:
+            gi = group_index_for(self._groups, self._names_with_grad(ctx), self.groups)
+            norms = gi.group_norms(per)
+            self._launched = (ctx.update, gi.keys, norms, HostCopy(norms))
+
     def after_clip(self, ctx: UpdateContext) -> None:
+        launched, self._launched = self._launched, None
+        if launched is not None and launched[0] == ctx.update:
+            self._queue.append((ctx.row, *launched[1:]))
+            return
         per = ctx.per_tensor_grad_norm()
         if per.numel() == 0:
             return
         gi = group_index_for(self._groups, self._names_with_grad(ctx), self.groups)
         if self.defer_reads:  # no op of the row's own per group: one vector, read at the flush
-            self._queue.append((ctx.row, gi.keys, gi.group_norms(per)))
+            norms = gi.group_norms(per)
+            self._queue.append((ctx.row, gi.keys, norms, HostCopy(norms)))
             return
         ctx.row.update(gi.columns("layer_gn", per))
 
-    def resolve(self) -> None:
-        """Fill the waiting updates' columns from one host copy of their group norms."""
-        if not self._queue:
+    def resolve(self, ready_only: bool = False) -> None:
+        """Fill the waiting updates' columns from one host copy of their group norms (or from
+        their own copies, where each has one: no host sync). ``ready_only``: only the first
+        updates whose copies have landed (no wait)."""
+        n = len(self._queue)
+        if ready_only:
+            n = next((i for i, q in enumerate(self._queue) if q[3] is None or not q[3].ready()), n)
+        if not n:
             return
-        queue, self._queue = self._queue, []
-        values = torch.cat([norms for _, _, norms in queue]).tolist()  # host sync: one a flush
+        queue, self._queue = self._queue[:n], self._queue[n:]
+        if all(copy is not None for *_, copy in queue):
+            values = [x for *_, copy in queue if copy is not None for x in copy.wait().tolist()]
+        else:
+            values = torch.cat([norms for _, _, norms, _ in queue]).tolist()  # host sync
         pos = 0
-        for row, keys, _ in queue:
+        for row, keys, _, _ in queue:
             mine, pos = values[pos : pos + len(keys)], pos + len(keys)
             row.update({f"layer_gn/{k}": v for k, v in zip(keys, mine, strict=True)})
 

@@ -45,6 +45,7 @@ from typing import Any, ClassVar
 import torch
 
 from andrea_diag import metrics
+from andrea_diag.device import HostCopy
 from andrea_diag.probes.base import UpdateContext
 from andrea_diag.probes.layers import GroupIndex
 from andrea_diag.probes.optstate_graph import ScalarGraph
@@ -52,8 +53,11 @@ from andrea_diag.probes.optstate_reads import (
     DevicePart,
     Pending,
     Scalars,
+    effective_grads,
+    post_clip_norms,
     push_spike_norms,
     read_queue,
+    ready,
     snapshot_buffers,
     tensor_norms,
     update_grad_dot,
@@ -127,6 +131,7 @@ class OptStateProbe:
         self._launched: DevicePart | None = None  # the pipelined update's device part
         self._pipelined: int | None = None  # the update whose after_clip work is launched
         self._g_kept: list[torch.Tensor] | None = None  # the pipelined update's copy of g
+        self._snap_late: int | None = None  # the update whose snapshot waits for its spike
 
     # -- helpers ---------------------------------------------------------------------------
     def _with_grad(self, ctx: UpdateContext) -> tuple[list[str], list[torch.Tensor]]:
@@ -147,48 +152,24 @@ class OptStateProbe:
                 info.beta1, info.beta2 = float(betas[0]), float(betas[1])
         return self._ginfo
 
-    def _effective_grads(
-        self, ctx: UpdateContext, params: list[torch.Tensor]
-    ) -> list[torch.Tensor]:
-        """The gradient Adam receives: post-clip grad, + wd·θ (coupled L2), negated if maximize."""
-        ginfo = self._group_info(ctx.optimizer)
-        out = []
-        for p in params:
-            g = p.grad.detach() if p.grad.requires_grad else p.grad  # create_graph only
-            info = ginfo[self._gid_of.get(id(p), 0)]
-            if info.l2:
-                g = g + info.wd * p.detach()
-            if info.maximize:
-                g = -g
-            out.append(g)
-        return out
-
-    def _post_clip_norms(
-        self, ctx: UpdateContext, g_eff: list[torch.Tensor]
-    ) -> torch.Tensor | None:
-        """Per-tensor norms of the gradient Adam received, from the clip pass (no extra pass),
-        when it is the clipped gradient itself (no coupled L2 term)."""
-        if ctx.clip is None or any(i.l2 or i.maximize for i in self._ginfo or []):
-            return None
-        per = ctx.clip.per_tensor_norm
-        if per.numel() != len(g_eff):
-            return None
-        return (per * ctx.clip.scale).double()  # global: 0-dim scale; per-tensor: (n,)
-
     # -- protocol --------------------------------------------------------------------------
     def after_clip(self, ctx: UpdateContext) -> None:
         self.optimizer_name = type(ctx.optimizer).__name__
         if self._pipelined == ctx.update:  # launch_after_clip did it, on this update's grads
             return
+        self._snap_late = None
         _, params = self._with_grad(ctx)
         self._rebind(ctx, params)
         # the gradient Adam will receive, captured before the step (coupled L2 needs θ_prev)
-        self._g_eff = self._effective_grads(ctx, params)
+        self._g_eff = effective_grads(params, self._group_info(ctx.optimizer), self._gid_of)
         self._snap_valid = False
         if not self.update_stats or not ctx.applied or not params:
             return
         if ctx.update % self.update_stats_every and not ctx.spike:  # off its schedule
             return
+        self._take_snapshot(params)
+
+    def _take_snapshot(self, params: list[torch.Tensor]) -> None:
         if (
             self._snap is None
             or len(self._snap) != len(params)
@@ -208,21 +189,20 @@ class OptStateProbe:
         if launched is not None:
             self._host_part(ctx, launched)
 
-    @property
-    def pipeline_safe(self) -> bool | str:
-        """True when the host part needs no live gradient (the shadow's spike add reads a copy
-        the launch keeps); an off-schedule snapshot depends on the spike decision."""
-        if self.update_stats and self.update_stats_every != 1:
-            return "the optimizer-state probe's --update-stats-every N follows the spikes"
-        return True
+    # the host part needs no live gradient: the shadow's spike add and a spike's norms read a
+    # copy the launch keeps, and a spike's update stats a snapshot it keeps (train/pipeline.py)
+    pipeline_safe = True
 
     # -- the pipelined update (train/pipeline.py): the device work before the values are read
     def launch_after_clip(self, ctx: UpdateContext) -> None:
         """``after_clip``'s device work, before the update is known to be applied or a spike:
         the snapshot is taken on its schedule either way (a skipped update's Δθ is then 0,
-        which gives the eager path's columns)."""
+        which gives the eager path's columns), and off it too, kept for a spike's update stats
+        (``--update-stats-every N``: a spike is known only after the step has moved θ)."""
         self._launched = None
-        self.after_clip(dataclasses.replace(ctx, applied=True, spike=False))
+        due = ctx.update % self.update_stats_every == 0
+        self.after_clip(dataclasses.replace(ctx, applied=True, spike=not due))
+        self._snap_late = ctx.update if self._snap_valid and not due else None
         self._pipelined = ctx.update
 
     @torch.no_grad()
@@ -240,7 +220,9 @@ class OptStateProbe:
             return None
         self._rebind(ctx, params)
         self._param_ids = [id(p) for p in params]  # the order a checkpoint names buffers by
-        g_eff = self._g_eff if self._g_eff is not None else self._effective_grads(ctx, params)
+        g_eff = self._g_eff
+        if g_eff is None:
+            g_eff = effective_grads(params, self._group_info(ctx.optimizer), self._gid_of)
         self._g_eff = None
         state = ctx.optimizer.state
         ms = [state[p].get("exp_avg") if p in state else None for p in params]
@@ -255,17 +237,23 @@ class OptStateProbe:
             # torch's _foreach_norm runs far below a copy's bandwidth: the norms wait for a spike
             torch._foreach_copy_(self._g_kept, g_eff)
             g_eff = self._g_kept
-        return DevicePart(ctx.update, names, params, g_eff, flat, slots, kept)
+        # on its way to the host now, behind this update's work and before the next one's
+        copy = HostCopy(flat) if self.defer_reads and flat is not None else None
+        return DevicePart(ctx.update, names, params, g_eff, flat, slots, kept, copy)
 
     def _host_part(self, ctx: UpdateContext, launched: DevicePart) -> None:
         """The update's bookkeeping, once its values are known: queued for :meth:`resolve`."""
-        _, names, params, g_eff, flat, slots, kept = launched
+        _, names, params, g_eff, flat, slots, kept, copy = launched
         spike_now = bool(ctx.spike and ctx.applied)
         if spike_now and kept:  # the spike's norms, from the launch's copy
             out = Scalars()
             out.adopt(flat, slots)
+            if self._snap_late == ctx.update:  # off its schedule: the kept θ_prev, for Δθ
+                assert self._snap is not None
+                self._update_stats(out, ctx, params, g_eff, self._snap)
             push_spike_norms(out, g_eff)
-            flat, slots = out.flat(), out.slots
+            flat, slots, copy = out.flat(), out.slots, None
+        self._snap_late = None
         ginfo = self._group_info(ctx.optimizer)
         reset = bool(ctx.clip is not None and ctx.clip.moments_reset) and self.has_moments
         if self.has_moments:  # the buffers change now; the spike terms' bookkeeping at resolve
@@ -275,6 +263,7 @@ class OptStateProbe:
                 self._shadow.decay(ginfo, self._gid_of)
         entry = Pending(ctx.update, ctx.row, names, sum(p.numel() for p in params), ctx.applied,
                          spike_now, reset, flat, slots, [(i.beta1, i.beta2) for i in ginfo])  # fmt: skip
+        entry.copy = copy
         if spike_now and self.has_moments:
             # host sync, at a spike only: its terms, and the shadow add, need its norms now
             entry.spike = (params, g_eff, [self._gid_of.get(id(p), 0) for p in params])
@@ -299,9 +288,17 @@ class OptStateProbe:
         """This update's scalars as one float64 device vector (no host read), and their slots.
         ``spike_now`` None (the pipelined update): the common update's."""
         out = Scalars()
-        snap = self._snap if self._snap_valid else None
-        post = self._post_clip_norms(ctx, g_eff) if snap is not None else None
-        if self.graphs is not None and self.has_moments and post is not None and not spike_now:
+        # a snapshot kept for a spike off the schedule (launch_after_clip) is not used here
+        due = self._snap_valid and self._snap_late != ctx.update
+        snap = self._snap if due else None
+        post = post_clip_norms(ctx.clip, self._ginfo, g_eff) if snap is not None else None
+        # graphed (one key at a time): the kind most updates are, with their update stats (from
+        # the clip's norms) every update or every other, else without them
+        sparse = self.update_stats_every > 2 or not self.update_stats
+        common = (
+            self.has_moments and not spike_now and (snap is None if sparse else post is not None)
+        )
+        if self.graphs is not None and common:
 
             def compute() -> tuple[torch.Tensor, dict[str, slice]]:  # what the graph records
                 s = self._moments_and_update(Scalars(), ms, vs, params, g_eff, snap)
@@ -327,17 +324,36 @@ class OptStateProbe:
             mv = tensor_norms(ms + vs, self.fused_norms)  # one call for both moments
             out.push_split(("m", "v"), mv, len(ms))
         if snap is not None:
-            torch._foreach_sub_(snap, params)  # θ_prev - θ = -Δθ (under no_grad)
-            out.push("d", tensor_norms(snap, self.fused_norms))
-            out.push("dot", update_grad_dot(snap, self._snap_flat, g_eff))
+            self._delta_stats(out, params, g_eff, snap)
         return out
 
-    def resolve(self) -> None:
+    def _delta_stats(self, out: Scalars, params: list, g_eff: list, snap: list) -> None:
+        """Δθ's norms and Δθ·g from the snapshot ``snap`` of θ_prev (spent: it is overwritten)."""
+        torch._foreach_sub_(snap, params)  # θ_prev - θ = -Δθ (under no_grad)
+        out.push("d", tensor_norms(snap, self.fused_norms))
+        out.push("dot", update_grad_dot(snap, self._snap_flat, g_eff))
+
+    def _update_stats(
+        self, out: Scalars, ctx: UpdateContext, params: list, g_eff: list, snap: list
+    ) -> None:
+        """A spike's update stats off the schedule, from the snapshot the launch kept (the
+        pipelined update): the columns :meth:`_device_scalars` gives an eager spike."""
+        self._delta_stats(out, params, g_eff, snap)
+        post = post_clip_norms(ctx.clip, self._ginfo, g_eff)
+        out.push("g", post if post is not None else torch._foreach_norm(g_eff))
+        self._snap_valid = False
+
+    def resolve(self, ready_only: bool = False) -> None:
         """Finish the waiting updates' columns and pollution bookkeeping, in update order, from
-        one host copy of all their device scalars (the trainer: at the recorder's flush)."""
-        if not self._queue:
+        one host copy of all their device scalars (the trainer: at the recorder's flush).
+        ``ready_only``: only the first updates whose values are on the host already (no wait;
+        the pipelined update, every update, so the flush has little left to do)."""
+        n = len(self._queue)
+        if ready_only:
+            n = next((i for i, e in enumerate(self._queue) if not ready(e)), n)
+        if not n:
             return
-        queue, self._queue = self._queue, []
+        queue, self._queue = self._queue[:n], self._queue[n:]
         at = read_queue(queue)  # host sync: one per resolve
         for e in queue:
             finish_entry(self, e, at.get(id(e.view)))
@@ -348,7 +364,7 @@ class OptStateProbe:
     # (groups: the per-layer table, passed in again by the constructor)
     TRANSIENT = ("_groups_idx", "_snap", "_snap_flat", "_snap_valid", "_g_eff", "_gid_of",
                  "_shadow", "_param_ids", "_queue", "defer_reads", "groups", "graphs",
-                 "_launched", "_pipelined", "_g_kept")  # fmt: skip
+                 "_launched", "_pipelined", "_g_kept", "_snap_late")  # fmt: skip
 
     def state_dict(self) -> dict[str, Any]:
         self.resolve()  # the waiting updates' bookkeeping belongs to the state

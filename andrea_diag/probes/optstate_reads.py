@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import MutableMapping
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 
-from andrea_diag.probes.shadow import ShadowView
+from andrea_diag.device import HostCopy
+from andrea_diag.probes.shadow import GroupInfo, ShadowView
+
+if TYPE_CHECKING:
+    from andrea_diag.clip.api import ClipResult
 
 
 def as_vector(scalars: list[torch.Tensor] | tuple[torch.Tensor, ...]) -> torch.Tensor:
@@ -87,6 +91,7 @@ class DevicePart(NamedTuple):
     flat: torch.Tensor | None  # the update's device scalars, one float64 vector
     slots: dict[str, slice]
     kept: bool  # g_eff is the launch's copy: a spike's two norms are still to take from it
+    copy: HostCopy | None  # ``flat`` on its way to the host, started at the launch
 
 
 class Pending:
@@ -109,18 +114,33 @@ class Pending:
         self.applied, self.spike_now, self.reset = applied, spike_now, reset
         self.flat, self.slots, self.betas = flat, slots, betas
         self.vals: list[float] = []
+        # ``flat`` on its way to the host (started with the device work): read without a sync
+        self.copy: HostCopy | None = None
         self.view: ShadowView | None = None
         # at a spike (resolved in its own update): what the shadow add needs
         self.spike: tuple[list[torch.Tensor], list[torch.Tensor], list[int]] | None = None
 
 
+def ready(e: Pending) -> bool:
+    """Whether ``e``'s values are on the host already (its copies have landed: no wait)."""
+    if e.flat is not None and (e.copy is None or not e.copy.ready()):
+        return False
+    return e.view is None or (e.view.copy is not None and e.view.copy.ready())
+
+
 def read_queue(queue: list[Pending]) -> dict[int, tuple[list[float], list[float]]]:
     """Bring every entry's scalars (into ``entry.vals``) and every distinct shadow view's
-    ``‖B‖`` to the host in one copy; returns the views' values by ``id(view)``."""
+    ``‖B‖`` to the host; returns the views' values by ``id(view)``. Where every value has its
+    :class:`HostCopy` (the trainer on CUDA), it waits for those copies only; else one copy of
+    them all, a host sync."""
     views = {id(e.view): e.view for e in queue if e.view is not None}
-    parts = [e.flat for e in queue if e.flat is not None]
-    parts += [t for v in views.values() for t in (v.bm, v.bv)]
-    vals = torch.cat(parts).tolist() if parts else []  # host sync
+    copies = [e.copy for e in queue if e.flat is not None] + [v.copy for v in views.values()]
+    if all(c is not None for c in copies):
+        vals = [x for c in copies if c is not None for x in c.wait().tolist()]
+    else:
+        parts = [e.flat for e in queue if e.flat is not None]
+        parts += [torch.cat((v.bm, v.bv)) for v in views.values()]
+        vals = torch.cat(parts).tolist() if parts else []  # host sync
     pos = 0
     for e in queue:
         n = e.flat.numel() if e.flat is not None else 0
@@ -148,6 +168,35 @@ def snapshot_buffers(
         views.append(buf[start : start + p.numel()].view(p.shape))
         start += p.numel()
     return views, buf
+
+
+def effective_grads(
+    params: list[torch.Tensor], ginfo: list[GroupInfo], gid_of: dict[int, int]
+) -> list[torch.Tensor]:
+    """The gradient Adam receives: post-clip grad, + wd·θ (coupled L2), negated if maximize."""
+    out = []
+    for p in params:
+        g = p.grad.detach() if p.grad.requires_grad else p.grad  # create_graph only
+        info = ginfo[gid_of.get(id(p), 0)]
+        if info.l2:
+            g = g + info.wd * p.detach()
+        if info.maximize:
+            g = -g
+        out.append(g)
+    return out
+
+
+def post_clip_norms(
+    clip: ClipResult | None, ginfo: list[GroupInfo] | None, g_eff: list[torch.Tensor]
+) -> torch.Tensor | None:
+    """Per-tensor norms of the gradient Adam received, from the clip pass (no extra pass),
+    when it is the clipped gradient itself (no coupled L2 term)."""
+    if clip is None or any(i.l2 or i.maximize for i in ginfo or []):
+        return None
+    per = clip.per_tensor_norm
+    if per.numel() != len(g_eff):
+        return None
+    return (per * clip.scale).double()  # global: 0-dim scale; per-tensor: (n,)
 
 
 def push_spike_norms(out: Scalars, g_eff: list[torch.Tensor]) -> None:

@@ -21,6 +21,8 @@ from typing import Any
 
 import torch
 
+from andrea_diag.device import HostCopy
+
 # Keep c·B inside fp32 range: B grows like 1/c between renormalisations, and ‖B‖² is summed in
 # fp32 by the norm kernels, so 1/c must stay far below 1e38 (1e6: B ≤ 1e6·(1-β)·|g|). Each
 # renormalisation is one pass over the buffers, about every 130 updates at β1 = 0.9.
@@ -52,7 +54,7 @@ class ShadowBuffers:
         self.bm: dict[int, torch.Tensor] = {}
         self.bv: dict[int, torch.Tensor] = {}
         # per-buffer norms on the device, from the last refresh: (group id per key, ‖Bm‖, ‖Bv‖)
-        self._norms: tuple[list[int], torch.Tensor, torch.Tensor] | None = None
+        self._norms: tuple[list[int], torch.Tensor, torch.Tensor, HostCopy] | None = None
 
     def __bool__(self) -> bool:
         return bool(self.bm)
@@ -128,7 +130,9 @@ class ShadowBuffers:
             return
         bm = torch.stack(torch._foreach_norm([self.bm[k] for k in keys])).double()
         bv = torch.stack(torch._foreach_norm([self.bv[k] for k in keys])).double()
-        self._norms = ([gid_of.get(k, 0) for k in keys], bm, bv)
+        # on their way to the host now: the views of every update until the next refresh share
+        # this one copy, so reading them waits for no later work (issue 20)
+        self._norms = ([gid_of.get(k, 0) for k in keys], bm, bv, HostCopy(torch.cat((bm, bv))))
 
     def _renormalise(self, ginfo: list[GroupInfo], gid_of: dict[int, int]) -> None:
         if not any(i.cm < RENORM_BELOW or i.cv < RENORM_BELOW for i in ginfo):
@@ -151,9 +155,14 @@ class ShadowView:
     """The shadow at one update: ``c`` per group (host) and ``‖B‖`` per buffer (device)."""
 
     def __init__(
-        self, c: list[tuple[float, float]], gids: list[int], bm: torch.Tensor, bv: torch.Tensor
+        self,
+        c: list[tuple[float, float]],
+        gids: list[int],
+        bm: torch.Tensor,
+        bv: torch.Tensor,
+        copy: HostCopy | None = None,  # ``bm`` then ``bv`` on their way to the host
     ) -> None:
-        self.c, self.gids, self.bm, self.bv = c, gids, bm, bv
+        self.c, self.gids, self.bm, self.bv, self.copy = c, gids, bm, bv, copy
 
     def norms(
         self, ginfo: list[GroupInfo], bm: list[float], bv: list[float]

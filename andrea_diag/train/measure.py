@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from andrea_diag.clip.api import ClipResult
+from andrea_diag.device import HostCopy
 from andrea_diag.train.accumulation import IGNORE, GroupResult
 from andrea_diag.train.components import Reducer
 from andrea_diag.train.distributed import DDPReducer, DistInfo, gather_examples
@@ -81,14 +82,7 @@ class PendingRead:
         self.values = update_values(loss, clip, example_loss)
         flat = pack_scalars(*self.values)
         assert flat is not None  # the loss is always there
-        self.event: torch.cuda.Event | None = None
-        if flat.device.type == "cuda":
-            self.host = torch.empty(flat.shape, dtype=flat.dtype, pin_memory=True)
-            self.host.copy_(flat, non_blocking=True)
-            self.event = torch.cuda.Event()
-            self.event.record()
-        else:
-            self.host = flat
+        self.copy = HostCopy(flat)
         # what the device-side skip reads (StepRunner.step_unless): 1 where the eager path would
         # not step (a non-finite gradient or loss, or the clip mode's skip), as a float32 flag
         bad = torch.logical_or(clip.nonfinite, ~torch.isfinite(loss.detach()))
@@ -96,9 +90,7 @@ class PendingRead:
 
     def result(self) -> UpdateRead:
         """The read, once its copy has landed (waits for that, not for later work)."""
-        if self.event is not None:
-            self.event.synchronize()
-        host = unpack_scalars(self.host.tolist(), *self.values)
+        host = unpack_scalars(self.copy.wait().tolist(), *self.values)
         return _decided(self.batch, self.clip, split_update(host, self.example_loss))
 
 

@@ -15,8 +15,11 @@ whole before anything is read:
    ``found_inf``, 1 where the eager path would not step);
 2. the probes' device work on the gradients runs in their ``launch_`` hooks (the
    optimizer-state probe's norms, and a copy of ``g`` for a spike's, since a spike is known
-   only later);
-3. the values are copied to pinned host memory behind the update (:class:`PendingRead`);
+   only later; off the ``--update-stats-every N`` schedule its snapshot of θ is taken anyway,
+   for a spike's update stats);
+3. the values are copied to pinned host memory behind the update (:class:`PendingRead`; the
+   probes' deferred columns too, :class:`~andrea_diag.device.HostCopy`, read as each lands, so
+   a flush waits for no later work);
 4. the host part (the read, the row, every probe's hooks, the evaluation) runs after the next
    update's group is launched and before its clip. The weights, the optimizer state and the
    clip pass's outputs are still the update's own then. Only the gradients are not, and no
@@ -28,7 +31,7 @@ CPU). A row's ``time_s`` is the time since the row before it was finished.
 Eager instead (the run sheet's ``pipeline_refused`` says why): without ``--cuda-graph``; an
 optimizer step that is not torch's fused Adam stepped by its precision (fp16's GradScaler);
 the exp3 mixer (the next batch follows this update's losses); replicas; a probe whose host part
-needs the gradient (``--update-stats-every N``), or one that does not say (``pipeline_safe``).
+needs the gradient, or one that does not say (``pipeline_safe``).
 The first :data:`CAPTURED_BY` updates are
 eager, for the graphs' captures and the optimizer's lazily made state; their steps already
 take the skip flag (:attr:`StepRunner.device_skip`), so the step's graph is captured once.
@@ -131,6 +134,9 @@ class Pipeline:
         t.probes.after_step(ctx)
         start = max(p.t0, self._done_at)  # since the row before: the updates overlap
         row = t._finish_row(p.update, p.batch, p.injected, row, ctx, start, evaluate=not crashed)
+        # the deferred columns whose copies have landed, now (no wait; after the row, as the
+        # flush adds them): the flush, which waits, is left with about one update's (issue 20)
+        t.probes.resolve(ready_only=True)
         self._done_at = time.perf_counter()
         return [row]
 
