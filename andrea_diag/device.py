@@ -40,7 +40,8 @@ class HostCopy:
 
     def __init__(self, t: torch.Tensor) -> None:
         self.event: torch.cuda.Event | None = None
-        if t.device.type == "cuda":
+        self.pinned = t.device.type == "cuda"  # a host buffer of its own (else: ``t`` itself)
+        if self.pinned:
             self.host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
             self.host.copy_(t, non_blocking=True)
             self.event = torch.cuda.Event()

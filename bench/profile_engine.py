@@ -23,9 +23,12 @@ from __future__ import annotations
 import argparse
 import cProfile
 import dataclasses
+import gc
 import io
+import itertools
 import pstats
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -63,6 +66,31 @@ def _profiled(run: Callable[[], None], sync: Callable[[], None]) -> pstats.Stats
     sync()
     prof.disable()
     return pstats.Stats(prof)
+
+
+def _timed_gc(run: Callable[[], None], sync: Callable[[], None], updates: int) -> str:
+    """``run`` unprofiled: its wall ms/update, and the garbage collector's share of it (a
+    collection holds the host, and a pipelined host is only one update ahead)."""
+    spent, started, counts = [0.0], [0.0], [0, 0, 0]
+
+    def on_gc(phase: str, info: dict) -> None:
+        if phase == "start":
+            started[0] = time.perf_counter()
+        else:
+            spent[0] += time.perf_counter() - started[0]
+            counts[info["generation"]] += 1
+
+    gc.callbacks.append(on_gc)
+    try:
+        sync()
+        t0 = time.perf_counter()
+        run()
+        sync()
+        wall = time.perf_counter() - t0
+    finally:
+        gc.callbacks.remove(on_gc)
+    return (f"  unprofiled {wall / updates * 1e3:.3f} ms/update; garbage collection "
+            f"{spent[0] / updates * 1e3:.3f} ms/update (collections by generation {counts})")  # fmt: skip
 
 
 def _host_table(stats: pstats.Stats, updates: int, label: str) -> str:
@@ -106,37 +134,44 @@ def main() -> None:
     p.add_argument("--host", action="store_true", help="cProfile by Python function")
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--device", default="cuda")
+    p.add_argument("--cuda-graph", action="store_true",
+                   help="the engine graphed and pipelined, the plain loop graphed")  # fmt: skip
     a = p.parse_args()
-    total = a.warmup + 2 * a.updates
+    total = a.warmup + 4 * a.updates  # --host runs each loop twice: profiled, then timed
     cfg = RunConfig(size=a.size, precision=a.precision, device=a.device).resolve()
     probes = dataclasses.replace(cfg.probes, lockin_every=total + 1,  # once a run: at the end
                                  update_stats_every=a.update_stats_every)  # fmt: skip
     cfg = dataclasses.replace(cfg, steps=total + 1, eval_every=0, checkpoint_every=0, inject=[],
-                              probes=probes)  # fmt: skip
+                              probes=probes, cuda_graph=a.cuda_graph)  # fmt: skip
     device = torch.device(a.device)
     sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
     with tempfile.TemporaryDirectory() as tmp:
         engine, batch_tokens = _engine(cfg, Path(tmp) / "engine")
-        plain = PlainLoop(cfg, device)
+        plain = PlainLoop(cfg, device, graphed=a.cuda_graph)
         tokens = [batch_tokens(u) for u in range(1, total + 1)]
         for u in range(1, a.warmup + 1):
-            engine.train_update(u)
+            engine.pipeline.advance(u)  # pipelined under --cuda-graph, as bench-train runs it
             plain.update(tokens[u - 1])
-        first = a.warmup + 1
+        engine.pipeline.drain()
+        engine_u = itertools.count(a.warmup + 1)  # the engine's next updates, in order
+        plain_u = itertools.count(a.warmup + 2 * a.updates + 1)
 
         def run_engine() -> None:
-            for u in range(first, first + a.updates):
-                engine.train_update(u)
+            for _ in range(a.updates):
+                engine.pipeline.advance(next(engine_u))
+            engine.pipeline.drain()
 
         def run_plain() -> None:
-            for u in range(first + a.updates, total + 1):
-                plain.update(tokens[u - 1])
+            for _ in range(a.updates):
+                plain.update(tokens[next(plain_u) - 1])
 
         label = f"{a.size} {a.precision} update_stats_every={a.update_stats_every}"
+        label += " --cuda-graph" if a.cuda_graph else ""
         out = []
         for name, run in (("engine", run_engine), ("plain", run_plain)):
             if a.host:
                 out.append(_host_table(_profiled(run, sync), a.updates, f"{name} {label}"))
+                out.append(_timed_gc(run, sync, a.updates))
             else:
                 out.append(_profile_ops(run, sync, a.updates, f"{name} {label}"))
         engine.recorder.close()

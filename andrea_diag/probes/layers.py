@@ -140,7 +140,7 @@ class LayerGradNormProbe(ProbeState):
         if not n:
             return
         queue, self._queue = self._queue[:n], self._queue[n:]
-        if all(copy is not None for *_, copy in queue):
+        if all(copy is not None and copy.pinned for *_, copy in queue):  # CPU: one read
             values = [x for *_, copy in queue if copy is not None for x in copy.wait().tolist()]
         else:
             values = torch.cat([norms for _, _, norms, _ in queue]).tolist()  # host sync
