@@ -60,7 +60,16 @@ class ProbeConfig:
     update_stats: bool = True  # update RMS and its cosine with the gradient (a param snapshot)
     # ... every N updates (and at every spike): the snapshot is ~10 parameter-sized memory
     # passes an update, the optimizer-state probe's largest device cost (issue 20)
-    update_stats_every: int = 1
+    update_stats_every: int = field(
+        default=1,
+        metadata=cli(
+            help="The optimizer-state probe's update RMS and update/gradient cosine (a "
+            "parameter snapshot, about ten parameter-sized memory passes) every N updates and "
+            "at every spike; the other updates leave those two columns out.",
+            lo=1,
+            hi=MAX_UPDATES,
+        ),
+    )
     lockin: bool = True
 
     def resolve(self, steps: int | None, size: str | None = None) -> ProbeConfig:
@@ -70,10 +79,6 @@ class ProbeConfig:
         if every is None:
             every = max(1, steps // LOCKIN_SAMPLES_PER_RUN) if steps else LOCKIN_EVERY_OPEN_ENDED
         every = max(1, every)
-        if not 1 <= self.update_stats_every <= MAX_UPDATES:
-            raise UserError(
-                f"update_stats_every must be 1 to {MAX_UPDATES}, got {self.update_stats_every}"
-            )
         if every > MAX_UPDATES:
             raise UserError(f"lockin_every must be at most {MAX_UPDATES}, got {every}")
         shadow = self.shadow

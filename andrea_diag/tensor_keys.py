@@ -2,6 +2,7 @@
 
     key = TensorKey([p.grad for p in params], moments, extra=(lr, betas))
     key == TensorKey(...)    # True only over the very same live tensors (and equal extras)
+    key.matches(grads, moments, extra=(lr, betas))   # the same, without building a key
 
 A graph replays on the addresses it was captured with, so a runner replays only while the
 tensors it reads are the captured ones. ``id()`` alone is not enough: once a tensor is freed
@@ -47,6 +48,23 @@ class TensorKey:
     def __init__(self, *groups: Sequence[torch.Tensor | None] | None, extra: Any = ()) -> None:
         self.groups = tuple(_refs(g) for g in groups)
         self.extra = extra
+
+    def matches(self, *groups: Sequence[torch.Tensor | None] | None, extra: Any = ()) -> bool:
+        """``self == TensorKey(*groups, extra=extra)`` without building that key: a replay's
+        check, every update, over hundreds of tensors (no weak reference made, no hash)."""
+        if len(groups) != len(self.groups) or self.extra != extra:
+            return False
+        for refs, group in zip(self.groups, groups, strict=True):
+            if refs is None or group is None:
+                if refs is not group:
+                    return False
+                continue
+            if len(refs) != len(group):
+                return False
+            for r, t in zip(refs, group, strict=True):
+                if (t is None) != (r is None) or (r is not None and r() is not t):
+                    return False
+        return True
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, TensorKey) or len(self.groups) != len(other.groups):

@@ -41,26 +41,31 @@ def test_a_key_seen_twice_past_the_warmup_is_captured_and_its_outputs_are_copies
         counter.add_(1)  # in place, as the probe's Δθ subtraction is
         return counter * 2, {"x": slice(0, 3)}
 
-    runner, key = ScalarGraph(), TensorKey([counter], None)
-    got = [runner.run(key, compute)[0] for _ in range(WARM + 3)]
+    runner, groups = ScalarGraph(), ([counter], None)
+    got = [runner.run(groups, compute)[0] for _ in range(WARM + 3)]
     assert [float(g[0]) for g in got] == [2.0 * (i + 1) for i in range(WARM + 3)]
     assert runner.counts == {"eager": WARM, "replayed": 3, "captured": 1}
     assert len(scalar_graphs) == 1
-    runner.run(TensorKey([counter.clone()], None), compute)  # other tensors: eager again
+    runner.run(([counter.clone()], None), compute)  # other tensors: eager again
     assert runner.counts["eager"] == WARM + 1 and len(scalar_graphs) == 1
 
 
 def test_a_key_over_a_freed_tensor_never_matches_the_tensor_that_reuses_its_id() -> None:
     grads = [torch.zeros(4), None]
     key = TensorKey(grads, extra=("lr", 1e-3))
-    assert key == TensorKey(grads, extra=("lr", 1e-3))
+    assert key == TensorKey(grads, extra=("lr", 1e-3)) and key.matches(grads, extra=("lr", 1e-3))
     assert key != TensorKey(grads, extra=("lr", 2e-3))
+    assert not key.matches(grads, extra=("lr", 2e-3)) and not key.matches(grads, None)
     assert key != TensorKey([torch.zeros(4), None], extra=("lr", 1e-3))  # equal values: no
+    assert not key.matches([torch.zeros(4), None], extra=("lr", 1e-3))
+    assert not key.matches([grads[0]], extra=("lr", 1e-3))  # a shorter group
+    assert not key.matches([grads[0], torch.zeros(1)], extra=("lr", 1e-3))  # None vs a tensor
     old_id = id(grads[0])
     grads[0] = None  # freed: CPython may hand its id to the next tensor
     fresh = [torch.zeros(4) for _ in range(64)]
     reused = [t for t in fresh if id(t) == old_id]
     assert all(key != TensorKey([t, None], extra=("lr", 1e-3)) for t in reused + fresh)
+    assert not any(key.matches([t, None], extra=("lr", 1e-3)) for t in reused + fresh)
 
 
 def test_a_computation_torch_cannot_capture_is_one_user_error(
@@ -72,9 +77,9 @@ def test_a_computation_torch_cannot_capture_is_one_user_error(
     monkeypatch.setattr(optstate_graph, "capture", refuse)
     runner, x = ScalarGraph(), torch.zeros(2)
     for _ in range(WARM):
-        runner.run(TensorKey([x]), lambda: (x.clone(), {}))
+        runner.run(([x],), lambda: (x.clone(), {}))
     with pytest.raises(UserError, match=r"probe's arithmetic cannot be captured .*\(operation"):
-        runner.run(TensorKey([x]), lambda: (x.clone(), {}))
+        runner.run(([x],), lambda: (x.clone(), {}))
 
 
 def _rows(tmp_path: Path, cuda_graph: bool, mp: pytest.MonkeyPatch) -> tuple[list[dict], Any]:

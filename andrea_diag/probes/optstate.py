@@ -69,7 +69,6 @@ from andrea_diag.probes.shadow import (
     SpikeTerm,
     pollution_summary,
 )
-from andrea_diag.tensor_keys import TensorKey
 
 RECOVERY_SHARE = 0.1
 
@@ -224,9 +223,9 @@ class OptStateProbe:
         if g_eff is None:
             g_eff = effective_grads(params, self._group_info(ctx.optimizer), self._gid_of)
         self._g_eff = None
-        state = ctx.optimizer.state
-        ms = [state[p].get("exp_avg") if p in state else None for p in params]
-        vs = [state[p].get("exp_avg_sq") if p in state else None for p in params]
+        state = [ctx.optimizer.state.get(p) for p in params]  # one lookup (a Python hash) each
+        ms = [None if st is None else st.get("exp_avg") for st in state]
+        vs = [None if st is None else st.get("exp_avg_sq") for st in state]
         self.has_moments = all(m is not None for m in ms) and all(v is not None for v in vs)
         flat, slots = self._device_scalars(ctx, params, ms, vs, g_eff, spike_now)
         kept = spike_now is None and self.has_moments
@@ -306,7 +305,7 @@ class OptStateProbe:
                 assert flat is not None  # m and v: never empty
                 return flat, s.slots
 
-            out.adopt(*self.graphs.run(TensorKey(ms, vs, params, g_eff, snap), compute))
+            out.adopt(*self.graphs.run((ms, vs, params, g_eff, snap), compute))
         else:
             self._moments_and_update(out, ms, vs, params, g_eff, snap)
         if snap is not None:

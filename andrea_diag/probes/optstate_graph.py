@@ -1,7 +1,7 @@
 """The optimizer-state probe's per-update device arithmetic as one CUDA graph (``--cuda-graph``).
 
     graphs = ScalarGraph()
-    flat, slots = graphs.run(TensorKey(ms, vs, ...), compute)   # compute() -> (vector, slots)
+    flat, slots = graphs.run((ms, vs, ...), compute)   # compute() -> (vector, slots)
 
 Why: at every update the probe launches ``‖m‖``, ``‖v‖`` per tensor, ``Δθ = θ_prev - θ``, its
 norms and ``Δθ·g``: about ten multi-tensor ops over every parameter, 1.3 ms of host time an
@@ -53,8 +53,13 @@ class ScalarGraph:
         self._last: TensorKey | None = None  # the previous call's key
         self.counts = {"eager": 0, "replayed": 0, "captured": 0}
 
-    def run(self, key: TensorKey, compute: Callable[[], Result]) -> Result:
-        """``compute()``'s vector (a copy the next call does not overwrite) and its slots."""
+    def run(self, groups: tuple, compute: Callable[[], Result]) -> Result:
+        """``compute()``'s vector (a copy the next call does not overwrite) and its slots.
+        ``groups``: the tensors it reads (:class:`TensorKey`'s groups)."""
+        if self.key is not None and self.graph is not None and self.key.matches(*groups):
+            self._last = self.key  # the common update: replayed, no key built
+            return self._replay()
+        key = TensorKey(*groups)
         last, self._last = self._last, key
         if self.graph is None or key != self.key:
             if key != last or self.counts["eager"] < WARM:
@@ -67,6 +72,9 @@ class ScalarGraph:
                 raise capture_refused("the optimizer-state probe's arithmetic", e) from None
             self.key = key
             self.counts["captured"] += 1
+        return self._replay()
+
+    def _replay(self) -> Result:
         assert self.graph is not None and self.out is not None
         self.graph.replay()
         self.counts["replayed"] += 1

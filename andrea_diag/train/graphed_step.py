@@ -100,11 +100,13 @@ class StepRunner:
         self.device_skip = False
         self.counts = {"eager": 0, "replayed": 0, "captured": 0}
 
-    def _key(self, device_skip: bool) -> TensorKey:
-        state = self.optimizer.state
-        moments = [state[p].get(k) if p in state else None for p in self.params for k in STATE]
+    def _groups(self, device_skip: bool) -> tuple[list, list, tuple]:
+        """What a step graph reads: the gradients, the moments, and the hyperparameters with the
+        skip flag's use. One state lookup a parameter (a tensor's hash is a Python call)."""
+        state = [self.optimizer.state.get(p) for p in self.params]
+        moments = [None if s is None else s.get(k) for s in state for k in STATE]
         hyper = tuple(tuple(g.get(k) for k in HYPER) for g in self.optimizer.param_groups)
-        return TensorKey([p.grad for p in self.params], moments, extra=(hyper, device_skip))
+        return [p.grad for p in self.params], moments, (hyper, device_skip)
 
     def step(self, applied: bool) -> None:
         """One optimizer step for an update (skipped, as the eager path does, if not applied)."""
@@ -141,7 +143,12 @@ class StepRunner:
 
     def _graphed_step(self, device_skip: bool) -> None:
         # a graph records whether the step reads the skip flag: a change is a new key
-        key = self._key(device_skip)
+        grads, moments, extra = self._groups(device_skip)
+        if self.graph is not None and self.key and self.key.matches(grads, moments, extra=extra):
+            self._replay()  # the common step: no key built
+            self._last = self.key
+            return
+        key = TensorKey(grads, moments, extra=extra)
         if self.graph is not None and key == self.key:
             self._replay()
         elif self.counts["eager"] >= WARMUP_UPDATES and key == self._last:
