@@ -58,3 +58,41 @@ class HostCopy:
         if self.event is not None:
             self.event.synchronize()
         return self.host
+
+
+class PinnedStaging:
+    """Host tensors copied to the device through two pinned buffers of its own, reused:
+    ``tensor.pin_memory()`` every update allocates a pinned buffer and asks the driver whether
+    the source is pinned (about 0.2 ms of host time an update at 12m on the H200, in a loop the
+    host paces). A buffer is rewritten only after the copy that last read it has run (its event),
+    so the host can run an update ahead of the device.
+
+    >>> dst = torch.zeros(2)
+    >>> PinnedStaging().copy(dst, torch.tensor([1.0, 2.0])).tolist()  # CPU: a plain copy
+    [1.0, 2.0]
+    """
+
+    def __init__(self) -> None:
+        self._bufs: list[tuple[torch.Tensor, torch.cuda.Event]] = []
+        self._next = 0
+
+    def copy(self, dst: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
+        """``dst.copy_(src)``: on CUDA without a host sync (through a pinned buffer)."""
+        if dst.device.type != "cuda":
+            return dst.copy_(src)
+        i, self._next = self._next, 1 - self._next
+        if (
+            len(self._bufs) <= i
+            or self._bufs[i][0].shape != src.shape
+            or (self._bufs[i][0].dtype != src.dtype)
+        ):
+            buf = torch.empty(src.shape, dtype=src.dtype, pin_memory=True)
+            entry = (buf, torch.cuda.Event())
+            self._bufs[i : i + 1] = [entry]
+        else:
+            entry = self._bufs[i]
+            entry[1].synchronize()  # the copy that read it last: long done, an update ago
+        entry[0].copy_(src)
+        dst.copy_(entry[0], non_blocking=True)
+        entry[1].record()
+        return dst

@@ -170,9 +170,11 @@ GRAD_NORM_Z = C("grad_norm_z", SPIKES, float, "spikes/grad_norm_z",
                 "robust z of the pre-clip gradient norm (warm-up: empty)")  # fmt: skip
 SPIKE = C("spike", SPIKES, bool, "spikes/spike", "the online spike decision of this update")
 UPDATE_RMS = C("update_rms", OPTSTATE, float, "optstate/update_rms",
-               "RMS of this step's parameter change")  # fmt: skip
+               "RMS of this step's parameter change (every --update-stats-every updates and "
+               "at spikes)")  # fmt: skip
 COS_UPDATE_GRAD = C("cos_update_grad", OPTSTATE, float, "optstate/cos_update_grad",
-                    "cosine between the update direction and the gradient Adam received")  # fmt: skip
+                    "cosine between the update direction and the gradient Adam received "
+                    "(every --update-stats-every updates and at spikes)")  # fmt: skip
 M_NORM = C("m_norm", OPTSTATE, float, "optstate/m_norm", "global L2 norm of Adam's exp_avg",
            optional=True)  # fmt: skip
 V_NORM = C("v_norm", OPTSTATE, float, "optstate/v_norm", "global L2 norm of Adam's exp_avg_sq",

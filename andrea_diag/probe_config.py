@@ -17,6 +17,8 @@ from andrea_diag.errors import UserError
 from andrea_diag.fields import MAX_UPDATES, check_bounds, cli
 from andrea_diag.presets import PRESETS
 
+UPDATE_STATS_EVERY = 10  # the optimizer-state probe's update RMS / cosine: every N updates
+
 LOCKIN_SAMPLES_PER_RUN = 1  # lock-in samples when not given: the final state only (issue 19)
 LOCKIN_EVERY_OPEN_ENDED = 100  # ... and for a loop of unknown length (SpikeMonitor)
 
@@ -59,9 +61,11 @@ class ProbeConfig:
     per_layer: bool = True  # per-layer grad / m / v norms
     update_stats: bool = True  # update RMS and its cosine with the gradient (a param snapshot)
     # ... every N updates (and at every spike): the snapshot is ~10 parameter-sized memory
-    # passes an update, the optimizer-state probe's largest device cost (issue 20)
+    # passes an update, the optimizer-state probe's largest device cost (issue 20). Every 10:
+    # the engine at 0.95x a graphed plain loop at 120m fp32, 0.92 with every update (H200,
+    # reports/bench-train/h200-2026-12-02b/)
     update_stats_every: int = field(
-        default=1,
+        default=UPDATE_STATS_EVERY,
         metadata=cli(
             help="The optimizer-state probe's update RMS and update/gradient cosine (a "
             "parameter snapshot, about ten parameter-sized memory passes) every N updates and "

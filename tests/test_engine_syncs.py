@@ -84,8 +84,11 @@ def loops(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, PlainLoop, Any
     cfg = RunConfig(size="tiny", device="cpu").resolve()
     # flush_every above the updates profiled: the rows (and the probes' deferred scalars) stay
     # on the "device" until a flush, as between two flushes of a real run
+    # the optimizer-state probe's update stats every update (its default: every 10), the most
+    # work an update reads
+    probes = dataclasses.replace(cfg.probes, update_stats_every=1)
     cfg = dataclasses.replace(
-        cfg, steps=12, eval_every=0, checkpoint_every=0, flush_every=50, inject=[]
+        cfg, steps=12, eval_every=0, checkpoint_every=0, flush_every=50, inject=[], probes=probes
     )  # inject=[]: tiny's own outlier is placed for its 240 updates
     engine, batch_tokens = _engine(cfg, Path(tmp_path_factory.mktemp("e")) / "engine")
     plain = PlainLoop(cfg, torch.device("cpu"))
@@ -132,8 +135,11 @@ def test_engine_update_syncs_the_cuda_stream_at_most_once(tmp_path: Path) -> Non
 
     # the lock-in probe samples on its own schedule (and is reworked elsewhere): left out here
     cfg = RunConfig(size="tiny", device="cuda", probes=ProbeConfig(lockin=False)).resolve()
+    # the optimizer-state probe's update stats every update (its default: every 10), the most
+    # work an update reads
+    probes = dataclasses.replace(cfg.probes, update_stats_every=1)
     cfg = dataclasses.replace(
-        cfg, steps=12, eval_every=0, checkpoint_every=0, flush_every=50, inject=[]
+        cfg, steps=12, eval_every=0, checkpoint_every=0, flush_every=50, inject=[], probes=probes
     )  # inject=[]: tiny's own outlier is placed for its 240 updates
     engine, _ = _engine(cfg, tmp_path / "engine")
     for u in (1, 2):

@@ -88,7 +88,7 @@ def bench_train(
         f"andrea-diag bench-train --size {size} --precision {precision} --clip {clip} "
         f"--clip-impl {clip_impl} --updates {updates} --warmup {warmup} --block {block} "
         f"--device {device} --out {out}"
-        + (f" --update-stats-every {update_stats_every}" if update_stats_every != 1 else "")
+        + f" --update-stats-every {update_stats_every}"
         + (" --cuda-graph" if cuda_graph else "")
         + (f" --plain {plain}" if plain != "same" else "")
     )

@@ -1,9 +1,15 @@
 """Token batches per optimizer update: deterministic from (seed, update), recordable, replayable.
 
+    >>> from andrea_diag.data import Mixer, prepare_data
     >>> data = prepare_data()
     >>> plan = BatchPlan(data, Mixer(seed=0), seed=0, micro_batch=8, accum=2, seq_len=64)
     >>> b = plan.batch(1)          # b.tokens: (A=2, m=8, T+1=65) int64; b.hash: 16 hex chars
-    >>> plan.save("run/batches.json"); BatchPlan.load("run/batches.json", data).batch(1).hash == b.hash
+    >>> tuple(b.tokens.shape)
+    (2, 8, 65)
+    >>> import pathlib, tempfile
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "batches.json"
+    >>> _ = plan.save(path)
+    >>> BatchPlan.load(path, data).batch(1).hash == b.hash
     True
 
 For every update, ``m × A`` sequences of ``seq_len + 1`` tokens are drawn: each sequence's source

@@ -3,7 +3,8 @@
     >>> from andrea_diag.data import prepare_data
     >>> data = prepare_data()                       # first time: ~5 s on 2 cores, then cached
     >>> data.streams["gutenberg"].shape             # 1-D int64 token ids   # doctest: +SKIP
-    >>> json.dumps(data.describe())                 # saved as data.json in run directories
+    >>> import json
+    >>> text = json.dumps(data.describe())          # saved as data.json in run directories
 
 ``seed`` is the *corpus* seed: it picks the bytes of the generated sources. Keep it fixed (the
 default 0) across a sweep over training seeds, so every run shares one tokenizer and its token

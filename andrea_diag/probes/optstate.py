@@ -7,7 +7,8 @@ Columns every update (Adam/AdamW; other optimizers get only the update columns):
 - ``update_rms``: RMS of this step's parameter change ``Δθ`` over all elements;
 - ``cos_update_grad``: cosine between the update direction ``-Δθ`` and the gradient Adam
   received (+1: a plain SGD step; ~0: Adam's history dominates); both every
-  ``update_stats_every`` updates (``ProbeConfig``; default 1) and at spikes, else absent;
+  ``update_stats_every`` updates (``ProbeConfig``, ``--update-stats-every``; default 10) and at
+  spikes, else absent;
 - ``m_spike_share = ‖m_spike‖/‖m‖``, ``v_spike_share = ‖v_spike‖/‖v‖`` (shadow buffers on).
 
 *Why a parameter snapshot for Δθ*: recomputing ``lr·m̂/(√v̂+ε)`` needs five elementwise passes

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 
+from andrea_diag.device import PinnedStaging
 from andrea_diag.errors import UserError, capture_refused
 from andrea_diag.train.accumulation import GroupResult
 from andrea_diag.train.components import Precision, Reducer, accumulate_with
@@ -112,6 +113,7 @@ class GroupRunner:
         self.grads: list[torch.Tensor | None] = []  # the graph's gradient tensors, by param
         self.counts = {"eager": 0, "replayed": 0}  # this process's (a resume counts anew)
         self._warned = False
+        self._staging = PinnedStaging()  # the replay's tokens, through pinned buffers it reuses
 
     def run(
         self, host_tokens: torch.Tensor, local_tokens: int, loss_hook: LossHook | None = None
@@ -121,9 +123,7 @@ class GroupRunner:
         key = (tuple(host_tokens.shape), local_tokens)
         if self.graph is not None and loss_hook is None and key == self.key:
             assert self.static_tokens is not None
-            pinned = self.device.type == "cuda"  # as to_device: no host sync on CUDA
-            self.static_tokens.copy_(host_tokens.pin_memory() if pinned else host_tokens,
-                                     non_blocking=pinned)  # fmt: skip
+            self._staging.copy(self.static_tokens, host_tokens)  # as to_device: no host sync
             return self._replay()
         if self.graph is not None and loss_hook is None and not self._warned:
             self._warned = True  # a changing token count makes every update eager: say so once

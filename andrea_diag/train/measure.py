@@ -85,7 +85,8 @@ class PendingRead:
         self.copy = HostCopy(flat)
         # what the device-side skip reads (StepRunner.step_unless): 1 where the eager path would
         # not step (a non-finite gradient or loss, or the clip mode's skip), as a float32 flag
-        bad = torch.logical_or(clip.nonfinite, ~torch.isfinite(loss.detach()))
+        lo = loss.detach()  # x - x: 0 where finite, NaN at ±inf or NaN (2 kernels, isfinite 4)
+        bad = torch.logical_or(clip.nonfinite, (lo - lo).ne(0))
         self.skip_flag = (bad if clip.skip is None else bad | clip.skip).float()
 
     def result(self) -> UpdateRead:
