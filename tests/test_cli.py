@@ -69,6 +69,8 @@ def test_cascade_help_explains_the_stress_knobs() -> None:
         (["train", "--clip", "sometimes"], "unknown clip mode"),
         (["train", "--clip", "none,global"], "train runs one arm"),
         (["cascade", "--boundary-k", "-1"], "--boundary-k must be 0 or more"),
+        (["cascade", "--update-stats-every", "0"], "--update-stats-every must be at least 1"),
+        (["train", "--update-stats-every", "0"], "--update-stats-every must be at least 1"),
         (["report", "/no/such/run"], "does not exist"),
     ],
 )
