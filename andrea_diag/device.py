@@ -1,5 +1,6 @@
 """Which torch device a command runs on: the one place that turns ``--device`` into a device;
-and :class:`HostCopy`, a device value read without waiting for the work queued after it.
+:class:`HostCopy`, a device value read without waiting for the work queued after it; and
+:class:`PinnedStaging`, host tensors sent to the device without a pinned allocation each time.
 
 from andrea_diag.device import resolve_device
 resolve_device("auto")   # cuda when present, else cpu
@@ -45,7 +46,7 @@ class HostCopy:
             self.host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
             self.host.copy_(t, non_blocking=True)
             self.event = torch.cuda.Event()
-            self.event.record()
+            self.event.record(torch.cuda.current_stream(t.device))  # the copy's stream
         else:
             self.host = t
 
@@ -94,5 +95,5 @@ class PinnedStaging:
             entry[1].synchronize()  # the copy that read it last: long done, an update ago
         entry[0].copy_(src)
         dst.copy_(entry[0], non_blocking=True)
-        entry[1].record()
+        entry[1].record(torch.cuda.current_stream(dst.device))  # the copy's stream
         return dst

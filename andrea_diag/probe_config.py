@@ -67,9 +67,10 @@ class ProbeConfig:
     update_stats_every: int = field(
         default=UPDATE_STATS_EVERY,
         metadata=cli(
-            help="The optimizer-state probe's update RMS and update/gradient cosine (a "
-            "parameter snapshot, about ten parameter-sized memory passes) every N updates and "
-            "at every spike; the other updates leave those two columns out.",
+            help="The optimizer-state probe's update RMS and update/gradient cosine (from a "
+            "parameter snapshot: about ten parameter-sized memory passes) every N updates and "
+            "at every spike; the other rows leave those two columns out (--cuda-graph still "
+            "takes the snapshot every update, for a spike known only after the step).",
             lo=1,
             hi=MAX_UPDATES,
         ),

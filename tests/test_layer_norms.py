@@ -57,3 +57,31 @@ def test_layer_grad_norms_equal_direct_per_group_norms(clip_mode):
     assert "layer_gn/final.norm" in got
     for k in direct:
         assert got[k] == pytest.approx(direct[k], rel=1e-5), k
+
+
+class _Copy:
+    """A host copy that has landed or not (on the CPU every real one has)."""
+
+    def __init__(self, values: torch.Tensor, landed: bool) -> None:
+        self.values, self.landed, self.pinned = values, landed, True
+
+    def ready(self) -> bool:
+        return self.landed
+
+    def wait(self) -> torch.Tensor:
+        self.landed = True
+        return self.values
+
+
+def test_resolve_ready_fills_only_the_updates_before_the_first_copy_still_in_flight() -> None:
+    probe = LayerGradNormProbe()
+    probe.defer_reads = True
+    rows: list[dict] = [{}, {}, {}]
+    landed = [True, False, True]  # the third has landed, but rows are filled in update order
+    for row, ok, v in zip(rows, landed, (1.0, 2.0, 3.0), strict=True):
+        norms = torch.tensor([v])
+        probe._queue.append((row, ["h00.mlp"], norms, _Copy(norms, ok)))
+    probe.resolve_ready()
+    assert rows == [{"layer_gn/h00.mlp": 1.0}, {}, {}] and len(probe._queue) == 2
+    probe.resolve()  # the flush: waits for the rest
+    assert [r["layer_gn/h00.mlp"] for r in rows] == [1.0, 2.0, 3.0] and not probe._queue

@@ -211,6 +211,28 @@ def test_a_pipelined_arm_resumed_from_its_checkpoint_records_the_uninterrupted_a
     assert repr(_recorded(tmp_path / "whole")) == repr(_recorded(tmp_path / "cut"))
 
 
+def test_an_update_whose_copy_is_still_in_flight_waits_with_the_ones_after_it(
+    tmp_path: Path, cpu_pipeline: pytest.MonkeyPatch
+) -> None:
+    # on the CPU every copy has landed; here every third update's has not when first asked, so
+    # it and the updates after it are left for a later update or the flush, and the rows are
+    # still the eager arm's
+    from andrea_diag.probes import optstate
+
+    asked: set[int] = set()
+
+    def ready(e: Any) -> bool:
+        first = e.update not in asked
+        asked.add(e.update)
+        return not (first and e.update % 3 == 0)
+
+    _arm(tmp_path / "eager", cpu_pipeline, False)
+    cpu_pipeline.setattr(optstate, "ready", ready)
+    _arm(tmp_path / "piped", cpu_pipeline, True)
+    assert {u for u in asked if u % 3 == 0 and u > CAPTURED_BY}, "a copy in flight was met"
+    assert repr(_recorded(tmp_path / "eager")) == repr(_recorded(tmp_path / "piped"))
+
+
 @pytest.mark.parametrize("pipelined", [False, True])
 def test_a_pipelined_arms_flush_is_left_with_one_updates_deferred_reads(
     tmp_path: Path, cpu_pipeline: pytest.MonkeyPatch, pipelined: bool

@@ -7,10 +7,12 @@
     >>> tuple(b.tokens.shape)
     (2, 8, 65)
     >>> import pathlib, tempfile
-    >>> path = pathlib.Path(tempfile.mkdtemp()) / "batches.json"
+    >>> tmp = tempfile.TemporaryDirectory()
+    >>> path = pathlib.Path(tmp.name) / "batches.json"
     >>> _ = plan.save(path)
     >>> BatchPlan.load(path, data).batch(1).hash == b.hash
     True
+    >>> tmp.cleanup()
 
 For every update, ``m × A`` sequences of ``seq_len + 1`` tokens are drawn: each sequence's source
 by the current phase's weights, its start offset uniform in that source's stream. All draws use

@@ -18,10 +18,12 @@ What it owns, so no caller restates it:
 - **Phase boundaries**, detected once (:meth:`ProbeDriver.enter_phase`): the first update whose
   phase differs from the last one. The caller builds the :class:`UpdateContext` from its own
   facts; the boundary is the one field that needs memory of the updates before.
-- **Deferred reads** (``defer=True``, the trainer): probes with a ``resolve()`` (optstate) keep
-  their per-update scalars on the device and finish their host arithmetic at the recorder's
-  flush (``Recorder.before_flush``), so an update needs no host sync of theirs; with
-  ``defer=False`` (the monitor) the driver resolves at the end of every ``after_step``.
+- **Deferred reads** (``defer=True``, the trainer): probes with a ``resolve()`` (layers,
+  optstate) keep their per-update scalars on the device and finish their host arithmetic at the
+  recorder's flush (``Recorder.before_flush``), so an update needs no host sync of theirs; a
+  probe that also has ``resolve_ready()`` finishes, at every pipelined update, those whose own
+  host copies have landed (train/pipeline.py). With ``defer=False`` (the monitor) the driver
+  resolves at the end of every ``after_step``.
 - **Columns.** Each probe declares the metrics columns it writes (``columns``: entries of
   :mod:`andrea_diag.metrics`). During its hooks (and its deferred ``resolve``) a probe sees
   ``ctx.row`` through a guard that refuses any other write: an undeclared column, or one the
@@ -196,12 +198,14 @@ class ProbeDriver:
     def resolve(self, ready_only: bool = False) -> None:
         """Finish every probe's deferred device reads (one host sync per probe that has any;
         none for values already on their way to the host). ``ready_only``: only those whose
-        copies have landed, no wait (the pipelined update, every update)."""
+        copies have landed, no wait (the pipelined update, every update), of the probes that
+        can say so (``resolve_ready``)."""
+        hook = "resolve_ready" if ready_only else "resolve"
         for probe in self.probes:
-            if id(probe) in self._failed or not hasattr(probe, "resolve"):
+            if id(probe) in self._failed or not hasattr(probe, hook):
                 continue
             try:
-                probe.resolve(ready_only=True) if ready_only else probe.resolve()
+                getattr(probe, hook)()
             except Exception as exc:  # isolated like a hook
                 self._fail(probe, "resolve", None, exc)
 

@@ -8,9 +8,9 @@ gradients, ``sqrt(sum of squares of the member tensors' norms)``. Groups come fr
 
 No second pass over the gradients: ``ctx.clip.per_tensor_norm`` comes from the clip pass, and
 the grouping is one ``index_add`` on that small vector. Under the trainer (``defer_reads``) each
-update's group vector waits on the device and :meth:`LayerGradNormProbe.resolve` (the
-recorder's flush) reads every waiting update's in one copy and fills their columns; else one
-host transfer per update. Only when the loop does not clip through us (``ctx.clip is None``)
+update's group vector waits on the device, with its copy to the host started, and
+:meth:`LayerGradNormProbe.resolve` (the recorder's flush; ``resolve_ready``, each pipelined
+update, those already landed) fills their columns; else one host transfer per update. Only when the loop does not clip through us (``ctx.clip is None``)
 are the norms computed from the grads.
 """
 
@@ -124,11 +124,15 @@ class LayerGradNormProbe(ProbeState):
         if per.numel() == 0:
             return
         gi = group_index_for(self._groups, self._names_with_grad(ctx), self.groups)
-        if self.defer_reads:  # no op of the row's own per group: one vector, read at the flush
+        if self.defer_reads:  # no op of the row's own per group: one vector, read later
             norms = gi.group_norms(per)
             self._queue.append((ctx.row, gi.keys, norms, HostCopy(norms)))
             return
         ctx.row.update(gi.columns("layer_gn", per))
+
+    def resolve_ready(self) -> None:
+        """:meth:`resolve` of the first waiting updates whose copies have landed (no wait)."""
+        self.resolve(ready_only=True)
 
     def resolve(self, ready_only: bool = False) -> None:
         """Fill the waiting updates' columns from one host copy of their group norms (or from
@@ -140,7 +144,7 @@ class LayerGradNormProbe(ProbeState):
         if not n:
             return
         queue, self._queue = self._queue[:n], self._queue[n:]
-        if all(copy is not None and copy.pinned for *_, copy in queue):  # CPU: one read
+        if all(copy is not None and copy.pinned for *_, copy in queue):  # CUDA: own copies
             values = [x for *_, copy in queue if copy is not None for x in copy.wait().tolist()]
         else:
             values = torch.cat([norms for _, _, norms, _ in queue]).tolist()  # host sync

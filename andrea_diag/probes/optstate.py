@@ -7,8 +7,8 @@ Columns every update (Adam/AdamW; other optimizers get only the update columns):
 - ``update_rms``: RMS of this step's parameter change ``Δθ`` over all elements;
 - ``cos_update_grad``: cosine between the update direction ``-Δθ`` and the gradient Adam
   received (+1: a plain SGD step; ~0: Adam's history dominates); both every
-  ``update_stats_every`` updates (``ProbeConfig``, ``--update-stats-every``; default 10) and at
-  spikes, else absent;
+  ``update_stats_every`` updates (``ProbeConfig``, ``--update-stats-every``: default 10; a
+  direct caller's: 1) and at spikes, else absent;
 - ``m_spike_share = ‖m_spike‖/‖m‖``, ``v_spike_share = ‖v_spike‖/‖v‖`` (shadow buffers on).
 
 *Why a parameter snapshot for Δθ*: recomputing ``lr·m̂/(√v̂+ε)`` needs five elementwise passes
@@ -54,6 +54,7 @@ from andrea_diag.probes.optstate_reads import (
     DevicePart,
     Pending,
     Scalars,
+    delta_stats,
     effective_grads,
     post_clip_norms,
     push_spike_norms,
@@ -61,7 +62,6 @@ from andrea_diag.probes.optstate_reads import (
     ready,
     snapshot_buffers,
     tensor_norms,
-    update_grad_dot,
 )
 from andrea_diag.probes.optstate_rows import finish_entry
 from andrea_diag.probes.shadow import (
@@ -255,6 +255,7 @@ class OptStateProbe:
             flat, slots, copy = out.flat(), out.slots, None
         self._snap_late = None
         ginfo = self._group_info(ctx.optimizer)
+        self._shadow.host_copies = self.defer_reads  # a deferred view is copied when made
         reset = bool(ctx.clip is not None and ctx.clip.moments_reset) and self.has_moments
         if self.has_moments:  # the buffers change now; the spike terms' bookkeeping at resolve
             if reset:  # SPAM zeroed m, v: their spike terms are gone
@@ -324,37 +325,35 @@ class OptStateProbe:
             mv = tensor_norms(ms + vs, self.fused_norms)  # one call for both moments
             out.push_split(("m", "v"), mv, len(ms))
         if snap is not None:
-            self._delta_stats(out, params, g_eff, snap)
+            delta_stats(out, params, g_eff, snap, self._snap_flat, self.fused_norms)
         return out
-
-    def _delta_stats(self, out: Scalars, params: list, g_eff: list, snap: list) -> None:
-        """Δθ's norms and Δθ·g from the snapshot ``snap`` of θ_prev (spent: it is overwritten)."""
-        torch._foreach_sub_(snap, params)  # θ_prev - θ = -Δθ (under no_grad)
-        out.push("d", tensor_norms(snap, self.fused_norms))
-        out.push("dot", update_grad_dot(snap, self._snap_flat, g_eff))
 
     def _update_stats(
         self, out: Scalars, ctx: UpdateContext, params: list, g_eff: list, snap: list
     ) -> None:
         """A spike's update stats off the schedule, from the snapshot the launch kept (the
         pipelined update): the columns :meth:`_device_scalars` gives an eager spike."""
-        self._delta_stats(out, params, g_eff, snap)
+        delta_stats(out, params, g_eff, snap, self._snap_flat, self.fused_norms)
         post = post_clip_norms(ctx.clip, self._ginfo, g_eff)
         out.push("g", post if post is not None else torch._foreach_norm(g_eff))
         self._snap_valid = False
 
+    def resolve_ready(self) -> None:
+        """:meth:`resolve` of the first waiting updates whose values have landed (no wait)."""
+        self.resolve(ready_only=True)
+
     def resolve(self, ready_only: bool = False) -> None:
         """Finish the waiting updates' columns and pollution bookkeeping, in update order, from
-        one host copy of all their device scalars (the trainer: at the recorder's flush).
-        ``ready_only``: only the first updates whose values are on the host already (no wait;
-        the pipelined update, every update, so the flush has little left to do)."""
+        their device scalars (the trainer: at the recorder's flush; :func:`read_queue` waits
+        for their own copies on CUDA). ``ready_only``: only the first updates whose values are
+        on the host already (no wait; the pipelined update, every update)."""
         n = len(self._queue)
         if ready_only:
             n = next((i for i, e in enumerate(self._queue) if not ready(e)), n)
         if not n:
             return
         queue, self._queue = self._queue[:n], self._queue[n:]
-        at = read_queue(queue)  # host sync: one per resolve
+        at = read_queue(queue)  # host sync (the CPU, or a value without its own copy)
         for e in queue:
             finish_entry(self, e, at.get(id(e.view)))
 

@@ -1,8 +1,10 @@
-"""The optimizer-state probe's deferred reads and its update-direction buffers: each update's scalars as one float64 device
-vector (:class:`Scalars`), kept with what the host part needs (:class:`Pending`), and read for
-many updates at once (:func:`read_queue`: one host copy), at the recorder's flush under the
-trainer. The arithmetic that follows (optstate.py ``_finish``) is the same Python float math as
-before, only later, so the columns are bit-identical.
+"""The optimizer-state probe's deferred reads and its update-direction buffers: each update's
+scalars as one float64 device vector (:class:`Scalars`), kept with what the host part needs
+(:class:`Pending`), and read for many updates at once (:func:`read_queue`) under the trainer: at
+the recorder's flush, or (the pipelined update) as each update's own host copy lands. On CUDA a
+read waits for those copies' events, not for the stream; on the CPU it is one copy of them all.
+The arithmetic that follows (optstate_rows.py ``finish_entry``) is the same Python float math
+whenever it runs, so the columns are bit-identical.
 """
 
 from __future__ import annotations
@@ -135,7 +137,7 @@ def read_queue(queue: list[Pending]) -> dict[int, tuple[list[float], list[float]
     them all, a host sync."""
     views = {id(e.view): e.view for e in queue if e.view is not None}
     copies = [e.copy for e in queue if e.flat is not None] + [v.copy for v in views.values()]
-    if copies and all(c is not None and c.pinned for c in copies):  # CPU: one read of them all
+    if copies and all(c is not None and c.pinned for c in copies):  # CUDA: their own copies
         vals = [x for c in copies if c is not None for x in c.wait().tolist()]
     else:
         parts = [e.flat for e in queue if e.flat is not None]
@@ -217,6 +219,21 @@ def tensor_norms(ts: list[torch.Tensor], fused: bool) -> torch.Tensor | list[tor
         if cuda.available()[0] and cuda.supports(ts, 2.0):
             return cuda.clip(ts, math.inf, 2.0, apply=False)[1]
     return torch._foreach_norm(ts)
+
+
+def delta_stats(
+    out: Scalars,
+    params: list[torch.Tensor],
+    g_eff: list[torch.Tensor],
+    snap: list[torch.Tensor],
+    snap_flat: torch.Tensor | None,
+    fused: bool,
+) -> None:
+    """Δθ's norms and Δθ·g into ``out``, from the snapshot ``snap`` of θ_prev (spent: it is
+    overwritten; ``snap_flat``: the one buffer under it, :func:`snapshot_buffers`)."""
+    torch._foreach_sub_(snap, params)  # θ_prev - θ = -Δθ (under no_grad)
+    out.push("d", tensor_norms(snap, fused))
+    out.push("dot", update_grad_dot(snap, snap_flat, g_eff))
 
 
 def update_grad_dot(

@@ -54,7 +54,8 @@ class ShadowBuffers:
         self.bm: dict[int, torch.Tensor] = {}
         self.bv: dict[int, torch.Tensor] = {}
         # per-buffer norms on the device, from the last refresh: (group id per key, ‖Bm‖, ‖Bv‖)
-        self._norms: tuple[list[int], torch.Tensor, torch.Tensor, HostCopy] | None = None
+        self._norms: tuple[list[int], torch.Tensor, torch.Tensor, HostCopy | None] | None = None
+        self.host_copies = False  # the probe reads its views later (deferred): copy them now
 
     def __bool__(self) -> bool:
         return bool(self.bm)
@@ -132,7 +133,8 @@ class ShadowBuffers:
         bv = torch.stack(torch._foreach_norm([self.bv[k] for k in keys])).double()
         # on their way to the host now: the views of every update until the next refresh share
         # this one copy, so reading them waits for no later work (issue 20)
-        self._norms = ([gid_of.get(k, 0) for k in keys], bm, bv, HostCopy(torch.cat((bm, bv))))
+        copy = HostCopy(torch.cat((bm, bv))) if self.host_copies else None
+        self._norms = ([gid_of.get(k, 0) for k in keys], bm, bv, copy)
 
     def _renormalise(self, ginfo: list[GroupInfo], gid_of: dict[int, int]) -> None:
         if not any(i.cm < RENORM_BELOW or i.cv < RENORM_BELOW for i in ginfo):
