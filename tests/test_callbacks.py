@@ -35,6 +35,7 @@ LR, MAX_NORM = 3e-3, 0.5  # a low threshold: the first updates are clipped, late
 # Probe columns that must agree between a callback and the plain loop (layer_gn/* are added).
 COLUMNS = ["loss", "grad_norm", "m_norm", "v_norm", "update_rms", "cos_update_grad"]
 REL = 1e-5  # same float32 math in a different order of operations
+EVERY = {"update_stats_every": 1}  # update_rms / cos_update_grad at each of the STEPS (default 10)
 
 
 def _groups() -> list[list[tuple[torch.Tensor, torch.Tensor]]]:
@@ -61,7 +62,7 @@ def _plain_loop(
 ) -> pd.DataFrame:
     """The reference: a hand-written loop with SpikeMonitor, clipping with torch."""
     opt = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=0.0)
-    with SpikeMonitor(model, opt, run_dir, total_steps=STEPS) as mon:
+    with SpikeMonitor(model, opt, run_dir, total_steps=STEPS, **EVERY) as mon:
         for group in _groups():
             n_tok = sum(int((lab[:, 1:] != -100).sum()) for _, lab in group)
             sums, toks = [], []
@@ -225,7 +226,7 @@ def test_hf_trainer_callback_matches_a_plain_loop(tmp_path: Path) -> None:
         save_strategy="no",
         disable_tqdm=True,
     )
-    callback = AndreaDiagCallback(tmp_path / "hf-run")
+    callback = AndreaDiagCallback(tmp_path / "hf-run", **EVERY)
     trainer = transformers.Trainer(
         model=model, args=args, train_dataset=Batches(), callbacks=[callback]
     )
@@ -288,7 +289,7 @@ def test_lightning_callback_matches_a_plain_loop(tmp_path: Path) -> None:
         enable_checkpointing=False,
         enable_progress_bar=False,
         enable_model_summary=False,
-        callbacks=[AndreaDiagCallback(tmp_path / "pl-run")],
+        callbacks=[AndreaDiagCallback(tmp_path / "pl-run", **EVERY)],
     )
     trainer.fit(module, loader)
 
