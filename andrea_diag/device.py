@@ -61,6 +61,15 @@ class HostCopy:
         return self.host
 
 
+def read_values(copies: list[HostCopy | None], tensors: list[torch.Tensor]) -> list[float]:
+    """The values of ``tensors`` (``copies[i]`` is ``tensors[i]`` on its way to the host), in
+    order: from their own pinned copies where every one has one (waits for those copies only),
+    else one copy of them all (the CPU, or a value without a copy: one host sync)."""
+    if copies and all(c is not None and c.pinned for c in copies):
+        return [x for c in copies if c is not None for x in c.wait().tolist()]
+    return torch.cat([t.reshape(-1) for t in tensors]).tolist() if tensors else []
+
+
 class PinnedStaging:
     """Host tensors copied to the device through two pinned buffers of its own, reused:
     ``tensor.pin_memory()`` every update allocates a pinned buffer and asks the driver whether
@@ -82,18 +91,14 @@ class PinnedStaging:
         if dst.device.type != "cuda":
             return dst.copy_(src)
         i, self._next = self._next, 1 - self._next
-        if (
-            len(self._bufs) <= i
-            or self._bufs[i][0].shape != src.shape
-            or (self._bufs[i][0].dtype != src.dtype)
-        ):
-            buf = torch.empty(src.shape, dtype=src.dtype, pin_memory=True)
-            entry = (buf, torch.cuda.Event())
-            self._bufs[i : i + 1] = [entry]
+        old = self._bufs[i] if i < len(self._bufs) else None
+        if old is None or old[0].shape != src.shape or old[0].dtype != src.dtype:
+            buf, done = torch.empty(src.shape, dtype=src.dtype, pin_memory=True), torch.cuda.Event()
+            self._bufs[i : i + 1] = [(buf, done)]
         else:
-            entry = self._bufs[i]
-            entry[1].synchronize()  # the copy that read it last: long done, an update ago
-        entry[0].copy_(src)
-        dst.copy_(entry[0], non_blocking=True)
-        entry[1].record(torch.cuda.current_stream(dst.device))  # the copy's stream
+            buf, done = old
+            done.synchronize()  # the copy that read it last: long done, an update ago
+        buf.copy_(src)
+        dst.copy_(buf, non_blocking=True)
+        done.record(torch.cuda.current_stream(dst.device))  # the copy's stream
         return dst

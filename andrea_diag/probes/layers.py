@@ -10,8 +10,9 @@ No second pass over the gradients: ``ctx.clip.per_tensor_norm`` comes from the c
 the grouping is one ``index_add`` on that small vector. Under the trainer (``defer_reads``) each
 update's group vector waits on the device, with its copy to the host started, and
 :meth:`LayerGradNormProbe.resolve` (the recorder's flush; ``resolve_ready``, each pipelined
-update, those already landed) fills their columns; else one host transfer per update. Only when the loop does not clip through us (``ctx.clip is None``)
-are the norms computed from the grads.
+update, those already landed) fills their columns; else one host transfer per update. Only
+when the loop does not clip through us (``ctx.clip is None``) are the norms computed from the
+grads.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Any, ClassVar
 import torch
 
 from andrea_diag import metrics
-from andrea_diag.device import HostCopy
+from andrea_diag.device import HostCopy, read_values
 from andrea_diag.model import param_group_of
 from andrea_diag.probes.base import ProbeState, UpdateContext
 
@@ -93,9 +94,9 @@ class LayerGradNormProbe(ProbeState):
         self._groups: dict[tuple[str, ...], GroupIndex] = {}
         self.defer_reads = False  # set by the ProbeDriver: columns stay on the device
         # (the driver's guarded row, the group keys, the group norms on the device, and their
-        # copy on its way to the host or None) per update
-        self._queue: list[tuple[Any, list[str], torch.Tensor, HostCopy | None]] = []
-        # the pipelined update's norms (launch_after_clip): (update, keys, norms, copy)
+        # copy on its way to the host) per update
+        self._queue: list[tuple[Any, list[str], torch.Tensor, HostCopy]] = []
+        # the pipelined update's (launch_after_clip): its number, then :meth:`_deferred`'s
         self._launched: tuple[int, list[str], torch.Tensor, HostCopy] | None = None
 
     def _names_with_grad(self, ctx: UpdateContext) -> list[str]:
@@ -111,9 +112,15 @@ class LayerGradNormProbe(ProbeState):
         self._launched = None
         per = ctx.per_tensor_grad_norm()
         if per.numel() and self.defer_reads:
-            gi = group_index_for(self._groups, self._names_with_grad(ctx), self.groups)
-            norms = gi.group_norms(per)
-            self._launched = (ctx.update, gi.keys, norms, HostCopy(norms))
+            self._launched = (ctx.update, *self._deferred(ctx, per))
+
+    def _deferred(
+        self, ctx: UpdateContext, per: torch.Tensor
+    ) -> tuple[list[str], torch.Tensor, HostCopy]:
+        """The group keys, the group norms on the device, and their copy to the host, started."""
+        gi = group_index_for(self._groups, self._names_with_grad(ctx), self.groups)
+        norms = gi.group_norms(per)
+        return gi.keys, norms, HostCopy(norms)
 
     def after_clip(self, ctx: UpdateContext) -> None:
         launched, self._launched = self._launched, None
@@ -123,11 +130,10 @@ class LayerGradNormProbe(ProbeState):
         per = ctx.per_tensor_grad_norm()
         if per.numel() == 0:
             return
-        gi = group_index_for(self._groups, self._names_with_grad(ctx), self.groups)
         if self.defer_reads:  # no op of the row's own per group: one vector, read later
-            norms = gi.group_norms(per)
-            self._queue.append((ctx.row, gi.keys, norms, HostCopy(norms)))
+            self._queue.append((ctx.row, *self._deferred(ctx, per)))
             return
+        gi = group_index_for(self._groups, self._names_with_grad(ctx), self.groups)
         ctx.row.update(gi.columns("layer_gn", per))
 
     def resolve_ready(self) -> None:
@@ -140,14 +146,11 @@ class LayerGradNormProbe(ProbeState):
         updates whose copies have landed (no wait)."""
         n = len(self._queue)
         if ready_only:
-            n = next((i for i, q in enumerate(self._queue) if q[3] is None or not q[3].ready()), n)
+            n = next((i for i, q in enumerate(self._queue) if not q[3].ready()), n)
         if not n:
             return
         queue, self._queue = self._queue[:n], self._queue[n:]
-        if all(copy is not None and copy.pinned for *_, copy in queue):  # CUDA: own copies
-            values = [x for *_, copy in queue if copy is not None for x in copy.wait().tolist()]
-        else:
-            values = torch.cat([norms for _, _, norms, _ in queue]).tolist()  # host sync
+        values = read_values([q[3] for q in queue], [q[2] for q in queue])
         pos = 0
         for row, keys, _, _ in queue:
             mine, pos = values[pos : pos + len(keys)], pos + len(keys)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 
-from andrea_diag.device import HostCopy
+from andrea_diag.device import HostCopy, read_values
 from andrea_diag.probes.shadow import GroupInfo, ShadowView
 
 if TYPE_CHECKING:
@@ -137,12 +137,9 @@ def read_queue(queue: list[Pending]) -> dict[int, tuple[list[float], list[float]
     them all, a host sync."""
     views = {id(e.view): e.view for e in queue if e.view is not None}
     copies = [e.copy for e in queue if e.flat is not None] + [v.copy for v in views.values()]
-    if copies and all(c is not None and c.pinned for c in copies):  # CUDA: their own copies
-        vals = [x for c in copies if c is not None for x in c.wait().tolist()]
-    else:
-        parts = [e.flat for e in queue if e.flat is not None]
-        parts += [torch.cat((v.bm, v.bv)) for v in views.values()]
-        vals = torch.cat(parts).tolist() if parts else []  # host sync
+    parts = [e.flat for e in queue if e.flat is not None]
+    parts += [t for v in views.values() for t in (v.bm, v.bv)]  # as a view's copy: bm, bv
+    vals = read_values(copies, parts)  # their own copies' events on CUDA; else one host sync
     pos = 0
     for e in queue:
         n = e.flat.numel() if e.flat is not None else 0
