@@ -42,12 +42,10 @@ __global__ void __launch_bounds__(kThreads, kNormBlocksPerSm)
                 int seg_base) {
   __shared__ double shd[kWarps];
   __shared__ int flag[2];
-  extern __shared__ uint4 ring[];  // kRingBytes (none when kRing == 0)
   // Lets the scale launch (programmatic dependent launch) be scheduled now; it waits for this
   // whole grid, memory included, before it reads anything (k_clip_scale).
   let_dependents_launch();
-  ANDREA_CLIP_TRACE(0);  // the block starts
-  norm_run<T, K>(tt, blockIdx.x, gridDim.x, seg_base, p, max_norm, out, shd, flag, ring);
+  norm_run<T, K>(tt, blockIdx.x, gridDim.x, seg_base, p, max_norm, out, shd, flag);
 }
 
 template <NormKind K>
@@ -92,22 +90,6 @@ __global__ void __launch_bounds__(kThreads)
   final_block<K>(partials, p, max_norm, out, shd);
 }
 
-// A ring over 48 KB of dynamic shared memory must be allowed per kernel, and the SM's split
-// between L1 and shared memory set so that kNormBlocksPerSm blocks' rings fit.
-template <typename Kernel>
-cudaError_t ring_attributes(Kernel kernel) {
-  if constexpr (kRingBytes == 0) {
-    return cudaSuccess;
-  } else {
-    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         kRingBytes);
-    if (e == cudaSuccess)
-      e = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                               cudaSharedmemCarveoutMaxShared);
-    return e;
-  }
-}
-
 // -1: not decided yet (read ANDREA_CLIP_PDL and the device's compute capability on first use).
 std::atomic<int> g_pdl{-1};
 
@@ -145,9 +127,7 @@ cudaError_t launch_clip_norm(const SpanTable& tt, DType dt, NormKind nk, float p
   if (tt.n == 0) return cudaSuccess;
   return ANDREA_DISPATCH_DTYPE(dt, T, [&] {
     return ANDREA_DISPATCH_NORM(nk, K, [&] {
-      static const cudaError_t ready = ring_attributes(k_clip_norm<T, K>);  // once per kernel
-      if (ready != cudaSuccess) return ready;
-      k_clip_norm<T, K><<<grid, kThreads, kRingBytes, stream>>>(tt, p, max_norm, out, seg_base);
+      k_clip_norm<T, K><<<grid, kThreads, 0, stream>>>(tt, p, max_norm, out, seg_base);
       return cudaGetLastError();
     });
   });

@@ -19,10 +19,7 @@ constexpr int kMaxTensors = GradTable::kMax;  // 160 per launch
 // gradients are split into per-block runs and so the order of the float64 sums. A fixed number
 // keeps the bits the same for the production pair and the single-launch experiment, and from
 // run to run. __launch_bounds__(kThreads, 3) caps registers at 40, so 3 blocks always fit.
-#ifndef ANDREA_CLIP_BLOCKS_PER_SM  // a benchmark knob (bench/clip_ring.sh builds variants)
-#define ANDREA_CLIP_BLOCKS_PER_SM 3
-#endif
-constexpr int kNormBlocksPerSm = ANDREA_CLIP_BLOCKS_PER_SM;
+constexpr int kNormBlocksPerSm = 3;
 
 // The fused clip's grid for a launch of n_tiles tiles: SMs x kNormBlocksPerSm, never more
 // blocks than tiles. The SM count is cached per device (no sync, capture-safe).

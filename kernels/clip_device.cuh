@@ -15,25 +15,6 @@ namespace andrea_clip {
 
 constexpr int kUnroll = 4;  // independent 16-byte loads in flight per thread (memory-level ILP)
 
-// The fused norm pass's loads: 0 = into registers, kUnroll per trip (span_sum's loop); S > 0 =
-// through a ring of S 16-byte slots per thread in shared memory, filled by cp.async, so S loads
-// stay in flight while the thread adds up the oldest (span_sum_ring). Both add the same
-// elements in the same order, so the bits do not depend on it. A compile-time knob, so that
-// bench/clip_ring.sh can build and time variants side by side (-DANDREA_CLIP_RING=S).
-#ifndef ANDREA_CLIP_RING
-#define ANDREA_CLIP_RING 0
-#endif
-constexpr int kRing = ANDREA_CLIP_RING;
-
-// Timestamps of a block's phases for bench/clip_ring.cu's trace (-DANDREA_CLIP_TRACE there);
-// nothing in a normal build.
-#ifndef ANDREA_CLIP_TRACE
-#define ANDREA_CLIP_TRACE(point)
-#endif
-static_assert(kRing == 0 || kRing >= 2, "a ring needs at least two slots");
-// Dynamic shared memory of k_clip_norm: the ring of every thread of the block.
-constexpr int kRingBytes = kRing * kThreads * 16;
-
 // Sum of |x|^p (or max |x|) over one chunk of n <= kChunk elements; result in thread 0.
 // 128-bit loads when the chunk is 16-byte aligned (kChunk * sizeof(T) is a multiple of 16, so
 // a chunk is aligned iff its tensor is); a scalar loop takes the tail and unaligned views.
@@ -223,75 +204,6 @@ __device__ __forceinline__ double span_sum(const T* __restrict__ g, int64_t n, f
   return combine<K>(s, static_cast<double>(a));
 }
 
-// cp.async (sm_80+): 16 bytes global -> shared without a register, L1 bypassed (.cg).
-__device__ __forceinline__ void cp_async16(uint4* smem, const uint4* gmem) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
-#else
-  *smem = *gmem;
-#endif
-}
-__device__ __forceinline__ void cp_async_commit() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.commit_group;" ::: "memory");
-#endif
-}
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-#endif
-}
-
-// span_sum with the loads in a per-thread ring of kRing shared-memory slots (ring: this
-// block's kRing * kThreads slots; slot q of thread x is ring[q * kThreads + x]). Thread x's
-// vectors are x, x + kThreads, ...: its j-th is summed kRing - 1 loads after it was issued, so
-// that many stay in flight while it adds. Every group is committed, empty or not, so
-// wait_group counts them alike; only the thread's own slots are read, so no block barrier is
-// needed, and no copy is left in flight at the end (the last real one is j = J - 1, consumed).
-// Trips of kUnroll vectors and their float32/float64 tree are span_sum's: the same bits.
-template <typename T, NormKind K>
-__device__ __forceinline__ double span_sum_ring(const T* __restrict__ g, int64_t n, float p,
-                                                uint4* ring) {
-  constexpr int V = 16 / sizeof(T);
-  constexpr int S = kRing > 0 ? kRing : 2;  // instantiated only when kRing > 0
-  const int64_t nvec = aligned16(g) ? n / V : 0;
-  const uint4* gv = reinterpret_cast<const uint4*>(g) + threadIdx.x;
-  uint4* mine = ring + threadIdx.x;
-  const int64_t J = nvec > threadIdx.x ? (nvec - threadIdx.x + kThreads - 1) / kThreads : 0;
-#pragma unroll
-  for (int q = 0; q < S - 1; ++q) {
-    if (q < J) cp_async16(mine + q * kThreads, gv + static_cast<int64_t>(q) * kThreads);
-    cp_async_commit();
-  }
-  double s = 0.0;
-  int slot = 0, next = S - 1;  // ring slots of vector j and of vector j + S - 1
-#pragma unroll 1
-  for (int64_t j0 = 0; j0 < J; j0 += kUnroll) {
-    float a[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int64_t j = j0 + u;
-      if (j + S - 1 < J) cp_async16(mine + next * kThreads, gv + (j + S - 1) * kThreads);
-      cp_async_commit();
-      cp_async_wait<S - 1>();  // vector j's group (S - 1 newer ones may still fly)
-      const uint4 r = j < J ? mine[slot * kThreads] : make_uint4(0u, 0u, 0u, 0u);
-      slot = slot + 1 == S ? 0 : slot + 1;
-      next = next + 1 == S ? 0 : next + 1;
-      const T* e = reinterpret_cast<const T*>(&r);
-      a[u] = 0.0f;
-#pragma unroll
-      for (int k = 0; k < V; ++k) a[u] = acc<K>(a[u], to_f(e[k]), p);
-    }
-    const float trip = combine<K>(combine<K>(a[0], a[1]), combine<K>(a[2], a[3]));
-    s = combine<K>(s, static_cast<double>(trip));
-  }
-  float a = 0.0f;
-  for (int64_t j = nvec * V + threadIdx.x; j < n; j += kThreads) a = acc<K>(a, to_f(g[j]), p);
-  return combine<K>(s, static_cast<double>(a));
-}
-
 // In place g = g * s over n elements (fp32 math, rounded once), last trip first: the norm pass
 // read the end of each run last, so walking backwards starts on lines still in L2.
 template <typename T>
@@ -362,12 +274,10 @@ __device__ void final_total(const ClipOut& o, float p, float max_norm, double* s
 // clip (over every launch of it) sums all slots in order: total, flag, scale. The run's last
 // piece is counted together with the block (two atomics in flight at once): the tail after the
 // last load is one fence, one atomic round trip and two short block reductions.
-// `flag` is two shared ints; with Ring, `ring` is the block's kRingBytes of dynamic shared
-// memory (the single-launch experiment keeps the register loads: the same bits).
-template <typename T, NormKind K, bool Ring = (kRing > 0)>
+// `flag` is two shared ints.
+template <typename T, NormKind K>
 __device__ void norm_run(const SpanTable& tt, int v, int G, int seg_base, float p,
-                         float max_norm, const ClipOut& o, double* shd, int* flag,
-                         uint4* ring = nullptr) {
+                         float max_norm, const ClipOut& o, double* shd, int* flag) {
   const int P = tt.tile_start[tt.n];
   const int lo = tile_begin(v, G, P);
   const int t0 = tensor_of(tt, lo), t1 = tensor_of(tt, tile_begin(v + 1, G, P) - 1);
@@ -375,10 +285,7 @@ __device__ void norm_run(const SpanTable& tt, int v, int G, int seg_base, float 
   int last_first = 0, last_n = 1, last_gt = 0;  // the run's last piece, when its tensor is shared
   for_each_span<false>(tt, v, G, [&](int t, int64_t e0, int64_t e1) {
     const T* g = static_cast<const T*>(tt.ptr[t]) + e0;
-    double s;
-    if constexpr (Ring) s = span_sum_ring<T, K>(g, e1 - e0, p, ring);
-    else s = span_sum<T, K>(g, e1 - e0, p);
-    s = block_reduce<K>(s, shd);  // thread 0
+    const double s = block_reduce<K>(span_sum<T, K>(g, e1 - e0, p), shd);  // thread 0
     const int first = owner_of(tt.tile_start[t], G, P);
     const int n_seg = owner_of(tt.tile_start[t + 1] - 1, G, P) - first + 1;
     const int gt = tt.tensor[t];
@@ -400,7 +307,6 @@ __device__ void norm_run(const SpanTable& tt, int v, int G, int seg_base, float 
     if (flag[0]) finish_tensor<K>(o, segs, first, n_seg, gt, p, shd);  // uniform
   });
   __syncthreads();  // every thread has read flag[0] before it is rewritten
-  ANDREA_CLIP_TRACE(1);  // the run is read
   if (threadIdx.x == 0) {
     __threadfence();  // this block's slots, before it is counted
     const bool shared = last_n > 1;
@@ -416,7 +322,6 @@ __device__ void norm_run(const SpanTable& tt, int v, int G, int seg_base, float 
     final_total<K>(o, p, max_norm, shd);
     if (threadIdx.x == 0) *o.done = 0u;
   }
-  ANDREA_CLIP_TRACE(2);  // the block is done
 }
 
 // Programmatic dependent launch (sm_90+; no-ops elsewhere and when not launched that way).

@@ -43,7 +43,7 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ double shd[kWarps];
   __shared__ int flag[2];
   for (int v = blockIdx.x; v < G; v += gridDim.x)
-    norm_run<T, K, false>(tt, v, G, 0, p, max_norm, out, shd, flag);
+    norm_run<T, K>(tt, v, G, 0, p, max_norm, out, shd, flag);
   grid_barrier(barrier);
   const float s = __ldcg(out.scale);
   if (!apply || s == 1.0f) return;

@@ -1,19 +1,20 @@
 #!/usr/bin/env bash
 # Issue 20 item 5, one device call: build the fused clip's variants side by side with plain nvcc
-# (bench/clip_ring.cu, no torch extension), time each over the 12m and 120m gradient lists in
+# (bench/clip_variants.cu, no torch extension), time each over the 12m and 120m gradient lists in
 # fp32 and bf16 (norm-only and active clip, dirty and clean L2 flush, graphed), then Nsight
 # Compute on the norm pass of the first and last variant (120m bf16, 12m fp32). About 3 minutes.
-#   (on the device, from the repo root)   bash bench/clip_ring.sh
-#   VARIANTS="r0b3 r8b3" REPS=200 bash bench/clip_ring.sh
-# A variant rSbB is -DANDREA_CLIP_RING=S -DANDREA_CLIP_BLOCKS_PER_SM=B (r0b3: the shipped build);
-# a trailing t (r0b3t) adds -DANDREA_CLIP_TRACE_ON: per-block timestamps of the norm pass.
+#   (on the device, from the repo root)   bash bench/clip_variants.sh
+#   VARIANTS="b3s1 b3s4" REPS=200 bash bench/clip_variants.sh
+# A variant bBsS is -DANDREA_CLIP_BLOCKS_PER_SM=B -DANDREA_CLIP_SMALL_BATCH=S (b3s4: the shipped
+# build, b3s1: small pieces one at a time); a trailing t (b3s4t) adds -DANDREA_CLIP_TRACE_ON:
+# per-block timestamps of the norm pass.
 # NCU=0 skips Nsight Compute.
-# Writes $OUT/log.txt (everything), $OUT/ptxas-<variant>.txt, $OUT/ncu-<variant>-<size>-<dtype>.txt
+# Writes $OUT/variants.txt (everything), $OUT/ptxas-<variant>.txt, $OUT/ncu-<variant>-<size>-<dtype>.txt
 set -o pipefail
-VARIANTS=${VARIANTS:-r0b3 r4b3 r6b3 r8b3 r8b2 r12b2 r4b4}
+VARIANTS=${VARIANTS:-b3s1 b3s4 b3s8 b3s1t b3s4t}
 REPS=${REPS:-100}
-LOG=$OUT/log.txt
-BIN=/tmp/clip_ring
+LOG=$OUT/variants.txt
+BIN=/tmp/clip_variants
 mkdir -p $BIN
 {
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
@@ -21,14 +22,14 @@ mkdir -p $BIN
 import math
 from andrea_diag.bench.harness import grad_shapes
 for s in ("12m", "120m"):
-    with open(f"/tmp/clip_ring/{s}.txt", "w") as f:
+    with open(f"/tmp/clip_variants/{s}.txt", "w") as f:
         f.write("\n".join(str(math.prod(x)) for x in grad_shapes(s)) + "\n")
 EOF
   echo "== build"
   for v in $VARIANTS; do
-    r=${v#r}; r=${r%b*}; b=${v#*b}; b=${b%t}; t=; [ "${v%t}" != "$v" ] && t=-DANDREA_CLIP_TRACE_ON
-    timeout 240 nvcc -O3 -arch=sm_90 -std=c++17 -Xptxas -v -DANDREA_CLIP_RING=$r $t \
-      -DANDREA_CLIP_BLOCKS_PER_SM=$b bench/clip_ring.cu -o $BIN/$v > "$OUT/ptxas-$v.txt" 2>&1 &
+    b=${v#b}; b=${b%%s*}; s=${v#*s}; s=${s%t}; t=; [ "${v%t}" != "$v" ] && t=-DANDREA_CLIP_TRACE_ON
+    timeout 240 nvcc -O3 -arch=sm_90 -std=c++17 -Xptxas -v -DANDREA_CLIP_SMALL_BATCH=$s $t \
+      -DANDREA_CLIP_BLOCKS_PER_SM=$b bench/clip_variants.cu -o $BIN/$v > "$OUT/ptxas-$v.txt" 2>&1 &
   done
   wait
   for v in $VARIANTS; do [ -x $BIN/$v ] && echo "built $v" || { echo "BUILD FAILED $v"; tail -5 "$OUT/ptxas-$v.txt"; }; done
