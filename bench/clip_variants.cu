@@ -1,13 +1,11 @@
 // Issue 20 item 5: the fused clip's norm pass and active clip timed without torch, so that
-// variants of the kernels (compile-time knobs: -DANDREA_CLIP_SMALL_BATCH=S,
-// -DANDREA_CLIP_BLOCKS_PER_SM=B) can be built in seconds and timed side by side in one device
-// call (bench/clip_variants.sh). NOTE: the shipped kernels (kernels/, as of b52cf46) have none
-// of these knobs, so a build of this file now times the shipped kernel alone. The seventh
-// session's variants were built from kernels that had them: the cp.async ring and the trace
-// hook in commit 6f92d83 (bench/clip_ring.cu), the small-piece batch uncommitted; both lost to
-// the shipped loads and were taken back (reports/bench-kernels/h200-2026-12-02/README.md).
+// a variant of the kernels (an edited kernels/ tree, or -D knobs a variant adds) builds in seconds
+// and times beside the shipped one in one device call (bench/clip_variants.sh). The seventh
+// session's variants (a cp.async ring and a per-block trace: commit 6f92d83, bench/clip_ring.*;
+// a small-piece batch) lost to the shipped loads and were taken back
+// (reports/bench-kernels/h200-2026-12-02/README.md).
 //
-//   nvcc -O3 -arch=sm_90 -std=c++17 -DANDREA_CLIP_SMALL_BATCH=1 bench/clip_variants.cu -o /tmp/cv
+//   nvcc -O3 -arch=sm_90 -std=c++17 bench/clip_variants.cu -o /tmp/cv
 //   /tmp/cv SHAPES_FILE fp32|bf16 REPS [eager]
 //
 // SHAPES_FILE: one parameter numel per line (bench/clip_variants.sh writes the 12m and 120m
@@ -23,22 +21,6 @@
 // REPS. Bytes: norm-only 1 x the gradients, active 3 x. The device's copy bandwidth is measured
 // in the same process (1 GiB device-to-device, read + write counted).
 #include <cstdint>
-
-// -DANDREA_CLIP_TRACE_ON: every block of k_clip_norm records %globaltimer (ns) and its SM at
-// its start (0), when its run is read (1) and when it is done (2); "trace" prints the spread.
-#ifdef ANDREA_CLIP_TRACE_ON
-__device__ unsigned long long g_trace[4096][4];
-__device__ __forceinline__ void trace_point(int k) {
-  if (threadIdx.x != 0) return;
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  unsigned sm;
-  asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
-  g_trace[blockIdx.x][k] = t;
-  g_trace[blockIdx.x][3] = sm;
-}
-#define ANDREA_CLIP_TRACE(point) trace_point(point)
-#endif
 
 #include "../kernels/clip.cu"
 
@@ -60,7 +42,7 @@ using namespace andrea_clip;
     }                                                                                 \
   } while (0)
 
-namespace ring_bench {
+namespace clip_bench {
 
 __device__ __forceinline__ uint32_t mix(uint64_t x) {
   x ^= x >> 33;
@@ -215,79 +197,13 @@ void launch(const Clip& c, DType dt, float max_norm, cudaStream_t st) {
     CK(launch_clip_scale(c.tables[k], dt, c.out.scale, c.grid[k], true, st));
 }
 
-#ifdef ANDREA_CLIP_TRACE_ON
-// One eager clip after a dirty flush; the first table's blocks, times from the first start (us).
-void print_trace(const Clip& c, DType dt, float max_norm, cudaStream_t st, float* flush,
-                 size_t fb, const char* mode) {
-  static unsigned long long h[4096][4];
-  for (int rep = 0; rep < 3; ++rep) {
-    CK(cudaMemsetAsync(flush, rep, fb, st));
-    launch(c, dt, max_norm, st);
-    CK(cudaStreamSynchronize(st));
-    CK(cudaMemcpyFromSymbol(h, g_trace, sizeof(h)));
-    const int G = c.grid[0];
-    unsigned long long t0 = ~0ull;
-    for (int b = 0; b < G; ++b) t0 = std::min(t0, h[b][0]);
-    std::vector<double> start, read, done;
-    for (int b = 0; b < G; ++b) {
-      start.push_back((h[b][0] - t0) / 1e3);
-      read.push_back((h[b][1] - t0) / 1e3);
-      done.push_back((h[b][2] - t0) / 1e3);
-    }
-    auto q = [](std::vector<double> v, double f) {
-      std::sort(v.begin(), v.end());
-      return v[size_t(f * (v.size() - 1))];
-    };
-    std::vector<double> span;  // per block: read - start
-    for (int b = 0; b < G; ++b) span.push_back(read[b] - start[b]);
-    std::printf("trace %s rep %d: start max %.2f | run read p0 %.2f p10 %.2f p50 %.2f p90 %.2f "
-                "max %.2f | run length p0 %.2f p50 %.2f max %.2f | last done %.2f us\n",
-                mode, rep, q(start, 1.0), q(read, 0.0), q(read, 0.1), q(read, 0.5), q(read, 0.9),
-                q(read, 1.0), q(span, 0.0), q(span, 0.5), q(span, 1.0), q(done, 1.0));
-    if (rep == 2) {  // the five blocks whose runs were read last, with their piece counts
-      const SpanTable& tt = c.tables[0];
-      const int P = tt.tile_start[tt.n];
-      std::vector<std::pair<double, int>> by_read;
-      for (int b = 0; b < G; ++b) by_read.emplace_back(read[b], b);
-      std::sort(by_read.begin(), by_read.end());
-      std::printf("trace %s: last runs read:", mode);
-      for (int k = 0; k < 5 && k < G; ++k) {
-        const int b = by_read[G - 1 - k].second;
-        const int lo = int(int64_t(b) * P / G), hi = int(int64_t(b + 1) * P / G);
-        int t0 = 0, t1 = 0;
-        for (int t = 0; t < tt.n; ++t) {
-          if (tt.tile_start[t] <= lo) t0 = t;
-          if (tt.tile_start[t] <= hi - 1) t1 = t;
-        }
-        std::printf(" block %d (%.2f us, %d pieces)", b, by_read[G - 1 - k].first, t1 - t0 + 1);
-      }
-      std::printf("\n");
-    }
-    if (rep == 2) {  // the slowest and fastest SMs (blocks' read time, averaged per SM)
-      std::vector<std::pair<double, int>> per_sm;
-      for (int sm = 0; sm < 256; ++sm) {
-        double s = 0;
-        int n = 0;
-        for (int b = 0; b < G; ++b)
-          if (int(h[b][3]) == sm) s += read[b], ++n;
-        if (n) per_sm.emplace_back(s / n, sm);
-      }
-      std::sort(per_sm.begin(), per_sm.end());
-      std::printf("trace %s: SMs by mean read time: first %.2f (sm %d) ... last %.2f (sm %d), "
-                  "%zu SMs\n", mode, per_sm.front().first, per_sm.front().second,
-                  per_sm.back().first, per_sm.back().second, per_sm.size());
-    }
-  }
-}
-#endif
-
 double median(std::vector<float> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
 }
 
-}  // namespace ring_bench
-using namespace ring_bench;
+}  // namespace clip_bench
+using namespace clip_bench;
 
 int main(int argc, char** argv) {
   if (argc < 4) {
@@ -339,8 +255,8 @@ int main(int argc, char** argv) {
   CK(cudaMalloc(&sink, 4));
   CK(cudaMemset(clean, 0, fb));
 
-  std::printf("small_batch=%d blocks_per_sm=%d dtype=%s tensors=%zu tables=%zu grid=%d MB=%.1f copy_GBps=%.0f\n",
-              kSmallBatch, kNormBlocksPerSm, argv[2], numel.size(), c.tables.size(), c.grid[0],
+  std::printf("blocks_per_sm=%d dtype=%s tensors=%zu tables=%zu grid=%d MB=%.1f copy_GBps=%.0f\n",
+              kNormBlocksPerSm, argv[2], numel.size(), c.tables.size(), c.grid[0],
               s.bytes / 1e6, copy_gbps);
   for (const char* mode : {"norm", "active"}) {
     const bool active = mode[0] == 'a';
@@ -355,9 +271,6 @@ int main(int argc, char** argv) {
       std::printf("FAIL %s: norm %.9g vs float64 %.9g (rel %.2e)\n", mode, host[0], ref, rel);
       return 1;
     }
-#ifdef ANDREA_CLIP_TRACE_ON
-    print_trace(c, dt, max_norm, st, flush, fb, mode);
-#endif
     cudaGraphExec_t exec = nullptr;
     if (!eager) {
       cudaGraph_t graph;

@@ -4,14 +4,13 @@
 # fp32 and bf16 (norm-only and active clip, dirty and clean L2 flush, graphed), then Nsight
 # Compute on the norm pass of the first and last variant (120m bf16, 12m fp32). About 3 minutes.
 #   (on the device, from the repo root)   bash bench/clip_variants.sh
-#   VARIANTS="b3s1 b3s4" REPS=200 bash bench/clip_variants.sh
-# A variant bBsS is -DANDREA_CLIP_BLOCKS_PER_SM=B -DANDREA_CLIP_SMALL_BATCH=S (b3s4: the shipped
-# build, b3s1: small pieces one at a time); a trailing t (b3s4t) adds -DANDREA_CLIP_TRACE_ON:
-# per-block timestamps of the norm pass.
+#   VARIANTS="shipped:" REPS=200 bash bench/clip_variants.sh
+# A variant is NAME:FLAGS, FLAGS the -D options of its build (none: the shipped kernel).
 # NCU=0 skips Nsight Compute.
+# FLAGS are comma-separated, e.g. "b2:-DANDREA_CLIP_BLOCKS_PER_SM=2" once a knob exists in kernels/.
 # Writes $OUT/variants.txt (everything), $OUT/ptxas-<variant>.txt, $OUT/ncu-<variant>-<size>-<dtype>.txt
 set -o pipefail
-VARIANTS=${VARIANTS:-b3s1 b3s4 b3s8 b3s1t b3s4t}
+VARIANTS=${VARIANTS:-shipped:}
 REPS=${REPS:-100}
 LOG=$OUT/variants.txt
 BIN=/tmp/clip_variants
@@ -26,18 +25,18 @@ for s in ("12m", "120m"):
         f.write("\n".join(str(math.prod(x)) for x in grad_shapes(s)) + "\n")
 EOF
   echo "== build"
-  for v in $VARIANTS; do
-    b=${v#b}; b=${b%%s*}; s=${v#*s}; s=${s%t}; t=; [ "${v%t}" != "$v" ] && t=-DANDREA_CLIP_TRACE_ON
-    timeout 240 nvcc -O3 -arch=sm_90 -std=c++17 -Xptxas -v -DANDREA_CLIP_SMALL_BATCH=$s $t \
-      -DANDREA_CLIP_BLOCKS_PER_SM=$b bench/clip_variants.cu -o $BIN/$v > "$OUT/ptxas-$v.txt" 2>&1 &
+  for spec in $VARIANTS; do
+    v=${spec%%:*}; flags=${spec#*:}
+    timeout 240 nvcc -O3 -arch=sm_90 -std=c++17 -Xptxas -v ${flags//,/ } \
+      bench/clip_variants.cu -o $BIN/$v > "$OUT/ptxas-$v.txt" 2>&1 &
   done
   wait
-  for v in $VARIANTS; do [ -x $BIN/$v ] && echo "built $v" || { echo "BUILD FAILED $v"; tail -5 "$OUT/ptxas-$v.txt"; }; done
+  for spec in $VARIANTS; do v=${spec%%:*}; [ -x $BIN/$v ] && echo "built $v" || { echo "BUILD FAILED $v"; tail -5 "$OUT/ptxas-$v.txt"; }; done
   echo "== time (us, graphed; % of the 4.23 TB/s limit and of this process's measured copy)"
   for size in 120m 12m; do
     for dt in fp32 bf16; do
-      for v in $VARIANTS; do
-        [ -x $BIN/$v ] || continue
+      for spec in $VARIANTS; do
+        v=${spec%%:*}; [ -x $BIN/$v ] || continue
         echo "-- $v $size $dt"
         timeout 60 $BIN/$v $BIN/$size.txt $dt $REPS || echo "rc=$? $v $size $dt"
       done
@@ -45,7 +44,7 @@ EOF
   done
   [ "${NCU:-1}" = 0 ] && exit 0
   echo "== ncu (norm pass, eager)"
-  first=${VARIANTS%% *}; last=${VARIANTS##* }
+  first=${VARIANTS%% *}; first=${first%%:*}; last=${VARIANTS##* }; last=${last%%:*}
   [ -n "${NCU_LAST:-}" ] && last=$NCU_LAST
   for v in $first $last; do
     for sd in 120m:bf16 12m:fp32; do
