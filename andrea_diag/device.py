@@ -35,17 +35,32 @@ class HostCopy:
     that work only (not for what is queued after it, as ``.tolist()`` would). On the CPU the
     copy is the tensor itself.
 
-    >>> HostCopy(torch.tensor([1.5, 2.0])).wait().tolist()
+    >>> c = HostCopy(torch.tensor([1.5, 2.0]))
+    >>> c.wait().tolist()
     [1.5, 2.0]
+    >>> c.release()  # read once: its pinned buffer (on CUDA) serves a later copy
+
+    A copy read once is :meth:`release`-d by its reader: its pinned buffer and event then serve
+    a later copy of the same shape. A pinned allocation and an event each update were about
+    0.13 ms of host time a copy at 12m on the H200 (three copies an update, profiled).
     """
+
+    _free: dict[tuple, list[tuple[torch.Tensor, torch.cuda.Event]]] = {}  # (shape, dtype, device)
+    _KEEP = 256  # buffers kept per shape: a flush reads up to flush_every copies at once
 
     def __init__(self, t: torch.Tensor) -> None:
         self.event: torch.cuda.Event | None = None
         self.pinned = t.device.type == "cuda"  # a host buffer of its own (else: ``t`` itself)
+        self._key: tuple | None = None
         if self.pinned:
-            self.host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+            self._key = (tuple(t.shape), t.dtype, t.device)
+            free = HostCopy._free.get(self._key)
+            if free:  # its last copy was read (release): nothing of the device still writes it
+                self.host, self.event = free.pop()
+            else:
+                self.host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+                self.event = torch.cuda.Event()
             self.host.copy_(t, non_blocking=True)
-            self.event = torch.cuda.Event()
             self.event.record(torch.cuda.current_stream(t.device))  # the copy's stream
         else:
             self.host = t
@@ -56,9 +71,22 @@ class HostCopy:
 
     def wait(self) -> torch.Tensor:
         """The values on the host, once the copy has landed."""
+        if self.host is None:
+            raise RuntimeError("HostCopy read after release()")
         if self.event is not None:
             self.event.synchronize()
         return self.host
+
+    def release(self) -> None:
+        """Done with the values: the pinned buffer goes back for a later copy of its shape
+        (waiting first, so no copy still lands in it). Reading it again is an error."""
+        key, self._key = self._key, None
+        if key is not None and self.event is not None:
+            self.event.synchronize()
+            free = HostCopy._free.setdefault(key, [])
+            if len(free) < HostCopy._KEEP:
+                free.append((self.host, self.event))
+        self.host, self.event = None, None  # type: ignore[assignment]
 
 
 def read_values(copies: list[HostCopy | None], tensors: list[torch.Tensor]) -> list[float]:

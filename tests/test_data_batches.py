@@ -196,3 +196,54 @@ def test_outlier_batch(data):
     assert not b.injected.any()  # the original batch is untouched
     o3 = make_outlier_batch(b, outlier_generator(0, 5), data.vocab_size)  # default pool
     assert (o3.tokens[o3.injected] >= data.vocab_size - 256).all()
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "why"),
+    [
+        ("offsets", (-1,), "does not fit"),
+        ("offsets", (10**12,), "does not fit"),
+        ("source_idx", (7,), "not one of the plan's cuts"),
+        ("source_idx", (-1,), "not one of the plan's cuts"),
+        ("offsets", (1.5,), "not one of the plan's cuts"),
+        ("offsets", (True,), "not one of the plan's cuts"),
+        ("source_idx", [0], "where 8 are drawn"),
+        ("offsets", "00000000", "not lists"),
+        ("phase", "1", "phase '1'"),
+        ("weights", [0.5], "weights"),
+        ("weights", (None,), "not numbers"),
+    ],
+)
+def test_a_replayed_record_with_cuts_outside_the_streams_is_a_user_error(
+    data, tmp_path, field, value, why
+):
+    """A plan is a run directory's file: its cuts are checked before any index is taken."""
+    rec = plan(data)
+    rec.batch(1)
+    path = rec.save(tmp_path / "p.json")
+    d = json.loads(path.read_text())
+    if isinstance(value, tuple):  # one entry replaced
+        d["records"][0][field][0] = value[0]
+    else:  # the whole list
+        d["records"][0][field] = value
+    path.write_text(json.dumps(d))
+    with pytest.raises(UserError, match=f"update 1 is damaged: .*{why}"):
+        BatchPlan.load(path, data).batch(1)
+
+
+def test_gather_cuts_the_same_tokens_as_indexing_each_stream(data):
+    """The numpy slices hand back exactly ``stream[offset : offset + T + 1]`` per sequence."""
+    from andrea_diag.data.batches import gather_tokens
+
+    p = plan(data)
+    b = p.batch(3)
+    want = torch.stack(
+        [
+            p.streams[s][o : o + T + 1]
+            for s, o in zip(b.source_idx.reshape(-1).tolist(), b.offsets.reshape(-1).tolist())
+        ]
+    ).view(A, M, T + 1)
+    got = gather_tokens(p.streams, b.source_idx, b.offsets, T)
+    assert got.dtype == torch.int64 and torch.equal(got, want)
+    small = [s.to(torch.int32) for s in p.streams]  # a narrower stream dtype widens to int64
+    assert torch.equal(gather_tokens(small, b.source_idx, b.offsets, T), want)

@@ -72,6 +72,9 @@ class _Copy:
         self.landed = True
         return self.values
 
+    def release(self) -> None:
+        self.released = True
+
 
 def test_resolve_ready_fills_only_the_updates_before_the_first_copy_still_in_flight() -> None:
     probe = LayerGradNormProbe()
@@ -81,7 +84,11 @@ def test_resolve_ready_fills_only_the_updates_before_the_first_copy_still_in_fli
     for row, ok, v in zip(rows, landed, (1.0, 2.0, 3.0), strict=True):
         norms = torch.tensor([v])
         probe._queue.append((row, ["h00.mlp"], norms, _Copy(norms, ok)))
+    copies = [q[3] for q in probe._queue]
     probe.resolve_ready()
     assert rows == [{"layer_gn/h00.mlp": 1.0}, {}, {}] and len(probe._queue) == 2
+    # the copy read is handed back for reuse; the two still waiting are not
+    assert [getattr(c, "released", False) for c in copies] == [True, False, False]
     probe.resolve()  # the flush: waits for the rest
     assert [r["layer_gn/h00.mlp"] for r in rows] == [1.0, 2.0, 3.0] and not probe._queue
+    assert all(c.released for c in copies)

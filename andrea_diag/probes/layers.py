@@ -151,6 +151,8 @@ class LayerGradNormProbe(ProbeState):
             return
         queue, self._queue = self._queue[:n], self._queue[n:]
         values = read_values([q[3] for q in queue], [q[2] for q in queue])
+        for q in queue:  # each copy is read once: its pinned buffer serves a later update
+            q[3].release()
         pos = 0
         for row, keys, _, _ in queue:
             mine, pos = values[pos : pos + len(keys)], pos + len(keys)

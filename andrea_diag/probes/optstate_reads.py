@@ -140,6 +140,10 @@ def read_queue(queue: list[Pending]) -> dict[int, tuple[list[float], list[float]
     parts = [e.flat for e in queue if e.flat is not None]
     parts += [t for v in views.values() for t in (v.bm, v.bv)]  # as a view's copy: bm, bv
     vals = read_values(copies, parts)  # their own copies' events on CUDA; else one host sync
+    for e in queue:  # an entry's copy is read once (a shadow view's is shared: kept)
+        if e.copy is not None:
+            e.copy.release()
+            e.copy = None
     pos = 0
     for e in queue:
         n = e.flat.numel() if e.flat is not None else 0

@@ -92,6 +92,7 @@ class PendingRead:
     def result(self) -> UpdateRead:
         """The read, once its copy has landed (waits for that, not for later work)."""
         host = unpack_scalars(self.copy.wait().tolist(), *self.values)
+        self.copy.release()  # read once: its pinned buffer serves a later update's read
         return _decided(self.batch, self.clip, split_update(host, self.example_loss))
 
 
