@@ -240,7 +240,9 @@ def test_gather_cuts_the_same_tokens_as_indexing_each_stream(data):
     want = torch.stack(
         [
             p.streams[s][o : o + T + 1]
-            for s, o in zip(b.source_idx.reshape(-1).tolist(), b.offsets.reshape(-1).tolist())
+            for s, o in zip(
+                b.source_idx.reshape(-1).tolist(), b.offsets.reshape(-1).tolist(), strict=True
+            )
         ]
     ).view(A, M, T + 1)
     got = gather_tokens(p.streams, b.source_idx, b.offsets, T)
