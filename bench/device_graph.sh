@@ -17,7 +17,7 @@ mkdir -p /tmp/parity /tmp/bt
   [ -n "${BT_ONLY:-}" ] || {
   echo "== CUDA tests"
   timeout 200 python3 -m pytest -vv -s -p no:cacheprovider tests/test_graphed.py tests/test_graphed_step.py \
-    tests/test_pipeline.py tests/test_optstate_graph.py \
+    tests/test_pipeline.py tests/test_optstate_graph.py tests/test_host_copy.py tests/test_layer_norms.py \
     tests/test_engine_syncs.py::test_engine_update_syncs_the_cuda_stream_at_most_once \
     > "$OUT/tests.txt" 2>&1; echo "tests rc=$?"; grep -E "graphed vs eager|pipelined vs|PASS|FAIL|Error|passed|failed" "$OUT/tests.txt" | tail -20
   for sp in ${PARITY_CONFIGS:-12m:fp32 12m:bf16 120m:bf16}; do
