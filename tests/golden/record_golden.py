@@ -8,11 +8,20 @@ trainer leave every metric bit-identical on CPU. Say in the commit why it was re
 The cascade always runs in a child process under ``PINNED_ENV``, both when recording and when
 testing, because CPU float arithmetic is not the same everywhere: the intra-op thread count
 changes how reductions are split, ATen picks AVX-512, AVX2 or scalar kernels from the CPU it
-finds (different vector widths sum in a different order), and MKL's GEMM dispatches on the CPU
-model and vendor. One thread, ATen's AVX2 kernels (every x86-64 CPU that CI could use has AVX2)
-and MKL's conditional numerical reproducibility in its ``COMPATIBLE`` branch (the only branch
-MKL promises is the same on Intel and non-Intel CPUs) make the numbers independent of the
-machine and of the parent's environment.
+finds (different vector widths sum in a different order), and MKL dispatches on the CPU model
+and vendor. One thread, ATen's AVX2 kernels and MKL's conditional numerical reproducibility in
+its ``AVX2`` branch make the numbers the same on every Intel CPU with AVX2, whatever the
+parent's environment.
+
+Why ``AVX2`` and not ``COMPATIBLE``: ``torch.sqrt`` on a CPU float tensor is MKL's vector math
+(VML), and AdamW takes a square root every step. Under ``COMPATIBLE`` that square root is an
+approximation refined in software, and its bits moved with the CPU. A million values: 152,738
+not correctly rounded on this Sapphire Rapids machine, 144,451 under qemu's Haswell and
+EPYC-Milan, and the cascade's columns moved from the first update. One CI machine saw the same
+(stop 32). Under ``AVX2`` the square root is the exact instruction: 0 of the million, the same
+bits natively and under qemu's Haswell. MKL refuses that branch on non-Intel CPUs (it runs its
+AUTO branch there), so the child reports the branch it got (``mkl_branch``) and the test skips
+where it is not ``AVX2``, saying so: those numbers cannot be the recording's.
 """
 
 from __future__ import annotations
@@ -41,10 +50,11 @@ PINNED_ENV = {
     "OMP_NUM_THREADS": "1",
     "MKL_NUM_THREADS": "1",
     "ATEN_CPU_CAPABILITY": "avx2",
-    "MKL_CBWR": "COMPATIBLE",
+    "MKL_CBWR": "AVX2",
     "ONEDNN_MAX_CPU_ISA": "AVX2",
 }
 PINNED_CAPABILITY = "AVX2"  # what torch must report in the child for the pin to hold
+PINNED_MKL_BRANCH = 10  # MKL_CBWR_AVX2: the branch MKL must have taken (mkl_branch)
 # The built-in repo-docs source reads the installed packages' READMEs and stdlib docstrings,
 # which differ between machines and under pytest: a committed copy keeps the tokens fixed.
 REPO_DOCS = HERE / "repo-docs.md"
@@ -94,6 +104,33 @@ def run_pinned(out: Path, extra_env: dict[str, str] | None = None) -> dict:
     return json.loads(result.read_text())
 
 
+def mkl_branch() -> int | None:
+    """The CNR branch MKL runs in this process (``mkl_cbwr_get(MKL_CBWR_BRANCH)``: 10 is AVX2,
+    2 AUTO, where MKL refused ``MKL_CBWR``), or None where torch's MKL does not export it."""
+    import ctypes
+
+    import torch
+
+    lib_dir = Path(torch.__file__).parent / "lib"
+    try:
+        get = ctypes.CDLL(str(lib_dir / "libtorch_cpu.so")).mkl_serv_cbwr_get
+    except (OSError, AttributeError):
+        return None
+    get.restype, get.argtypes = ctypes.c_int, [ctypes.c_int]
+    return int(get(1))  # MKL_CBWR_BRANCH
+
+
+def pin_holds(ran: dict) -> str | None:
+    """Why a pinned run's numbers cannot be the recording's (None: they can)."""
+    if ran["capability"] != PINNED_CAPABILITY:
+        return f"torch ran its {ran['capability']} kernels here, not {PINNED_CAPABILITY}"
+    if ran.get("mkl_branch") != PINNED_MKL_BRANCH:
+        return (f"MKL refused its AVX2 reproducibility branch on this CPU (branch "
+                f"{ran.get('mkl_branch')}; it takes it on Intel CPUs with AVX2 only), and its "
+                "square root gives other bits")  # fmt: skip
+    return None
+
+
 def _child(out: Path, result: Path) -> None:
     sys.path.insert(0, str(REPO))  # the checkout this script belongs to, not another install
     import torch
@@ -101,7 +138,7 @@ def _child(out: Path, result: Path) -> None:
     torch.set_num_threads(1)
     metrics = run_golden_cascade(out)
     capability = torch.backends.cpu.get_cpu_capability()
-    payload = {"capability": capability, "metrics": metrics}
+    payload = {"capability": capability, "mkl_branch": mkl_branch(), "metrics": metrics}
     result.write_text(json.dumps(payload, allow_nan=True))
 
 
@@ -111,8 +148,9 @@ if __name__ == "__main__":
         sys.exit(0)
     with tempfile.TemporaryDirectory() as tmp:
         got = run_pinned(Path(tmp))
-    if got["capability"] != PINNED_CAPABILITY:
-        sys.exit(f"torch ran {got['capability']} kernels, not {PINNED_CAPABILITY}: not recorded")
+    why = pin_holds(got)
+    if why is not None:
+        sys.exit(f"{why}: not recorded")
     GOLDEN.write_text(json.dumps(got["metrics"], allow_nan=True) + "\n")
     n = sum(len(v) for v in got["metrics"].values())
     print(f"wrote {GOLDEN} ({n} columns)", file=sys.stderr)
