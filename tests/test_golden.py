@@ -78,3 +78,22 @@ def _cpu() -> str:
                   if ln.startswith("flags")), [])  # fmt: skip
     vec = [f for f in ("avx2", "fma", "avx512f", "avx512_bf16", "amx_tile") if f in flags]
     return f"{model} ({' '.join(vec)})"
+
+
+def test_the_pin_holds_only_under_avx2_kernels_and_mkls_avx2_branch() -> None:
+    """Where torch ran other kernels, or MKL refused its AVX2 branch (a non-Intel CPU: AUTO, 2),
+    the numbers cannot be the recording's: the golden test skips with this reason."""
+    rec = _recorder()
+    assert rec.pin_holds({"capability": "AVX2", "mkl_branch": rec.PINNED_MKL_BRANCH}) is None
+    assert "AVX512 kernels" in rec.pin_holds({"capability": "AVX512", "mkl_branch": 10})
+    assert "refused" in rec.pin_holds({"capability": "AVX2", "mkl_branch": 2})
+    assert "refused" in rec.pin_holds({"capability": "AVX2", "mkl_branch": None})
+
+
+def test_this_process_reports_the_mkl_branch_it_runs() -> None:
+    """``mkl_branch`` reads MKL's own answer (torch's MKL exports it): an int, or None."""
+    import torch
+
+    branch = _recorder().mkl_branch()
+    if torch.backends.mkl.is_available():
+        assert isinstance(branch, int) and branch > 0
