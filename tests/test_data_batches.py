@@ -249,3 +249,29 @@ def test_gather_cuts_the_same_tokens_as_indexing_each_stream(data):
     assert got.dtype == torch.int64 and torch.equal(got, want)
     small = [s.to(torch.int32) for s in p.streams]  # a narrower stream dtype widens to int64
     assert torch.equal(gather_tokens(small, b.source_idx, b.offsets, T), want)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "why"),
+    [
+        ("micro_batch", "4", "is damaged"),
+        ("accum", 0, "is damaged"),
+        ("seq_len", -1, "is damaged"),
+        ("seed", None, "is damaged"),
+        ("micro_batch", M * 2, "was recorded for"),
+        ("seed", 7, "was recorded for"),
+    ],
+)
+def test_a_plan_whose_seed_or_shape_is_not_the_runs_is_a_user_error(
+    data, tmp_path, field, value, why
+):
+    """The replaying arms of a cascade load the first arm's plan from the run directory: a
+    header that is not an integer shape, or not the run's own, is refused before any batch."""
+    rec = plan(data)
+    rec.batch(1)
+    path = rec.save(tmp_path / "p.json")
+    d = json.loads(path.read_text())
+    d[field] = value
+    path.write_text(json.dumps(d))
+    with pytest.raises(UserError, match=why):
+        BatchPlan.load(path, data, like=rec)

@@ -318,8 +318,14 @@ class BatchPlan:
         return p
 
     @classmethod
-    def load(cls, path: str | Path, data: PreparedData | Mapping[str, torch.Tensor]) -> BatchPlan:
-        """A replaying plan: same batches as the recording, verified by hash."""
+    def load(
+        cls,
+        path: str | Path,
+        data: PreparedData | Mapping[str, torch.Tensor],
+        like: BatchPlan | None = None,
+    ) -> BatchPlan:
+        """A replaying plan: same batches as the recording, verified by hash. ``like``: the
+        plan this one must replay (its seed and shape; the cascade's own recording)."""
         p = Path(path)
         if not p.is_file():
             raise UserError(f"batch plan {str(p)!r} does not exist")
@@ -335,9 +341,15 @@ class BatchPlan:
                 "the batch plan was recorded on different data",
                 hint="replay with the same sources (and overrides) the plan was recorded with",
             )
+        head = {k: d.get(k) for k in ("seed", "micro_batch", "accum", "seq_len")}
+        if any(type(v) is not int or (v < 1 and k != "seed") for k, v in head.items()):
+            raise UserError(f"batch plan {str(p)!r} is damaged (its seed and shape: {head})")
+        want = {k: getattr(like, k) for k in head} if like is not None else head
+        if head != want:
+            raise UserError(f"batch plan {str(p)!r} was recorded for {head}, not {want}",
+                            hint="replay a plan recorded by this run's first arm")  # fmt: skip
         try:
-            plan = cls(data, None, seed=d["seed"], micro_batch=d["micro_batch"],
-                       accum=d["accum"], seq_len=d["seq_len"])  # fmt: skip
+            plan = cls(data, None, **head)
             plan.records = {int(r["update"]): r for r in d["records"]}
         except (KeyError, TypeError, ValueError) as exc:
             raise UserError(f"batch plan {str(p)!r} is damaged ({type(exc).__name__})") from None

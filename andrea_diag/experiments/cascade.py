@@ -179,7 +179,7 @@ def run_arms(
                 console.print(f"[yellow]{cfg.arm}: no checkpoint yet; kept as {aside}, restarting")
             if info.world_size > 1:
                 torch.distributed.barrier()  # nobody starts an arm rank 0 is still moving
-            arm_plan = plan if i == 0 else BatchPlan.load(plan_path, data)
+            arm_plan = plan if i == 0 else BatchPlan.load(plan_path, data, like=plan)
             ckpt = found if status == "checkpoint" else None
             if ckpt is not None:
                 console.print(f"{cfg.arm}: continuing from {ckpt.name}")
