@@ -19,7 +19,10 @@ approximation refined in software, and its bits moved with the CPU. A million va
 not correctly rounded on this Sapphire Rapids machine, 144,451 under qemu's Haswell and
 EPYC-Milan, and the cascade's columns moved from the first update. One CI machine saw the same
 (stop 32). Under ``AVX2`` the square root is the exact instruction: 0 of the million, the same
-bits natively and under qemu's Haswell. MKL refuses that branch on non-Intel CPUs (it runs its
+bits natively and under qemu's Haswell. Its float64 square root still moved (2,919 of 200,000
+inexact here, 1 under qemu's Haswell), so the toolkit's own float64 square roots on the CPU path
+(the layer probe's group norms) are numpy's, the exact instruction. MKL refuses that branch on
+non-Intel CPUs (it runs its
 AUTO branch there), so the child reports the branch it got (``mkl_branch``) and the test skips
 where it is not ``AVX2``, saying so: those numbers cannot be the recording's.
 """
