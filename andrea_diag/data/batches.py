@@ -177,6 +177,7 @@ class BatchPlan:
         seq_len: int,
     ) -> None:
         self.names, self.streams = _streams_of(data)
+        self.lengths = [s.numel() for s in self.streams]  # fixed: the streams never change
         if mixer is not None and tuple(mixer.names) != self.names:
             raise ValueError(f"the mixer mixes {mixer.names}, the data holds {self.names}")
         self.data_key = data.key if isinstance(data, PreparedData) else None
@@ -225,9 +226,15 @@ class BatchPlan:
             raise ValueError("a recording BatchPlan needs a mixer")
         phase = self.mixer.phase_at(update)
         w = [phase.weights[n] for n in self.names]
-        lengths = [s.numel() for s in self.streams]
         src, off = draw_sequences(
-            lengths, w, self.seed, update, self.micro_batch, self.accum, self.seq_len, self.names
+            self.lengths,
+            w,
+            self.seed,
+            update,
+            self.micro_batch,
+            self.accum,
+            self.seq_len,
+            self.names,
         )
         tokens = gather_tokens(self.streams, src, off, self.seq_len)  # (A, m, T+1)
         b = Batch(update, tokens, src, phase.index, dict(phase.weights), tokens_hash(tokens), off,
@@ -251,8 +258,7 @@ class BatchPlan:
                 hint="record the plan for at least as many updates as the replaying arm runs",
             )
         shape = (self.accum, self.micro_batch)
-        lengths = [s.numel() for s in self.streams]
-        why = record_fault(rec, lengths, self.accum * self.micro_batch, self.seq_len)
+        why = record_fault(rec, self.lengths, self.accum * self.micro_batch, self.seq_len)
         if why is not None:
             raise UserError(f"the recorded batch plan's update {update} is damaged: {why}",
                             hint="record the plan again; a plan is not edited by hand")  # fmt: skip
