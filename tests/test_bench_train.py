@@ -111,7 +111,7 @@ def test_the_page_labels_an_eager_plain_loop_beside_a_graphed_engine() -> None:
 def test_a_graph_still_to_come_after_the_warmup_is_refused_not_timed() -> None:
     from types import SimpleNamespace as NS
 
-    from andrea_diag.bench.train import _check_captured
+    from andrea_diag.bench.train_checks import check_captured
     from andrea_diag.errors import UserError
 
     def engine(group: object, step: object, probe: object, graphed: bool = True) -> NS:
@@ -119,8 +119,41 @@ def test_a_graph_still_to_come_after_the_warmup_is_refused_not_timed() -> None:
         return NS(cfg=NS(cuda_graph=graphed), groups=NS(graph=group),
                   steps=NS(graph=step, graphed=True), probes=NS(probes=probes))  # fmt: skip
 
-    _check_captured([engine(1, 1, 1), engine(None, None, None, graphed=False)], 15)
+    check_captured([engine(1, 1, 1), engine(None, None, None, graphed=False)], 15)
     with pytest.raises(UserError, match="after --warmup 15 updates the optimizer step graph"):
-        _check_captured([engine(1, None, 1)], 15)  # v2's lr warm-up: the step comes later
+        check_captured([engine(1, None, 1)], 15)  # v2's lr warm-up: the step comes later
     with pytest.raises(UserError, match="the group, optimizer-state probe graph is not"):
-        _check_captured([engine(None, 1, None)], 15)
+        check_captured([engine(None, 1, None)], 15)
+
+
+def test_the_probes_hooks_are_timed_in_an_engine_block_after_the_timed_ones(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two CUDA events a hook call are host work of their own: none inside the timed blocks."""
+    from andrea_diag.bench import train
+    from andrea_diag.probes.driver import ProbeDriver
+
+    order: list[str] = []
+    timed, time_hooks = train._timed_blocks, ProbeDriver.time_hooks
+
+    def blocks(*args: object, **kw: object) -> dict[str, list[float]]:
+        order.append("timed blocks")
+        return timed(*args, **kw)  # type: ignore[arg-type]
+
+    def hooks(self: ProbeDriver, device: object) -> None:
+        order.append("hook timing")
+        time_hooks(self, device)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(train, "_timed_blocks", blocks)
+    monkeypatch.setattr(ProbeDriver, "time_hooks", hooks)
+    args = ["bench-train", "--size", "tiny", "--device", "cpu", "--updates", "3", "--warmup",
+            "1", "--block", "2", "--out", str(tmp_path / "bt")]  # fmt: skip
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    assert order == ["timed blocks", "hook timing"]
+    result = json.loads((tmp_path / "bt" / "bench-train.json").read_text())
+    assert result["meta"]["probe_hook_updates"] == 2  # one block of the engine alone
+    assert sum(len(b) for b in result["blocks_ms"].values()) == 4  # 2 blocks x 2 arms, no more
+    optstate = next(p for p in result["probes"] if p["probe"] == "optstate")
+    engine_ms = result["engine"]["ms_per_update"]
+    assert optstate["share_of_engine"] == pytest.approx(optstate["ms_per_update"] / engine_ms)

@@ -20,8 +20,10 @@ matmul precision, clip mode and clip implementation) on the same token batches, 
 Method: ``warmup`` updates of each first, then blocks of ``block`` updates, alternating
 engine/plain, each block timed from a synchronised start to a synchronised end, so drifts in
 clock or temperature hit both alike. ms/update is the blocks' total over their updates. Each
-probe's hooks are timed too (``ProbeDriver.time_hooks``: CUDA events / perf_counter), so the
-result shows where the engine's extra time goes. MFU is the model's training FLOPs per token
+probe's hooks are timed in one more block of the engine alone, after the timed ones
+(``ProbeDriver.time_hooks``: CUDA events / perf_counter), so the result shows where the
+engine's extra time goes; not inside the timed blocks, since two events a hook call (about 40
+an update) are host work of their own that the plain loop does not carry. MFU is the model's training FLOPs per token
 (``ModelConfig.flops_per_token``: 6 x non-embedding parameters plus attention) x tokens/s over
 the device's dense peak (:data:`PEAK_TFLOPS`); on the CPU it is not given.
 """
@@ -38,10 +40,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from andrea_diag.bench.train_checks import check_args, check_captured
 from andrea_diag.config import RunConfig
-from andrea_diag.errors import UserError
 
-PLAIN_MODES = ("same", "eager", "all")  # the plain loop beside a --cuda-graph engine
 PLAIN_ITEM_EVERY = 50  # the plain loop's one host sync: a logged loss every 50 updates
 # Dense peak TFLOPs by GPU name and matmul kind. Source: NVIDIA H100/H200 Tensor Core GPU
 # datasheets (SXM, without sparsity): BF16/FP16 989, TF32 494, FP32 (no tensor cores) 67.
@@ -178,17 +179,19 @@ def bench_train(
     from andrea_diag.device import resolve_device
 
     device = resolve_device(cfg.device)
-    _check_args(cfg, device, updates, warmup, block, plain)
+    check_args(cfg, device, updates, warmup, block, plain)
     total = warmup + updates
+    hook_updates = min(block, updates)  # the probes' hook timing: one engine block after
     run_steps = cfg.steps  # the run's own length, over which its once-a-run costs spread
     # no injection: a preset's own one (tiny's outlier) is placed for its length, not the bench's.
-    # steps one past the timed updates: the lock-in probe's default schedule samples once a run,
-    # at its last update, a per-run cost like evaluation; spread over the bench's few updates it
-    # would read as per-update work. It is timed on its own below (``once_per_run``).
+    # steps one past the engine's updates: the lock-in probe's default schedule samples once a
+    # run, at its last update, a per-run cost like evaluation; spread over the bench's few
+    # updates it would read as per-update work. It is timed on its own below (``once_per_run``).
     # the lock-in schedule was resolved for the preset's length: its one sample moves to the end
-    cfg = dataclasses.replace(cfg, steps=total + 1, eval_every=0, checkpoint_every=0, inject=[],
+    last = total + hook_updates + 1
+    cfg = dataclasses.replace(cfg, steps=last, eval_every=0, checkpoint_every=0, inject=[],
                               flush_every=max(cfg.flush_every, 1),
-                              probes=dataclasses.replace(cfg.probes, lockin_every=total + 1))  # fmt: skip
+                              probes=dataclasses.replace(cfg.probes, lockin_every=last))  # fmt: skip
     say = progress or (lambda _line: None)
     with tempfile.TemporaryDirectory(prefix="bench-train-") as tmp:
         engines, arms = _arms(cfg, device, Path(tmp), total, plain)
@@ -203,25 +206,14 @@ def bench_train(
                 step(u)
         for drain in drains.values():
             drain()
-        _check_captured(engines, warmup)
+        check_captured(engines, warmup)
+        times = _timed_blocks(device, arms, drains, warmup, updates, block, say)
         engine.probes.time_hooks(device)
-        times: dict[str, list[float]] = {arm: [] for arm in arms}
-        done = 0
-        while done < updates:
-            k = min(block, updates - done)
-            for arm, step in arms.items():
-                _sync(device)
-                t0 = time.perf_counter()
-                for u in range(warmup + done + 1, warmup + done + k + 1):
-                    step(u)
-                if arm in drains:
-                    drains[arm]()
-                _sync(device)
-                times[arm].append((time.perf_counter() - t0) * 1e3)
-            done += k
-            say(f"timed {done}/{updates} updates each")
-        probe_ms = engine.probes.hook_ms()
-        once = _once_per_run(engine, device, total + 1, run_steps)
+        for u in range(total + 1, total + hook_updates + 1):
+            engine.pipeline.advance(u)
+        engine.pipeline.drain()
+        probe_ms = {k: v / hook_updates for k, v in engine.probes.hook_ms().items()}
+        once = _once_per_run(engine, device, last, run_steps)
         for e in engines:
             e.recorder.close()
             e.recorder.release()
@@ -229,49 +221,36 @@ def bench_train(
     result["meta"]["plain_graphed"] = cfg.cuda_graph and plain != "eager"
     result["meta"]["engine_pipeline"] = engine.pipeline.describe()  # {} without --cuda-graph
     result["once_per_run"] = once
+    result["meta"]["probe_hook_updates"] = hook_updates  # the engine block the probes' ms are from
     return result
 
 
-def _check_args(
-    cfg: RunConfig, device: torch.device, updates: int, warmup: int, block: int, plain: str
-) -> None:
-    """One :class:`UserError` line for a bench that cannot run as asked."""
-    if updates < 1 or warmup < 0 or block < 1:
-        raise UserError("--updates and --block must be at least 1, --warmup 0 or more")
-    if plain not in PLAIN_MODES or (plain != "same" and not cfg.cuda_graph):
-        if plain in PLAIN_MODES:
-            raise UserError(f"--plain {plain} needs --cuda-graph", hint="add --cuda-graph")
-        raise UserError(f"unknown --plain {plain!r}", hint="choose " + ", ".join(PLAIN_MODES))
-    if cfg.cuda_graph:
-        from andrea_diag.train.graphed import check_graphable
-        from andrea_diag.train.graphed_step import CAPTURED_BY
-
-        check_graphable(device, cfg.replicas)  # before any model is built
-        if warmup < CAPTURED_BY:  # the captures are warm-up work, never a timed update
-            raise UserError(f"--cuda-graph needs --warmup {CAPTURED_BY} or more, got {warmup}",
-                            hint=f"the graphs are captured by update {CAPTURED_BY}")  # fmt: skip
-
-
-def _check_captured(engines: list[Any], warmup: int) -> None:
-    """A :class:`UserError` where a graphed engine's graph is still to come after the warm-up:
-    its capture (and the eager updates before it) would be timed. The lr warm-up of ``v2`` and
-    ``--update-stats-every N`` move the step's and the probe's captures later."""
-    for e in engines:
-        if not e.cfg.cuda_graph:
-            continue
-        scalars = [p.graphs for p in e.probes.probes if getattr(p, "graphs", None) is not None]
-        missing = [name for name, ready in (
-            ("group", e.groups.graph is not None),
-            ("optimizer step", e.steps.graph is not None or not e.steps.graphed),
-            ("optimizer-state probe", all(g.graph is not None for g in scalars)),
-        ) if not ready]  # fmt: skip
-        if missing:
-            raise UserError(
-                f"--cuda-graph: after --warmup {warmup} updates the {', '.join(missing)} "
-                "graph is not captured yet, so the timed updates would include its capture",
-                hint="pass a longer --warmup (the v2 recipe's lr warm-up and "
-                "--update-stats-every N capture later)",
-            )
+def _timed_blocks(
+    device: torch.device,
+    arms: dict[str, Callable[[int], Any]],
+    drains: dict[str, Callable[[], Any]],
+    warmup: int,
+    updates: int,
+    block: int,
+    say: Callable[[str], None],
+) -> dict[str, list[float]]:
+    """Alternating blocks of ``block`` updates of every arm, each between two syncs: ms each."""
+    times: dict[str, list[float]] = {arm: [] for arm in arms}
+    done = 0
+    while done < updates:
+        k = min(block, updates - done)
+        for arm, step in arms.items():
+            _sync(device)
+            t0 = time.perf_counter()
+            for u in range(warmup + done + 1, warmup + done + k + 1):
+                step(u)
+            if arm in drains:
+                drains[arm]()
+            _sync(device)
+            times[arm].append((time.perf_counter() - t0) * 1e3)
+        done += k
+        say(f"timed {done}/{updates} updates each")
+    return times
 
 
 def _arms(
@@ -316,7 +295,7 @@ def _result(
     cfg: RunConfig,
     device: torch.device,
     times: dict[str, list[float]],
-    probe_ms: dict[str, float],
+    probe_ms: dict[str, float],  # ms per update, each probe's hooks
     updates: int,
     warmup: int,
     block: int,
@@ -377,8 +356,8 @@ def _result(
         "probes": [
             {
                 "probe": name,
-                "ms_per_update": t / updates,
-                "share_of_engine": t / updates / engine_ms,
+                "ms_per_update": t,
+                "share_of_engine": t / engine_ms,
             }
             for name, t in sorted(probe_ms.items(), key=lambda kv: -kv[1])
         ],

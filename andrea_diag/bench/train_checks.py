@@ -1,0 +1,55 @@
+"""bench-train's checks before anything is timed: the arguments (one :class:`UserError` line
+each), and, under ``--cuda-graph``, that every graph was captured during the warm-up."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from andrea_diag.config import RunConfig
+from andrea_diag.errors import UserError
+
+PLAIN_MODES = ("same", "eager", "all")  # the plain loop beside a --cuda-graph engine
+
+
+def check_args(
+    cfg: RunConfig, device: torch.device, updates: int, warmup: int, block: int, plain: str
+) -> None:
+    """One :class:`UserError` line for a bench that cannot run as asked."""
+    if updates < 1 or warmup < 0 or block < 1:
+        raise UserError("--updates and --block must be at least 1, --warmup 0 or more")
+    if plain not in PLAIN_MODES or (plain != "same" and not cfg.cuda_graph):
+        if plain in PLAIN_MODES:
+            raise UserError(f"--plain {plain} needs --cuda-graph", hint="add --cuda-graph")
+        raise UserError(f"unknown --plain {plain!r}", hint="choose " + ", ".join(PLAIN_MODES))
+    if cfg.cuda_graph:
+        from andrea_diag.train.graphed import check_graphable
+        from andrea_diag.train.graphed_step import CAPTURED_BY
+
+        check_graphable(device, cfg.replicas)  # before any model is built
+        if warmup < CAPTURED_BY:  # the captures are warm-up work, never a timed update
+            raise UserError(f"--cuda-graph needs --warmup {CAPTURED_BY} or more, got {warmup}",
+                            hint=f"the graphs are captured by update {CAPTURED_BY}")  # fmt: skip
+
+
+def check_captured(engines: list[Any], warmup: int) -> None:
+    """A :class:`UserError` where a graphed engine's graph is still to come after the warm-up:
+    its capture (and the eager updates before it) would be timed. The lr warm-up of ``v2`` and
+    ``--update-stats-every N`` move the step's and the probe's captures later."""
+    for e in engines:
+        if not e.cfg.cuda_graph:
+            continue
+        scalars = [p.graphs for p in e.probes.probes if getattr(p, "graphs", None) is not None]
+        missing = [name for name, ready in (
+            ("group", e.groups.graph is not None),
+            ("optimizer step", e.steps.graph is not None or not e.steps.graphed),
+            ("optimizer-state probe", all(g.graph is not None for g in scalars)),
+        ) if not ready]  # fmt: skip
+        if missing:
+            raise UserError(
+                f"--cuda-graph: after --warmup {warmup} updates the {', '.join(missing)} "
+                "graph is not captured yet, so the timed updates would include its capture",
+                hint="pass a longer --warmup (the v2 recipe's lr warm-up and "
+                "--update-stats-every N capture later)",
+            )
