@@ -103,6 +103,26 @@ void scale_(const std::vector<at::Tensor>& grads, const at::Tensor& scale) {
                    "k_clip_scale launch");
 }
 
+// dst = src for each pair where the device flag is set (one bool on their device); no host
+// sync: the launches return at once on the device when it is not.
+void copy_if(const std::vector<at::Tensor>& dst, const std::vector<at::Tensor>& src,
+             const at::Tensor& flag) {
+  ac::check_grads(src);
+  TORCH_CHECK(dst.size() == src.size(), "andrea_clip: copy_if needs as many dst as src tensors");
+  for (size_t i = 0; i < src.size(); ++i)
+    TORCH_CHECK(dst[i].device() == src[i].device() && dst[i].scalar_type() == src[i].scalar_type() &&
+                    dst[i].numel() == src[i].numel() && dst[i].is_contiguous(),
+                "andrea_clip: copy_if dst ", i, " must be a contiguous tensor like src ", i);
+  TORCH_CHECK(flag.device() == src[0].device() && flag.scalar_type() == at::kBool &&
+                  flag.numel() == 1,
+              "andrea_clip: the copy_if flag must be one bool on the tensors' device");
+  const c10::cuda::CUDAGuard guard(src[0].device());
+  auto stream = c10::cuda::getCurrentCUDAStream();
+  const auto plan = ac::get_plan(src);
+  for (const auto& [dt, tt] : ac::build_tables<2>({&src, &dst}, plan->offsets))
+    ac::check_cuda(ac::launch_copy_if(tt, dt, flag.data_ptr<bool>(), stream), "k_copy_if launch");
+}
+
 // The shipped pipeline: the norm pass (1+ launches; the last block of the clip computes the
 // scale) -> the scale pass (1+ launches, each returning at once on the device when
 // nothing is clipped).
@@ -155,6 +175,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("norm_partial", &norm_partial, "Norm pass alone: per-chunk partials (float32)");
   m.def("norm_final", &norm_final, "Final reduction alone: (total, per_tensor, scale, nonfinite)");
   m.def("scale_", &scale_, "Scale pass alone: in-place g *= scale (skipped when scale == 1)");
+  m.def("copy_if", &copy_if, "dst = src where the device flag is set (k_copy_if; no host sync)",
+        py::arg("dst"), py::arg("src"), py::arg("flag"));
   m.def("chunk_offsets", &chunk_offsets, "Cached int32 chunk offsets per tensor (device)");
   m.attr("TILE") = ac::kTile;
   m.def("set_pdl", &ac::set_pdl, "Programmatic dependent launch of the scale pass on/off; "

@@ -90,6 +90,26 @@ __global__ void __launch_bounds__(kThreads)
   final_block<K>(partials, p, max_norm, out, shd);
 }
 
+// dst = src where *flag, read on the device; else the launch returns at once. The
+// optimizer-state probe's copies kept for a spike that may come: the host bounds which updates
+// can be one, and the device decides from the update's own loss and norm, with no host sync.
+// A plain copy: 16-byte loads and stores when both chunks are aligned, a scalar tail.
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    k_copy_if(const __grid_constant__ TensorTable<2> tt, const bool* flag) {
+  if (!*flag) return;  // uniform across the grid
+  for_each_chunk(tt, [&](int t, int, int64_t off, int n) {
+    const T* src = static_cast<const T*>(tt.ptr[0][t]) + off;
+    T* dst = static_cast<T*>(tt.ptr[1][t]) + off;
+    constexpr int V = 16 / sizeof(T);
+    const int nvec = aligned16(src) && aligned16(dst) ? n / V : 0;
+    const uint4* sv = reinterpret_cast<const uint4*>(src);
+    uint4* dv = reinterpret_cast<uint4*>(dst);
+    for (int i = threadIdx.x; i < nvec; i += kThreads) dv[i] = sv[i];
+    for (int i = nvec * V + threadIdx.x; i < n; i += kThreads) dst[i] = src[i];
+  });
+}
+
 // -1: not decided yet (read ANDREA_CLIP_PDL and the device's compute capability on first use).
 std::atomic<int> g_pdl{-1};
 
@@ -187,6 +207,19 @@ cudaError_t launch_norm_final(const float* partials, NormKind nk, float p, float
                               const NormOut& out, cudaStream_t stream) {
   return ANDREA_DISPATCH_NORM(nk, K, [&] {
     k_grad_norm_final<K><<<1, kThreads, 0, stream>>>(partials, p, max_norm, out);
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t launch_copy_if(const TensorTable<2>& tt, DType dt, const bool* flag,
+                           cudaStream_t stream) {
+  const int n_items = tt.local_start[tt.n];
+  if (n_items == 0) return cudaSuccess;
+  return ANDREA_DISPATCH_DTYPE(dt, T, [&] {
+    int grid = 0;
+    const cudaError_t e = persistent_grid<k_copy_if<T>>(n_items, &grid);
+    if (e != cudaSuccess) return e;
+    k_copy_if<T><<<grid, kThreads, 0, stream>>>(tt, flag);
     return cudaGetLastError();
   });
 }

@@ -104,4 +104,9 @@ cudaError_t launch_norm(const GradTable& tt, DType dt, NormKind nk, float p, flo
 cudaError_t launch_norm_final(const float* partials, NormKind nk, float p, float max_norm,
                               const NormOut& out, cudaStream_t stream);
 
+// dst[i] = src[i] for every tensor of the table (ptr[0]: src, ptr[1]: dst, one dtype) where
+// *flag on the device; else it returns at once (a launch, no pass over the tensors).
+cudaError_t launch_copy_if(const TensorTable<2>& tt, DType dt, const bool* flag,
+                           cudaStream_t stream);
+
 }  // namespace andrea_clip

@@ -318,3 +318,38 @@ def test_a_pipelined_update_never_syncs_the_stream(tmp_path: Path) -> None:
     engine.pipeline.drain()
     engine.recorder.close()
     engine.recorder.release()
+
+
+def test_the_copies_for_a_spike_are_made_only_where_the_launchs_bound_flags_one(
+    tmp_path: Path, cpu_pipeline: pytest.MonkeyPatch
+) -> None:
+    """Off the schedule, the snapshot of θ and the copy of g wait for a spike known only after
+    the step: made under the device flag (probes/spike_bound.py), and still every spike's."""
+    from andrea_diag.probes import optstate as optstate_mod
+
+    flags: list[bool] = []
+    real = optstate_mod.copy_if
+
+    def spy(dst: list[torch.Tensor], src: list[torch.Tensor], flag: torch.Tensor) -> None:
+        flags.append(bool(flag))
+        real(dst, src, flag)
+
+    cpu_pipeline.setattr(optstate_mod, "copy_if", spy)
+    probes = dataclasses.replace(_cfg().probes, update_stats_every=3)
+    _arm(tmp_path / "eager", cpu_pipeline, False, probes=probes)
+    _, _, p = _arm(tmp_path / "piped", cpu_pipeline, True, probes=probes)
+    assert True in flags and False in flags  # some copies made, some not
+    assert p.probes.failures == []  # no spike found its copies missing
+    rec, rec_eager = _recorded(tmp_path / "piped"), _recorded(tmp_path / "eager")
+    assert repr(rec_eager) == repr(rec)  # every spike's columns, exactly
+
+
+def test_a_spike_its_bound_missed_fails_the_probe_loudly_not_silently(
+    tmp_path: Path, cpu_pipeline: pytest.MonkeyPatch
+) -> None:
+    from andrea_diag.probes.spike_bound import SpikeBound
+
+    cpu_pipeline.setattr(SpikeBound, "device_flag", lambda *a: torch.tensor(False))
+    _, _, p = _arm(tmp_path / "piped", cpu_pipeline, True)
+    failed = [f for f in p.probes.failures if f["probe"] == "optstate"]
+    assert len(failed) == 1 and "did not flag" in failed[0]["error"], p.probes.failures

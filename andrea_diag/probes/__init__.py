@@ -154,8 +154,10 @@ def build_probes(
         unigram_entropy=unigram_entropy,
         source_names=source_names,
     )
+    spikes = next((p for p in probes if isinstance(p, SpikeProbe)), None)
     for probe in probes:
         if isinstance(probe, OptStateProbe):
+            probe.spike_source = spikes  # its decision bounds the pipelined copies
             probe.fused_norms = cfg.clip_impl != "reference"  # the extension, where it builds
             probe.graphs = ScalarGraph() if cfg.cuda_graph else None  # its arithmetic, replayed
     return probes

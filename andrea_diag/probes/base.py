@@ -145,6 +145,13 @@ def _median(values: list[float]) -> float:
     return s[mid] if len(s) % 2 else 0.5 * (s[mid - 1] + s[mid])
 
 
+def robust_scale(history: list[float], rel_floor: float) -> tuple[float, float]:
+    """(median, scale) of :func:`robust_z`: scale = 1.4826 * MAD, floored."""
+    med = _median(history)
+    mad = _median([abs(x - med) for x in history])
+    return med, max(1.4826 * mad, rel_floor * abs(med), 1e-12)
+
+
 def robust_z(value: float, history: Iterable[float], rel_floor: float) -> float | None:
     """Robust z-score of ``value`` against ``history``: (x - median) / (1.4826 * MAD).
 
@@ -156,7 +163,5 @@ def robust_z(value: float, history: Iterable[float], rel_floor: float) -> float 
     h = [float(x) for x in history]
     if not h or not math.isfinite(value):
         return None
-    med = _median(h)
-    mad = _median([abs(x - med) for x in h])
-    scale = max(1.4826 * mad, rel_floor * abs(med), 1e-12)
+    med, scale = robust_scale(h, rel_floor)
     return (value - med) / scale

@@ -46,7 +46,7 @@ from typing import Any, ClassVar
 import torch
 
 from andrea_diag import metrics
-from andrea_diag.device import HostCopy
+from andrea_diag.device import HostCopy, PinnedStaging
 from andrea_diag.probes.base import UpdateContext
 from andrea_diag.probes.layers import GroupIndex
 from andrea_diag.probes.optstate_graph import ScalarGraph
@@ -61,6 +61,7 @@ from andrea_diag.probes.optstate_reads import (
     read_queue,
     ready,
     snapshot_buffers,
+    spike_update_stats,
     tensor_norms,
 )
 from andrea_diag.probes.optstate_rows import finish_entry
@@ -69,7 +70,10 @@ from andrea_diag.probes.shadow import (
     ShadowBuffers,
     SpikeTerm,
     pollution_summary,
+    rebind,
+    refresh_groups,
 )
+from andrea_diag.probes.spike_bound import copy_if, launch_flag
 
 RECOVERY_SHARE = 0.1
 
@@ -132,6 +136,11 @@ class OptStateProbe:
         self._pipelined: int | None = None  # the update whose after_clip work is launched
         self._g_kept: list[torch.Tensor] | None = None  # the pipelined update's copy of g
         self._snap_late: int | None = None  # the update whose snapshot waits for its spike
+        # copies for a spike only where it may be one: the SpikeProbe whose decision bounds it
+        self.spike_source: Any = None  # (build_probes), and the update's flag (spike_bound.py)
+        self._maybe: torch.Tensor | None = None
+        self._snap_flag: torch.Tensor | None = None  # the flag of a snapshot off its schedule
+        self._staging = PinnedStaging()
 
     # -- helpers ---------------------------------------------------------------------------
     def _with_grad(self, ctx: UpdateContext) -> tuple[list[str], list[torch.Tensor]]:
@@ -141,16 +150,7 @@ class OptStateProbe:
         return [n for n, _ in pairs], [p for _, p in pairs]
 
     def _group_info(self, optimizer: torch.optim.Optimizer) -> list[GroupInfo]:
-        if self._ginfo is None or len(self._ginfo) != len(optimizer.param_groups):
-            self._ginfo = [GroupInfo(g, optimizer) for g in optimizer.param_groups]
-            self._gid_of = {
-                id(p): gi for gi, g in enumerate(optimizer.param_groups) for p in g["params"]
-            }
-        else:  # betas / decay may be scheduled: refresh the cheap fields, keep c and ‖B‖
-            for info, g in zip(self._ginfo, optimizer.param_groups, strict=True):
-                betas = g.get("betas", (info.beta1, info.beta2))
-                info.beta1, info.beta2 = float(betas[0]), float(betas[1])
-        return self._ginfo
+        return refresh_groups(self, optimizer)
 
     # -- protocol --------------------------------------------------------------------------
     def after_clip(self, ctx: UpdateContext) -> None:
@@ -177,7 +177,10 @@ class OptStateProbe:
         ):
             self._snap, self._snap_flat = snapshot_buffers(params, self.flat_dot)
         with torch.no_grad():  # the parameters themselves: no per-tensor .detach() op
-            torch._foreach_copy_(self._snap, params)
+            if self._snap_flag is not None:  # off its schedule: for a spike that may come
+                copy_if(self._snap, params, self._snap_flag)
+            else:
+                torch._foreach_copy_(self._snap, params)
         self._snap_valid = True
 
     @torch.no_grad()
@@ -201,7 +204,10 @@ class OptStateProbe:
         (``--update-stats-every N``: a spike is known only after the step has moved θ)."""
         self._launched = None
         due = ctx.update % self.update_stats_every == 0
+        self._maybe = launch_flag(self.spike_source, ctx, self._staging)  # None: copy always
+        self._snap_flag = None if due else self._maybe
         self.after_clip(dataclasses.replace(ctx, applied=True, spike=not due))
+        self._snap_flag = None
         self._snap_late = ctx.update if self._snap_valid and not due else None
         self._pipelined = ctx.update
 
@@ -235,22 +241,32 @@ class OptStateProbe:
             if kept_like != [(g.shape, g.dtype) for g in g_eff]:
                 self._g_kept = [torch.empty_like(g) for g in g_eff]
             # torch's _foreach_norm runs far below a copy's bandwidth: the norms wait for a spike
-            torch._foreach_copy_(self._g_kept, g_eff)
+            if self._maybe is not None:
+                copy_if(self._g_kept, g_eff, self._maybe)
+            else:
+                torch._foreach_copy_(self._g_kept, g_eff)
             g_eff = self._g_kept
         # on its way to the host now, behind this update's work and before the next one's
         copy = HostCopy(flat) if self.defer_reads and flat is not None else None
-        return DevicePart(ctx.update, names, params, g_eff, flat, slots, kept, copy)
+        maybe = self._maybe if kept else None
+        return DevicePart(ctx.update, names, params, g_eff, flat, slots, kept, copy, maybe)
 
     def _host_part(self, ctx: UpdateContext, launched: DevicePart) -> None:
         """The update's bookkeeping, once its values are known: queued for :meth:`resolve`."""
-        _, names, params, g_eff, flat, slots, kept, copy = launched
+        _, names, params, g_eff, flat, slots, kept, copy, maybe = launched
         spike_now = bool(ctx.spike and ctx.applied)
+        if spike_now and maybe is not None and not bool(maybe):  # host sync, at a spike only
+            raise RuntimeError(f"update {ctx.update}: a spike its launch's bound did not flag "
+                               "(probes/spike_bound.py), so its copies were not made")  # fmt: skip
         if spike_now and kept:  # the spike's norms, from the launch's copy
             out = Scalars()
             out.adopt(flat, slots)
             if self._snap_late == ctx.update:  # off its schedule: the kept θ_prev, for Δθ
                 assert self._snap is not None
-                self._update_stats(out, ctx, params, g_eff, self._snap)
+                # a spike's update stats off the schedule: the columns of an eager spike
+                spike_update_stats(out, ctx.clip, self._ginfo, params, g_eff, self._snap,
+                                   self._snap_flat, self.fused_norms)  # fmt: skip
+                self._snap_valid = False
             push_spike_norms(out, g_eff)
             flat, slots, copy = out.flat(), out.slots, None
         self._snap_late = None
@@ -328,16 +344,6 @@ class OptStateProbe:
             delta_stats(out, params, g_eff, snap, self._snap_flat, self.fused_norms)
         return out
 
-    def _update_stats(
-        self, out: Scalars, ctx: UpdateContext, params: list, g_eff: list, snap: list
-    ) -> None:
-        """A spike's update stats off the schedule, from the snapshot the launch kept (the
-        pipelined update): the columns :meth:`_device_scalars` gives an eager spike."""
-        delta_stats(out, params, g_eff, snap, self._snap_flat, self.fused_norms)
-        post = post_clip_norms(ctx.clip, self._ginfo, g_eff)
-        out.push("g", post if post is not None else torch._foreach_norm(g_eff))
-        self._snap_valid = False
-
     def resolve_ready(self) -> None:
         """:meth:`resolve` of the first waiting updates whose values have landed (no wait)."""
         self.resolve(ready_only=True)
@@ -363,7 +369,8 @@ class OptStateProbe:
     # (groups: the per-layer table, passed in again by the constructor)
     TRANSIENT = ("_groups_idx", "_snap", "_snap_flat", "_snap_valid", "_g_eff", "_gid_of",
                  "_shadow", "_param_ids", "_queue", "defer_reads", "groups", "graphs",
-                 "_launched", "_pipelined", "_g_kept", "_snap_late")  # fmt: skip
+                 "_launched", "_pipelined", "_g_kept", "_snap_late", "spike_source", "_maybe",
+                 "_snap_flag", "_staging")  # fmt: skip
 
     def state_dict(self) -> dict[str, Any]:
         self.resolve()  # the waiting updates' bookkeeping belongs to the state
@@ -378,13 +385,7 @@ class OptStateProbe:
         self._queue = []
 
     def _rebind(self, ctx: UpdateContext, params: list[torch.Tensor]) -> None:
-        """After a resume: attach the saved state to this process's parameter objects."""
-        if not self._gid_of and self._ginfo is not None:
-            groups = ctx.optimizer.param_groups
-            self._gid_of = {id(p): gi for gi, g in enumerate(groups) for p in g["params"]}
-        if getattr(self, "_pending_shadow", None) is not None:
-            self._shadow.bind(params, self._pending_shadow)
-            self._pending_shadow = None
+        rebind(self, ctx.optimizer, params)
 
     # -- results ---------------------------------------------------------------------------
     def per_spike(self) -> dict[int, dict[str, Any]]:

@@ -94,6 +94,7 @@ class DevicePart(NamedTuple):
     slots: dict[str, slice]
     kept: bool  # g_eff is the launch's copy: a spike's two norms are still to take from it
     copy: HostCopy | None  # ``flat`` on its way to the host, started at the launch
+    maybe: torch.Tensor | None = None  # the launch's flag: the copies were made (spike_bound.py)
 
 
 class Pending:
@@ -235,6 +236,23 @@ def delta_stats(
     torch._foreach_sub_(snap, params)  # θ_prev - θ = -Δθ (under no_grad)
     out.push("d", tensor_norms(snap, fused))
     out.push("dot", update_grad_dot(snap, snap_flat, g_eff))
+
+
+def spike_update_stats(
+    out: Scalars,
+    clip: ClipResult | None,
+    ginfo: list[GroupInfo] | None,
+    params: list[torch.Tensor],
+    g_eff: list[torch.Tensor],
+    snap: list[torch.Tensor],
+    snap_flat: torch.Tensor | None,
+    fused: bool,
+) -> None:
+    """A pipelined spike's update stats off the schedule, from the snapshot its launch kept:
+    Δθ's norms and Δθ·g (the snapshot is spent), and the post-clip gradient norms."""
+    delta_stats(out, params, g_eff, snap, snap_flat, fused)
+    post = post_clip_norms(clip, ginfo, g_eff)
+    out.push("g", post if post is not None else torch._foreach_norm(g_eff))
 
 
 def update_grad_dot(

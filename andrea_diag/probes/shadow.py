@@ -324,3 +324,29 @@ def shadow_columns(
         probe.max_v_share = max(probe.max_v_share, sv)
         if probe.recovery_v_all is None and sv < probe.recovery_share:
             probe.recovery_v_all = update - (probe._last_spike_update or update)
+
+
+def refresh_groups(probe: Any, optimizer: torch.optim.Optimizer) -> list[GroupInfo]:
+    """The optimizer-state probe's :class:`GroupInfo` per parameter group, and its map from
+    ``id(param)`` to group: made once, then the cheap fields refreshed (betas may be scheduled;
+    ``c`` and ``‖B‖`` are kept)."""
+    if probe._ginfo is None or len(probe._ginfo) != len(optimizer.param_groups):
+        probe._ginfo = [GroupInfo(g, optimizer) for g in optimizer.param_groups]
+        probe._gid_of = {
+            id(p): gi for gi, g in enumerate(optimizer.param_groups) for p in g["params"]
+        }
+    else:
+        for info, g in zip(probe._ginfo, optimizer.param_groups, strict=True):
+            betas = g.get("betas", (info.beta1, info.beta2))
+            info.beta1, info.beta2 = float(betas[0]), float(betas[1])
+    return probe._ginfo
+
+
+def rebind(probe: Any, optimizer: torch.optim.Optimizer, params: list[torch.Tensor]) -> None:
+    """After a resume: attach the probe's saved state to this process's parameter objects."""
+    if not probe._gid_of and probe._ginfo is not None:
+        groups = optimizer.param_groups
+        probe._gid_of = {id(p): gi for gi, g in enumerate(groups) for p in g["params"]}
+    if getattr(probe, "_pending_shadow", None) is not None:
+        probe._shadow.bind(params, probe._pending_shadow)
+        probe._pending_shadow = None

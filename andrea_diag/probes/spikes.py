@@ -208,19 +208,30 @@ class SpikeProbe(ProbeState):
             return loss, False
         # Plain Python over ~16 numbers: cheaper than tensor ops of this size.
         values = loss.tolist()
+        ref = self.source_refs(src)  # judged against the past only: before this batch's means
         groups: dict[int, list[float]] = {}
         for i, x in zip(src, values, strict=True):
             groups.setdefault(i, []).append(x)
-        hist = {i: self._src_hist.get(i) for i in groups}
-        ready = all(h is not None and len(h) >= 3 for h in hist.values())
-        ref = {i: statistics.median(h) for i, h in hist.items()} if ready else {}
-        for i, xs in groups.items():  # update the references after use: the current batch is
-            m = sum(xs) / len(xs)  # judged against the past only
+        for i, xs in groups.items():
+            m = sum(xs) / len(xs)
             if math.isfinite(m):
                 self._src_hist.setdefault(i, deque(maxlen=self.window)).append(m)
-        if not ready:
+        if ref is None:
             return loss, False
-        return torch.tensor([x - ref[i] for i, x in zip(src, values, strict=True)]), True
+        return torch.tensor([x - r for x, r in zip(values, ref, strict=True)]), True
+
+    def source_refs(self, sources: list[int]) -> list[float] | None:
+        """Each example's reference, the median of its source's recent per-update mean
+        losses; None where the raw loss is the signal: no source labels, or a source of the
+        batch with fewer than 3 means (the warm-up). The pipelined bound reads it too
+        (spike_bound.py)."""
+        if not sources or min(sources) < 0:
+            return None
+        hist = {i: self._src_hist.get(i) for i in set(sources)}
+        if not all(h is not None and len(h) >= 3 for h in hist.values()):
+            return None
+        ref = {i: statistics.median(h) for i, h in hist.items() if h is not None}
+        return [ref[i] for i in sources]
 
     def _concentrated(self, resid: torch.Tensor, excess: float) -> bool | None:
         """Is this batch's loss excess carried by a few sequences (an outlier example)?

@@ -111,6 +111,7 @@ class Pipeline:
         clip = t._reduce_and_clip()
         lr = t.optimizer.param_groups[0]["lr"]
         ctx = t._context(update, batch, injected, clip, None, {}, False)  # nothing read yet
+        ctx.cache["group"] = group  # its device loss: the optimizer-state probe's spike bound
         t.probes.launch("after_clip", ctx)
         read = PendingRead(batch, group, clip, t.reducer, t.dist)  # no sync: copied behind
         t.steps.step_unless(read.skip_flag)  # the device skips what the eager path would
