@@ -15,8 +15,9 @@ whole before anything is read:
    ``found_inf``, 1 where the eager path would not step);
 2. the probes' device work on the gradients runs in their ``launch_`` hooks (the
    optimizer-state probe's norms, and a copy of ``g`` for a spike's, since a spike is known
-   only later; off the ``--update-stats-every N`` schedule its snapshot of θ is taken anyway,
-   for a spike's update stats);
+   only later; off the ``--update-stats-every N`` schedule its snapshot of θ, for a spike's
+   update stats; both copies only where the device flags a possible spike,
+   probes/spike_bound.py);
 3. the values are copied to pinned host memory behind the update (:class:`PendingRead`; the
    probes' deferred columns too, :class:`~andrea_diag.device.HostCopy`, read as each lands, so
    a flush waits for no later work);
