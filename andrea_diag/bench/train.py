@@ -23,8 +23,8 @@ clock or temperature hit both alike. ms/update is the blocks' total over their u
 probe's hooks are timed in one more block of the engine alone, after the timed ones
 (``ProbeDriver.time_hooks``: CUDA events / perf_counter), so the result shows where the
 engine's extra time goes; not inside the timed blocks, since two events a hook call (about 40
-an update) are host work of their own that the plain loop does not carry. MFU is the model's training FLOPs per token
-(``ModelConfig.flops_per_token``: 6 x non-embedding parameters plus attention) x tokens/s over
+an update) are host work of their own that the plain loop does not carry. MFU is the model's
+training FLOPs per token (``ModelConfig.flops_per_token``: 6 x non-embedding parameters plus attention) x tokens/s over
 the device's dense peak (:data:`PEAK_TFLOPS`); on the CPU it is not given.
 """
 

@@ -231,3 +231,10 @@ def pdl_enabled() -> bool:
 def scale_(grads: list[torch.Tensor], scale: torch.Tensor) -> None:
     """The scale pass alone: in place ``g *= scale``; every block exits at once when the scale is 1."""
     load().scale_(grads, scale)
+
+
+def copy_if(dst: list[torch.Tensor], src: list[torch.Tensor], flag: torch.Tensor) -> None:
+    """``dst[i] = src[i]`` where the 0-dim bool ``flag`` is set on the device (k_copy_if: every
+    block returns at once when it is not; no host sync). Raises the extension's
+    ``UnsupportedInput`` for what the kernels cannot take."""
+    load().copy_if(dst, src, flag)

@@ -114,7 +114,7 @@ def copy_if(dst: list[torch.Tensor], src: list[torch.Tensor], flag: torch.Tensor
 
     if cuda.available()[0] and cuda.supports(src, 2.0) and cuda.supports(dst, 2.0):
         try:
-            cuda.load().copy_if(dst, src, flag)
+            cuda.copy_if(dst, src, flag)
             return
         except cuda.unsupported_errors():
             pass
