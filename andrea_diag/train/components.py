@@ -262,7 +262,8 @@ def accumulate_with(
     the precision's autocast for the forward; the backward (autocast off) is the precision's
     (fp16: scaled) of the loss times the reducer's factor (DDP: D, undoing its average); the
     denominator is the reducer's global token count. The caller zeroes the gradients before, and
-    calls ``reducer.reduce`` and ``precision.unscale_`` after. The trainer's update and ``accum-check`` both run this.
+    calls ``reducer.reduce`` and ``precision.unscale_`` after. The trainer's update and
+    ``accum-check`` both run this.
     """
 
     def context(i: int) -> contextlib.ExitStack:
