@@ -1,0 +1,156 @@
+"""Per-update wall times of the engine beside the plain loop: where the slow updates are, and why.
+
+    python3 bench/update_walls.py --cuda-graph --size 12m --precision bf16 --updates 120 --out $OUT/walls.txt
+
+bench-train's blocks of 20 updates average the engine's time; on the H200 two blocks in six
+were 5-10 ms longer than the rest at 12m (reports/bench-train/h200-2026-12-02d/), the blocks
+holding updates 50 and 100. This runs both loops one update at a time, alternating, with no
+sync inside the timed updates (as bench-train's blocks), and writes for each engine update:
+
+- its host wall time (from the start of its ``advance`` to the start of the next one's);
+- the time inside the recorder's flush (``Recorder.flush``: the probes' deferred reads, the
+  rows' encoding, the write and its fsync), and the part of it in ``write_many``;
+- the garbage collector's time in it, by generation;
+
+then the slowest updates, and the mean with and without them. The plain loop's walls are
+beside them. The device work of an update runs behind the host's, so a host stall shows as a
+long wall on the update that waits (the sync) and those after it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import gc
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from andrea_diag.bench.train import PlainLoop, _engine
+from andrea_diag.config import RunConfig
+from andrea_diag.jsonl import JsonlWriter
+
+
+class Spans:
+    """Wall seconds spent inside wrapped callables since the last :meth:`take`."""
+
+    def __init__(self) -> None:
+        self.spent: dict[str, float] = {}
+
+    def wrap(self, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.spent[name] = self.spent.get(name, 0.0) + time.perf_counter() - t0
+
+        return timed
+
+    def take(self) -> dict[str, float]:
+        out, self.spent = self.spent, {}
+        return out
+
+
+def _gc_timer(spans: Spans) -> None:
+    started = [0.0]
+
+    def on_gc(phase: str, info: dict) -> None:
+        if phase == "start":
+            started[0] = time.perf_counter()
+        else:
+            key = f"gc{info['generation']}"
+            spans.spent[key] = spans.spent.get(key, 0.0) + time.perf_counter() - started[0]
+
+    gc.callbacks.append(on_gc)
+
+
+def _walls(
+    steps: list[Callable[[], Any]], spans: Spans, sync: Callable[[], None]
+) -> list[tuple[float, dict[str, float]]]:
+    """Each step's wall (start to the next start) and its spans; one sync after the last."""
+    marks, parts = [], []
+    for step in steps:
+        marks.append(time.perf_counter())
+        spans.take()
+        step()
+        parts.append(spans.take())
+    sync()
+    marks.append(time.perf_counter())
+    return [(b - a, p) for a, b, p in zip(marks[:-1], marks[1:], parts, strict=True)]
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--size", default="12m")
+    p.add_argument("--precision", default="fp32")
+    p.add_argument("--updates", type=int, default=120)
+    p.add_argument("--warmup", type=int, default=15)
+    p.add_argument("--update-stats-every", type=int, default=10)
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--cuda-graph", action="store_true")
+    a = p.parse_args()
+    total = a.warmup + a.updates
+    cfg = RunConfig(size=a.size, precision=a.precision, device=a.device).resolve()
+    probes = dataclasses.replace(cfg.probes, lockin_every=total + 1,
+                                 update_stats_every=a.update_stats_every)  # fmt: skip
+    cfg = dataclasses.replace(cfg, steps=total + 1, eval_every=0, checkpoint_every=0, inject=[],
+                              probes=probes, cuda_graph=a.cuda_graph)  # fmt: skip
+    device = torch.device(a.device)
+    sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
+    spans = Spans()
+    with tempfile.TemporaryDirectory() as tmp:
+        engine, batch_tokens = _engine(cfg, Path(tmp) / "engine")
+        plain = PlainLoop(cfg, device, graphed=a.cuda_graph)
+        tokens = [batch_tokens(u) for u in range(1, total + 1)]
+        rec = engine.recorder
+        rec.flush = spans.wrap("flush", rec.flush)
+        JsonlWriter.write_many = spans.wrap("write_many", JsonlWriter.write_many)
+        _gc_timer(spans)
+        for u in range(1, a.warmup + 1):
+            engine.pipeline.advance(u)
+            plain.update(tokens[u - 1])
+        engine.pipeline.drain()
+        sync()
+        us = range(a.warmup + 1, total + 1)
+        eng = _walls([lambda u=u: engine.pipeline.advance(u) for u in us], spans, sync)
+        pla = _walls([lambda u=u: plain.update(tokens[u - 1]) for u in us], spans, sync)
+        engine.pipeline.drain()
+        rec.close()
+        rec.release()
+    a.out.write_text(_table(a, list(us), eng, pla))
+    print(a.out.read_text().split("\n-- every update")[0])
+
+
+def _table(a: argparse.Namespace, us: list[int], eng: list, pla: list) -> str:
+    ms = [w * 1e3 for w, _ in eng]
+    med = statistics.median(ms)
+    slow = [i for i, m in enumerate(ms) if m > 1.5 * med]
+    rest = [m for i, m in enumerate(ms) if i not in slow]
+    pms = [w * 1e3 for w, _ in pla]
+    lines = [
+        f"===== {a.size} {a.precision} --update-stats-every {a.update_stats_every}"
+        f"{' --cuda-graph' if a.cuda_graph else ''}: {len(us)} updates, after {a.warmup}",
+        f"  engine mean {statistics.fmean(ms):.3f} ms, median {med:.3f}, without the "
+        f"{len(slow)} over 1.5x the median {statistics.fmean(rest or [0.0]):.3f}",
+        f"  plain mean {statistics.fmean(pms):.3f} ms, median {statistics.median(pms):.3f}",
+        "-- the slow engine updates: update, wall ms, then ms inside flush / write_many / gc0-2",
+    ]
+    for i in slow:
+        parts = " ".join(f"{k} {v * 1e3:.2f}" for k, v in sorted(eng[i][1].items()))
+        lines.append(f"  {us[i]:5d} {ms[i]:8.3f}  {parts}")
+    lines.append("-- every update: update, engine ms, plain ms, engine spans")
+    for i, u in enumerate(us):
+        parts = " ".join(f"{k} {v * 1e3:.2f}" for k, v in sorted(eng[i][1].items()))
+        lines.append(f"  {u:5d} {ms[i]:8.3f} {pms[i]:8.3f}  {parts}")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    main()
