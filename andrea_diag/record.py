@@ -16,15 +16,18 @@ Layout (every file is plain JSON/JSONL or parquet, readable without this package
       framework.jsonl  what HF's Trainer / Lightning logged themselves (callback runs only)
       schedule.json    the bandit schedule and per-update batch hashes (replayed by other arms)
 
-Crash contract. Metric rows are buffered and written to ``metrics.jsonl`` in one write + fsync
-every ``flush_every`` rows (N, ``RunConfig.flush_every``, default 50; 1 = a row at a time), and
-also at every checkpoint (:meth:`Recorder.positions`), at the end and on the crash path (an
+Crash contract. Metric rows are buffered and written to ``metrics.jsonl`` in one write every
+``flush_every`` rows (N, ``RunConfig.flush_every``, default 50; 1 = a row at a time), and also
+at every checkpoint (:meth:`Recorder.positions`), at the end and on the crash path (an
 exception: :meth:`Recorder.close`). Between flushes at most N-1 finished rows wait in memory,
 so a kill -9 loses at most N-1 finished updates' rows (plus the update in flight); only a kill
-landing inside the flush's own write can tear that batch, losing at most N. A torn last line
-is skipped by :func:`read_jsonl` and cut by a resume. Rows may hold 0-dim tensors until then:
-they are brought to the host together at the flush (:func:`_jsonable`), not one by one. Events
-and samples are rare and still written (and fsync'd) per row. :func:`load_run` reads
+landing inside the flush's own write can tear that batch, losing at most N. The write hands the
+rows to the kernel; with N > 1 its fsync runs on a worker thread (``jsonl.SyncBehind``: the
+host does not wait for the disk), so a power cut can also lose the batch whose fsync had not
+ended. A checkpoint waits for it: it never points at rows the disk may not have. A torn last
+line is skipped by :func:`read_jsonl` and cut by a resume. Rows may hold 0-dim tensors until
+then: they are brought to the host together at the flush (:func:`_jsonable`), not one by one.
+Events and samples are rare and still written and fsync'd per row. :func:`load_run` reads
 ``metrics.jsonl`` when the parquet file is missing.
 """
 
@@ -126,7 +129,8 @@ class Recorder:
         self._lock = RunLock(self.run_dir).acquire()
         write_json(self.run_dir / "config.json", config)
         write_json(self.run_dir / "env.json", environment())
-        self._metrics = JsonlWriter(self.run_dir / "metrics.jsonl")
+        # a batch's fsync behind its write (jsonl.SyncBehind): the host does not wait for the disk
+        self._metrics = JsonlWriter(self.run_dir / "metrics.jsonl", sync_behind=flush_every > 1)
         self._events = JsonlWriter(self.run_dir / "events.jsonl")
         self._samples = JsonlWriter(self.run_dir / "samples.jsonl")
 

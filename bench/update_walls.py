@@ -9,7 +9,9 @@ sync inside the timed updates (as bench-train's blocks), and writes for each eng
 
 - its host wall time (from the start of its ``advance`` to the start of the next one's);
 - the time inside the recorder's flush (``Recorder.flush``: the probes' deferred reads, the
-  rows' encoding, the write and its fsync), and the part of it in ``write_many``;
+  rows' encoding, the write and its fsync), the part of it in ``write_many``, and in that
+  ``rows_to_host``, ``encode`` (the rows' JSON) and ``fsync`` (which may run on the metrics
+  writer's worker thread, jsonl.SyncBehind, and then lands in whichever update is running);
 - the garbage collector's time in it, by generation;
 
 then the slowest updates, and the mean with and without them. The plain loop's walls are
@@ -22,6 +24,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import gc
+import os
 import statistics
 import tempfile
 import time
@@ -31,6 +34,7 @@ from typing import Any
 
 import torch
 
+from andrea_diag import jsonl
 from andrea_diag.bench.train import PlainLoop, _engine
 from andrea_diag.config import RunConfig
 from andrea_diag.jsonl import JsonlWriter
@@ -112,6 +116,9 @@ def main() -> None:
         rec = engine.recorder
         rec.flush = spans.wrap("flush", rec.flush)
         JsonlWriter.write_many = spans.wrap("write_many", JsonlWriter.write_many)
+        jsonl.rows_to_host = spans.wrap("rows_to_host", jsonl.rows_to_host)
+        jsonl.encode_row = spans.wrap("encode", jsonl.encode_row)
+        os.fsync = spans.wrap("fsync", os.fsync)  # on the worker thread where it runs behind
         _gc_timer(spans)
         for u in range(1, a.warmup + 1):
             engine.pipeline.advance(u)

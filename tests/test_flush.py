@@ -123,3 +123,84 @@ def test_flush_every_below_one_is_one_clear_error(tmp_path: Path) -> None:
     res = CliRunner().invoke(app, [*ARGS, "--flush-every", "0", "--out", str(tmp_path / "t")])
     assert res.exit_code != 0 and "Traceback" not in res.output
     assert "--flush-every must be at least 1, got 0" in res.output
+
+
+def test_a_metrics_batch_reaches_the_file_at_once_and_its_fsync_runs_behind_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+
+    release, synced = threading.Event(), []
+    real_fsync = os.fsync
+
+    def slow_disk(fd: int) -> None:  # the disk holds the fsync until the test releases it
+        release.wait(timeout=30)
+        synced.append(threading.current_thread() is not threading.main_thread())
+        real_fsync(fd)
+
+    rec = Recorder(tmp_path / "r", {}, flush_every=2)
+    monkeypatch.setattr(os, "fsync", slow_disk)  # after the set-up files' own fsyncs
+    path = tmp_path / "r" / "metrics.jsonl"
+    rec.log({"update": 1, "loss": 1.0})
+    rec.log({"update": 2, "loss": torch.tensor(2.0)})  # the flush: returns with the fsync held
+    assert [r["update"] for r in _rows(path)] == [1, 2]  # a killed process would keep both
+    assert synced == []  # the fsync has not ended, and the writer did not wait for it
+    waiter = threading.Thread(target=lambda: synced.append(rec.positions()))
+    waiter.start()
+    waiter.join(timeout=0.5)
+    assert waiter.is_alive()  # a checkpoint's positions wait for the disk
+    release.set()
+    waiter.join(timeout=30)
+    assert synced[0] is True and synced[-1]["metrics.jsonl"] == path.stat().st_size
+    rec.close({"status": "done"})
+
+
+def test_a_metrics_fsync_that_fails_behind_the_write_is_one_clear_line_at_the_next(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from andrea_diag.errors import UserError
+
+    def full(fd: int) -> None:
+        raise OSError(28, "No space left on device")
+
+    rec = Recorder(tmp_path / "r", {}, flush_every=2)
+    monkeypatch.setattr(os, "fsync", full)
+    rec.log({"update": 1, "loss": 1.0})
+    rec.log({"update": 2, "loss": 2.0})  # written; its fsync fails on the worker
+    with pytest.raises(UserError, match="no space left on the device") as err:
+        rec.positions()
+    assert "kept in" in (err.value.hint or "")
+    monkeypatch.undo()
+    rec.close()
+    assert [r["update"] for r in _rows(tmp_path / "r" / "metrics.jsonl")] == [1, 2]
+
+
+def test_flush_every_one_fsyncs_each_row_before_the_write_returns(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+
+    where: list[bool] = []
+    real_fsync = os.fsync
+
+    def on_which_thread(fd: int) -> None:
+        where.append(threading.current_thread() is threading.main_thread())
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", on_which_thread)
+    rec = Recorder(tmp_path / "r", {}, flush_every=1)
+    n = len(where)  # the set-up files' own fsyncs
+    rec.log({"update": 1, "loss": 1.0})
+    assert where[n:] == [True]  # 1: every row written and fsync'd as it comes (the CLI's help)
+    rec.close()
+
+
+def test_the_flush_brings_scalars_of_every_dtype_as_their_item(tmp_path: Path) -> None:
+    from andrea_diag.jsonl import rows_to_host
+
+    vals = [torch.tensor(1 / 3, dtype=dt) for dt in (torch.float32, torch.bfloat16, torch.float16)]
+    rows = [{"update": i, "a": v, "b": v * 3, "n": torch.tensor(7)} for i, v in enumerate(vals)]
+    out = rows_to_host(rows)
+    for row, host in zip(rows, out, strict=True):
+        assert host["a"] == row["a"].item() and host["b"] == row["b"].item()
+        assert type(host["a"]) is float and host["n"] is row["n"]  # integers: left to the encoder

@@ -70,7 +70,7 @@ def test_a_crash_mid_run_keeps_metrics_events_and_says_it_crashed(
     assert not (run / "summary.json").exists()  # an unfinished run never looks finished
 
 
-def test_a_metrics_row_is_written_exactly_as_the_general_encoder_writes_it(tmp_path: Path) -> None:
+def test_a_metrics_row_holds_exactly_the_values_the_general_encoder_gives(tmp_path: Path) -> None:
     import math
 
     import numpy as np
@@ -88,5 +88,19 @@ def test_a_metrics_row_is_written_exactly_as_the_general_encoder_writes_it(tmp_p
     w.write_many([row])
     w.close()
     line = (tmp_path / "m.jsonl").read_text()
-    assert line == json.dumps(_jsonable(row)) + "\n"
+    assert line.endswith("\n") and line.count("\n") == 1
+    assert json.loads(line) == json.loads(json.dumps(_jsonable(row)))  # every float bit for bit
     assert json.loads(line)["nan"] is None and json.loads(line)["f64"] == "inf"
+
+
+def test_rows_of_finite_floats_and_rows_with_inf_nan_or_numpy_encode_to_the_same_values() -> None:
+    import math
+
+    import numpy as np
+
+    from andrea_diag.jsonl import _jsonable, encode_row
+
+    fast = {"update": 1, "loss": 1 / 3, "tiny": 5e-324, "big": 1.7e308, "neg0": -0.0, "s": "a"}
+    for row in (fast, {**fast, "big2": 1.7e308}, {**fast, "x": math.inf},  # the sum overflows
+                {**fast, "x": np.float64(-math.inf)}, {**fast, "x": np.float32(0.1)}):  # fmt: skip
+        assert json.loads(encode_row(row)) == json.loads(json.dumps(_jsonable(row)))
