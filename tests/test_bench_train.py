@@ -36,6 +36,8 @@ def test_bench_train_writes_both_loops_the_ratio_probe_costs_and_a_page(tmp_path
     assert all(p["ms_per_update"] >= 0 for p in result["probes"])
     assert result["meta"]["size"] == "tiny" and result["meta"]["updates"] == 2
     assert "--size tiny" in result["meta"]["command"]
+    # the host on record beside the ratios it moves (a host-bound update runs at its pace)
+    assert result["meta"]["host_python_loop_ms"] > 0 and result["meta"]["host_cpu"]
     page = (out / "bench-train.html").read_text()
     assert "bench-train: CPU, tiny fp32" in page and "MFU n/a" in page
 

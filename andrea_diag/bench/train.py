@@ -40,7 +40,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from andrea_diag.bench.train_checks import check_args, check_captured
+from andrea_diag.bench.train_checks import check_args, check_captured, host_speed
 from andrea_diag.config import RunConfig
 
 PLAIN_ITEM_EVERY = 50  # the plain loop's one host sync: a logged loss every 50 updates
@@ -330,6 +330,7 @@ def _result(
             "warmup": warmup,
             "block": block,
             "cpu_threads": torch.get_num_threads(),
+            **host_speed(),
             "peak_tflops": peak,
             "peak_source": PEAK_SOURCE if peak else None,
             "flops_per_token": flops,

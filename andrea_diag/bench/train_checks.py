@@ -53,3 +53,29 @@ def check_captured(engines: list[Any], warmup: int) -> None:
                 hint="pass a longer --warmup (the v2 recipe's lr warm-up and "
                 "--update-stats-every N capture later)",
             )
+
+
+def host_speed() -> dict[str, Any]:
+    """The host's speed at a fixed pure-Python loop, and its processor's name: the lent
+    machines differ, and an engine update that is host-bound (12m bf16 under --cuda-graph)
+    runs as fast as its host. One H200 call's host took 1.5x another's on the same lock-in
+    sample (reports/bench-train/h200-2026-12-03/); this puts the host on record beside the
+    ratios it moves."""
+    import platform
+    import time
+    from pathlib import Path
+
+    best = float("inf")
+    for _ in range(5):  # the best of five: the host's speed, not its noise
+        t0 = time.perf_counter()
+        acc = 0
+        for i in range(200_000):
+            acc += i & 7
+        best = min(best, time.perf_counter() - t0)
+    name = platform.processor() or platform.machine()
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.is_file():
+        lines = [x for x in cpuinfo.read_text(errors="replace").splitlines() if "model name" in x]
+        name = lines[0].split(":", 1)[1].strip() if lines else name
+    return {"host_python_loop_ms": best * 1e3, "host_cpu": name,
+            "host_python_loop": "best of 5: for i in range(200_000): acc += i & 7"}  # fmt: skip
