@@ -3,6 +3,9 @@
     write_json(run_dir / "summary.json", summary)     # temp file + rename
     w = JsonlWriter(run_dir / "metrics.jsonl")        # appends; refuses a symlink (O_NOFOLLOW)
     w.write_many(rows); w.rewind(size); w.close()
+    JsonlWriter(path, sync_behind=True)               # the fsync on a worker (SyncBehind)
+
+Rows are JSON lines written by orjson (:func:`encode_row`), the values of :func:`_jsonable`.
 
 A run directory is untrusted: a write never follows a link out of it (a link at a JSON file's
 name is replaced by the rename; a linked JSONL table is refused), a full disk is one line naming

@@ -1,5 +1,6 @@
 """bench-train's checks before anything is timed: the arguments (one :class:`UserError` line
-each), and, under ``--cuda-graph``, that every graph was captured during the warm-up."""
+each), and, under ``--cuda-graph``, that every graph was captured during the warm-up; and the
+host's speed, put on record beside the ratios (:func:`host_speed`)."""
 
 from __future__ import annotations
 
