@@ -53,9 +53,9 @@ _NEWLINE = orjson.OPT_APPEND_NEWLINE
 
 def encode_row(row: dict[str, Any]) -> bytes:
     r"""One metrics row as a JSON line, the values :func:`_jsonable` gives. A row is a flat dict
-    of mostly finite floats: orjson writes it in C, about 20x faster than ``json.dumps`` of
-    the walked row (50 rows of ~150 columns held the H200's host ~5-7 ms a flush, time the
-    device then sat idle through: issue 20). A non-finite float (orjson would write ``null``
+    of mostly finite floats: orjson writes it in C, about 10x faster than ``json.dumps`` of
+    the walked row (the write of 50 rows of ~150 columns held the H200's host 5-7 ms a flush,
+    time the device then sat idle through: issue 20). A non-finite float (orjson would write ``null``
     for inf too), a tensor, a numpy value or a key that is not a string takes the walk.
 
     >>> encode_row({"update": 3, "loss": 0.5, "nan": float("nan"), "inf": float("inf")})
@@ -153,8 +153,9 @@ def _write_failed(path: Path, exc: OSError) -> UserError:
 
 class SyncBehind:
     """``os.fsync`` of one file on a worker thread, so that the writer does not wait for the
-    disk: on the H200's host a metrics flush spent 5-7 ms, most of it in the fsync, while the
-    device sat idle (reports/bench-train/). A failure is raised at the next :meth:`check`."""
+    disk: on the H200's host a metrics batch's fsync took 0.7-0.9 ms, time the device sat idle
+    through (reports/bench-train/h200-2026-12-03/). A failure is raised at the next
+    :meth:`check`."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
