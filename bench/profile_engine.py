@@ -46,6 +46,17 @@ SYNC_OPS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaMemcpyAsync",
             "aten::_local_scalar_dense", "aten::item", "cudaEventSynchronize", "aten::nonzero")  # fmt: skip
 
 
+def bench_config(a: argparse.Namespace, total: int) -> RunConfig:
+    """The run bench-train times, for ``total`` updates: no evaluation, checkpoint or injection,
+    the lock-in probe's one sample at the end, ``a``'s size, precision, device, schedule and
+    ``--cuda-graph`` (bench/update_walls.py builds its engine with it too)."""
+    cfg = RunConfig(size=a.size, precision=a.precision, device=a.device).resolve()
+    probes = dataclasses.replace(cfg.probes, lockin_every=total + 1,  # once a run: at the end
+                                 update_stats_every=a.update_stats_every)  # fmt: skip
+    return dataclasses.replace(cfg, steps=total + 1, eval_every=0, checkpoint_every=0, inject=[],
+                               probes=probes, cuda_graph=a.cuda_graph)  # fmt: skip
+
+
 def _summary(prof: profile, updates: int, label: str) -> str:
     ka = prof.key_averages()
     lines = [f"===== {label}: {updates} updates"]
@@ -269,11 +280,7 @@ def main() -> None:
                    help="the engine graphed and pipelined, the plain loop graphed")  # fmt: skip
     a = p.parse_args()
     total = a.warmup + 4 * a.updates  # --host runs each loop twice: profiled, then timed
-    cfg = RunConfig(size=a.size, precision=a.precision, device=a.device).resolve()
-    probes = dataclasses.replace(cfg.probes, lockin_every=total + 1,  # once a run: at the end
-                                 update_stats_every=a.update_stats_every)  # fmt: skip
-    cfg = dataclasses.replace(cfg, steps=total + 1, eval_every=0, checkpoint_every=0, inject=[],
-                              probes=probes, cuda_graph=a.cuda_graph)  # fmt: skip
+    cfg = bench_config(a, total)
     device = torch.device(a.device)
     sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
     with tempfile.TemporaryDirectory() as tmp:

@@ -22,7 +22,6 @@ long wall on the update that waits (the sync) and those after it.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import gc
 import os
 import statistics
@@ -33,10 +32,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from profile_engine import bench_config  # bench/ is on the path: run as a script
 
 from andrea_diag import jsonl
 from andrea_diag.bench.train import PlainLoop, _engine
-from andrea_diag.config import RunConfig
 from andrea_diag.jsonl import JsonlWriter
 
 
@@ -101,11 +100,7 @@ def main() -> None:
     p.add_argument("--cuda-graph", action="store_true")
     a = p.parse_args()
     total = a.warmup + a.updates
-    cfg = RunConfig(size=a.size, precision=a.precision, device=a.device).resolve()
-    probes = dataclasses.replace(cfg.probes, lockin_every=total + 1,
-                                 update_stats_every=a.update_stats_every)  # fmt: skip
-    cfg = dataclasses.replace(cfg, steps=total + 1, eval_every=0, checkpoint_every=0, inject=[],
-                              probes=probes, cuda_graph=a.cuda_graph)  # fmt: skip
+    cfg = bench_config(a, total)
     device = torch.device(a.device)
     sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
     spans = Spans()
