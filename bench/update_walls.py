@@ -13,6 +13,9 @@ sync inside the timed updates (as bench-train's blocks), and writes for each eng
   ``rows_to_host``, ``encode`` (the rows' JSON) and ``fsync`` (which may run on the metrics
   writer's worker thread, jsonl.SyncBehind, and then lands in whichever update is running);
 - the garbage collector's time in it, by generation;
+- with ``--phases``, the host time of each part of the pipelined update (``Pipeline.advance``'s
+  steps, each probe's hooks, and the wait for the read, ``HostCopy.wait``), as a table of means:
+  whether the host or the device bounds the update, and which Python is the host's share;
 
 then the slowest updates, and the mean with and without them. The plain loop's walls are
 beside them. The device work of an update runs behind the host's, so a host stall shows as a
@@ -88,6 +91,46 @@ def _walls(
     return [(b - a, p) for a, b, p in zip(marks[:-1], marks[1:], parts, strict=True)]
 
 
+PHASES = ("_batch", "_accumulate", "_reduce_and_clip", "_measure", "_context", "_finish_row")
+HOOKS = ("after_clip", "after_step", "launch_after_clip", "launch_after_step", "resolve",
+         "resolve_ready")  # fmt: skip
+
+
+def _wrap_phases(engine: Any, spans: Spans) -> None:
+    """Wrap the trainer's steps, the pipeline's, the step runner's, each probe's hooks and the
+    read's wait, on the instances (so that the plain loop is untouched)."""
+    from andrea_diag.device import HostCopy
+
+    for name in PHASES:
+        setattr(engine, name, spans.wrap(name, getattr(engine, name)))
+    pipe = engine.pipeline
+    pipe.drain = spans.wrap("drain", pipe.drain)
+    engine.steps.step_unless = spans.wrap("step_unless", engine.steps.step_unless)
+    engine.scheduler.step = spans.wrap("scheduler.step", engine.scheduler.step)
+    engine.plan.prefetch = spans.wrap("prefetch", engine.plan.prefetch)
+    engine.recorder.log = spans.wrap("recorder.log", engine.recorder.log)
+    HostCopy.wait = spans.wrap("HostCopy.wait", HostCopy.wait)
+    for probe in engine.probes.probes:
+        for hook in HOOKS:
+            if hasattr(probe, hook):
+                label = f"{type(probe).__name__}.{hook}"
+                setattr(probe, hook, spans.wrap(label, getattr(probe, hook)))
+
+
+def _phase_table(eng: list[tuple[float, dict[str, float]]]) -> str:
+    """Mean host ms per update of each span over the timed updates, largest first."""
+    n = len(eng)
+    total: dict[str, float] = {}
+    for _, parts in eng:
+        for k, v in parts.items():
+            total[k] = total.get(k, 0.0) + v
+    wall = sum(w for w, _ in eng) / n * 1e3
+    lines = [f"-- host ms per update by part (mean of {n}; the wall {wall:.3f} ms; parts nest)"]
+    for k, v in sorted(total.items(), key=lambda kv: -kv[1]):
+        lines.append(f"  {v / n * 1e3:8.3f}  {k}")
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--size", default="12m")
@@ -98,6 +141,11 @@ def main() -> None:
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--device", default="cuda")
     p.add_argument("--cuda-graph", action="store_true")
+    p.add_argument(
+        "--phases",
+        action="store_true",
+        help="also time each part of the pipelined update and each probe's hooks",
+    )
     a = p.parse_args()
     total = a.warmup + a.updates
     cfg = bench_config(a, total)
@@ -115,6 +163,8 @@ def main() -> None:
         jsonl.encode_row = spans.wrap("encode", jsonl.encode_row)
         os.fsync = spans.wrap("fsync", os.fsync)  # on the worker thread where it runs behind
         _gc_timer(spans)
+        if a.phases:
+            _wrap_phases(engine, spans)
         for u in range(1, a.warmup + 1):
             engine.pipeline.advance(u)
             plain.update(tokens[u - 1])
@@ -126,7 +176,10 @@ def main() -> None:
         engine.pipeline.drain()
         rec.close()
         rec.release()
-    a.out.write_text(_table(a, list(us), eng, pla))
+    text = _table(a, list(us), eng, pla)
+    if a.phases:
+        text = text.replace("-- every update", _phase_table(eng) + "-- every update", 1)
+    a.out.write_text(text)
     print(a.out.read_text().split("\n-- every update")[0])
 
 
