@@ -160,7 +160,7 @@ def main() -> None:
         rec.flush = spans.wrap("flush", rec.flush)
         JsonlWriter.write_many = spans.wrap("write_many", JsonlWriter.write_many)
         jsonl.rows_to_host = spans.wrap("rows_to_host", jsonl.rows_to_host)
-        jsonl.encode_row = spans.wrap("encode", jsonl.encode_row)
+        jsonl.encode_rows = spans.wrap("encode", jsonl.encode_rows)
         os.fsync = spans.wrap("fsync", os.fsync)  # on the worker thread where it runs behind
         _gc_timer(spans)
         if a.phases:

@@ -63,6 +63,7 @@ def test_bench_train_rejects_zero_updates(tmp_path: Path) -> None:
 def test_mfu_is_the_models_flops_per_token_times_tokens_per_s_over_the_peak(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+
     import torch
 
     from andrea_diag.bench import train as bench
@@ -159,3 +160,39 @@ def test_the_probes_hooks_are_timed_in_an_engine_block_after_the_timed_ones(
     optstate = next(p for p in result["probes"] if p["probe"] == "optstate")
     engine_ms = result["engine"]["ms_per_update"]
     assert optstate["share_of_engine"] == pytest.approx(optstate["ms_per_update"] / engine_ms)
+
+
+def test_a_pipelined_engines_timed_block_finishes_as_many_updates_as_it_launches() -> None:
+    """A block of k advances holds k launches and k host parts, the last one's host part in the
+    next block (overlapped, as in a run): no drain with the device idle at each block's end."""
+    import itertools
+
+    import torch
+
+    from andrea_diag.bench import train
+
+    log: list[tuple[str, int]] = []
+
+    class Piped:  # the pipeline's shape: advance(u) launches u and finishes the one before
+        pending: int | None = None
+
+        def advance(self, u: int) -> None:
+            if self.pending is not None:
+                log.append(("finish", self.pending))
+            log.append(("launch", u))
+            self.pending = u
+
+    pipe = Piped()
+    pipe.advance(1)  # the warm-up's last update, still launched
+    marks = [len(log)]
+    arms = {"engine": pipe.advance, "plain": lambda u: None}
+    times = train._timed_blocks(
+        torch.device("cpu"), arms, 1, 6, 3, lambda _: marks.append(len(log))
+    )
+    assert [len(t) for t in times.values()] == [2, 2]
+    blocks = [log[a:b] for a, b in itertools.pairwise(marks)]
+    assert [sorted(b) for b in blocks] == [
+        [("finish", 1), ("finish", 2), ("finish", 3), ("launch", 2), ("launch", 3), ("launch", 4)],
+        [("finish", 4), ("finish", 5), ("finish", 6), ("launch", 5), ("launch", 6), ("launch", 7)],
+    ]
+    assert pipe.pending == 7, "the last timed update's host part is the caller's, untimed"

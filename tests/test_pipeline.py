@@ -353,3 +353,24 @@ def test_a_spike_its_bound_missed_fails_the_probe_loudly_not_silently(
     _, _, p = _arm(tmp_path / "piped", cpu_pipeline, True)
     failed = [f for f in p.probes.failures if f["probe"] == "optstate"]
     assert len(failed) == 1 and "did not flag" in failed[0]["error"], p.probes.failures
+
+
+def test_the_heap_settles_once_after_the_captures_and_is_released_at_the_runs_end(
+    tmp_path: Path, cpu_pipeline: pytest.MonkeyPatch
+) -> None:
+    # train/heap.py: one full collection and a freeze once the warm-up's captures are done, so
+    # that a later full collection walks only what the run allocated; unfrozen at the end
+    import gc
+
+    engine, _ = _engine(dataclasses.replace(_cfg(), inject=[]), tmp_path)
+    stand_in_graphs(cpu_pipeline, engine.params)
+    engine.pipeline = Pipeline(engine, wanted=True)
+    engine.pipeline.settle_heap = True  # CUDA's default; off on the CPU
+    assert gc.get_freeze_count() == 0
+    frozen: dict[int, int] = {}
+    engine.run(lambda update, row: frozen.setdefault(update, gc.get_freeze_count()))
+    assert all(frozen[u] == 0 for u in range(1, CAPTURED_BY + 1)), "the warm-up's updates"
+    # the first pipelined update settles it; its row is finished in the next update's advance
+    assert frozen[CAPTURED_BY + 1] > 10_000, "the set-up's objects (torch's modules) frozen"
+    assert gc.get_freeze_count() == 0, "given back to the collector at the run's end"
+    assert not Pipeline(engine, wanted=True).settle_heap, "the CPU's default: untouched"

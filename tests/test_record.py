@@ -104,3 +104,28 @@ def test_rows_of_finite_floats_and_rows_with_inf_nan_or_numpy_encode_to_the_same
     for row in (fast, {**fast, "big2": 1.7e308}, {**fast, "x": math.inf},  # the sum overflows
                 {**fast, "x": np.float64(-math.inf)}, {**fast, "x": np.float32(0.1)}):  # fmt: skip
         assert json.loads(encode_row(row)) == json.loads(json.dumps(_jsonable(row)))
+
+
+def test_a_batch_of_rows_is_the_walks_lines_with_tensors_nested_infs_and_none_among_them() -> None:
+    # encode_rows tries orjson first: a nan or inf it would write as null (nested ones too), or
+    # a tensor it refuses, sends that row through the walk; the others keep orjson's line
+    import math
+
+    import torch
+
+    from andrea_diag.jsonl import _jsonable, encode_rows
+
+    rows = [
+        {"update": 1, "loss": 0.25, "injected": None},
+        {"loss": torch.tensor(0.5), "g": torch.tensor(2.0, dtype=torch.bfloat16)},
+        {"x": [1.0, math.inf], "y": None},  # nested: orjson alone wrote null for the inf
+        {"q": {"r": (2.0, -math.inf)}, "s": "[not a list"},
+        {"n": math.nan, "s": "null"},
+        {"a": 1e308, "b": 1e308},  # finite, and their sum overflows: the walk, same values
+    ]
+    lines = encode_rows(rows).decode().splitlines()
+    assert [json.loads(x) for x in lines] == [json.loads(json.dumps(_jsonable(r))) for r in rows]
+    assert json.loads(lines[2])["x"] == [1.0, "inf"] and json.loads(lines[3])["q"] == {
+        "r": [2.0, "-inf"]
+    }
+    assert json.loads(lines[1]) == {"loss": 0.5, "g": 2.0}

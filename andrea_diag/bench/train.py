@@ -197,17 +197,13 @@ def bench_train(
         engines, arms = _arms(cfg, device, Path(tmp), total, plain)
         engine = engines[0]
         say(f"warm-up: {warmup} updates each")
-        # an engine's updates may be pipelined (train/pipeline.py): a block ends with its last
-        # update finished, so its host part is timed inside the block
-        names = ("engine", "engine_eager")[: len(engines)]
-        drains = {arm: e.pipeline.drain for arm, e in zip(names, engines, strict=True)}
         for u in range(1, warmup + 1):
             for step in arms.values():
                 step(u)
-        for drain in drains.values():
-            drain()
         check_captured(engines, warmup)
-        times = _timed_blocks(device, arms, drains, warmup, updates, block, say)
+        times = _timed_blocks(device, arms, warmup, updates, block, say)
+        for e in engines:  # the last timed update's host part, untimed (see _timed_blocks)
+            e.pipeline.drain()
         engine.probes.time_hooks(device)
         for u in range(total + 1, total + hook_updates + 1):
             engine.pipeline.advance(u)
@@ -228,24 +224,31 @@ def bench_train(
 def _timed_blocks(
     device: torch.device,
     arms: dict[str, Callable[[int], Any]],
-    drains: dict[str, Callable[[], Any]],
     warmup: int,
     updates: int,
     block: int,
     say: Callable[[str], None],
 ) -> dict[str, list[float]]:
-    """Alternating blocks of ``block`` updates of every arm, each between two syncs: ms each."""
+    """Alternating blocks of ``block`` updates of every arm, each between two syncs: ms each.
+
+    A pipelined engine (train/pipeline.py) finishes each update's host part in the next
+    update's ``advance``, so a block of k advances holds k launches and k host parts: the
+    host part of the update before the block, and of the block's first k-1. Its last
+    update's host part runs in its next block, overlapped with that block's first group as
+    in a run. A drain at each block's end (as before 2026-12-03) ran that host part with the
+    device idle, once a block, which a run does only at a checkpoint and at its end: the
+    block's ratio then charged the engine one unoverlapped host part per ``block`` updates."""
     times: dict[str, list[float]] = {arm: [] for arm in arms}
     done = 0
     while done < updates:
         k = min(block, updates - done)
         for arm, step in arms.items():
-            _sync(device)
+            _sync(
+                device
+            )  # a launched engine update's copies have landed: its host part waits for nothing
             t0 = time.perf_counter()
             for u in range(warmup + done + 1, warmup + done + k + 1):
                 step(u)
-            if arm in drains:
-                drains[arm]()
             _sync(device)
             times[arm].append((time.perf_counter() - t0) * 1e3)
         done += k

@@ -47,6 +47,7 @@ from andrea_diag.errors import UserError
 from andrea_diag.factories import build_model, config_record, run_sheet_origins
 from andrea_diag.probes import ProbeDriver, UpdateContext, build_probes
 from andrea_diag.record import NullRecorder, Recorder
+from andrea_diag.train import heap
 from andrea_diag.train.accumulation import IGNORE, GroupResult
 from andrea_diag.train.checkpoint import Checkpointer, load_checkpoint, rng_state, set_rng_state
 from andrea_diag.train.components import (
@@ -125,14 +126,10 @@ class Trainer:
             self.params, graphed=cfg.cuda_graph,
         )  # fmt: skip
         self.steps = StepRunner(self.optimizer, self.precision, self.params, graphed=cfg.cuda_graph)
-        # rank 0 alone writes: the other replicas record nothing and run no probes
-        self.recorder: Recorder | NullRecorder = (
-            Recorder(
-                run_dir, config_record(cfg, self.model), resume=resume, flush_every=cfg.flush_every
-            )
-            if self.dist.is_main
-            else NullRecorder()
-        )
+        self.recorder: Recorder | NullRecorder = NullRecorder()
+        if self.dist.is_main:  # rank 0 alone writes: the other replicas record nothing, probe none
+            record = config_record(cfg, self.model)
+            self.recorder = Recorder(run_dir, record, resume=resume, flush_every=cfg.flush_every)
         self.recorder.write("data.json", data.describe())
         # rank 0 evaluates (the weights are the same on every replica)
         self.evaluator: Evaluator = (
@@ -279,6 +276,8 @@ class Trainer:
         except BaseException:
             self._close_crashed()
             raise
+        finally:
+            heap.release()  # the set-up's objects, frozen by the pipeline (train/heap.py)
         return self._close(time.perf_counter() - t_start)
 
     def _close_crashed(self) -> None:

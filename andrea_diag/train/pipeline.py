@@ -49,6 +49,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from andrea_diag.clip.api import ClipResult
+from andrea_diag.train import heap
 from andrea_diag.train.accumulation import GroupResult
 from andrea_diag.train.graphed_step import CAPTURED_BY, graphable_optimizer
 from andrea_diag.train.measure import PendingRead
@@ -97,10 +98,16 @@ class Pipeline:
         self.pending: LaunchedUpdate | None = None
         self._done_at = 0.0  # when the last pipelined row was finished (perf_counter)
         self.counts = {"eager": 0, "pipelined": 0}
+        # CUDA, where the device waits for a paused host: the heap settles once the warm-up's
+        # captures are done (train/heap.py: why); tests set it on the CPU
+        self.settle_heap = trainer.device.type == "cuda"
 
     def advance(self, update: int) -> list[dict[str, Any]]:
         """Launch ``update`` and finish the one launched before it: the rows finished now."""
         t = self.trainer
+        if self.settle_heap and update > CAPTURED_BY:
+            self.settle_heap = False
+            heap.settle()
         if self.refused is not None or update <= CAPTURED_BY or not t.optimizer.state:
             rows = self.drain()
             self.counts["eager"] += 1
