@@ -86,3 +86,20 @@ def test_an_old_build_without_the_registered_type_falls_back_on_nothing(
     assert cuda.unsupported_errors() == ()
     with pytest.raises(RuntimeError, match="not contiguous"):
         cuda.clip([torch.randn(4)], 0.5)
+
+
+def test_a_list_of_the_tensors_found_supported_before_is_again_and_any_other_is_walked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # supports() keeps the ids of lists it found supported: a loop's lists, every update
+    monkeypatch.setattr(cuda, "_SUPPORTED", set())
+    ts = [torch.zeros(4), torch.zeros(2, 3)]
+    assert cuda.supports(ts, 2.0) and tuple(map(id, ts)) in cuda._SUPPORTED
+    assert cuda.supports(list(ts), 2.0)  # the same tensors in another list object
+    bad = [ts[0], torch.zeros(3, dtype=torch.float64)]
+    assert not cuda.supports(bad, 2.0) and len(cuda._SUPPORTED) == 1  # walked, not kept
+    strided = [ts[0], torch.zeros(4, 4).t()]
+    assert not cuda.supports(strided, 2.0)
+    assert not cuda.supports(ts, 0.0), "the norm type is checked every call"
+    monkeypatch.setattr(cuda, "_SUPPORTED_KEEP", 1)
+    assert cuda.supports(ts[:1], 2.0) and cuda._SUPPORTED == {(id(ts[0]),)}  # a bounded set

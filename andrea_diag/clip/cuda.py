@@ -44,6 +44,8 @@ _lock = threading.Lock()
 _ext: ModuleType | None = None
 _dev_ext: ModuleType | None = None
 _status: tuple[bool, str] | None = None
+_SUPPORTED: set[tuple[int, ...]] = set()  # the ids of lists found supported (supports())
+_SUPPORTED_KEEP = 64
 
 
 def kernel_dir() -> Path:
@@ -144,14 +146,30 @@ def available() -> tuple[bool, str]:
 
 
 def supports(grads: list[torch.Tensor], norm_type: float) -> bool:
-    """Whether the kernels take this list (else the caller uses the reference)."""
+    """Whether the kernels take this list (else the caller uses the reference).
+
+    A list of the same tensor objects as one found supported before is again (its ids: a
+    training loop passes the same gradients, moments and buffers every update). The walk over
+    a list reads four attributes a tensor, about 0.5 us each, and ran about five times an
+    update over 150-300 tensors: some 0.4 ms of a 4 ms update at 12m on the H200 (issue 20).
+    An id reused since by another tensor (a freed gradient's) can differ only in what the
+    binding checks again: dtype, layout and contiguity raise its ``UnsupportedInput`` (so the
+    reference runs, :func:`clip`), and a device other than the first tensor's is refused."""
     if not grads or not reference.norm_type_ok(norm_type):
         return False
+    key = tuple(map(id, grads))
+    if key in _SUPPORTED:
+        return True
     dev = grads[0].device
-    return all(
+    ok = all(
         g.dtype in SUPPORTED_DTYPES and g.is_contiguous() and g.device == dev and not g.is_sparse
         for g in grads
     )
+    if ok:
+        if len(_SUPPORTED) >= _SUPPORTED_KEEP:  # a loop uses a handful of lists
+            _SUPPORTED.clear()
+        _SUPPORTED.add(key)
+    return ok
 
 
 def clip(
