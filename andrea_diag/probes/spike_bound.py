@@ -64,15 +64,22 @@ class SpikeBound:
         staging: PinnedStaging,
     ) -> torch.Tensor:
         """0-dim bool on the values' device: this update may be a spike. No host sync."""
-        host = torch.tensor([self.grad_max, self.signal_max, *(self.ref or [])])
+        # the bounds at most NO_BOUND: one past float32's range would be inf there, and an
+        # inf value then not above it (a nan bound stays nan: min keeps its first argument)
+        bounds = [min(self.grad_max, NO_BOUND), min(self.signal_max, NO_BOUND)]
+        host = torch.tensor([*bounds, *(self.ref or [])])
         thr = staging.copy(torch.empty(host.shape, device=loss.device), host)
         if self.ref is None:
             signal = loss.float().reshape(())
         else:  # the probe's excess: the mean of each example's loss minus its reference
             signal = (example_loss.float().reshape(-1) - thr[2:]).mean()
         values = torch.stack([grad_norm.float().reshape(()), signal])
-        # above its bound, or non-finite (-inf included: the probe flags any non-finite value)
-        return (~(values <= thr[:2]) | ~torch.isfinite(values)).any()
+        # above its bound, or non-finite (-inf included: the probe flags any non-finite value):
+        # each non-finite value made +inf, above every finite bound; "not at or below" also
+        # flags against a nan bound. Four small launches, not six: the tail of a pipelined
+        # update is host-paced at 12m (reports/bench-train/h200-2026-12-03b/)
+        inf = float("inf")
+        return (~(values.nan_to_num(nan=inf, posinf=inf, neginf=inf) <= thr[:2])).any()
 
 
 def spike_bound(probe: Any, sources: list[int]) -> SpikeBound:

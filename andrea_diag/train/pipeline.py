@@ -115,7 +115,11 @@ class Pipeline:
         t0 = time.perf_counter()
         batch, injected = t._batch(update)
         group = t._accumulate(batch, injected)  # the device runs this group ...
-        rows = self.drain()  # ... while the host finishes the update before
+        # ... while the host draws the next batch (no device work; a mixer that would observe
+        # this update's losses refuses the pipeline) and finishes the update before: the host
+        # work the device waits for is the launches below, so what need not be one comes first
+        t.plan.prefetch(update + 1, last=t.cfg.steps)
+        rows = self.drain()
         clip = t._reduce_and_clip()
         lr = t.optimizer.param_groups[0]["lr"]
         ctx = t._context(update, batch, injected, clip, None, {}, False)  # nothing read yet
@@ -125,7 +129,6 @@ class Pipeline:
         t.steps.step_unless(read.skip_flag)  # the device skips what the eager path would
         t.scheduler.step()  # per update, attempted or applied, as in train_update
         t.probes.launch("after_step", ctx)
-        t.plan.prefetch(update + 1, last=t.cfg.steps)
         self.pending = LaunchedUpdate(update, batch, injected, group, clip, read, lr, t0)
         self.counts["pipelined"] += 1
         return rows
