@@ -77,15 +77,24 @@ class ShadowBuffers:
         ginfo: list[GroupInfo],
         gid_of: dict[int, int],
     ) -> None:
-        """Add a spike's terms ``(1-β)·g`` and ``(1-β)·g²`` (in units of ``c``)."""
+        """Add a spike's terms ``(1-β)·g`` and ``(1-β)·g²`` (in units of ``c``): per param group
+        one multi-tensor op for each buffer kind. Two ops a parameter were about 300 launches
+        a spike at 12m, most of the 9 ms of host time a spike took on the H200 while the
+        device waited (reports/bench-train/h200-2026-12-03b/); on the CPU a multi-tensor op is
+        the same per-tensor arithmetic."""
+        by_gid: dict[int, tuple[list[torch.Tensor], list[torch.Tensor], list[torch.Tensor]]] = {}
         for p, g, gid in zip(params, g_eff, gids, strict=True):
-            info = ginfo[gid]
             if id(p) not in self.bm:
                 self.bm[id(p)] = torch.zeros_like(p, dtype=torch.float32)
                 self.bv[id(p)] = torch.zeros_like(p, dtype=torch.float32)
-            g32 = g.float()
-            self.bm[id(p)].add_(g32, alpha=(1 - info.beta1) / info.cm)
-            self.bv[id(p)].addcmul_(g32, g32, value=(1 - info.beta2) / info.cv)
+            bm, bv, gs = by_gid.setdefault(gid, ([], [], []))
+            bm.append(self.bm[id(p)])
+            bv.append(self.bv[id(p)])
+            gs.append(g.float())
+        for gid, (bm, bv, gs) in by_gid.items():
+            info = ginfo[gid]
+            torch._foreach_add_(bm, gs, alpha=(1 - info.beta1) / info.cm)
+            torch._foreach_addcmul_(bv, gs, gs, value=(1 - info.beta2) / info.cv)
         self._refresh_norms(ginfo, gid_of)
 
     def view(self, ginfo: list[GroupInfo], gid_of: dict[int, int]) -> ShadowView | None:
