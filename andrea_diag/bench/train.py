@@ -243,9 +243,8 @@ def _timed_blocks(
     while done < updates:
         k = min(block, updates - done)
         for arm, step in arms.items():
-            _sync(
-                device
-            )  # a launched engine update's copies have landed: its host part waits for nothing
+            # a launched engine update's copies have landed: its host part waits for nothing
+            _sync(device)
             t0 = time.perf_counter()
             for u in range(warmup + done + 1, warmup + done + k + 1):
                 step(u)

@@ -150,8 +150,9 @@ def supports(grads: list[torch.Tensor], norm_type: float) -> bool:
 
     A list of the same tensor objects as one found supported before is again (its ids: a
     training loop passes the same gradients, moments and buffers every update). The walk over
-    a list reads four attributes a tensor, about 0.5 us each, and ran about five times an
-    update over 150-300 tensors: some 0.4 ms of a 4 ms update at 12m on the H200 (issue 20).
+    a list reads four attributes a tensor, about 0.5 us a tensor, and ran about five times an
+    update over 150-300 tensors: 0.58 ms an update in the H200 host's profile at 12m, where an
+    update is about 4 ms (cProfile, which inflates it; issue 20).
     An id reused since by another tensor (a freed gradient's) can differ only in what the
     binding checks again: dtype, layout and contiguity raise its ``UnsupportedInput`` (so the
     reference runs, :func:`clip`), and a device other than the first tensor's is refused."""

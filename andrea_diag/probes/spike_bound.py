@@ -76,8 +76,8 @@ class SpikeBound:
         values = torch.stack([grad_norm.float().reshape(()), signal])
         # above its bound, or non-finite (-inf included: the probe flags any non-finite value):
         # each non-finite value made +inf, above every finite bound; "not at or below" also
-        # flags against a nan bound. Four small launches, not six: the tail of a pipelined
-        # update is host-paced at 12m (reports/bench-train/h200-2026-12-03b/)
+        # flags against a nan bound. Four small launches, not six: host time in the launches
+        # of a pipelined update, which the device may wait for at 12m (issue 20)
         inf = float("inf")
         return (~(values.nan_to_num(nan=inf, posinf=inf, neginf=inf) <= thr[:2])).any()
 

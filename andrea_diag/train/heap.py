@@ -9,11 +9,10 @@ walks them all: 180-230 ms on this project's CPU machine, 145 ms on the H200's h
 fell inside an update (``bench/update_walls.py``, reports/bench-train/h200-2026-12-03b/).
 The interpreter starts one whenever the objects that survived the younger collections grow by
 a quarter, so the warm-up's allocations (the graphs' captures, the optimizer's state) make one
-likely early in a run, in its first timed updates. ``gc.freeze`` moves every object alive now
-to a permanent generation that no collection walks (the interpreter's own advice for a process
-whose start-up objects live as long as it does). What a run allocates later is collected as
-before; the frozen objects are freed by reference counting as before, and only a reference
-cycle among them waits for :func:`release`.
+likely early in a run. ``gc.freeze`` moves every object alive now to a permanent generation
+that later collections skip. What a run allocates later is collected as before; the frozen
+objects are freed by reference counting as before, and only a reference cycle among them waits
+for :func:`release`.
 """
 
 from __future__ import annotations
