@@ -41,7 +41,7 @@ def _moments(loop: PlainLoop) -> list[torch.Tensor]:
 def _ways(loop: PlainLoop, tokens: list[torch.Tensor]) -> dict[str, Callable[[int], None]]:
     """One update of each way, by name (``u``: the update's 1-based index into ``tokens``)."""
     # CUDA: a lower number is a higher priority; 0, the default, is the lowest. The loop runs
-    # on a stream of the highest (main()), so the group's blocks are scheduled before the norms'
+    # on a stream of the highest priority (see main), so the group's blocks go before the norms'
     side = torch.cuda.Stream(priority=0)
     main = torch.cuda.current_stream()
     step = loop.steps.step
