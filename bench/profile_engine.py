@@ -52,7 +52,8 @@ def bench_config(a: argparse.Namespace, total: int) -> RunConfig:
     ``--cuda-graph`` (bench/update_walls.py builds its engine with it too)."""
     cfg = RunConfig(size=a.size, precision=a.precision, device=a.device).resolve()
     probes = dataclasses.replace(cfg.probes, lockin_every=total + 1,  # once a run: at the end
-                                 update_stats_every=a.update_stats_every)  # fmt: skip
+                                 update_stats_every=a.update_stats_every,
+                                 moment_norms_every=a.moment_norms_every)  # fmt: skip
     return dataclasses.replace(cfg, steps=total + 1, eval_every=0, checkpoint_every=0, inject=[],
                                probes=probes, cuda_graph=a.cuda_graph)  # fmt: skip
 
@@ -266,6 +267,7 @@ def main() -> None:
     p.add_argument("--updates", type=int, default=20)
     p.add_argument("--warmup", type=int, default=15)
     p.add_argument("--update-stats-every", type=int, default=1)
+    p.add_argument("--moment-norms-every", type=int, default=10)  # the CLI's default
     p.add_argument("--host", action="store_true", help="cProfile by Python function")
     p.add_argument(
         "--timeline",

@@ -138,6 +138,7 @@ def main() -> None:
     p.add_argument("--updates", type=int, default=120)
     p.add_argument("--warmup", type=int, default=15)
     p.add_argument("--update-stats-every", type=int, default=10)
+    p.add_argument("--moment-norms-every", type=int, default=10)  # the CLI's default
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--device", default="cuda")
     p.add_argument("--cuda-graph", action="store_true")
@@ -191,6 +192,7 @@ def _table(a: argparse.Namespace, us: list[int], eng: list, pla: list) -> str:
     pms = [w * 1e3 for w, _ in pla]
     lines = [
         f"===== {a.size} {a.precision} --update-stats-every {a.update_stats_every}"
+        f" --moment-norms-every {a.moment_norms_every}"
         f"{' --cuda-graph' if a.cuda_graph else ''}: {len(us)} updates, after {a.warmup}",
         f"  engine mean {statistics.fmean(ms):.3f} ms, median {med:.3f}, without the "
         f"{len(slow)} over 1.5x the median {statistics.fmean(rest or [0.0]):.3f}",

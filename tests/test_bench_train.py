@@ -117,8 +117,10 @@ def test_a_graph_still_to_come_after_the_warmup_is_refused_not_timed() -> None:
     from andrea_diag.bench.train_checks import check_captured
     from andrea_diag.errors import UserError
 
-    def engine(group: object, step: object, probe: object, graphed: bool = True) -> NS:
-        probes = [NS(graphs=NS(graph=probe))]
+    def engine(
+        group: object, step: object, probe: object, graphed: bool = True, every: int = 1
+    ) -> NS:
+        probes = [NS(graphs=NS(graph=probe), moment_norms_every=every)]
         return NS(cfg=NS(cuda_graph=graphed), groups=NS(graph=group),
                   steps=NS(graph=step, graphed=True), probes=NS(probes=probes))  # fmt: skip
 
@@ -127,6 +129,10 @@ def test_a_graph_still_to_come_after_the_warmup_is_refused_not_timed() -> None:
         check_captured([engine(1, None, 1)], 15)  # v2's lr warm-up: the step comes later
     with pytest.raises(UserError, match="the group, optimizer-state probe graph is not"):
         check_captured([engine(None, 1, None)], 15)
+    # the moments' norms on a schedule: its updates run eagerly, a spike's run captures later
+    check_captured([engine(1, 1, None, every=10)], 15)
+    with pytest.raises(UserError, match="the group graph is not"):
+        check_captured([engine(None, 1, None, every=10)], 15)
 
 
 def test_the_probes_hooks_are_timed_in_an_engine_block_after_the_timed_ones(

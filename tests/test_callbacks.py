@@ -35,7 +35,8 @@ LR, MAX_NORM = 3e-3, 0.5  # a low threshold: the first updates are clipped, late
 # Probe columns that must agree between a callback and the plain loop (layer_gn/* are added).
 COLUMNS = ["loss", "grad_norm", "m_norm", "v_norm", "update_rms", "cos_update_grad"]
 REL = 1e-5  # same float32 math in a different order of operations
-EVERY = {"update_stats_every": 1}  # update_rms / cos_update_grad at each of the STEPS (default 10)
+# update_rms / cos_update_grad and the moments' norms at each of the STEPS (default: every 10)
+EVERY = {"update_stats_every": 1, "moment_norms_every": 1}
 
 
 def _groups() -> list[list[tuple[torch.Tensor, torch.Tensor]]]:

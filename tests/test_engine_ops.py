@@ -132,7 +132,7 @@ def test_foreach_norm_views_come_back_as_their_vector_without_a_stack() -> None:
 def test_update_stats_on_their_own_schedule_skip_the_snapshot_between(tmp_path: Path) -> None:
     from andrea_diag.config import ProbeConfig
 
-    cfg = _cfg(probes=ProbeConfig(update_stats_every=3))
+    cfg = _cfg(probes=ProbeConfig(update_stats_every=3, moment_norms_every=1))
     engine, _ = _engine(cfg, tmp_path / "engine")
     mode = count_steps(engine.model, engine.train_update, warmup=0, updates=0, sites=True)
     rows, copies = [], []

@@ -86,7 +86,7 @@ def loops(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, PlainLoop, Any
     # on the "device" until a flush, as between two flushes of a real run
     # the optimizer-state probe's update stats every update (its default: every 10), the most
     # work an update reads
-    probes = dataclasses.replace(cfg.probes, update_stats_every=1)
+    probes = dataclasses.replace(cfg.probes, update_stats_every=1, moment_norms_every=1)
     cfg = dataclasses.replace(
         cfg, steps=12, eval_every=0, checkpoint_every=0, flush_every=50, inject=[], probes=probes
     )  # inject=[]: tiny's own outlier is placed for its 240 updates
@@ -137,7 +137,7 @@ def test_engine_update_syncs_the_cuda_stream_at_most_once(tmp_path: Path) -> Non
     cfg = RunConfig(size="tiny", device="cuda", probes=ProbeConfig(lockin=False)).resolve()
     # the optimizer-state probe's update stats every update (its default: every 10), the most
     # work an update reads
-    probes = dataclasses.replace(cfg.probes, update_stats_every=1)
+    probes = dataclasses.replace(cfg.probes, update_stats_every=1, moment_norms_every=1)
     cfg = dataclasses.replace(
         cfg, steps=12, eval_every=0, checkpoint_every=0, flush_every=50, inject=[], probes=probes
     )  # inject=[]: tiny's own outlier is placed for its 240 updates

@@ -155,7 +155,7 @@ def test_outputs_are_copies_the_next_replay_does_not_overwrite(
 
 def _rows(tmp_path: Path, cuda_graph: bool, precision: str, steps: int) -> list[dict]:
     cfg = RunConfig(size="tiny", device="cuda", precision=precision, cuda_graph=cuda_graph,
-                    probes=ProbeConfig(lockin=False)).resolve()  # fmt: skip
+                    probes=ProbeConfig(lockin=False, moment_norms_every=1)).resolve()  # fmt: skip
     cfg = dataclasses.replace(cfg, steps=steps, eval_every=0, checkpoint_every=0,
                               inject=[f"nonfinite@{steps - 2}"])  # fmt: skip
     engine, _ = _engine(cfg, tmp_path / f"graph-{cuda_graph}-{precision}")

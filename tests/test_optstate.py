@@ -34,14 +34,23 @@ def _setup(opt_cls, betas=BETAS, **kw):
 
 
 def _train(
-    opt_cls, steps=30, shadow=True, spikes=SPIKES, betas=BETAS, keep_state=True, defer=False, **kw
+    opt_cls,
+    steps=30,
+    shadow=True,
+    spikes=SPIKES,
+    betas=BETAS,
+    keep_state=True,
+    defer=False,
+    norms_every=1,
+    **kw,
 ):
     """Adam(W) on three tensors; big gradients at ``spikes``. Returns rows, probe, received grads.
 
     ``keep_state=False`` keeps m and v (for the closed form) only from the first spike on.
+    ``norms_every``: the probe's ``moment_norms_every``.
     """
     params, opt = _setup(opt_cls, betas, **kw)
-    probe = OptStateProbe(shadow=shadow)
+    probe = OptStateProbe(shadow=shadow, moment_norms_every=norms_every)
     probe.defer_reads = defer  # True: what the trainer's driver sets (read at the flush)
     gen = torch.Generator().manual_seed(1)
     rows, received, snaps = [], [], []
@@ -287,3 +296,42 @@ def test_one_flat_product_pass_gives_the_per_tensor_dots_total():
     want = update_grad_dot(per, None, grads)
     got = update_grad_dot(views, flat, grads)
     assert torch.allclose(got, want, rtol=1e-5) and got.dim() == 0
+
+
+FAST = [(0.8, 0.8), (0.8, 0.8), (0.7, 0.7)]  # m and v forget a 50x spike within the run
+
+
+@pytest.mark.parametrize("defer", [False, True])
+@pytest.mark.parametrize("shadow", [False, True])
+def test_the_moments_norms_on_a_schedule_give_the_recovery_of_norms_every_update(shadow, defer):
+    """``moment_norms_every``: the rows with the norms are the full run's rows, value for value;
+    the summary (first shares, recoveries, final share, maxima) is the full run's."""
+    run = {"steps": 150, "betas": FAST, "shadow": shadow, "defer": defer}
+    full, probe_full, _, _ = _train(torch.optim.Adam, **run)
+    some, probe_some, _, _ = _train(torch.optim.Adam, norms_every=7, **run)
+    kept = [t for t, r in enumerate(some, 1) if "m_norm" in r]
+    assert set(range(7, 151, 7)) | set(SPIKES) <= set(kept)
+    assert len(kept) < 100  # the schedule skipped rows once both spikes had recovered
+    assert 150 not in kept  # the last update is off it: the close takes the final shares
+    for a, b in zip(full, some, strict=True):
+        moments = [k for k in a if k.startswith(("m_", "v_", "layer_m/", "layer_v/"))]
+        if "m_norm" in b:
+            assert {k: b[k] for k in moments} == {k: a[k] for k in moments}
+        else:
+            assert not any(k in b for k in moments)
+        assert b.get("update_rms") == a.get("update_rms")  # its own schedule: unchanged
+    assert probe_some.close(None) == probe_full.close(None)  # type: ignore[arg-type]
+    per = probe_full.per_spike()
+    assert all(r["recovery_m"] is not None and r["recovery_v"] is not None for r in per.values())
+    if not shadow:  # every update from each spike to its recovery, and only those off schedule
+        windows = {
+            t
+            for s, r in per.items()
+            for t in range(s, s + max(r["recovery_m"], r["recovery_v"]) + 1)
+        }
+        assert set(kept) == set(range(7, 151, 7)) | windows
+
+
+def test_a_moment_norms_schedule_below_one_is_refused():
+    with pytest.raises(ValueError, match="moment_norms_every must be at least 1"):
+        OptStateProbe(moment_norms_every=0)

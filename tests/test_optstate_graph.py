@@ -84,7 +84,7 @@ def test_a_computation_torch_cannot_capture_is_one_user_error(
 
 def _rows(tmp_path: Path, cuda_graph: bool, mp: pytest.MonkeyPatch) -> tuple[list[dict], Any]:
     cfg = RunConfig(size="tiny", device="cpu", probes=ProbeConfig(lockin=False, shadow=True,
-                    update_stats_every=2)).resolve()  # fmt: skip
+                    update_stats_every=2, moment_norms_every=1)).resolve()  # fmt: skip
     cfg = dataclasses.replace(cfg, steps=14, eval_every=0, checkpoint_every=0,
                               cuda_graph=cuda_graph, inject=["outlier@9", "nonfinite@12"])  # fmt: skip
     if cuda_graph:  # the group's stand-in graph, so the gradients stay where they are

@@ -417,3 +417,17 @@ def test_collapse_reads_only_per_source_losses_not_loss_scale_or_excess() -> Non
     assert F.collapse_reason(arm) is None
     arm.metrics["loss_repo-docs"] = [2.0] * 60 + [6.0] * 60
     assert "scale" not in (F.collapse_reason(arm) or "scale")
+
+
+def test_the_optimizer_state_chart_joins_the_rows_a_scheduled_column_was_taken_on() -> None:
+    from andrea_diag.report.probe_figures import optimizer_state_figure
+
+    updates = list(range(1, 6001))  # long enough to be thinned
+    m_norm = [float(u) if u % 10 == 0 else float("nan") for u in updates]
+    arm = _arm(metrics=pd.DataFrame({"update": updates, "m_norm": m_norm}))
+    fig, _ = optimizer_state_figure([arm])
+    assert fig is not None
+    (trace,) = fig.data
+    ys = [y for y in trace.y if y == y]  # not NaN
+    assert len(ys) == len(trace.y) > 100  # every point drawn is a taken one, and there are many
+    assert all(u % 10 == 0 for u in trace.x)

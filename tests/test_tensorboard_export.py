@@ -147,7 +147,9 @@ def _monitored_loop(run_dir: Path, tb_dir: Path | None, n: int = 6) -> SpikeMoni
     torch.manual_seed(0)
     model = GPT(MODEL_PRESETS["tiny"])
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-    with SpikeMonitor(model, opt, run_dir, tensorboard_dir=tb_dir, spike_window=4) as mon:
+    with SpikeMonitor(
+        model, opt, run_dir, tensorboard_dir=tb_dir, spike_window=4, moment_norms_every=1
+    ) as mon:  # every update's m_norm
         for _ in range(n):
             x = torch.randint(0, 8449, (2, 17))  # (B, T+1) token ids
             per_ex = F.cross_entropy(

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from andrea_diag.clip.modes import CLIPPERS, Clipper, make_clipper, mode_color, register
-from andrea_diag.config import RunConfig
+from andrea_diag.config import ProbeConfig, RunConfig
 from andrea_diag.data import prepare_data
 from andrea_diag.metrics import ProbeColumns
 from andrea_diag.probes import UpdateContext
@@ -108,7 +108,8 @@ def test_a_registered_clip_mode_reaches_the_config_choices_and_the_report_colour
 
 
 def test_one_train_update_fills_a_row_in_the_documented_order(tmp_path: Path, make_trainer) -> None:
-    cfg = RunConfig(size="tiny", steps=3, clip="global", device="cpu").resolve()
+    every = ProbeConfig(moment_norms_every=1)  # the optimizer-state probe's norms at update 1
+    cfg = RunConfig(size="tiny", steps=3, clip="global", device="cpu", probes=every).resolve()
     data = prepare_data(cfg.sources, seed=cfg.corpus_seed)
     trainer = make_trainer(cfg, tmp_path / "run", data)
     before = [p.detach().clone() for p in trainer.params]

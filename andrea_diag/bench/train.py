@@ -322,6 +322,7 @@ def _result(
             "max_norm": cfg.max_norm,
             "recipe": cfg.recipe,
             "update_stats_every": cfg.probes.update_stats_every,
+            "moment_norms_every": cfg.probes.moment_norms_every,
             "cuda_graph": cfg.cuda_graph,
             "m": cfg.micro_batch,
             "A": cfg.accum,

@@ -51,6 +51,15 @@ def bench_train(
             max=MAX_UPDATES,
         ),
     ] = ProbeConfig.update_stats_every,
+    moment_norms_every: Annotated[
+        int,
+        typer.Option(
+            help="The optimizer-state probe's norms of Adam's m and v every N updates, at spikes "
+            "and until a spike's recovery is known.",
+            min=1,
+            max=MAX_UPDATES,
+        ),
+    ] = ProbeConfig.moment_norms_every,
     cuda_graph: Annotated[
         bool,
         typer.Option(
@@ -75,7 +84,9 @@ def bench_train(
     console = Console(stderr=True)
     on_gpu = resolve_device(device).type == "cuda"  # UserError for cuda without a GPU
     size = size or ("12m" if on_gpu else "tiny")
-    probes = ProbeConfig(update_stats_every=update_stats_every)
+    probes = ProbeConfig(
+        update_stats_every=update_stats_every, moment_norms_every=moment_norms_every
+    )
     cfg = RunConfig(size=size, precision=precision, clip=clip, clip_impl=clip_impl,
                     device=device, probes=probes, cuda_graph=cuda_graph).resolve()  # fmt: skip
     defaults = (200, 20, 20) if on_gpu else (6, 2, 2)  # updates, warmup, block
@@ -88,7 +99,7 @@ def bench_train(
         f"andrea-diag bench-train --size {size} --precision {precision} --clip {clip} "
         f"--clip-impl {clip_impl} --updates {updates} --warmup {warmup} --block {block} "
         f"--device {device} --out {out}"
-        + f" --update-stats-every {update_stats_every}"
+        + f" --update-stats-every {update_stats_every} --moment-norms-every {moment_norms_every}"
         + (" --cuda-graph" if cuda_graph else "")
         + (f" --plain {plain}" if plain != "same" else "")
     )

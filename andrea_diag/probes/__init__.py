@@ -93,7 +93,8 @@ def _spikes(s: ProbeSetup) -> Probe:
 def _optstate(s: ProbeSetup) -> Probe:
     return OptStateProbe(shadow=bool(s.cfg.shadow), per_layer=s.cfg.per_layer,
                          update_stats=s.cfg.update_stats,
-                         update_stats_every=s.cfg.update_stats_every, groups=s.groups)  # fmt: skip
+                         update_stats_every=s.cfg.update_stats_every, groups=s.groups,
+                         moment_norms_every=s.cfg.moment_norms_every)  # fmt: skip
 
 
 @register_probe("lockin")

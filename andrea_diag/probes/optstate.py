@@ -1,15 +1,17 @@
 """Adam-state pollution: how much of ``m`` and ``v`` comes from the spike updates.
 
-Columns every update (Adam/AdamW; other optimizers get only the update columns):
+Columns (Adam/AdamW; other optimizers get only the update columns):
 
 - ``m_norm``, ``v_norm``: global L2 norms of ``exp_avg`` / ``exp_avg_sq``; per layer
-  ``layer_m/<layer>.<kind>``, ``layer_v/<layer>.<kind>`` (one multi-tensor norm for both);
+  ``layer_m/<layer>.<kind>``, ``layer_v/<layer>.<kind>`` (one multi-tensor norm for both); every
+  ``moment_norms_every`` updates (``--moment-norms-every``: default 10; a direct caller's: 1),
+  at spikes, and every update while a spike's recovery is open (optstate_schedule.py), else absent;
 - ``update_rms``: RMS of this step's parameter change ``Δθ`` over all elements;
 - ``cos_update_grad``: cosine between the update direction ``-Δθ`` and the gradient Adam
   received (+1: a plain SGD step; ~0: Adam's history dominates); both every
   ``update_stats_every`` updates (``ProbeConfig``, ``--update-stats-every``: default 10; a
   direct caller's: 1) and at spikes, else absent;
-- ``m_spike_share = ‖m_spike‖/‖m‖``, ``v_spike_share = ‖v_spike‖/‖v‖`` (shadow buffers on).
+- ``m_spike_share = ‖m_spike‖/‖m‖``, ``v_spike_share = ‖v_spike‖/‖v‖`` (shadow buffers on; the rows with norms).
 
 *Why a parameter snapshot for Δθ*: recomputing ``lr·m̂/(√v̂+ε)`` needs five elementwise passes
 and knows only Adam; a copy before the step and one subtraction is two, exact for any optimizer
@@ -49,6 +51,7 @@ from andrea_diag import metrics
 from andrea_diag.device import HostCopy, PinnedStaging
 from andrea_diag.probes.base import UpdateContext
 from andrea_diag.probes.layers import GroupIndex
+from andrea_diag.probes.optstate_checkpoint import load_probe_state, probe_state
 from andrea_diag.probes.optstate_graph import ScalarGraph
 from andrea_diag.probes.optstate_reads import (
     DevicePart,
@@ -65,6 +68,7 @@ from andrea_diag.probes.optstate_reads import (
     tensor_norms,
 )
 from andrea_diag.probes.optstate_rows import finish_entry
+from andrea_diag.probes.optstate_schedule import last_shadow_share, norms_due
 from andrea_diag.probes.shadow import (
     GroupInfo,
     ShadowBuffers,
@@ -97,12 +101,17 @@ class OptStateProbe:
         recovery_share: float = RECOVERY_SHARE,
         update_stats_every: int = 1,
         groups: Mapping[str, tuple[str, str]] | None = None,  # name -> (layer, kind); None: names
+        moment_norms_every: int = 1,
     ) -> None:
         self.shadow, self.per_layer, self.update_stats = shadow, per_layer, update_stats
         self.recovery_share, self.groups = recovery_share, groups
-        if update_stats_every < 1:  # ProbeConfig checks the CLI's; a direct caller's is here
-            raise ValueError(f"update_stats_every must be at least 1, got {update_stats_every}")
+        for key, every in (("update_stats", update_stats_every), ("moment_norms", moment_norms_every)):  # fmt: skip
+            if every < 1:  # ProbeConfig checks the CLI's; a direct caller's is here
+                raise ValueError(f"{key}_every must be at least 1, got {every}")
         self.update_stats_every = int(update_stats_every)
+        self.moment_norms_every = int(moment_norms_every)  # optstate_schedule.py: why, when
+        self._shares_at = 0  # the last update whose row had the norms
+        self._moments: list[torch.Tensor] = []  # the latest update's m, v (close: the last's)
         self._groups_idx: dict[tuple[str, ...], GroupIndex] = {}
         self._snap: list[torch.Tensor] | None = None
         self._snap_flat: torch.Tensor | None = None  # one buffer under the views (flat_dot)
@@ -142,7 +151,6 @@ class OptStateProbe:
         self._snap_flag: torch.Tensor | None = None  # the flag of a snapshot off its schedule
         self._staging = PinnedStaging()
 
-    # -- helpers ---------------------------------------------------------------------------
     def _with_grad(self, ctx: UpdateContext) -> tuple[list[str], list[torch.Tensor]]:
         pairs = [
             (n, p) for n, p in zip(ctx.param_names, ctx.params, strict=True) if p.grad is not None
@@ -152,7 +160,6 @@ class OptStateProbe:
     def _group_info(self, optimizer: torch.optim.Optimizer) -> list[GroupInfo]:
         return refresh_groups(self, optimizer)
 
-    # -- protocol --------------------------------------------------------------------------
     def after_clip(self, ctx: UpdateContext) -> None:
         self.optimizer_name = type(ctx.optimizer).__name__
         if self._pipelined == ctx.update:  # launch_after_clip did it, on this update's grads
@@ -234,6 +241,7 @@ class OptStateProbe:
         ms = [None if st is None else st.get("exp_avg") for st in state]
         vs = [None if st is None else st.get("exp_avg_sq") for st in state]
         self.has_moments = all(m is not None for m in ms) and all(v is not None for v in vs)
+        self._moments = ms + vs if self.has_moments else []  # type: ignore[operator]
         flat, slots = self._device_scalars(ctx, params, ms, vs, g_eff, spike_now)
         kept = spike_now is None and self.has_moments
         if kept:  # for a spike, if this is one: the next group overwrites g_eff
@@ -260,7 +268,11 @@ class OptStateProbe:
                                "(probes/spike_bound.py), so its copies were not made")  # fmt: skip
         if spike_now and kept:  # the spike's norms, from the launch's copy
             out = Scalars()
-            out.adopt(flat, slots)
+            if flat is not None:
+                out.adopt(flat, slots)
+            if "m" not in out.slots:  # off the norms' schedule: m, v are still this update's
+                mv = tensor_norms(self._moments, self.fused_norms)
+                out.push_split(("m", "v"), mv, len(params))
             if self._snap_late == ctx.update:  # off its schedule: the kept θ_prev, for Δθ
                 assert self._snap is not None
                 # a spike's update stats off the schedule: the columns of an eager spike
@@ -287,7 +299,7 @@ class OptStateProbe:
             self._queue.append(entry)
             self.resolve()
             return
-        if self.shadow and self.has_moments:
+        if self.shadow and self.has_moments and "m" in slots:  # the rows with the norms
             entry.view = self._shadow.view(ginfo, self._gid_of)
         self._queue.append(entry)
         if not self.defer_reads:
@@ -312,20 +324,19 @@ class OptStateProbe:
         # graphed (one key at a time): the kind most updates are, with their update stats (from
         # the clip's norms) every update or every other, else without them
         sparse = self.update_stats_every > 2 or not self.update_stats
-        common = (
-            self.has_moments and not spike_now and (snap is None if sparse else post is not None)
-        )
+        norms = bool(self.has_moments) and norms_due(self, ctx.update, spike_now)
+        common = norms and not spike_now and (snap is None if sparse else post is not None)
         if self.graphs is not None and common:
 
             def compute() -> tuple[torch.Tensor, dict[str, slice]]:  # what the graph records
-                s = self._moments_and_update(Scalars(), ms, vs, params, g_eff, snap)
+                s = self._moments_and_update(Scalars(), ms, vs, params, g_eff, snap, True)
                 flat = s.flat()
                 assert flat is not None  # m and v: never empty
                 return flat, s.slots
 
             out.adopt(*self.graphs.run((ms, vs, params, g_eff, snap), compute))
         else:
-            self._moments_and_update(out, ms, vs, params, g_eff, snap)
+            self._moments_and_update(out, ms, vs, params, g_eff, snap, norms)
         if snap is not None:
             out.push("g", post if post is not None else torch._foreach_norm(g_eff))
             self._snap_valid = False
@@ -334,10 +345,11 @@ class OptStateProbe:
         return out.flat(), out.slots
 
     def _moments_and_update(
-        self, out: Scalars, ms: list, vs: list, params: list, g_eff: list, snap: list | None
-    ) -> Scalars:
-        """‖m‖, ‖v‖ per tensor, then (``snap``: θ_prev) Δθ's norms and Δθ·g, into ``out``."""
-        if self.has_moments:
+        self, out: Scalars, ms: list, vs: list, params: list, g_eff: list, snap: list | None,
+        norms: bool,
+    ) -> Scalars:  # fmt: skip
+        """(``norms``) ‖m‖, ‖v‖ per tensor, then (``snap``: θ_prev) Δθ's norms and Δθ·g."""
+        if norms:
             mv = tensor_norms(ms + vs, self.fused_norms)  # one call for both moments
             out.push_split(("m", "v"), mv, len(ms))
         if snap is not None:
@@ -363,26 +375,12 @@ class OptStateProbe:
         for e in queue:
             finish_entry(self, e, at.get(id(e.view)))
 
-    # -- checkpoint --------------------------------------------------------------------------
-    # Buffers and group ids are keyed by id(param), which a new process does not share: the
-    # state names parameters by their position in the context's parameter list instead.
-    # (groups: the per-layer table, passed in again by the constructor)
-    TRANSIENT = ("_groups_idx", "_snap", "_snap_flat", "_snap_valid", "_g_eff", "_gid_of",
-                 "_shadow", "_param_ids", "_queue", "defer_reads", "groups", "graphs",
-                 "_launched", "_pipelined", "_g_kept", "_snap_late", "spike_source", "_maybe",
-                 "_snap_flag", "_staging")  # fmt: skip
-
+    # -- checkpoint (optstate_checkpoint.py: what is kept, by position) ----------------------
     def state_dict(self) -> dict[str, Any]:
-        self.resolve()  # the waiting updates' bookkeeping belongs to the state
-        state = {k: v for k, v in vars(self).items() if k not in self.TRANSIENT}
-        state["_shadow_by_position"] = self._shadow.by_position(getattr(self, "_param_ids", []))
-        return state
+        return probe_state(self)
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        vars(self).update({k: v for k, v in state.items() if k != "_shadow_by_position"})
-        self._pending_shadow = state.get("_shadow_by_position")
-        self._gid_of = {}  # rebuilt from the optimizer on first use
-        self._queue = []
+        load_probe_state(self, state)
 
     def _rebind(self, ctx: UpdateContext, params: list[torch.Tensor]) -> None:
         rebind(self, ctx.optimizer, params)
@@ -397,4 +395,6 @@ class OptStateProbe:
 
     def close(self, run_dir: Path, results: Mapping[str, Any] | None = None) -> dict[str, Any]:
         self.resolve()
+        if self.shadow and self._moments and self._shares_at != self.last_update:
+            last_shadow_share(self)  # the last row had no norms: the summary's is the last's
         return {"pollution": pollution_summary(self)}

@@ -17,6 +17,7 @@ import torch
 
 from andrea_diag.probes.layers import group_index_for
 from andrea_diag.probes.optstate_reads import Pending
+from andrea_diag.probes.optstate_schedule import norms_due
 from andrea_diag.probes.shadow import GroupInfo, SpikeTerm, shadow_columns, spike_shares
 
 # the probe (optstate.py) calls these, so its type is not imported here (a cycle)
@@ -42,16 +43,16 @@ def finish_entry(
     elif probe.update_stats and not e.applied:
         row["update_rms"] = 0.0
         row["cos_update_grad"] = None
-    if "m" not in e.slots:  # no moments (not Adam): update columns only
+    if not probe.has_moments:  # not Adam: update columns only
         return
-    m_pt, v_pt = get("m"), get("v")
-    m_norm = math.sqrt(sum(x * x for x in m_pt))
-    v_norm = math.sqrt(sum(x * x for x in v_pt))
-    row["m_norm"], row["v_norm"] = m_norm, v_norm
-    if probe.per_layer:
-        gi = group_index_for(probe._groups_idx, e.names, probe.groups)
-        row.update(gi.columns("layer_m", torch.tensor(m_pt, dtype=torch.float64)))
-        row.update(gi.columns("layer_v", torch.tensor(v_pt, dtype=torch.float64)))
+    # on the bookkeeping of the updates before this one (optstate_schedule.py: the launch took
+    # the norms on a superset of these updates, so a late read changes no row)
+    norms = norms_due(probe, e.update, e.spike_now)
+    if norms and "m" not in e.slots:
+        raise RuntimeError(f"update {e.update}: the moments' norms are due but were not taken")
+    m_norm = v_norm = 0.0
+    if norms:
+        m_norm, v_norm = _moment_columns(probe, e, row, get("m"), get("v"))
     ginfo = probe._ginfo or []
     if e.reset:
         for sp in probe.spikes:
@@ -66,9 +67,26 @@ def finish_entry(
         if e.view is not None:  # host sync: the spike's own shadow norms (rare)
             both = torch.cat([e.view.bm, e.view.bv]).tolist()
             view_vals = (both[: e.view.bm.numel()], both[e.view.bm.numel() :])
+    if not norms:
+        return
+    probe._shares_at = e.update
     spike_shares(probe, e.update, e.betas, m_norm, v_norm)
     if probe.shadow:
         shadow_columns(probe, e.update, row, ginfo, m_norm, v_norm, e.view, view_vals)
+
+
+def _moment_columns(
+    probe: OptStateProbe, e: Pending, row: Any, m_pt: list[float], v_pt: list[float]
+) -> tuple[float, float]:
+    """``m_norm``, ``v_norm`` (returned too) and the per-layer ones, into the row."""
+    m_norm = math.sqrt(sum(x * x for x in m_pt))
+    v_norm = math.sqrt(sum(x * x for x in v_pt))
+    row["m_norm"], row["v_norm"] = m_norm, v_norm
+    if probe.per_layer:
+        gi = group_index_for(probe._groups_idx, e.names, probe.groups)
+        row.update(gi.columns("layer_m", torch.tensor(m_pt, dtype=torch.float64)))
+        row.update(gi.columns("layer_v", torch.tensor(v_pt, dtype=torch.float64)))
+    return m_norm, v_norm
 
 
 def add_spike(

@@ -103,8 +103,8 @@ def optimizer_state_figure(arms: list[Arm]) -> tuple[go.Figure | None, str]:
     style = Style(arms)
     for i, (col, _, log) in enumerate(rows, start=1):
         for a in arms:
-            if _has(a, col):
-                m = thin(a.metrics, _keep(a))
+            if _has(a, col):  # a column on a schedule: its rows only, so the line joins them
+                m = thin(a.metrics[a.metrics[col].notna()], _keep(a))
                 _arm_line(fig, style, a, i, m["update"], m[col])
         if log:
             fig.update_yaxes(type="log", row=i, col=1)

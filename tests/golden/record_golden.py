@@ -82,7 +82,8 @@ def run_golden_cascade(out: Path) -> dict[str, dict[str, list]]:
         size="tiny", steps=ARGS["steps"], lr=ARGS["lr"], seed=ARGS["seed"], inject=ARGS["inject"],
         micro_batch=8, accum=2, seq_len=64, eval_every=1, checkpoint_every=4, device="cpu",
         mixer_sharpness=1.0,  # the seeds' mixer: tiny's own default is sharper (issue 24)
-        probes=ProbeConfig(update_stats_every=1),  # the update stats every update (default: 10)
+        # the update stats and the moments' norms every update (default: 10 each)
+        probes=ProbeConfig(update_stats_every=1, moment_norms_every=1),
         sources={"gutenberg": "generated", "hermes3-general": "generated", "repo-docs": str(REPO_DOCS)},
     )  # fmt: skip
     spec = CascadeSpec(base=base, clips=list(ARGS["clips"]), out=out)
