@@ -35,7 +35,8 @@ mkdir -p /tmp/parity /tmp/bt
       echo "== bench-train $s $p --update-stats-every $e $flags"
       timeout 170 python3 -m andrea_diag.cli bench-train --size "$s" --precision "$p" --updates 120 \
         --warmup 15 --block 20 --update-stats-every "$e" $flags --device cuda \
-        --out "/tmp/bt/$s-$p-e$e-$mode" 2>&1 | grep -v "timed\|warm-up"
+        --out "/tmp/bt/$s-$p-e$e-$mode" 2>&1 | tee "/tmp/bt/$s-$p-e$e-$mode.log" | grep -v "timed\|warm-up"
+      # the whole output is in bt.tgz: a one-line error that names the warm-up is not lost
       tar czf "$OUT/bt.tgz" --exclude='*.html' -C /tmp/bt .  # the JSONs: the pages are over the size limit
     done
   done
