@@ -175,19 +175,19 @@ UPDATE_RMS = C("update_rms", OPTSTATE, float, "optstate/update_rms",
 COS_UPDATE_GRAD = C("cos_update_grad", OPTSTATE, float, "optstate/cos_update_grad",
                     "cosine between the update direction and the gradient Adam received "
                     "(every --update-stats-every updates and at spikes)")  # fmt: skip
-M_NORM = C("m_norm", OPTSTATE, float, "optstate/m_norm", "global L2 norm of Adam's exp_avg",
-           optional=True)  # fmt: skip
-V_NORM = C("v_norm", OPTSTATE, float, "optstate/v_norm", "global L2 norm of Adam's exp_avg_sq",
-           optional=True)  # fmt: skip
+M_NORM = C("m_norm", OPTSTATE, float, "optstate/m_norm", "global L2 norm of Adam's exp_avg (every "
+           "--moment-norms-every updates, at spikes and until their recovery)", optional=True)  # fmt: skip
+V_NORM = C("v_norm", OPTSTATE, float, "optstate/v_norm", "global L2 norm of Adam's exp_avg_sq (on m_norm's "
+           "schedule)", optional=True)  # fmt: skip
 LAYER_M = C("layer_m/{layer}", OPTSTATE, float, "optstate/m/{layer}",
-            "exp_avg norm of one parameter group", optional=True)  # fmt: skip
+            "exp_avg norm of one parameter group (on m_norm's schedule)", optional=True)  # fmt: skip
 LAYER_V = C("layer_v/{layer}", OPTSTATE, float, "optstate/v/{layer}",
-            "exp_avg_sq norm of one parameter group", optional=True)  # fmt: skip
+            "exp_avg_sq norm of one parameter group (on m_norm's schedule)", optional=True)  # fmt: skip
 M_SPIKE_SHARE = C("m_spike_share", OPTSTATE, float, "optstate/m_spike_share",
-                  "share of ||m|| the spike updates contribute (shadow buffers)",
+                  "share of ||m|| the spike updates contribute (shadow buffers; on m_norm's schedule)",
                   optional=True)  # fmt: skip
 V_SPIKE_SHARE = C("v_spike_share", OPTSTATE, float, "optstate/v_spike_share",
-                  "share of ||v|| the spike updates contribute (shadow buffers)",
+                  "share of ||v|| the spike updates contribute (shadow buffers; on m_norm's schedule)",
                   optional=True)  # fmt: skip
 LOCKIN_TOP_TOKEN_SHARE = C("lockin/top_token_share", LOCKIN, float, "lockin/top_token_share",
                            "greedy samples: largest share of one token", optional=True)  # fmt: skip

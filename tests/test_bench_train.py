@@ -118,9 +118,15 @@ def test_a_graph_still_to_come_after_the_warmup_is_refused_not_timed() -> None:
     from andrea_diag.errors import UserError
 
     def engine(
-        group: object, step: object, probe: object, graphed: bool = True, every: int = 1
+        group: object,
+        step: object,
+        probe: object,
+        graphed: bool = True,
+        every: int = 1,
+        stats_every: int = 10,
     ) -> NS:
-        probes = [NS(graphs=NS(graph=probe), moment_norms_every=every)]
+        probes = [NS(graphs=NS(graph=probe), moment_norms_every=every, update_stats=True,
+                     update_stats_every=stats_every)]  # fmt: skip
         return NS(cfg=NS(cuda_graph=graphed), groups=NS(graph=group),
                   steps=NS(graph=step, graphed=True), probes=NS(probes=probes))  # fmt: skip
 
@@ -129,10 +135,13 @@ def test_a_graph_still_to_come_after_the_warmup_is_refused_not_timed() -> None:
         check_captured([engine(1, None, 1)], 15)  # v2's lr warm-up: the step comes later
     with pytest.raises(UserError, match="the group, optimizer-state probe graph is not"):
         check_captured([engine(None, 1, None)], 15)
-    # the moments' norms on a schedule: its updates run eagerly, a spike's run captures later
+    # the moments' norms on the update stats' schedule: those updates run eagerly, and the
+    # probe's graph comes with a spike's window of updates
     check_captured([engine(1, 1, None, every=10)], 15)
     with pytest.raises(UserError, match="the group graph is not"):
         check_captured([engine(None, 1, None, every=10)], 15)
+    with pytest.raises(UserError, match="the optimizer-state probe graph is not"):
+        check_captured([engine(1, 1, None, every=10, stats_every=3)], 15)  # graphed on schedule
 
 
 def test_the_probes_hooks_are_timed_in_an_engine_block_after_the_timed_ones(

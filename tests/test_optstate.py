@@ -42,12 +42,14 @@ def _train(
     keep_state=True,
     defer=False,
     norms_every=1,
+    resets=(),
     **kw,
 ):
     """Adam(W) on three tensors; big gradients at ``spikes``. Returns rows, probe, received grads.
 
     ``keep_state=False`` keeps m and v (for the closed form) only from the first spike on.
-    ``norms_every``: the probe's ``moment_norms_every``.
+    ``norms_every``: the probe's ``moment_norms_every``. ``resets``: updates whose clip mode
+    zeroes m and v first, as SPAM does (the probe reads ``moments_reset`` from the clip).
     """
     params, opt = _setup(opt_cls, betas, **kw)
     probe = OptStateProbe(shadow=shadow, moment_norms_every=norms_every)
@@ -73,11 +75,15 @@ def _train(
             loss=1.0,
             example_loss=torch.zeros(0),
             example_source=torch.zeros(0),
-            clip=None,
+            clip=_reset_clip() if t in resets else None,
             recorder=_NullRecorder(),  # type: ignore[arg-type]
             row=row,
             spike=t in spikes,  # what the spike probe would have decided online
         )
+        if t in resets:
+            for st in opt.state.values():
+                st["exp_avg"].zero_()
+                st["exp_avg_sq"].zero_()
         probe.after_clip(ctx)
         opt.step()
         probe.after_step(ctx)
@@ -88,6 +94,13 @@ def _train(
         rows.append(row)
     probe.resolve()  # deferred: the flush
     return rows, probe, received, params
+
+
+def _reset_clip():
+    """What a clip mode that zeroed Adam's moments reports (only ``moments_reset`` is read)."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(per_tensor_norm=torch.zeros(0), scale=torch.ones(()), moments_reset=True)
 
 
 def _direct_share(t, received, rows, which, spikes=SPIKES, betas=BETAS):
@@ -335,3 +348,51 @@ def test_the_moments_norms_on_a_schedule_give_the_recovery_of_norms_every_update
 def test_a_moment_norms_schedule_below_one_is_refused():
     with pytest.raises(ValueError, match="moment_norms_every must be at least 1"):
         OptStateProbe(moment_norms_every=0)
+
+
+@pytest.mark.parametrize("shadow", [False, True])
+def test_a_reset_that_empties_the_moments_closes_the_spikes_windows_and_keeps_the_summary(shadow):
+    """A reset (SPAM) ends every spike's term: its window closes, the rows after it are on the
+    schedule again, and the summary (with the shadow: the final share of empty buffers, 0) is
+    the full run's."""
+    run = {"steps": 150, "betas": FAST, "shadow": shadow, "spikes": (10,), "resets": (148,)}
+    _, probe_full, _, _ = _train(torch.optim.Adam, **run)
+    some, probe_some, _, _ = _train(torch.optim.Adam, norms_every=7, **run)
+    assert "m_norm" not in some[148] and "m_norm" not in some[149]  # updates 149 and 150
+    early, _, _, _ = _train(torch.optim.Adam, norms_every=7, **(run | {"resets": (15,)}))
+    assert [t for t, r in enumerate(early, 1) if "m_norm" in r][:8] == [
+        7,
+        10,
+        11,
+        12,
+        13,
+        14,
+        15,
+        21,
+    ]
+    assert probe_some.close(None) == probe_full.close(None)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("every", [1, 10])
+def test_updates_skipped_before_the_first_step_leave_the_probe_running(tmp_path, every):
+    """A skipped update before Adam's first step has no m and v, even when its row is resolved
+    after later updates made them: its row has no norms, and the probe carries on."""
+    import dataclasses
+    import json
+
+    from andrea_diag.bench.train import _engine
+    from andrea_diag.config import ProbeConfig, RunConfig
+
+    probes = ProbeConfig(lockin=False, moment_norms_every=every)
+    cfg = RunConfig(size="tiny", device="cpu", probes=probes).resolve()
+    cfg = dataclasses.replace(cfg, steps=12, eval_every=0, checkpoint_every=0,
+                              inject=["nonfinite@1"])  # fmt: skip
+    engine, _ = _engine(cfg, tmp_path / "run")
+    summary = engine.run(lambda update, row: None)
+    lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    rows = [json.loads(x) for x in lines]
+    assert rows[0]["applied"] is False and "m_norm" not in rows[0]
+    due = [r for r in rows[1:] if r["update"] % every == 0 or (r["spike"] and r["applied"])]
+    assert due and all("m_norm" in r for r in due)
+    assert "m_norm" in rows[-3]  # update 10
+    assert summary.get("probe_failures", []) == [] and "pollution" in summary

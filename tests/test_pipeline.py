@@ -103,6 +103,7 @@ def test_a_pipelined_arm_records_the_eager_arms_rows_bit_for_bit(
     assert {"update_rms", "cos_update_grad"} <= set(rec[-1])
     assert all("m_norm" in r for r in rec if r["update"] % norms_every == 0 or r["spike"])
     assert norms_every > 1 or {"m_norm", "m_spike_share"} <= set(rec[-1])
+    assert norms_every == 1 or any("m_norm" not in r for r in late), "rows off the schedule"
     off = [r for r in late if r["update"] % every]  # off the update stats' schedule
     assert all("update_rms" in r for r in off if r["spike"] and r["applied"])
     assert every == 1 or any(r["spike"] and r["applied"] for r in off), "a spike off it"

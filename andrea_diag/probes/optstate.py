@@ -292,7 +292,7 @@ class OptStateProbe:
                 self._shadow.decay(ginfo, self._gid_of)
         entry = Pending(ctx.update, ctx.row, names, sum(p.numel() for p in params), ctx.applied,
                          spike_now, reset, flat, slots, [(i.beta1, i.beta2) for i in ginfo])  # fmt: skip
-        entry.copy = copy
+        entry.copy, entry.has_moments = copy, bool(self.has_moments)  # this update's own
         if spike_now and self.has_moments:
             # host sync, at a spike only: its terms, and the shadow add, need its norms now
             entry.spike = (params, g_eff, [self._gid_of.get(id(p), 0) for p in params])

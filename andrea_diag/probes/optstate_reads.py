@@ -117,6 +117,7 @@ class Pending:
         self.applied, self.spike_now, self.reset = applied, spike_now, reset
         self.flat, self.slots, self.betas = flat, slots, betas
         self.vals: list[float] = []
+        self.has_moments = True  # the optimizer had m and v at this update (not before its state)
         # ``flat`` on its way to the host (started with the device work): read without a sync
         self.copy: HostCopy | None = None
         self.view: ShadowView | None = None

@@ -43,7 +43,7 @@ def finish_entry(
     elif probe.update_stats and not e.applied:
         row["update_rms"] = 0.0
         row["cos_update_grad"] = None
-    if not probe.has_moments:  # not Adam: update columns only
+    if not e.has_moments:  # not Adam, or before its first step made m and v: update columns
         return
     # on the bookkeeping of the updates before this one (optstate_schedule.py: the launch took
     # the norms on a superset of these updates, so a late read changes no row)

@@ -12,8 +12,9 @@ is 0.215 ms an update, most of what the engine costs over a plain loop there
 share of ``‖m‖`` (``‖v‖``) falls below the probe's ``recovery_share``, and that share is known
 only from each update's norms. So from a spike until every spike's recovery is known (with the
 shadow buffers, also their combined share's), the norms are taken every update. The recovery
-figures are then those of a run with the norms every update
-(tests/test_optstate_schedule.py).
+figures are then those of a run with the norms every update (tests/test_optstate.py); the
+shadow's maxima are over the rows with norms. The cost comes back while a spike is open: with
+β2 = 0.999, an early spike's share of ``v`` can stay above 10% for hundreds of updates.
 
 *The launch and the row*: the launch decides from the spikes resolved so far. That is a superset
 of the updates the row keeps, since a recovery may be found after the next launch. The row keeps
@@ -37,16 +38,20 @@ def spikes_open(probe: OptStateProbe) -> bool:
     """Whether a spike's recovery (or, with the shadow on, the combined one) is still unknown."""
     if any(sp.recovery_m is None or sp.recovery_v is None for sp in probe.spikes):
         return True
+    # empty buffers (a reset, or a first spike's non-finite gradient) have no share to wait for:
+    # their rows leave recovery_*_all as they are, every update or not
     return bool(
         probe.shadow
+        and probe._shadow.bm
         and probe._last_spike_update is not None
         and (probe.recovery_m_all is None or probe.recovery_v_all is None)
     )
 
 
 def norms_due(probe: OptStateProbe, update: int, spike: bool | None) -> bool:
-    """Whether ``update`` takes the moments' norms: on the schedule, at a spike (``None``: not
-    known yet, the pipelined launch), or while a spike is open (:func:`spikes_open`)."""
+    """Whether ``update`` takes the moments' norms: on the schedule, at a spike, or while a spike
+    is open (:func:`spikes_open`). ``spike`` None: not known yet (the pipelined launch); a
+    spike found later takes its norms in its host part."""
     return update % probe.moment_norms_every == 0 or bool(spike) or spikes_open(probe)
 
 
@@ -58,7 +63,8 @@ def last_shadow_share(probe: OptStateProbe) -> None:
     norms are taken every update until then."""
     ginfo = probe._ginfo or []
     view = probe._shadow.view(ginfo, probe._gid_of)
-    if view is None:  # no spike yet, or a reset emptied the buffers: the shares stay as they are
+    if view is None:  # no spike yet, or a reset emptied the buffers: shares of 0, as a row's
+        shadow_columns(probe, probe.last_update, {}, ginfo, 0.0, 0.0, None, None)
         return
     out = Scalars()  # the rows' own arithmetic: one pass over m and v, the sums in Python
     out.push_split(
