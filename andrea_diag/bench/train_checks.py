@@ -41,8 +41,8 @@ def check_captured(engines: list[Any], warmup: int) -> None:
     for e in engines:
         if not e.cfg.cuda_graph:
             continue
-        scalars = [p.graphs for p in e.probes.probes
-                   if getattr(p, "graphs", None) is not None and not _graphs_at_spikes(p)]  # fmt: skip
+        probes = [p for p in e.probes.probes if getattr(p, "graphs", None) is not None]
+        scalars = [p.graphs for p in probes if not _graphs_at_spikes(p)]
         missing = [name for name, ready in (
             ("group", e.groups.graph is not None),
             ("optimizer step", e.steps.graph is not None or not e.steps.graphed),

@@ -11,7 +11,8 @@ Columns (Adam/AdamW; other optimizers get only the update columns):
   received (+1: a plain SGD step; ~0: Adam's history dominates); both every
   ``update_stats_every`` updates (``ProbeConfig``, ``--update-stats-every``: default 10; a
   direct caller's: 1) and at spikes, else absent;
-- ``m_spike_share = ‖m_spike‖/‖m‖``, ``v_spike_share = ‖v_spike‖/‖v‖`` (shadow buffers on; the rows with norms).
+- ``m_spike_share = ‖m_spike‖/‖m‖``, ``v_spike_share = ‖v_spike‖/‖v‖`` (shadow buffers on; on
+  the rows with the norms).
 
 *Why a parameter snapshot for Δθ*: recomputing ``lr·m̂/(√v̂+ε)`` needs five elementwise passes
 and knows only Adam; a copy before the step and one subtraction is two, exact for any optimizer
@@ -68,7 +69,7 @@ from andrea_diag.probes.optstate_reads import (
     tensor_norms,
 )
 from andrea_diag.probes.optstate_rows import finish_entry
-from andrea_diag.probes.optstate_schedule import last_shadow_share, norms_due
+from andrea_diag.probes.optstate_schedule import check_every, last_shadow_share, norms_due
 from andrea_diag.probes.shadow import (
     GroupInfo,
     ShadowBuffers,
@@ -105,9 +106,7 @@ class OptStateProbe:
     ) -> None:
         self.shadow, self.per_layer, self.update_stats = shadow, per_layer, update_stats
         self.recovery_share, self.groups = recovery_share, groups
-        for key, every in (("update_stats", update_stats_every), ("moment_norms", moment_norms_every)):  # fmt: skip
-            if every < 1:  # ProbeConfig checks the CLI's; a direct caller's is here
-                raise ValueError(f"{key}_every must be at least 1, got {every}")
+        check_every(update_stats_every=update_stats_every, moment_norms_every=moment_norms_every)
         self.update_stats_every = int(update_stats_every)
         self.moment_norms_every = int(moment_norms_every)  # optstate_schedule.py: why, when
         self._shares_at = 0  # the last update whose row had the norms

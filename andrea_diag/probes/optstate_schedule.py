@@ -34,6 +34,14 @@ from andrea_diag.probes.shadow import shadow_columns
 OptStateProbe = Any
 
 
+def check_every(**schedules: int) -> None:
+    """A ``ValueError`` for a schedule below 1 (ProbeConfig checks the CLI's; a direct
+    caller's is checked here)."""
+    for name, every in schedules.items():
+        if every < 1:
+            raise ValueError(f"{name} must be at least 1, got {every}")
+
+
 def spikes_open(probe: OptStateProbe) -> bool:
     """Whether a spike's recovery (or, with the shadow on, the combined one) is still unknown."""
     if any(sp.recovery_m is None or sp.recovery_v is None for sp in probe.spikes):
