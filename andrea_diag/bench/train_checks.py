@@ -63,7 +63,7 @@ def _graphs_at_spikes(probe: Any) -> bool:
     optstate.py ``_device_scalars``). It is captured there, in the timed updates as in a run."""
     every = getattr(probe, "moment_norms_every", 1)
     stats = getattr(probe, "update_stats", False)
-    return every > 1 and stats and getattr(probe, "update_stats_every", 1) == every > 2
+    return bool(stats) and every > 2 and getattr(probe, "update_stats_every", 1) == every
 
 
 def host_speed() -> dict[str, Any]:

@@ -61,12 +61,12 @@ from andrea_diag.probes.optstate_reads import (
     delta_stats,
     effective_grads,
     post_clip_norms,
+    push_moment_norms,
     push_spike_norms,
     read_queue,
     ready,
     snapshot_buffers,
     spike_update_stats,
-    tensor_norms,
 )
 from andrea_diag.probes.optstate_rows import finish_entry
 from andrea_diag.probes.optstate_schedule import check_every, last_shadow_share, norms_due
@@ -270,8 +270,7 @@ class OptStateProbe:
             if flat is not None:
                 out.adopt(flat, slots)
             if "m" not in out.slots:  # off the norms' schedule: m, v are still this update's
-                mv = tensor_norms(self._moments, self.fused_norms)
-                out.push_split(("m", "v"), mv, len(params))
+                push_moment_norms(out, self._moments, self.fused_norms)
             if self._snap_late == ctx.update:  # off its schedule: the kept θ_prev, for Δθ
                 assert self._snap is not None
                 # a spike's update stats off the schedule: the columns of an eager spike
@@ -349,8 +348,7 @@ class OptStateProbe:
     ) -> Scalars:  # fmt: skip
         """(``norms``) ‖m‖, ‖v‖ per tensor, then (``snap``: θ_prev) Δθ's norms and Δθ·g."""
         if norms:
-            mv = tensor_norms(ms + vs, self.fused_norms)  # one call for both moments
-            out.push_split(("m", "v"), mv, len(ms))
+            push_moment_norms(out, ms + vs, self.fused_norms)
         if snap is not None:
             delta_stats(out, params, g_eff, snap, self._snap_flat, self.fused_norms)
         return out

@@ -224,6 +224,17 @@ def tensor_norms(ts: list[torch.Tensor], fused: bool) -> torch.Tensor | list[tor
     return torch._foreach_norm(ts)
 
 
+def push_moment_norms(out: Scalars, moments: list[torch.Tensor], fused: bool) -> None:
+    """Per-tensor ``‖m‖`` then ``‖v‖`` into ``out`` (slots "m", "v"): ``moments`` is the m list
+    followed by the v list, one norm pass for both."""
+    out.push_split(("m", "v"), tensor_norms(moments, fused), len(moments) // 2)
+
+
+def l2(values: list[float]) -> float:
+    """The global L2 norm of per-tensor norms, in the rows' own Python arithmetic."""
+    return math.sqrt(sum(x * x for x in values))
+
+
 def delta_stats(
     out: Scalars,
     params: list[torch.Tensor],

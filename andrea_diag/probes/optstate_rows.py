@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from andrea_diag.probes.layers import group_index_for
-from andrea_diag.probes.optstate_reads import Pending
+from andrea_diag.probes.optstate_reads import Pending, l2
 from andrea_diag.probes.optstate_schedule import norms_due
 from andrea_diag.probes.shadow import GroupInfo, SpikeTerm, shadow_columns, spike_shares
 
@@ -35,8 +35,7 @@ def finish_entry(
 
     if "d" in e.slots:
         d, g = get("d"), get("g")
-        d_norm = math.sqrt(sum(x * x for x in d))
-        g_norm = math.sqrt(sum(x * x for x in g))
+        d_norm, g_norm = l2(d), l2(g)
         row["update_rms"] = d_norm / math.sqrt(max(e.n_elem, 1))
         denom = d_norm * g_norm
         row["cos_update_grad"] = get("dot")[0] / denom if denom > 0 else None
@@ -79,8 +78,7 @@ def _moment_columns(
     probe: OptStateProbe, e: Pending, row: Any, m_pt: list[float], v_pt: list[float]
 ) -> tuple[float, float]:
     """``m_norm``, ``v_norm`` (returned too) and the per-layer ones, into the row."""
-    m_norm = math.sqrt(sum(x * x for x in m_pt))
-    v_norm = math.sqrt(sum(x * x for x in v_pt))
+    m_norm, v_norm = l2(m_pt), l2(v_pt)
     row["m_norm"], row["v_norm"] = m_norm, v_norm
     if probe.per_layer:
         gi = group_index_for(probe._groups_idx, e.names, probe.groups)

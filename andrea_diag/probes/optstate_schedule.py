@@ -24,10 +24,9 @@ the rows do not depend on when the reads landed.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
-from andrea_diag.probes.optstate_reads import Scalars, tensor_norms
+from andrea_diag.probes.optstate_reads import Scalars, l2, push_moment_norms
 from andrea_diag.probes.shadow import shadow_columns
 
 # the probe (optstate.py) calls these, so its type is not imported here (a cycle)
@@ -75,15 +74,11 @@ def last_shadow_share(probe: OptStateProbe) -> None:
         shadow_columns(probe, probe.last_update, {}, ginfo, 0.0, 0.0, None, None)
         return
     out = Scalars()  # the rows' own arithmetic: one pass over m and v, the sums in Python
-    out.push_split(
-        ("m", "v"), tensor_norms(probe._moments, probe.fused_norms), len(probe._moments) // 2
-    )
+    push_moment_norms(out, probe._moments, probe.fused_norms)
     out.push("bm", view.bm)
     out.push("bv", view.bv)
     flat = out.flat()
     assert flat is not None
     vals = flat.tolist()
     m_pt, v_pt, bm, bv = (vals[out.slots[k]] for k in ("m", "v", "bm", "bv"))
-    m_norm = math.sqrt(sum(x * x for x in m_pt))
-    v_norm = math.sqrt(sum(x * x for x in v_pt))
-    shadow_columns(probe, probe.last_update, {}, ginfo, m_norm, v_norm, view, (bm, bv))
+    shadow_columns(probe, probe.last_update, {}, ginfo, l2(m_pt), l2(v_pt), view, (bm, bv))
