@@ -14,15 +14,20 @@ last, so a drift within the call shows. A diagnostic: the published ratio is ben
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from andrea_diag import probes as registry
 from andrea_diag.bench.train import bench_train
+from andrea_diag.bench.train_checks import host_speed
 from andrea_diag.config import RunConfig
 
-# name -> ProbeConfig fields changed from the default
+# name -> ProbeConfig fields changed from the default; "drop": registered probes left out (the
+# spike probe stays: the optimizer-state probe's pipelined copies take its decision)
 VARIANTS: dict[str, dict[str, Any]] = {
     "default": {},
     "no-shadow": {"shadow": False},
@@ -31,15 +36,29 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "no-lockin": {"lockin": False},
     "norms-every-1": {"moment_norms_every": 1},
     "all-off": {"shadow": False, "per_layer": False, "update_stats": False, "lockin": False},
+    "no-optstate": {"drop": ("optstate",)},
+    "spikes-only": {"drop": ("optstate", "layers", "lockin")},
 }
+
+
+@contextlib.contextmanager
+def without(names: tuple[str, ...]) -> Iterator[None]:
+    """The probe registry with ``names`` left out, for one engine's build."""
+    kept = {n: registry.PROBES.pop(n) for n in names}
+    try:
+        yield
+    finally:
+        registry.PROBES.update(kept)
 
 
 def run_variant(a: argparse.Namespace, changes: dict[str, Any]) -> dict[str, Any]:
     """One bench-train result for the default config with ``changes`` to its probes."""
     cfg = RunConfig(size=a.size, precision=a.precision, device=a.device,
                     cuda_graph=a.device == "cuda").resolve()  # fmt: skip
-    cfg = dataclasses.replace(cfg, probes=dataclasses.replace(cfg.probes, **changes))
-    res = bench_train(cfg, updates=a.updates, warmup=a.warmup, block=a.block, plain="same")
+    fields = {k: v for k, v in changes.items() if k != "drop"}
+    cfg = dataclasses.replace(cfg, probes=dataclasses.replace(cfg.probes, **fields))
+    with without(changes.get("drop", ())):
+        res = bench_train(cfg, updates=a.updates, warmup=a.warmup, block=a.block, plain="same")
     return {
         "changes": changes,
         "speed_vs_plain": res["speed_vs_plain"],
@@ -68,8 +87,8 @@ def main() -> None:
         out.append(row)
         print(f"{name:<16} speed {row['speed_vs_plain']:.4f}  engine {row['engine_ms']:.3f} ms  "
               f"plain {row['plain_ms']:.3f} ms", flush=True)  # fmt: skip
-        a.out.write_text(json.dumps({"size": a.size, "precision": a.precision, "rows": out},
-                                    indent=1))  # fmt: skip  # each row as it lands
+        head = {"size": a.size, "precision": a.precision, **host_speed()}
+        a.out.write_text(json.dumps({**head, "rows": out}, indent=1))  # each row as it lands
 
 
 if __name__ == "__main__":

@@ -124,8 +124,9 @@ def test_a_graph_still_to_come_after_the_warmup_is_refused_not_timed() -> None:
         graphed: bool = True,
         every: int = 1,
         stats_every: int = 10,
+        stats: bool = True,
     ) -> NS:
-        probes = [NS(graphs=NS(graph=probe), moment_norms_every=every, update_stats=True,
+        probes = [NS(graphs=NS(graph=probe), moment_norms_every=every, update_stats=stats,
                      update_stats_every=stats_every)]  # fmt: skip
         return NS(cfg=NS(cuda_graph=graphed), groups=NS(graph=group),
                   steps=NS(graph=step, graphed=True), probes=NS(probes=probes))  # fmt: skip
@@ -142,6 +143,10 @@ def test_a_graph_still_to_come_after_the_warmup_is_refused_not_timed() -> None:
         check_captured([engine(None, 1, None, every=10)], 15)
     with pytest.raises(UserError, match="the optimizer-state probe graph is not"):
         check_captured([engine(1, 1, None, every=10, stats_every=3)], 15)  # graphed on schedule
+    # without update stats, the norms' own schedule is too sparse to capture in the warm-up
+    check_captured([engine(1, 1, None, every=10, stats=False)], 15)
+    with pytest.raises(UserError, match="the optimizer-state probe graph is not"):
+        check_captured([engine(1, 1, None, every=1, stats=False)], 15)
 
 
 def test_the_probes_hooks_are_timed_in_an_engine_block_after_the_timed_ones(

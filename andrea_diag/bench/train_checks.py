@@ -59,11 +59,12 @@ def check_captured(engines: list[Any], warmup: int) -> None:
 
 def _graphs_at_spikes(probe: Any) -> bool:
     """Whether the optimizer-state probe's graph comes only with a spike's window of updates:
-    its norms on a schedule that the update statistics share (those updates then run eagerly,
+    its norms on a schedule that the update statistics share, or with those statistics off
+    (the scheduled updates then run eagerly, or too far apart to capture in a warm-up,
     optstate.py ``_device_scalars``). It is captured there, in the timed updates as in a run."""
     every = getattr(probe, "moment_norms_every", 1)
     stats = getattr(probe, "update_stats", False)
-    return bool(stats) and every > 2 and getattr(probe, "update_stats_every", 1) == every
+    return every > 2 and (not stats or getattr(probe, "update_stats_every", 1) == every)
 
 
 def host_speed() -> dict[str, Any]:

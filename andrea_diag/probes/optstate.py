@@ -50,6 +50,7 @@ import torch
 
 from andrea_diag import metrics
 from andrea_diag.device import HostCopy, PinnedStaging
+from andrea_diag.optim_state import ParamStates
 from andrea_diag.probes.base import UpdateContext
 from andrea_diag.probes.layers import GroupIndex
 from andrea_diag.probes.optstate_checkpoint import load_probe_state, probe_state
@@ -149,6 +150,7 @@ class OptStateProbe:
         self._maybe: torch.Tensor | None = None
         self._snap_flag: torch.Tensor | None = None  # the flag of a snapshot off its schedule
         self._staging = PinnedStaging()
+        self._states = ParamStates()
 
     def _with_grad(self, ctx: UpdateContext) -> tuple[list[str], list[torch.Tensor]]:
         pairs = [
@@ -236,7 +238,7 @@ class OptStateProbe:
         if g_eff is None:
             g_eff = effective_grads(params, self._group_info(ctx.optimizer), self._gid_of)
         self._g_eff = None
-        state = [ctx.optimizer.state.get(p) for p in params]  # one lookup (a Python hash) each
+        state = self._states.of(ctx.optimizer, params)  # cached: a tensor's hash is Python
         ms = [None if st is None else st.get("exp_avg") for st in state]
         vs = [None if st is None else st.get("exp_avg_sq") for st in state]
         self.has_moments = all(m is not None for m in ms) and all(v is not None for v in vs)

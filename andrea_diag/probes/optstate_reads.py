@@ -179,6 +179,8 @@ def effective_grads(
     params: list[torch.Tensor], ginfo: list[GroupInfo], gid_of: dict[int, int]
 ) -> list[torch.Tensor]:
     """The gradient Adam receives: post-clip grad, + wd·θ (coupled L2), negated if maximize."""
+    if not any(i.l2 or i.maximize for i in ginfo):  # the common case: the gradients as they are
+        return [p.grad.detach() if p.grad.requires_grad else p.grad for p in params]
     out = []
     for p in params:
         g = p.grad.detach() if p.grad.requires_grad else p.grad  # create_graph only

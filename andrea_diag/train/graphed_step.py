@@ -42,6 +42,7 @@ from typing import Any
 import torch
 
 from andrea_diag.errors import capture_refused
+from andrea_diag.optim_state import ParamStates
 from andrea_diag.tensor_keys import TensorKey
 from andrea_diag.train.components import Precision
 from andrea_diag.train.graphed import WARMUP_UPDATES
@@ -99,11 +100,12 @@ class StepRunner:
         # every graphed step reads the flag (set by a Pipeline that will run): one graph
         self.device_skip = False
         self.counts = {"eager": 0, "replayed": 0, "captured": 0}
+        self._states = ParamStates()  # the per-parameter state dicts, not looked up each step
 
     def _groups(self, device_skip: bool) -> tuple[list, list, tuple]:
         """What a step graph reads: the gradients, the moments, and the hyperparameters with the
-        skip flag's use. One state lookup a parameter (a tensor's hash is a Python call)."""
-        state = [self.optimizer.state.get(p) for p in self.params]
+        skip flag's use. The state dicts are cached (a tensor's hash is a Python call)."""
+        state = self._states.of(self.optimizer, self.params)
         moments = [None if s is None else s.get(k) for s in state for k in STATE]
         hyper = tuple(tuple(g.get(k) for k in HYPER) for g in self.optimizer.param_groups)
         return [p.grad for p in self.params], moments, (hyper, device_skip)
