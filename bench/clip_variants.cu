@@ -1,5 +1,5 @@
 // Issue 20 item 5: the fused clip's norm pass and active clip timed without torch, so that
-// a variant of the kernels (an edited kernels/ tree, or -D knobs a variant adds) builds in seconds
+// a variant of the kernels (an edited csrc/ tree, or -D knobs a variant adds) builds in seconds
 // and times beside the shipped one in one device call (bench/clip_variants.sh). The seventh
 // session's variants (a cp.async ring and a per-block trace: commit 6f92d83, bench/clip_ring.*;
 // a small-piece batch) lost to the shipped loads and were taken back
@@ -22,7 +22,7 @@
 // in the same process (1 GiB device-to-device, read + write counted).
 #include <cstdint>
 
-#include "../kernels/clip.cu"
+#include "../csrc/clip.cu"
 
 #include <algorithm>
 #include <cstdio>

@@ -7,7 +7,7 @@
 #   VARIANTS="shipped:" REPS=200 bash bench/clip_variants.sh
 # A variant is NAME:FLAGS, FLAGS the -D options of its build (none: the shipped kernel).
 # NCU=0 skips Nsight Compute.
-# FLAGS are comma-separated, e.g. "b2:-DANDREA_CLIP_BLOCKS_PER_SM=2" once a knob exists in kernels/.
+# FLAGS are comma-separated, e.g. "b2:-DANDREA_CLIP_BLOCKS_PER_SM=2" once a knob exists in csrc/.
 # Writes $OUT/variants.txt (everything), $OUT/ptxas-<variant>.txt, $OUT/ncu-<variant>-<size>-<dtype>.txt
 set -o pipefail
 VARIANTS=${VARIANTS:-shipped:}

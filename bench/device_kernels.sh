@@ -18,7 +18,7 @@ BENCH=/tmp/bench-kernels
 {
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv
   python3 -c "import torch; print(torch.__version__, torch.version.cuda, torch.cuda.get_device_name())"
-  echo "== build (production and kernels/dev side by side)"
+  echo "== build (production and csrc/dev side by side)"
   time {
     timeout 120 python3 -c "from andrea_diag.clip import cuda; print('prod', cuda.available(), 'pdl', cuda.pdl_enabled())" &
     timeout 120 python3 -c "from andrea_diag.clip import cuda; cuda.load_dev(); print('dev built')" &

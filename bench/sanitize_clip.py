@@ -10,7 +10,7 @@ Exercises every kernel: all dtypes, sizes around the 256-element tile and the 16
 chunk, odd sizes, empty tensors (the inf norm too), a tensor split over many blocks and blocks
 spanning many tensors, small tensors next to large ones (many tensor ends in one run), a list needing
 several launches (one completion counter across them), the stages alone, an all-empty list,
-unaligned views (the scalar path), PDL on and off, and the experiments of kernels/dev/ (the
+unaligned views (the scalar path), PDL on and off, and the experiments of csrc/dev/ (the
 single-launch variant, ClippedAdamW's fused update). Every clip's norm, per-tensor norms and
 clipped gradients are compared with torch's clip in float64; the script exits non-zero on the
 first mismatch.

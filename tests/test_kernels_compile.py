@@ -2,7 +2,7 @@
 
 pytest tests/test_kernels_compile.py -q       # the nvcc tests are skipped when nvcc is absent
 
-Production (kernels/clip.cu) and the experiments (kernels/dev/*.cu) are both checked, so moving
+Production (csrc/clip.cu) and the experiments (csrc/dev/*.cu) are both checked, so moving
 a shared helper cannot break the side that the benchmarks alone build.
 """
 
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-KERNELS = Path(__file__).resolve().parents[1] / "kernels"
+KERNELS = Path(__file__).resolve().parents[1] / "csrc"
 CUDA_SOURCES = ("clip.cu", "dev/clip_single.cu", "dev/adamw.cu")
 # Headers and kernels that must stay torch-free (tables.h and the bindings are the torch side).
 TORCH_FREE = (*CUDA_SOURCES, "clip.h", "tensor_table.h", "multi_tensor.cuh", "clip_device.cuh")

@@ -206,7 +206,7 @@ def _adamw_kernel_row(size: str, mode: str, max_norm: float, s: _AdamwSet, timer
 
     ext = cuda.load_dev()
     grads = [p.grad for p in s.params]
-    # the scale and flag come from the production clipper (kernels/clip.cu); dev holds only
+    # the scale and flag come from the production clipper (csrc/clip.cu); dev holds only
     # the AdamW kernels
     _, _, scale, nonfinite = cuda.load().clip(grads, max_norm, 2.0, False)
     b1, b2 = ADAMW_HYPER["betas"]

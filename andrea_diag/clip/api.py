@@ -7,7 +7,7 @@ The drop-in's contract, and each place it still differs from torch's, is in its 
 
 ``impl`` chooses the implementation:
 
-- ``"cuda"``: the fused extension (``kernels/clip.cu``); needs CUDA gradients and a compiler;
+- ``"cuda"``: the fused extension (``csrc/clip.cu``); needs CUDA gradients and a compiler;
 - ``"reference"``: the pure-torch three-stage mirror in ``reference.py`` (any device);
 - ``"torch"``: ``torch.nn.utils.clip_grad_norm_`` itself (for comparison);
 - ``"auto"``: ``"cuda"`` when the gradients are on a CUDA device and the extension builds,

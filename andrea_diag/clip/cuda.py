@@ -1,11 +1,11 @@
-"""Loader and Python face of the fused CUDA clipper (``kernels/clip.cu`` + ``kernels/binding.cpp``).
+"""Loader and Python face of the fused CUDA clipper (``csrc/clip.cu`` + ``csrc/binding.cpp``).
 
     from andrea_diag.clip import cuda
     ok, why = cuda.available()                       # builds on first use (~1 min), then cached
     total, per, scale, nonfinite = cuda.clip(grads, max_norm=1.0, norm_type=2.0, apply=True)
 
 The extension is JIT-built with ``torch.utils.cpp_extension.load`` into ``TORCH_EXTENSIONS_DIR``
-(torch's default cache when unset). Sources are found in the repository's ``kernels/`` folder
+(torch's default cache when unset). Sources are found in the repository's ``csrc/`` folder
 (running from a checkout) and, failing that, with
 ``importlib.resources.files("andrea_diag.kernels")`` (installed wheel).
 
@@ -15,7 +15,7 @@ dependent launch on sm_90+ so that its launch overlaps the norm pass; :func:`set
 ``ANDREA_CLIP_PDL=0`` turn that off) or ``"single"`` (one cooperative launch; an experiment for
 the benchmark, needs one dtype and at most 160 non-empty tensors). Both give the same bits.
 
-Experiments live in ``kernels/dev/`` and build as a second extension, ``andrea_diag_clip_dev``
+Experiments live in ``csrc/dev/`` and build as a second extension, ``andrea_diag_clip_dev``
 (:func:`load_dev`), only when a benchmark, ``variant="single"`` or ``ClippedAdamW`` asks for
 it; the shipped clipper never builds them. Nothing here syncs with the host.
 """
@@ -49,14 +49,14 @@ _SUPPORTED_KEEP = 64
 
 
 def kernel_dir() -> Path:
-    """Folder holding the kernel sources: the checkout's kernels/ next to this package when
+    """Folder holding the kernel sources: the checkout's csrc/ next to this package when
     there is one, else the installed package data.
 
     The checkout comes first: with an editable install of another checkout on the path,
     ``andrea_diag.kernels`` resolves to *that* checkout's folder, and this one would build
     someone else's kernels.
     """
-    repo = Path(__file__).resolve().parents[2] / "kernels"
+    repo = Path(__file__).resolve().parents[2] / "csrc"
     if (repo / "clip.cu").is_file():
         return repo
     try:
@@ -88,7 +88,7 @@ def load(verbose: bool = False) -> ModuleType:
 
 
 def load_dev(verbose: bool = False) -> ModuleType:
-    """Build (first time) and import the experiments' extension (kernels/dev/)."""
+    """Build (first time) and import the experiments' extension (csrc/dev/)."""
     global _dev_ext
     with _lock:
         if _dev_ext is None:

@@ -10,11 +10,11 @@ Equivalent to ``torch.nn.utils.clip_grad_norm_(params, max_norm)`` followed by
 update (parameters, moments and step counters stay as they were) instead of writing NaN into
 the weights. On CUDA it runs three stages and never syncs with the host:
 
-1. ``k_clip_norm`` (kernels/clip.cu; its last block reduces): the global norm, the
+1. ``k_clip_norm`` (csrc/clip.cu; its last block reduces): the global norm, the
    per-tensor norms, ``scale = min(1, max_norm / (norm + 1e-6))`` and the non-finite flag, all
    left in device memory (the existing clipper with ``apply=False``);
-2. ``k_step_inc`` (kernels/dev/adamw.cu): every ``state["step"]`` += 1 unless the flag is set;
-3. ``k_adamw_clipped`` (kernels/dev/adamw.cu, an experiment built as its own extension by
+2. ``k_step_inc`` (csrc/dev/adamw.cu): every ``state["step"]`` += 1 unless the flag is set;
+3. ``k_adamw_clipped`` (csrc/dev/adamw.cu, an experiment built as its own extension by
    ``cuda.load_dev`` on first use): the AdamW update with ``g * scale`` inside it. The gradient is read
    once and never written, so an active clip costs only the norm pass on top of AdamW (the
    separate scale pass would read and write every gradient once more).

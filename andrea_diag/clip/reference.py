@@ -1,6 +1,6 @@
 """Pure-torch reference of the three-kernel clipper, stage for stage.
 
-The CUDA kernels in ``kernels/clip.cu`` implement exactly these stages; keep the two in sync
+The CUDA kernels in ``csrc/clip.cu`` implement exactly these stages; keep the two in sync
 (chunk size, eps, the scale formula):
 
 1. ``grad_norm_partial``: every (tensor, chunk) pair of ``CHUNK`` elements reduces to one
@@ -22,7 +22,7 @@ from collections.abc import Sequence
 
 import torch
 
-# Elements per (tensor, chunk) work item; keep in sync with kChunk in kernels/clip.h. 16384, not
+# Elements per (tensor, chunk) work item; keep in sync with kChunk in csrc/clip.h. 16384, not
 # 65536: the 12m set then has ~1.1k blocks instead of ~300, enough to fill 132 SMs (the 65536
 # build reached 58% of copy bandwidth on the 12m norm pass, H200 2026-11-29).
 CHUNK = 16384

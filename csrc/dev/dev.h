@@ -1,4 +1,4 @@
-// Host-side interface of the kernel experiments (kernels/dev/): the single cooperative launch
+// Host-side interface of the kernel experiments (csrc/dev/): the single cooperative launch
 // and AdamW with the clip folded in. Built only by the benchmarks and ClippedAdamW, as a
 // second extension (andrea_diag/clip/cuda.py: load_dev), as llm.c keeps dev/cuda/ apart from
 // llmc/. No torch headers: tests/test_kernels_compile.py compiles these with plain nvcc.

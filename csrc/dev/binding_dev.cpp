@@ -1,4 +1,4 @@
-// Torch binding of the kernel experiments (kernels/dev/): clip_single (one cooperative launch)
+// Torch binding of the kernel experiments (csrc/dev/): clip_single (one cooperative launch)
 // and adamw_clipped (AdamW with the clip scale folded in). A second extension,
 // andrea_diag_clip_dev, built only when a benchmark or ClippedAdamW asks for it
 // (andrea_diag/clip/cuda.py: load_dev). Same checks, plans and tables as the production
@@ -150,7 +150,7 @@ void adamw_clipped(const std::vector<at::Tensor>& params, const std::vector<at::
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.doc() = "andrea-diag kernel experiments (kernels/dev/): single-launch clip, fused AdamW";
+  m.doc() = "andrea-diag kernel experiments (csrc/dev/): single-launch clip, fused AdamW";
   py::register_local_exception<ac::Unsupported>(m, "UnsupportedInput", PyExc_RuntimeError);
   m.attr("MAX_TENSORS_PER_LAUNCH") = ac::kMaxTensors;
   m.attr("MAX_ADAM_TENSORS_PER_LAUNCH") = ac::AdamTable::kMax;

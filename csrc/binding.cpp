@@ -1,4 +1,4 @@
-// Torch binding of the production clipper (kernels/clip.cu). Loaded by andrea_diag/clip/cuda.py
+// Torch binding of the production clipper (csrc/clip.cu). Loaded by andrea_diag/clip/cuda.py
 // with torch.utils.cpp_extension.load; every entry point validates its inputs. An input the
 // kernels cannot take but the reference can raises UnsupportedInput (a registered RuntimeError
 // subclass, caught by type in cuda.py); anything else raises a plain RuntimeError.
@@ -165,7 +165,7 @@ Outputs clip(const std::vector<at::Tensor>& grads, double max_norm, double norm_
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.doc() = "andrea-diag fused gradient clipper (kernels/clip.cu)";
+  m.doc() = "andrea-diag fused gradient clipper (csrc/clip.cu)";
   // Local: the dev extension registers its own; the Python face catches this type.
   py::register_local_exception<ac::Unsupported>(m, "UnsupportedInput", PyExc_RuntimeError);
   m.attr("CHUNK") = ac::kChunk;

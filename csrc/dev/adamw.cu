@@ -2,7 +2,7 @@
 // reached by ClippedAdamW (andrea_diag/clip/fused_adamw.py) and the "clip+adamw" bench case.
 // The gradient is read once and never written, so an active clip costs only the norm pass on
 // top of the update (reports/bench-kernels/FUSED-ADAMW.md).
-//     nvcc -arch=sm_90 -I kernels -c kernels/dev/adamw.cu -o /tmp/adamw.o
+//     nvcc -arch=sm_90 -I csrc -c csrc/dev/adamw.cu -o /tmp/adamw.o
 #include "dev.h"
 
 #include <cmath>

@@ -1,5 +1,5 @@
-// Host-side interface of the production clipper (kernels/clip.cu). No torch headers here:
-// CI compile-checks clip.cu with `nvcc -arch=sm_90 -c kernels/clip.cu` in seconds, and
+// Host-side interface of the production clipper (csrc/clip.cu). No torch headers here:
+// CI compile-checks clip.cu with `nvcc -arch=sm_90 -c csrc/clip.cu` in seconds, and
 // binding.cpp (the torch side) includes this header to launch the kernels. The layout
 // contract with andrea_diag/clip/reference.py is stated in tensor_table.h.
 #pragma once

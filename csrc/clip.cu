@@ -4,12 +4,12 @@
 // programmatic dependent launch so its launch overlaps the norm pass). k_clip_empty stands in
 // for a list of empty tensors. The stages alone (k_grad_norm_partial, k_grad_norm_final: the
 // reference's per-chunk layout) serve norm_partial / norm_final. Experiments (one cooperative
-// launch, AdamW with the clip folded in) live in kernels/dev/ and are built only by the
+// launch, AdamW with the clip folded in) live in csrc/dev/ and are built only by the
 // benchmarks.
 //
 // Compile check (no torch headers on purpose, so this takes seconds on CI):
-//     nvcc -arch=sm_90 -c kernels/clip.cu -o /tmp/clip.o
-// The torch binding is kernels/binding.cpp; the pure-torch mirror of every stage is
+//     nvcc -arch=sm_90 -c csrc/clip.cu -o /tmp/clip.o
+// The torch binding is csrc/binding.cpp; the pure-torch mirror of every stage is
 // andrea_diag/clip/reference.py (same epsilon, same scale formula).
 //
 // Design notes (why):

@@ -2,7 +2,7 @@
 // barrier), compared against the shipped pair by bench-kernels ("cuda_single"). Same device
 // building blocks and the same runs as clip.cu, so it gives the same bits
 // (tests/test_clip_cuda.py).
-//     nvcc -arch=sm_90 -I kernels -c kernels/dev/clip_single.cu -o /tmp/single.o
+//     nvcc -arch=sm_90 -I csrc -c csrc/dev/clip_single.cu -o /tmp/single.o
 #include "dev.h"
 
 #include "clip_device.cuh"
