@@ -123,6 +123,30 @@ void copy_if(const std::vector<at::Tensor>& dst, const std::vector<at::Tensor>& 
     ac::check_cuda(ac::launch_copy_if(tt, dt, flag.data_ptr<bool>(), stream), "k_copy_if launch");
 }
 
+// The pipelined update's spike flag (probes/spike_bound.py): one launch, the bounds as kernel
+// arguments (no host-to-device copy), the signal's mean taken on the device.
+at::Tensor spike_flag(const at::Tensor& grad_norm, const at::Tensor& signal, double grad_max,
+                      double signal_max) {
+  TORCH_CHECK(grad_norm.is_cuda() && grad_norm.scalar_type() == at::kFloat &&
+                  grad_norm.numel() == 1,
+              "andrea_clip: spike_flag's grad_norm must be one float32 on a CUDA device");
+  TORCH_CHECK(signal.device() == grad_norm.device() && signal.is_contiguous() &&
+                  signal.numel() >= 1,
+              "andrea_clip: spike_flag's signal must be a non-empty contiguous tensor beside "
+              "grad_norm");
+  const ac::DType dt = ac::dtype_of(signal);  // UnsupportedInput for another dtype
+  TORCH_CHECK(signal.numel() <= (int64_t{1} << 30), "andrea_clip: spike_flag's signal is too long");
+  const c10::cuda::CUDAGuard guard(grad_norm.device());
+  auto flag = at::empty({}, grad_norm.options().dtype(at::kBool));
+  ac::check_cuda(ac::launch_spike_flag(grad_norm.data_ptr<float>(), signal.data_ptr(), dt,
+                                       static_cast<int>(signal.numel()),
+                                       static_cast<float>(grad_max),
+                                       static_cast<float>(signal_max), flag.data_ptr<bool>(),
+                                       c10::cuda::getCurrentCUDAStream()),
+                 "k_spike_flag launch");
+  return flag;
+}
+
 // The shipped pipeline: the norm pass (1+ launches; the last block of the clip computes the
 // scale) -> the scale pass (1+ launches, each returning at once on the device when
 // nothing is clipped).
@@ -177,6 +201,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("scale_", &scale_, "Scale pass alone: in-place g *= scale (skipped when scale == 1)");
   m.def("copy_if", &copy_if, "dst = src where the device flag is set (k_copy_if; no host sync)",
         py::arg("dst"), py::arg("src"), py::arg("flag"));
+  m.def("spike_flag", &spike_flag, "grad_norm or mean(signal) non-finite or above its bound "
+        "(k_spike_flag; a 0-dim bool, no host sync)", py::arg("grad_norm"), py::arg("signal"),
+        py::arg("grad_max"), py::arg("signal_max"));
   m.def("chunk_offsets", &chunk_offsets, "Cached int32 chunk offsets per tensor (device)");
   m.attr("TILE") = ac::kTile;
   m.def("set_pdl", &ac::set_pdl, "Programmatic dependent launch of the scale pass on/off; "

@@ -110,6 +110,20 @@ __global__ void __launch_bounds__(kThreads)
   });
 }
 
+// One warp: the mean of the signal (a float32 sum; the host's bound carries a margin for its
+// rounding), then "not at or below" each bound: also true for a NaN value or a NaN bound, and
+// isfinite catches -inf, so every non-finite value is flagged (spike_bound.py's rule).
+template <typename T>
+__global__ void k_spike_flag(const float* grad_norm, const T* signal, int n, float grad_max,
+                             float signal_max, bool* flag) {
+  float s = 0.f;
+  for (int i = threadIdx.x; i < n; i += 32) s += static_cast<float>(signal[i]);
+  for (int off = 16; off > 0; off >>= 1) s += __shfl_down_sync(0xffffffffu, s, off);
+  if (threadIdx.x != 0) return;
+  const float g = *grad_norm, m = s / static_cast<float>(n);
+  *flag = !(isfinite(g) && g <= grad_max) || !(isfinite(m) && m <= signal_max);
+}
+
 // -1: not decided yet (read ANDREA_CLIP_PDL and the device's compute capability on first use).
 std::atomic<int> g_pdl{-1};
 
@@ -220,6 +234,16 @@ cudaError_t launch_copy_if(const TensorTable<2>& tt, DType dt, const bool* flag,
     const cudaError_t e = persistent_grid<k_copy_if<T>>(n_items, &grid);
     if (e != cudaSuccess) return e;
     k_copy_if<T><<<grid, kThreads, 0, stream>>>(tt, flag);
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t launch_spike_flag(const float* grad_norm, const void* signal, DType dt, int n,
+                              float grad_max, float signal_max, bool* flag, cudaStream_t stream) {
+  if (n < 1) return cudaErrorInvalidValue;
+  return ANDREA_DISPATCH_DTYPE(dt, T, [&] {
+    k_spike_flag<T><<<1, 32, 0, stream>>>(grad_norm, static_cast<const T*>(signal), n, grad_max,
+                                           signal_max, flag);
     return cudaGetLastError();
   });
 }

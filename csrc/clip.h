@@ -109,4 +109,10 @@ cudaError_t launch_norm_final(const float* partials, NormKind nk, float p, float
 cudaError_t launch_copy_if(const TensorTable<2>& tt, DType dt, const bool* flag,
                            cudaStream_t stream);
 
+// The pipelined update's spike flag (andrea_diag/probes/spike_bound.py), one warp:
+// *flag = grad_norm or mean(signal[0..n)) is non-finite or not at or below its bound. The
+// bounds are kernel arguments, so the host sends nothing to the device; n >= 1.
+cudaError_t launch_spike_flag(const float* grad_norm, const void* signal, DType dt, int n,
+                              float grad_max, float signal_max, bool* flag, cudaStream_t stream);
+
 }  // namespace andrea_clip

@@ -94,3 +94,48 @@ def test_the_cuda_copy_if_kernel_copies_every_dtype_and_view_only_under_a_set_fl
         assert all(not d.any() for d in dst)
         cuda.load().copy_if(dst, src, torch.tensor(True, device="cuda"))
         assert all(torch.equal(d, s) for d, s in zip(dst, src, strict=True)), dt
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the CUDA kernel needs a GPU")
+def test_the_cuda_spike_flag_kernel_decides_as_the_torch_ops(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from andrea_diag.clip import cuda
+    from andrea_diag.probes import spike_bound as sb
+
+    ok, why = cuda.available()
+    assert ok, why  # on a GPU machine a build failure is a failure, not a skip
+    rng, staging, checked = random.Random(1), PinnedStaging(), 0
+    special = [math.inf, -math.inf, math.nan]
+    for i in range(600):
+        ref = None if i % 2 else [rng.uniform(1.0, 9.0) for _ in range(16)]
+        bound = SpikeBound(
+            rng.choice([NO_BOUND, math.nan, *[rng.uniform(0.1, 5.0)] * 4]),
+            rng.choice([NO_BOUND, math.nan, *[rng.uniform(-1.0, 5.0)] * 4]),
+            ref,
+        )
+        grad_norm = rng.choice([*special, *[rng.uniform(0.0, 6.0)] * 6])
+        loss = rng.choice([*special, *[rng.uniform(0.0, 6.0)] * 6])
+        ex = [(r if ref else 3.0) + rng.uniform(-1.0, 2.0) for r in ref or [0.0] * 16]
+        if i % 7 == 0:
+            ex[rng.randrange(16)] = rng.choice(special)
+        dtype = rng.choice([torch.float32, torch.bfloat16])
+        args = (
+            torch.tensor(loss, device="cuda", dtype=dtype),
+            torch.tensor(ex, device="cuda").to(dtype),
+            torch.tensor(grad_norm, device="cuda"),
+        )
+        bounds = [min(bound.grad_max, NO_BOUND), min(bound.signal_max, NO_BOUND)]
+        fast = sb._kernel_flag(bound, *args, bounds)
+        assert fast is not None  # the kernel ran, not the fallback
+        with monkeypatch.context() as m:
+            m.setattr(sb, "_kernel_flag", lambda *a: None)
+            slow = bound.device_flag(*args, staging)
+        if ref is not None:  # the two round the excess differently: skip what sits on the bound
+            excess = float((args[1].float() - torch.tensor(ref, device="cuda")).mean())
+            if math.isfinite(excess) and abs(excess - bound.signal_max) < 1e-4:
+                continue
+        checked += 1
+        assert bool(fast) == bool(slow), (bound, loss, grad_norm, ex, dtype)
+    assert checked > 500

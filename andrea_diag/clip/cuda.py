@@ -252,6 +252,16 @@ def scale_(grads: list[torch.Tensor], scale: torch.Tensor) -> None:
     load().scale_(grads, scale)
 
 
+def spike_flag(
+    grad_norm: torch.Tensor, signal: torch.Tensor, grad_max: float, signal_max: float
+) -> torch.Tensor:
+    """0-dim bool on the device: ``grad_norm`` (one float32) or the mean of ``signal`` is
+    non-finite or not at or below its bound (k_spike_flag: one launch, the bounds as kernel
+    arguments, no host sync). Raises the extension's ``UnsupportedInput`` for a signal dtype
+    the kernels cannot take."""
+    return load().spike_flag(grad_norm, signal, grad_max, signal_max)
+
+
 def copy_if(dst: list[torch.Tensor], src: list[torch.Tensor], flag: torch.Tensor) -> None:
     """``dst[i] = src[i]`` where the 0-dim bool ``flag`` is set on the device (k_copy_if: every
     block returns at once when it is not; no host sync). Raises the extension's

@@ -23,6 +23,7 @@ set (``optstate.py``, ``_host_part``).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -67,6 +68,9 @@ class SpikeBound:
         # the bounds at most NO_BOUND: one past float32's range would be inf there, and an
         # inf value then not above it (a nan bound stays nan: min keeps its first argument)
         bounds = [min(self.grad_max, NO_BOUND), min(self.signal_max, NO_BOUND)]
+        flag = _kernel_flag(self, loss, example_loss, grad_norm, bounds)
+        if flag is not None:
+            return flag
         host = torch.tensor([*bounds, *(self.ref or [])])
         thr = staging.copy(torch.empty(host.shape, device=loss.device), host)
         if self.ref is None:
@@ -80,6 +84,44 @@ class SpikeBound:
         # of a pipelined update, which the device may wait for at 12m (issue 20)
         inf = float("inf")
         return (~(values.nan_to_num(nan=inf, posinf=inf, neginf=inf) <= thr[:2])).any()
+
+
+def _kernel_flag(
+    bound: SpikeBound,
+    loss: torch.Tensor,
+    example_loss: torch.Tensor,
+    grad_norm: torch.Tensor,
+    bounds: list[float],
+) -> torch.Tensor | None:
+    """The flag in one launch of the clipper's extension (k_spike_flag), or None where it
+    cannot be had (not CUDA, no extension, a dtype it does not take): the torch ops then.
+
+    Why: the torch ops are a host-to-device copy of the bounds and four launches, host time
+    the device waited for at 12m bf16 on the H200 (issue 20, reports/bench-train/). Here the
+    bounds are kernel arguments. With source references, the signal is the mean loss against
+    the bound plus the references' mean: the mean of the differences in exact arithmetic; in
+    float32 the two differ by a few ulps of the losses, far inside ``MARGIN_ABS`` times the
+    largest reference, which :func:`spike_bound` takes off that bound."""
+    if grad_norm.device.type != "cuda" or grad_norm.dtype != torch.float32:
+        return None
+    from andrea_diag.clip import cuda
+
+    if not cuda.available()[0]:
+        return None
+    grad_max, signal_max = bounds
+    if bound.ref is None:
+        signal = loss.detach().reshape(1)
+    else:
+        signal = example_loss.detach().reshape(-1)
+        if signal.numel() != len(bound.ref):
+            return None
+        signal_max = min(signal_max + math.fsum(bound.ref) / len(bound.ref), NO_BOUND)
+    try:
+        return cuda.spike_flag(
+            grad_norm.detach().reshape(()), signal.contiguous(), grad_max, signal_max
+        )
+    except cuda.unsupported_errors():
+        return None
 
 
 def spike_bound(probe: Any, sources: list[int]) -> SpikeBound:
