@@ -25,6 +25,7 @@ from andrea_diag import probes as registry
 from andrea_diag.bench.train import bench_train
 from andrea_diag.bench.train_checks import host_speed
 from andrea_diag.config import RunConfig
+from andrea_diag.probes import spike_bound
 
 # name -> ProbeConfig fields changed from the default; "drop": registered probes left out (the
 # spike probe stays: the optimizer-state probe's pipelined copies take its decision)
@@ -38,7 +39,21 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "all-off": {"shadow": False, "per_layer": False, "update_stats": False, "lockin": False},
     "no-optstate": {"drop": ("optstate",)},
     "spikes-only": {"drop": ("optstate", "layers", "lockin")},
+    # the pipelined spike flag through torch's ops instead of k_spike_flag (one launch)
+    "torch-flag": {"torch_flag": True},
 }
+
+
+@contextlib.contextmanager
+def torch_flag(on: bool) -> Iterator[None]:
+    """The spike flag from torch's ops (the CPU's path) where ``on``, for one variant."""
+    saved = spike_bound._kernel_flag
+    if on:
+        spike_bound._kernel_flag = lambda *a: None
+    try:
+        yield
+    finally:
+        spike_bound._kernel_flag = saved
 
 
 @contextlib.contextmanager
@@ -55,9 +70,9 @@ def run_variant(a: argparse.Namespace, changes: dict[str, Any]) -> dict[str, Any
     """One bench-train result for the default config with ``changes`` to its probes."""
     cfg = RunConfig(size=a.size, precision=a.precision, device=a.device,
                     cuda_graph=a.device == "cuda").resolve()  # fmt: skip
-    fields = {k: v for k, v in changes.items() if k != "drop"}
+    fields = {k: v for k, v in changes.items() if k not in ("drop", "torch_flag")}
     cfg = dataclasses.replace(cfg, probes=dataclasses.replace(cfg.probes, **fields))
-    with without(changes.get("drop", ())):
+    with without(changes.get("drop", ())), torch_flag(changes.get("torch_flag", False)):
         res = bench_train(cfg, updates=a.updates, warmup=a.warmup, block=a.block, plain="same")
     return {
         "changes": changes,
