@@ -26,6 +26,7 @@ from andrea_diag.bench.train import bench_train
 from andrea_diag.bench.train_checks import host_speed
 from andrea_diag.config import RunConfig
 from andrea_diag.probes import spike_bound
+from andrea_diag.train import measure
 
 # name -> ProbeConfig fields changed from the default; "drop": registered probes left out (the
 # spike probe stays: the optimizer-state probe's pipelined copies take its decision)
@@ -39,21 +40,22 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "all-off": {"shadow": False, "per_layer": False, "update_stats": False, "lockin": False},
     "no-optstate": {"drop": ("optstate",)},
     "spikes-only": {"drop": ("optstate", "layers", "lockin")},
-    # the pipelined spike flag through torch's ops instead of k_spike_flag (one launch)
-    "torch-flag": {"torch_flag": True},
+    # the pipelined spike and skip flags through torch's ops instead of k_spike_flag and
+    # k_skip_flag (one launch each)
+    "torch-flags": {"torch_flag": True},
 }
 
 
 @contextlib.contextmanager
 def torch_flag(on: bool) -> Iterator[None]:
-    """The spike flag from torch's ops (the CPU's path) where ``on``, for one variant."""
-    saved = spike_bound._kernel_flag
+    """The spike and skip flags from torch's ops (the CPU's path) where ``on``, for one variant."""
+    saved = spike_bound._kernel_flag, measure.skip_flag
     if on:
-        spike_bound._kernel_flag = lambda *a: None
+        spike_bound._kernel_flag, measure.skip_flag = (lambda *a: None), measure.torch_skip_flag
     try:
         yield
     finally:
-        spike_bound._kernel_flag = saved
+        spike_bound._kernel_flag, measure.skip_flag = saved
 
 
 @contextlib.contextmanager

@@ -147,6 +147,26 @@ at::Tensor spike_flag(const at::Tensor& grad_norm, const at::Tensor& signal, dou
   return flag;
 }
 
+// The pipelined step's skip flag (train/measure.py): one launch for what torch takes four.
+at::Tensor skip_flag(const at::Tensor& nonfinite, const at::Tensor& loss,
+                     const c10::optional<at::Tensor>& skip) {
+  const auto one_bool = [](const at::Tensor& t, const at::Tensor& like) {
+    return t.device() == like.device() && t.scalar_type() == at::kBool && t.numel() == 1;
+  };
+  TORCH_CHECK(loss.is_cuda() && loss.numel() == 1, "andrea_clip: skip_flag's loss must be one "
+              "value on a CUDA device");
+  TORCH_CHECK(one_bool(nonfinite, loss) && (!skip || one_bool(*skip, loss)),
+              "andrea_clip: skip_flag's flags must be one bool each, beside the loss");
+  const ac::DType dt = ac::dtype_of(loss);  // UnsupportedInput for another dtype
+  const c10::cuda::CUDAGuard guard(loss.device());
+  auto out = at::empty({}, loss.options().dtype(at::kFloat));
+  ac::check_cuda(ac::launch_skip_flag(nonfinite.data_ptr<bool>(), loss.data_ptr(), dt,
+                                      skip ? skip->data_ptr<bool>() : nullptr,
+                                      out.data_ptr<float>(), c10::cuda::getCurrentCUDAStream()),
+                 "k_skip_flag launch");
+  return out;
+}
+
 // The shipped pipeline: the norm pass (1+ launches; the last block of the clip computes the
 // scale) -> the scale pass (1+ launches, each returning at once on the device when
 // nothing is clipped).
@@ -204,6 +224,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("spike_flag", &spike_flag, "grad_norm or mean(signal) non-finite or above its bound "
         "(k_spike_flag; a 0-dim bool, no host sync)", py::arg("grad_norm"), py::arg("signal"),
         py::arg("grad_max"), py::arg("signal_max"));
+  m.def("skip_flag", &skip_flag, "1.0 where the step would be skipped: a non-finite gradient "
+        "or loss, or the mode's skip (k_skip_flag; 0-dim float32, no host sync)",
+        py::arg("nonfinite"), py::arg("loss"), py::arg("skip") = py::none());
   m.def("chunk_offsets", &chunk_offsets, "Cached int32 chunk offsets per tensor (device)");
   m.attr("TILE") = ac::kTile;
   m.def("set_pdl", &ac::set_pdl, "Programmatic dependent launch of the scale pass on/off; "

@@ -124,6 +124,14 @@ __global__ void k_spike_flag(const float* grad_norm, const T* signal, int n, flo
   *flag = !(isfinite(g) && g <= grad_max) || !(isfinite(m) && m <= signal_max);
 }
 
+// Fused Adam's found_inf for the pipelined step: the eager path would not step on a
+// non-finite gradient or loss, nor where the clip mode asks to skip.
+template <typename T>
+__global__ void k_skip_flag(const bool* nonfinite, const T* loss, const bool* skip, float* out) {
+  const bool bad = *nonfinite || !isfinite(static_cast<float>(*loss)) || (skip && *skip);
+  *out = bad ? 1.f : 0.f;
+}
+
 // -1: not decided yet (read ANDREA_CLIP_PDL and the device's compute capability on first use).
 std::atomic<int> g_pdl{-1};
 
@@ -244,6 +252,14 @@ cudaError_t launch_spike_flag(const float* grad_norm, const void* signal, DType 
   return ANDREA_DISPATCH_DTYPE(dt, T, [&] {
     k_spike_flag<T><<<1, 32, 0, stream>>>(grad_norm, static_cast<const T*>(signal), n, grad_max,
                                            signal_max, flag);
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t launch_skip_flag(const bool* nonfinite, const void* loss, DType dt, const bool* skip,
+                             float* out, cudaStream_t stream) {
+  return ANDREA_DISPATCH_DTYPE(dt, T, [&] {
+    k_skip_flag<T><<<1, 1, 0, stream>>>(nonfinite, static_cast<const T*>(loss), skip, out);
     return cudaGetLastError();
   });
 }

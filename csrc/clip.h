@@ -115,4 +115,9 @@ cudaError_t launch_copy_if(const TensorTable<2>& tt, DType dt, const bool* flag,
 cudaError_t launch_spike_flag(const float* grad_norm, const void* signal, DType dt, int n,
                               float grad_max, float signal_max, bool* flag, cudaStream_t stream);
 
+// The pipelined step's skip flag (andrea_diag/train/measure.py), one thread: *out = 1.0f where
+// *nonfinite, the loss is non-finite or *skip (skip may be null), else 0.0f.
+cudaError_t launch_skip_flag(const bool* nonfinite, const void* loss, DType dt, const bool* skip,
+                             float* out, cudaStream_t stream);
+
 }  // namespace andrea_clip

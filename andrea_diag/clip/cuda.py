@@ -262,6 +262,15 @@ def spike_flag(
     return load().spike_flag(grad_norm, signal, grad_max, signal_max)
 
 
+def skip_flag(
+    nonfinite: torch.Tensor, loss: torch.Tensor, skip: torch.Tensor | None
+) -> torch.Tensor:
+    """0-dim float32 on the device: 1 where ``nonfinite``, the loss is non-finite, or ``skip``
+    (k_skip_flag: one launch, no host sync). Raises the extension's ``UnsupportedInput`` for a
+    loss dtype the kernels cannot take."""
+    return load().skip_flag(nonfinite, loss, skip)
+
+
 def copy_if(dst: list[torch.Tensor], src: list[torch.Tensor], flag: torch.Tensor) -> None:
     """``dst[i] = src[i]`` where the 0-dim bool ``flag`` is set on the device (k_copy_if: every
     block returns at once when it is not; no host sync). Raises the extension's

@@ -85,15 +85,35 @@ class PendingRead:
         self.copy = HostCopy(flat)
         # what the device-side skip reads (StepRunner.step_unless): 1 where the eager path would
         # not step (a non-finite gradient or loss, or the clip mode's skip), as a float32 flag
-        lo = loss.detach()  # x - x: 0 where finite, NaN at ±inf or NaN (2 kernels, isfinite 4)
-        bad = torch.logical_or(clip.nonfinite, (lo - lo).ne(0))
-        self.skip_flag = (bad if clip.skip is None else bad | clip.skip).float()
+        self.skip_flag = skip_flag(loss.detach(), clip)
 
     def result(self) -> UpdateRead:
         """The read, once its copy has landed (waits for that, not for later work)."""
         host = unpack_scalars(self.copy.wait().tolist(), *self.values)
         self.copy.release()  # read once: its pinned buffer serves a later update's read
         return _decided(self.batch, self.clip, split_update(host, self.example_loss))
+
+
+def skip_flag(loss: torch.Tensor, clip: ClipResult) -> torch.Tensor:
+    """0-dim float32 on the loss's device: 1 where the eager path would not step. On CUDA one
+    launch of the clipper's extension (k_skip_flag): the torch ops are four, host time the
+    device waited for at 12m bf16 on the H200 (issue 20); they stay the CPU's and the fallback."""
+    if loss.device.type == "cuda" and loss.numel() == 1:
+        from andrea_diag.clip import cuda
+
+        if cuda.available()[0]:
+            try:
+                return cuda.skip_flag(clip.nonfinite.reshape(()), loss.reshape(()), clip.skip)
+            except cuda.unsupported_errors():
+                pass
+    return torch_skip_flag(loss, clip)
+
+
+def torch_skip_flag(loss: torch.Tensor, clip: ClipResult) -> torch.Tensor:
+    """:func:`skip_flag` through torch's ops: any device."""
+    lo = loss  # x - x: 0 where finite, NaN at ±inf or NaN (2 kernels, isfinite 4)
+    bad = torch.logical_or(clip.nonfinite, (lo - lo).ne(0))
+    return (bad if clip.skip is None else bad | clip.skip).float()
 
 
 def _global(
