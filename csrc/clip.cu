@@ -117,7 +117,7 @@ template <typename T>
 __global__ void k_spike_flag(const float* grad_norm, const T* signal, int n, float grad_max,
                              float signal_max, bool* flag) {
   float s = 0.f;
-  for (int i = threadIdx.x; i < n; i += 32) s += static_cast<float>(signal[i]);
+  for (int i = threadIdx.x; i < n; i += 32) s += to_f(signal[i]);
   for (int off = 16; off > 0; off >>= 1) s += __shfl_down_sync(0xffffffffu, s, off);
   if (threadIdx.x != 0) return;
   const float g = *grad_norm, m = s / static_cast<float>(n);
@@ -128,7 +128,7 @@ __global__ void k_spike_flag(const float* grad_norm, const T* signal, int n, flo
 // non-finite gradient or loss, nor where the clip mode asks to skip.
 template <typename T>
 __global__ void k_skip_flag(const bool* nonfinite, const T* loss, const bool* skip, float* out) {
-  const bool bad = *nonfinite || !isfinite(static_cast<float>(*loss)) || (skip && *skip);
+  const bool bad = *nonfinite || !isfinite(to_f(*loss)) || (skip && *skip);
   *out = bad ? 1.f : 0.f;
 }
 

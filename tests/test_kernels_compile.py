@@ -31,7 +31,20 @@ TORCH_FREE = (*CUDA_SOURCES, "clip.h", "tensor_table.h", "multi_tensor.cuh", "cl
 )
 def test_cuda_source_compiles_for_sm90(tmp_path: Path, source: str) -> None:
     obj = tmp_path / "out.o"
-    cmd = ["nvcc", "-arch=sm_90", "-O3", "-I", str(KERNELS), "-I", str(KERNELS / "dev")]
+    # torch's own extension flags (no implicit half/bf16 conversions, among others): the JIT
+    # build on the GPU uses them, and a kernel that compiles without them can fail there
+    from torch.utils.cpp_extension import COMMON_NVCC_FLAGS
+
+    cmd = [
+        "nvcc",
+        "-arch=sm_90",
+        "-O3",
+        *COMMON_NVCC_FLAGS,
+        "-I",
+        str(KERNELS),
+        "-I",
+        str(KERNELS / "dev"),
+    ]
     proc = subprocess.run(
         [*cmd, "-c", str(KERNELS / source), "-o", str(obj)],
         capture_output=True,
