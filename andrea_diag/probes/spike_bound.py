@@ -44,7 +44,11 @@ def threshold(history: list[float], warmup: int, z: float, rel_floor: float) -> 
     included); :data:`NO_BOUND` in the warm-up, where no finite value is a spike by z."""
     if len(history) < warmup:
         return NO_BOUND
-    med, scale = robust_scale(history, rel_floor)
+    return bound_of(*robust_scale(history, rel_floor), z)
+
+
+def bound_of(med: float, scale: float, z: float) -> float:
+    """:func:`threshold` from the window's (median, scale)."""
     exact = med + z * scale
     return exact - MARGIN_SCALE * scale - MARGIN_ABS * (1.0 + abs(med) + abs(z * scale))
 
@@ -127,13 +131,15 @@ def _kernel_flag(
 def spike_bound(probe: Any, sources: list[int]) -> SpikeBound:
     """The bound of the spike probe's next decision (``probe``: a :class:`SpikeProbe` whose
     host has finished every update before), for a batch of these example sources."""
-    from andrea_diag.probes.spikes import REL_FLOOR
 
-    z, warmup = probe.z_thresh, probe.warmup
-    grad_max = threshold(list(probe._win["grad_norm"]), warmup, z, REL_FLOOR)
+    def bound(metric: str) -> float:  # threshold(), from the probe's memo of the window
+        if len(probe._win[metric]) < probe.warmup or not probe._win[metric]:
+            return NO_BOUND
+        return bound_of(*probe.window_scale(metric), probe.z_thresh)
+
+    grad_max = bound("grad_norm")
     ref = probe.source_refs(sources)  # None: the raw loss is the signal (_residuals' rule)
-    win = probe._win["excess" if ref is not None else "loss"]
-    signal_max = threshold(list(win), warmup, z, REL_FLOOR)
+    signal_max = bound("excess" if ref is not None else "loss")
     if ref is not None:  # the device's mean differs from the host's in float32 rounding
         signal_max -= MARGIN_ABS * max((abs(r) for r in ref), default=0.0)
     return SpikeBound(grad_max, signal_max, ref)
