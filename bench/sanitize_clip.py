@@ -11,7 +11,8 @@ chunk, odd sizes, empty tensors (the inf norm too), a tensor split over many blo
 spanning many tensors, small tensors next to large ones (many tensor ends in one run), a list needing
 several launches (one completion counter across them), the stages alone, an all-empty list,
 unaligned views (the scalar path), PDL on and off, and the experiments of csrc/dev/ (the
-single-launch variant, ClippedAdamW's fused update). Every clip's norm, per-tensor norms and
+single-launch variant, ClippedAdamW's fused update), and the pipelined update's two flags
+(k_spike_flag over signals of 1 to 70 values, k_skip_flag with and without the mode's skip). Every clip's norm, per-tensor norms and
 clipped gradients are compared with torch's clip in float64; the script exits non-zero on the
 first mismatch.
 """
@@ -90,8 +91,28 @@ def main() -> None:
     check(mixed, 0.5)  # several dtypes and launches, one completion counter
     check([torch.zeros(0, device="cuda"), torch.zeros(3, 0, device="cuda")], 0.5)  # no tile
     _adamw(gen)
+    _flags(gen)
     torch.cuda.synchronize()
     print(f"sanitize workload done: {checked} clips matched the float64 reference")
+
+
+def _flags(gen: torch.Generator) -> None:
+    """k_spike_flag (one warp over n values, n around the warp's 32) and k_skip_flag, each
+    against its rule on the host."""
+    global checked
+    norm = torch.tensor(1.0, device="cuda")
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        for n in (1, 31, 32, 33, 70):
+            signal = torch.rand(n, generator=gen, device="cuda").to(dtype)
+            mean = float(signal.float().mean())
+            assert bool(cuda.spike_flag(norm, signal, 2.0, mean - 0.01))
+            assert not bool(cuda.spike_flag(norm, signal, 2.0, mean + 0.01))
+            checked += 2
+        loss, bad = torch.tensor(2.0, device="cuda").to(dtype), torch.tensor(False, device="cuda")
+        for skip in (None, bad, ~bad):
+            want = 0.0 if skip is None or not bool(skip) else 1.0
+            assert float(cuda.skip_flag(bad, loss, skip)) == want
+            checked += 1
 
 
 def _adamw(gen: torch.Generator) -> None:
