@@ -12,7 +12,10 @@ Why the dicts can be kept: torch fills a parameter's dict at its first step and 
 place (so does this toolkit: ``clip/fused_adamw.py``, the moment resets of ``clip/adaptive.py``),
 and ``load_state_dict`` installs a new ``state`` object. So the lookup is redone when the state
 object, its length or the parameter list changes, and while any parameter has no state yet.
-The tensors are read from the dicts at each call, so a tensor replaced in a dict is seen.
+The tensors are read from the dicts at each call, so a tensor replaced in a dict is seen. Not
+seen: ``optimizer.state[p] = new_dict`` for a parameter that already has state (same object,
+same length); nothing the toolkit's loops run does that, and code that does must make a new
+``ParamStates``.
 
     >>> import torch
     >>> p = torch.nn.Parameter(torch.ones(2))

@@ -174,3 +174,35 @@ def test_a_source_that_is_always_harder_is_not_an_outlier(tmp_path):
     # against the raw batch the harder source's max would have looked like an outlier
     _, raw_z = batch_outlier(3.0 + 0.1 * torch.randn(16, generator=g) + 2.0 * (src == 2))
     assert raw_z is not None and raw_z > 5.0
+
+
+def test_the_memoized_window_scales_equal_a_fresh_robust_z_every_update_and_after_a_load(
+    tmp_path,
+):
+    from andrea_diag.probes.base import robust_scale, robust_z
+    from andrea_diag.probes.spikes import REL_FLOOR
+
+    rec = Recorder(tmp_path / "run", {"kind": "test"})
+    probe = SpikeProbe(window=20, z_thresh=6.0)
+    g = torch.Generator().manual_seed(1)
+    compared = 0
+    for u in range(1, 120):
+        if u % 17 == 0:  # a resumed probe: new windows under the same version count
+            fresh = SpikeProbe(window=20, z_thresh=6.0)
+            state = probe.state_dict()
+            fresh._version, fresh._scales = probe._version, {"loss": (probe._version, (0.0, 1.0))}
+            fresh.load_state_dict(state)
+            probe = fresh
+        for metric in ("loss", "grad_norm", "excess"):
+            win = list(probe._win[metric])
+            if len(win) < probe.warmup:
+                continue
+            assert probe.window_scale(metric) == robust_scale(win, REL_FLOOR)
+            assert probe._z(metric, 3.3) == robust_z(3.3, win, REL_FLOOR)
+            compared += 1
+        loss = 3.0 + 0.05 * float(torch.randn((), generator=g))
+        ex = 3.0 + 0.1 * torch.randn(16, generator=g)
+        ctx = _ctx(rec, u, loss, 1.0 + 0.05 * float(torch.randn((), generator=g)), ex)
+        probe.after_clip(ctx)
+    rec.close({})
+    assert compared > 250  # every update past the warm-up, every window
