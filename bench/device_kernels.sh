@@ -52,7 +52,8 @@ tail -3 "$OUT/racecheck.txt" | tee -a "$LOG"
   python3 - "$OUT/bench-kernels.json" <<'EOF'
 import json, sys
 rows = json.load(open(sys.argv[1]))["rows"]
-keep = ("cuda_three", "cuda_three_graph", "cuda_three_graph_nopdl", "cuda_single",
+keep = ("cuda_three", "cuda_three_graph", "cuda_three_graph_nopdl", "cuda_three_graph_blockpieces",
+        "cuda_three_graph(clean L2)", "cuda_three_graph_blockpieces(clean L2)", "cuda_single",
         "torch_foreach_graph", "k_clip_norm", "k_grad_norm_partial", "k_clip_scale",
         "k_clip_scale(skip)")
 for r in rows:

@@ -82,10 +82,16 @@ def main() -> None:
         check(big, 0.5)
         check([torch.randn((i % 50) + 1, generator=gen, device="cuda") for i in range(400)], 0.5)
         cuda.set_pdl(before)
-    # GPT-like: matrices between layer-norm / bias sized tensors (many tensor ends in one run)
-    for p in (2.0, float("inf")):
-        gpt = [(200_000 + 999 * i, 384, 1152, 129, 2048)[i % 5] for i in range(60)]
-        check([torch.randn(n, generator=gen, device="cuda") for n in gpt], 0.5, p)
+    # GPT-like: matrices between layer-norm / bias sized tensors (many tensor ends in one run),
+    # with the norm pass's pieces parked per warp (the default) and one block reduction each
+    for parked in (True, False):
+        before = cuda.set_parked_pieces(parked)
+        for p in (2.0, float("inf")):
+            gpt = [(200_000 + 999 * i, 384, 1152, 129, 2048)[i % 5] for i in range(60)]
+            check([torch.randn(n, generator=gen, device="cuda") for n in gpt], 0.5, p)
+        # more tensor ends in one run than the kParked pieces summed at once
+        check([torch.randn((i % 40) + 1, generator=gen, device="cuda") for i in range(300)], 0.5)
+        cuda.set_parked_pieces(before)
     many = [torch.randn((i % 300) + 1, generator=gen, device="cuda") for i in range(400)]
     mixed = [g.to(torch.bfloat16) if i % 2 else g for i, g in enumerate(many[:200])]
     check(mixed, 0.5)  # several dtypes and launches, one completion counter

@@ -232,4 +232,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("set_pdl", &ac::set_pdl, "Programmatic dependent launch of the scale pass on/off; "
         "returns the previous setting", py::arg("enabled"));
   m.def("pdl_enabled", &ac::pdl_enabled, "Whether the scale pass is launched with PDL");
+  m.def("set_parked_pieces", &ac::set_parked_pieces, "The norm pass's pieces reduced per warp "
+        "(true, the default) or per block; returns the previous setting", py::arg("enabled"));
 }

@@ -36,16 +36,24 @@
 namespace andrea_clip {
 namespace {
 
-template <typename T, NormKind K>
+// Parked: the pieces reduced per warp (norm_run_parked, the default); else one block reduction
+// per piece (norm_run), kept so that bench-kernels can time both side by side.
+template <typename T, NormKind K, bool Parked>
 __global__ void __launch_bounds__(kThreads, kNormBlocksPerSm)
     k_clip_norm(const __grid_constant__ SpanTable tt, float p, float max_norm, const ClipOut out,
                 int seg_base) {
   __shared__ double shd[kWarps];
-  __shared__ int flag[2];
+  __shared__ int flag[3];
   // Lets the scale launch (programmatic dependent launch) be scheduled now; it waits for this
   // whole grid, memory included, before it reads anything (k_clip_scale).
   let_dependents_launch();
-  norm_run<T, K>(tt, blockIdx.x, gridDim.x, seg_base, p, max_norm, out, shd, flag);
+  if constexpr (Parked) {
+    __shared__ double parked[kParked][kWarps];
+    norm_run_parked<T, K>(tt, blockIdx.x, gridDim.x, seg_base, p, max_norm, out, shd, flag,
+                          parked);
+  } else {
+    norm_run<T, K>(tt, blockIdx.x, gridDim.x, seg_base, p, max_norm, out, shd, flag);
+  }
 }
 
 template <NormKind K>
@@ -134,6 +142,7 @@ __global__ void k_skip_flag(const bool* nonfinite, const T* loss, const bool* sk
 
 // -1: not decided yet (read ANDREA_CLIP_PDL and the device's compute capability on first use).
 std::atomic<int> g_pdl{-1};
+std::atomic<bool> g_parked{true};  // k_clip_norm's pieces: per warp (default) or per block
 
 bool device_has_pdl() {
   int dev = 0, major = 0;
@@ -164,12 +173,17 @@ bool set_pdl(bool enabled) {
   return before;
 }
 
+bool set_parked_pieces(bool enabled) { return g_parked.exchange(enabled); }
+
 cudaError_t launch_clip_norm(const SpanTable& tt, DType dt, NormKind nk, float p, float max_norm,
                              const ClipOut& out, int seg_base, int grid, cudaStream_t stream) {
   if (tt.n == 0) return cudaSuccess;
   return ANDREA_DISPATCH_DTYPE(dt, T, [&] {
     return ANDREA_DISPATCH_NORM(nk, K, [&] {
-      k_clip_norm<T, K><<<grid, kThreads, 0, stream>>>(tt, p, max_norm, out, seg_base);
+      if (g_parked.load())
+        k_clip_norm<T, K, true><<<grid, kThreads, 0, stream>>>(tt, p, max_norm, out, seg_base);
+      else
+        k_clip_norm<T, K, false><<<grid, kThreads, 0, stream>>>(tt, p, max_norm, out, seg_base);
       return cudaGetLastError();
     });
   });

@@ -82,6 +82,11 @@ cudaError_t launch_clip_scale(const SpanTable& tt, DType dt, const float* scale,
 bool set_pdl(bool enabled);
 bool pdl_enabled();
 
+// The norm pass's pieces (a run's part of one tensor) reduced per warp and summed by the block
+// every few pieces (default), or one block reduction per piece (false): the benchmarks time
+// both. The two may differ in the last bits of the float64 sums. Returns the previous setting.
+bool set_parked_pieces(bool enabled);
+
 // ---- the stages alone (norm_partial / norm_final: the reference's three stages) ----------
 
 // Where the stand-alone final reduction writes (device pointers) and what it reads.

@@ -324,6 +324,89 @@ __device__ void norm_run(const SpanTable& tt, int v, int G, int seg_base, float 
   }
 }
 
+// Which blocks hold pieces of tensor t: the first, and how many (1: t lies inside one run).
+__device__ __forceinline__ void piece_owners(const SpanTable& tt, int t, int G, int P, int* first,
+                                             int* n) {
+  *first = owner_of(tt.tile_start[t], G, P);
+  *n = owner_of(tt.tile_start[t + 1] - 1, G, P) - *first + 1;
+}
+
+// Pieces parked per warp before the block sums them (see norm_run_parked): one barrier pair per
+// kParked pieces instead of per piece. 8 x 16 warps x 8 bytes = 1 KB of shared memory.
+constexpr int kParked = 8;
+
+// norm_run with the pieces reduced per warp: each warp folds its share of a piece with shuffles
+// alone and parks the result in shared memory, then goes on to the next piece's loads; the
+// block sums the parked values (warps in order) every kParked pieces and at the run's end.
+// Why: norm_run's block_reduce per piece holds every warp at two barriers until the slowest
+// warp's loads return, a bubble of about a memory latency per piece; the runs with the most
+// pieces (tensor ends) were read last, 5-6 us after the p90 run (H200 trace, 2026-12-02).
+// Only the first and last pieces of a run can be shared with other blocks (a piece between
+// them is a whole tensor), so the run's counting is at most two tensor counters and the block
+// counter, all at the end. Same slots, same fixed orders: deterministic, but the float64 sums
+// are added in another order than norm_run's, so the two variants' bits may differ.
+// `flag` is three shared ints, `parked` kParked x kWarps shared doubles.
+template <typename T, NormKind K>
+__device__ void norm_run_parked(const SpanTable& tt, int v, int G, int seg_base, float p,
+                                float max_norm, const ClipOut& o, double* shd, int* flag,
+                                double (*parked)[kWarps]) {
+  const int P = tt.tile_start[tt.n];
+  const int lo = tile_begin(v, G, P);
+  if (threadIdx.x == 0 && v > 0) {
+    const int t0 = tensor_of(tt, lo);
+    if (tt.tile_start[t0] == lo) o.segs[seg_base + v + t0 - 1] = 0.0;
+  }
+  int k = 0;  // pieces parked, uniform across the block
+  // The parked pieces are tensors t_end - count + 1 .. t_end: sum each over the warps in order.
+  auto publish = [&](int t_end, int count) {
+    __syncthreads();  // every warp has parked its share
+    if (threadIdx.x < count) {
+      const int j = threadIdx.x, t = t_end - count + 1 + j;
+      double s = parked[j][0];
+#pragma unroll
+      for (int w = 1; w < kWarps; ++w) s = combine<K>(s, parked[j][w]);
+      o.segs[seg_base + v + t] = s;
+      int first, n;
+      piece_owners(tt, t, G, P, &first, &n);
+      if (n == 1) o.per_tensor[tt.tensor[t]] = static_cast<float>(root<K>(s, p));
+    }
+    __syncthreads();  // read before a warp parks the next batch
+  };
+  for_each_span<false>(tt, v, G, [&](int t, int64_t e0, int64_t e1) {
+    const T* g = static_cast<const T*>(tt.ptr[t]) + e0;
+    const double s = warp_reduce<K>(span_sum<T, K>(g, e1 - e0, p));  // lane 0
+    if ((threadIdx.x & 31) == 0) parked[k][threadIdx.x >> 5] = s;
+    if (++k == kParked) {
+      publish(t, k);
+      k = 0;
+    }
+  });
+  // t0 and t1 found again here rather than kept: fewer registers live across the loads
+  const int t0 = tensor_of(tt, lo), t1 = tensor_of(tt, tile_begin(v + 1, G, P) - 1);
+  if (k > 0) publish(t1, k);
+  int f0, n0, f1, n1;
+  piece_owners(tt, t0, G, P, &f0, &n0);
+  piece_owners(tt, t1, G, P, &f1, &n1);
+  const bool count0 = n0 > 1, count1 = t1 != t0 && n1 > 1;
+  if (threadIdx.x == 0) {
+    __threadfence();  // this block's slots, before it is counted (threadFenceReduction)
+    const unsigned a = count0 ? atomicAdd(o.seg_count + tt.tensor[t0], 1u) : 0u;
+    const unsigned b = count1 ? atomicAdd(o.seg_count + tt.tensor[t1], 1u) : 0u;
+    const unsigned block = atomicAdd(o.done, 1u);
+    flag[0] = count0 && a == static_cast<unsigned>(n0 - 1);
+    flag[1] = count1 && b == static_cast<unsigned>(n1 - 1);
+    flag[2] = block == static_cast<unsigned>(o.n_blocks - 1);
+  }
+  __syncthreads();
+  if (flag[0]) finish_tensor<K>(o, o.segs + seg_base + t0, f0, n0, tt.tensor[t0], p, shd);
+  if (flag[1]) finish_tensor<K>(o, o.segs + seg_base + t1, f1, n1, tt.tensor[t1], p, shd);
+  if (flag[2]) {
+    __threadfence();  // see every block's slots (each block fenced before it was counted)
+    final_total<K>(o, p, max_norm, shd);
+    if (threadIdx.x == 0) *o.done = 0u;
+  }
+}
+
 // Programmatic dependent launch (sm_90+; no-ops elsewhere and when not launched that way).
 __device__ __forceinline__ void let_dependents_launch() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900

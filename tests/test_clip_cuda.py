@@ -119,6 +119,63 @@ def test_cuda_long_and_many_tensors_match_float64(cuda_ext, max_norm) -> None:
     assert reference.rel_err(grads, truth) < 2e-7
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("norm_type", [2.0, float("inf"), 3.0], ids=["l2", "inf", "p3"])
+def test_cuda_parked_and_block_pieces_both_match_float64(cuda_ext, dtype, norm_type) -> None:
+    # runs with many tensor ends (more than the 8 pieces parked at once), one tensor over many
+    # blocks (a shared piece at both ends of a run), and a NaN in a small tensor
+    gen = torch.Generator().manual_seed(21)
+    shapes = [(2_000_003,)] + [((i * 37) % 600 + 1,) for i in range(140)] + [(700_001,)]
+    base = [
+        (torch.randn(s, generator=gen) * (1 + i % 4)).to(dtype).cuda() for i, s in enumerate(shapes)
+    ]
+    total64, per64, truth = reference.float64_truth(base, 0.5, norm_type)
+    outs = {}
+    before = cuda_ext.set_parked_pieces(True)
+    try:
+        for parked in (True, False):
+            cuda_ext.set_parked_pieces(parked)
+            grads = [g.clone() for g in base]
+            total, per, _, _ = cuda_ext.clip(grads, 0.5, norm_type)
+            outs[parked] = (total, per, grads)
+            assert reference.rel_err(total, total64) < 2e-6, parked
+            assert reference.rel_err(per, per64) < 2e-6, parked
+            assert reference.rel_err(grads, truth) < (2e-7 if dtype == torch.float32 else 1e-2)
+        nan = [g.clone() for g in base]
+        nan[7][0] = float("nan")
+        for parked in (True, False):
+            cuda_ext.set_parked_pieces(parked)
+            total, per, _, nonfinite = cuda_ext.clip([g.clone() for g in nan], 0.5, norm_type)
+            assert torch.isnan(total) and bool(nonfinite) and torch.isnan(per[7]), parked
+            assert torch.isfinite(per[6]) and torch.isfinite(per[8]), parked
+    finally:
+        cuda_ext.set_parked_pieces(before)
+    assert before is True  # parked pieces are the default
+
+
+def test_cuda_parked_pieces_are_the_same_bits_run_to_run_and_under_a_graph(cuda_ext) -> None:
+    gen = torch.Generator().manual_seed(22)
+    base = [torch.randn((i * 53) % 900 + 1, generator=gen).cuda() for i in range(120)]
+    base.append(torch.randn(1_500_001, generator=gen).cuda())
+    runs = [cuda_ext.clip([g.clone() for g in base], 0.5)[:2] for _ in range(3)]
+    grads = [g.clone() for g in base]
+    graph = torch.cuda.CUDAGraph()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        cuda_ext.clip(grads, 0.5)  # warm-up on the side stream, as capture requires
+    torch.cuda.current_stream().wait_stream(s)
+    with torch.cuda.graph(graph):
+        captured = cuda_ext.clip(grads, 0.5)
+    for _ in range(2):
+        torch._foreach_copy_(grads, base)
+        graph.replay()
+    torch.cuda.synchronize()
+    runs.append(captured[:2])
+    for total, per in runs[1:]:
+        assert torch.equal(total, runs[0][0]) and torch.equal(per, runs[0][1])
+
+
 def test_cuda_pdl_on_and_off_agree_bitwise(cuda_ext, make_grads) -> None:
     if torch.cuda.get_device_capability() < (9, 0):  # else both launch alike: a vacuous pass
         pytest.skip("programmatic dependent launch needs sm_90 or newer")

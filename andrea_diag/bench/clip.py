@@ -142,15 +142,21 @@ def _graph_variants(
         if captured is not None:
             graph, total = captured
             out[name] = lambda g, m, graph=graph, total=total: (graph.replay(), total)[1]
-    # The same pair without programmatic dependent launch of the scale pass: what PDL buys.
-    before = cuda.set_pdl(False)
-    try:
-        captured = capture_graph("cuda_three_graph_nopdl", steps["cuda_three_graph"], restore)
-    finally:
-        cuda.set_pdl(before)
-    if captured is not None:
-        graph, total = captured
-        out["cuda_three_graph_nopdl"] = lambda g, m: (graph.replay(), total)[1]
+    # The same pair with one setting of the kernels changed, side by side: without programmatic
+    # dependent launch of the scale pass (what PDL buys), and with one block reduction per
+    # tensor piece instead of the parked per-warp sums (what parking buys).
+    for name, setter in (
+        ("cuda_three_graph_nopdl", cuda.set_pdl),
+        ("cuda_three_graph_blockpieces", cuda.set_parked_pieces),
+    ):
+        before = setter(False)
+        try:
+            captured = capture_graph(name, steps["cuda_three_graph"], restore)
+        finally:
+            setter(before)
+        if captured is not None:
+            graph, total = captured
+            out[name] = lambda g, m, graph=graph, total=total: (graph.replay(), total)[1]
     return out
 
 

@@ -8,10 +8,11 @@ Each row is checked against the float64 truth before it is timed. Against the he
 
 - ``k_clip_norm(flat)``: the norm pass over ONE tensor holding every gradient: what the list's
   many tensors (pieces, per-tensor reductions) cost;
-- ``k_clip_norm(clean L2)``, ``cuda_three_graph(clean L2)`` and ``torch_foreach_graph(clean
-  L2)``: timed after a flush that leaves L2 holding clean lines. The default flush writes a
-  256 MB buffer, so the first reads of the timed call also pay the write-back of ~L2-size
-  dirty lines that are not the clip's own.
+- ``k_clip_norm(clean L2)``, ``cuda_three_graph(clean L2)``, its block-pieces twin (the norm
+  pass with one block reduction per tensor piece, the kernel before parked pieces) and
+  ``torch_foreach_graph(clean L2)``: timed after a flush that leaves L2 holding clean lines.
+  The default flush writes a 256 MB buffer, so the first reads of the timed call also pay the
+  write-back of ~L2-size dirty lines that are not the clip's own.
 """
 
 from __future__ import annotations
@@ -62,9 +63,15 @@ def diagnostic_rows(gset: GradSet) -> list[Row]:
     ]
     for name, step, tol in (
         ("cuda_three_graph", lambda: cuda.clip(grads, INACTIVE)[0], 1e-5),
+        ("cuda_three_graph_blockpieces", lambda: cuda.clip(grads, INACTIVE)[0], 1e-5),
         ("torch_foreach_graph", torch_step, 2e-2),
     ):
-        captured = capture_graph(name, step, restore)
+        # the block-pieces kernel is chosen at launch, so at capture (bench.clip's A/B row)
+        before = cuda.set_parked_pieces(not name.endswith("_blockpieces"))
+        try:
+            captured = capture_graph(name, step, restore)
+        finally:
+            cuda.set_parked_pieces(before)
         if captured is not None:
             graph, total = captured
             replay = lambda graph=graph, total=total: (graph.replay(), total)[1]  # noqa: E731

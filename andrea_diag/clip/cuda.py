@@ -247,6 +247,14 @@ def pdl_enabled() -> bool:
     return bool(load().pdl_enabled())
 
 
+def set_parked_pieces(enabled: bool) -> bool:
+    """The norm pass's per-tensor pieces reduced per warp and summed by the block every few
+    pieces (True, the default) or one block reduction per piece (False, the earlier kernel,
+    kept for bench-kernels' side-by-side rows); returns the previous setting. Read when a clip
+    is launched (so also when it is graph-captured). The two may differ in the last bits."""
+    return bool(load().set_parked_pieces(bool(enabled)))
+
+
 def scale_(grads: list[torch.Tensor], scale: torch.Tensor) -> None:
     """The scale pass alone: in place ``g *= scale``; every block exits at once when the scale is 1."""
     load().scale_(grads, scale)

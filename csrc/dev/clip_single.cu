@@ -32,7 +32,7 @@ __device__ __forceinline__ void grid_barrier(unsigned* bar) {
   __syncthreads();
 }
 
-// Phase 1 is the production norm pass over the same runs (virtual block v of G, G from
+// Phase 1 is the production norm pass (its default, parked pieces) over the same runs (virtual block v of G, G from
 // span_grid as in production), so the norm, the per-tensor norms and the scale have the same
 // bits; the last (virtual) block writes the scale, one grid barrier publishes it,
 // then every block scales its runs.
@@ -41,9 +41,10 @@ __global__ void __launch_bounds__(kThreads)
     k_clip_single(const __grid_constant__ SpanTable tt, float p, float max_norm, int apply,
                   const ClipOut out, int G, unsigned* barrier) {
   __shared__ double shd[kWarps];
-  __shared__ int flag[2];
+  __shared__ int flag[3];
+  __shared__ double parked[kParked][kWarps];
   for (int v = blockIdx.x; v < G; v += gridDim.x)
-    norm_run<T, K>(tt, v, G, 0, p, max_norm, out, shd, flag);
+    norm_run_parked<T, K>(tt, v, G, 0, p, max_norm, out, shd, flag, parked);
   grid_barrier(barrier);
   const float s = __ldcg(out.scale);
   if (!apply || s == 1.0f) return;
