@@ -8,6 +8,9 @@ Each row is checked against the float64 truth before it is timed. Against the he
 
 - ``k_clip_norm(flat)``: the norm pass over ONE tensor holding every gradient: what the list's
   many tensors (pieces, per-tensor reductions) cost;
+- ``torch_norm_flat_graph`` and its ``(clean L2)`` twin: ``torch.linalg.vector_norm`` of that
+  one tensor, graphed: a floor from outside our kernels (a plain read of the same bytes by the
+  stack's general reduction, one launch);
 - ``k_clip_norm(clean L2)``, ``cuda_three_graph(clean L2)``, its block-pieces twin (the norm
   pass with one block reduction per tensor piece, the kernel before parked pieces) and
   ``torch_foreach_graph(clean L2)``: timed after a flush that leaves L2 holding clean lines.
@@ -76,6 +79,16 @@ def diagnostic_rows(gset: GradSet) -> list[Row]:
             graph, total = captured
             replay = lambda graph=graph, total=total: (graph.replay(), total)[1]  # noqa: E731
             steps.append(("inactive", f"{name}(clean L2)", replay, clean, tol))
+    # The floor: torch's own norm of ONE contiguous buffer of the same bytes, graphed (no list,
+    # no pieces, no per-tensor norms, no scale launch): what the stack's general reduction reads
+    # at, on both flushes. A goal above this row is above a plain read of these bytes here.
+    captured = capture_graph("torch_norm_flat_graph", lambda: torch.linalg.vector_norm(flat), restore)
+    if captured is not None:
+        graph, total = captured
+        replay = lambda graph=graph, total=total: (graph.replay(), total)[1]  # noqa: E731
+        tol = 1e-4 if dt == "fp32" else 2e-2  # torch's bf16 norm is rounded to bf16
+        for tm, suffix in ((timer, ""), (clean, "(clean L2)")):
+            steps.append(("inactive", f"torch_norm_flat_graph{suffix}", replay, tm, tol))
     rows = []
     for mode, name, fn, tm, tol in steps:
         restore()
