@@ -82,7 +82,9 @@ def diagnostic_rows(gset: GradSet) -> list[Row]:
     # The floor: torch's own norm of ONE contiguous buffer of the same bytes, graphed (no list,
     # no pieces, no per-tensor norms, no scale launch): what the stack's general reduction reads
     # at, on both flushes. A goal above this row is above a plain read of these bytes here.
-    captured = capture_graph("torch_norm_flat_graph", lambda: torch.linalg.vector_norm(flat), restore)
+    captured = capture_graph(
+        "torch_norm_flat_graph", lambda: torch.linalg.vector_norm(flat), restore
+    )
     if captured is not None:
         graph, total = captured
         replay = lambda graph=graph, total=total: (graph.replay(), total)[1]  # noqa: E731
