@@ -74,7 +74,10 @@ SWEEP: dict[str, Any] = {
     "precisions": LIST, "steps": INT, "recipe": STR, "plotly": STR, "command": STR,
     "cells": LIST, "status": STR,
     "throughput": {"updates_per_s": NUM, "updates": INT, "wall_s": NUM, "executor": STR,
-                   "jobs": INT},
+                   "jobs": INT,
+                   # experiments/gpu_busy.py; ``devices``' entries are checked by their reader
+                   "gpu_busy": {"pct_mean": NUM, "pct_min": NUM, "pct_max": NUM,
+                                "n_samples": INT, "source": STR, "devices": DICT}},
 }  # fmt: skip
 
 # Table columns that hold text, flags or lists; every other column is a number.

@@ -130,6 +130,39 @@ def test_sweep_page_rendered_live_escapes_its_meta(tmp_path: Path) -> None:
     assert_safe(render_sweep(tmp_path, table, meta).read_text())
 
 
+HOSTILE_BUSY = [
+    "96",
+    [[96, XSS]],
+    XSS * 4000 + ATTR,  # a huge string with HTML in it
+    {"pct_mean": XSS, "n_samples": ATTR, "devices": XSS},
+    {"pct_mean": 96, "n_samples": [XSS], "devices": {ATTR: {"pct_mean": 50}, JS: XSS, "1": [1]}},
+]
+
+
+@pytest.mark.parametrize("busy", HOSTILE_BUSY, ids=["str", "nested-list", "huge", "bad-fields",
+                                                     "bad-devices"])  # fmt: skip
+def test_hostile_gpu_busy_renders_escaped_or_not_at_all(
+    tmp_path: Path, cascade: Path, busy: object
+) -> None:
+    sweep = make_sweep(tmp_path, cascade, "c1")
+    edit(sweep / "sweep.json", throughput__gpu_busy=busy)
+    code, out = cli("report", str(sweep))  # re-read: sweep.json's schema (runread.SWEEP)
+    assert code == 0 and "Traceback" not in out, out
+    page = (sweep / "sweep.html").read_text()
+    assert_safe(page)
+    assert "updates/s aggregate" in page  # the line is there; the damaged field is not in it
+    shown = busy is HOSTILE_BUSY[-1]  # the one with a percentage where it belongs
+    assert ("a kernel ran on the GPU 96% of the time (NVML" in page) == shown
+    if shown:  # a GPU named by a hostile key: escaped; entries that are not numbers: left out
+        gpu = "&quot;&gt;&lt;img src=x onerror&#61;alert(1)&gt;"
+        assert f"(NVML; by GPU (NVML index): {gpu} 50%)" in page
+    # rendered live from the sweep's own meta (not re-read through the schema): the same
+    meta = json.loads((sweep / "sweep.json").read_text())
+    live = tmp_path / "live"
+    live.mkdir()
+    assert_safe(render_sweep(live, pd.read_csv(sweep / "sweep.csv"), meta).read_text())
+
+
 # ---- names from a run dir stay inside it ----
 
 

@@ -107,6 +107,31 @@ def test_corrupt_sweep_json_is_one_line(tmp_path: Path, cascade: Path, text: str
     one_line_error("report", str(sweep))
 
 
+@pytest.mark.parametrize("value", ["96", [[96]], "<b>x</b>" * 10000, True, 96])
+def test_a_gpu_busy_that_is_not_an_object_is_dropped_when_sweep_json_is_read(
+    tmp_path: Path, cascade: Path, value: object
+) -> None:
+    from andrea_diag.report.sweep_dir import read_sweep_meta
+
+    sweep = make_sweep(tmp_path, cascade, "c1")
+    edit(sweep / "sweep.json", throughput__gpu_busy=value)
+    tp = read_sweep_meta(sweep)["throughput"]
+    assert "gpu_busy" not in tp and tp["updates_per_s"] == 2.0  # the rest of the line stays
+
+
+def test_gpu_busy_fields_of_the_wrong_type_are_dropped_and_the_right_ones_kept(
+    tmp_path: Path, cascade: Path
+) -> None:
+    from andrea_diag.report.sweep_dir import read_sweep_meta
+
+    sweep = make_sweep(tmp_path, cascade, "c1")
+    busy = {"pct_mean": 96.5, "pct_min": "0", "pct_max": [100], "n_samples": 2.5, "source": 3,
+            "devices": "0", "extra": "kept: undeclared fields pass"}  # fmt: skip
+    edit(sweep / "sweep.json", throughput__gpu_busy=busy)
+    assert read_sweep_meta(sweep)["throughput"]["gpu_busy"] == {
+        "pct_mean": 96.5, "extra": "kept: undeclared fields pass"}  # fmt: skip
+
+
 def test_corrupt_sweep_csv_and_cell_cascade_json_are_one_line(
     tmp_path: Path, cascade: Path
 ) -> None:

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from nvml_stub import fake_nvml
 from typer.testing import CliRunner
 
 from andrea_diag.cli import app
+from andrea_diag.experiments import gpu_busy
 from andrea_diag.report.sweep_page import findings
 
 ARGS = ["sweep", "--size", "tiny", "--lr", "1e-3,1e-2", "--steps", "6"]
@@ -32,6 +35,13 @@ def test_sweep_writes_one_row_per_arm_and_a_page(sweep_dir: Path) -> None:
     assert "tiny-lr0.001-mn1-s0/report.html" in page and "Findings" in page
     for cell in table["cell"].unique():
         assert json.loads((sweep_dir / cell / "cascade.json").read_text())["status"] == "done"
+
+
+def test_a_sweep_on_the_cpu_records_no_gpu_busy(sweep_dir: Path) -> None:
+    """Before any test below re-runs the fixture's sweep (a refused re-run leaves no throughput)."""
+    tp = json.loads((sweep_dir / "sweep.json").read_text())["throughput"]
+    assert "updates_per_s" in tp and "gpu_busy" not in tp
+    assert "a kernel ran" not in (sweep_dir / "sweep.html").read_text()
 
 
 def test_rerun_keeps_finished_cells_and_continues_unfinished_ones(sweep_dir: Path) -> None:
@@ -191,3 +201,33 @@ def test_sweep_page_escapes_every_value_from_sweep_json(tmp_path: Path) -> None:
     for raw in ("<b>6</b>", "<i>0</i>", "<script>x</script>", "<u>", "<j>"):
         assert raw not in page
     assert "&lt;b&gt;6&lt;/b&gt; updates per arm" in page and "--jobs &lt;j&gt;" in page
+
+
+ONE_CELL = ["sweep", "--size", "tiny", "--lr", "1e-3", "--steps", "4", "--clip", "none",
+            "--device", "cpu"]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("util", "says"),
+    [(96, "a kernel ran nearly all the time, so more cells at once (--jobs) have little idle"),
+     (41, "no kernel ran 59% of the time; more cells at once (--jobs) may raise throughput")],
+)  # fmt: skip
+def test_a_sweep_whose_gpu_was_read_records_gpu_busy_and_says_what_it_means(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, util: int, says: str
+) -> None:
+    """The cells train on the CPU; the seam that names the cells' GPUs says GPU 0, and a
+    stand-in NVML reads ``util`` there every time: the mean is ``util`` whatever the count."""
+    monkeypatch.setitem(sys.modules, "pynvml", fake_nvml(util=[util]))
+    monkeypatch.setattr(gpu_busy, "cell_gpus", lambda cfg, device: [0])
+    out = tmp_path / "s"
+    res = CliRunner().invoke(app, [*ONE_CELL, "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    busy = json.loads((out / "sweep.json").read_text())["throughput"]["gpu_busy"]
+    assert (busy["pct_mean"], busy["pct_min"], busy["pct_max"]) == (util, util, util)
+    assert busy["n_samples"] >= 1 and "devices" not in busy  # one GPU: no per-GPU breakdown
+    assert busy["source"] == gpu_busy.SOURCE
+    said = " ".join(res.output.split())  # the console wraps long lines
+    assert f"GPU busy {util}% of the sweep (NVML, {busy['n_samples']} samples): {says}" in said
+    page = (out / "sweep.html").read_text()
+    n = busy["n_samples"]
+    assert f"a kernel ran on the GPU {util}% of the time (NVML, {n} samples)" in page

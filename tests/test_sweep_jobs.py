@@ -11,14 +11,19 @@ extra installs submitit) exercises the Slurm path's contract without a cluster.
 from __future__ import annotations
 
 import json
+import sys
+import types
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from nvml_stub import fake_nvml
 from typer.testing import CliRunner
 
 from andrea_diag.cli import app
-from andrea_diag.experiments.executor import device_slots
+from andrea_diag.experiments.executor import ExecutorConfig, device_slots
+from andrea_diag.experiments.gpu_busy import busy_line, cell_gpus, gpu_busy
+from andrea_diag.telemetry import Telemetry
 
 ARGS = ["sweep", "--size", "tiny", "--lr", "1e-3,1e-2", "--steps", "4", "--clip", "none",
         "--device", "cpu"]  # fmt: skip
@@ -30,6 +35,66 @@ def test_cells_spread_over_every_visible_gpu_jobs_per_gpu() -> None:
     assert device_slots(1, True, None, 2) == ["0", "1"]  # no variable: every GPU counted
     assert device_slots(3, False, None, 0) == [None, None, None]  # the CPU: N cells at once
     assert device_slots(2, True, "", 0) == [None, None]  # an empty list hides every GPU
+
+
+def test_cells_on_the_cpu_elsewhere_or_merged_have_no_gpu_to_read() -> None:
+    assert cell_gpus(ExecutorConfig(jobs=4), "cpu") == []
+    assert cell_gpus(ExecutorConfig(kind="slurm", jobs=4), "cuda") == []  # the scheduler's GPUs
+    assert cell_gpus(ExecutorConfig(merge_only=True), "cuda") == []  # a merge trains nothing
+
+
+def test_the_cells_gpus_are_found_in_nvml_by_uuid_whatever_cudas_numbering(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """CUDA numbers the visible GPUs (here NVML's 2 and 0, in that order); NVML every GPU of the
+    host. One cell at a time reads the process's current GPU; side by side, every visible one."""
+    import torch
+
+    uuids = ["GPU-0000-a", "GPU-0000-b", "GPU-0000-c"]
+    monkeypatch.setitem(sys.modules, "pynvml", fake_nvml(util=[50], n_gpus=3, uuids=uuids))
+    cuda_sees = ["0000-c", "0000-a"]  # torch gives the UUID without NVML's prefix
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: len(cuda_sees))
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "get_device_properties",
+                        lambda i: types.SimpleNamespace(uuid=cuda_sees[i]))  # fmt: skip
+    assert cell_gpus(ExecutorConfig(jobs=1), "cuda") == [0]
+    assert cell_gpus(ExecutorConfig(jobs=4), "auto") == [2, 0]
+    cuda_sees[1] = "MIG-0000-x"  # a GPU NVML does not list by that UUID: not read
+    assert cell_gpus(ExecutorConfig(jobs=4), "cuda") == [2]
+
+
+def _read(per_gpu: dict[int, list[float]]) -> Telemetry:
+    """A sampler that has read ``per_gpu`` (NVML index -> utilization readings)."""
+    tel = Telemetry(indices=list(per_gpu))
+    for index, values in per_gpu.items():
+        tel.by_index[index] = [{"gpu_util_pct": v, "temp_c": 40} for v in values]
+    return tel
+
+
+def test_gpu_busy_pools_every_gpus_samples_and_the_least_busy_gpu_decides_the_line() -> None:
+    assert gpu_busy(Telemetry(indices=[])) is None  # nothing read: no key
+    assert gpu_busy(_read({0: []})) is None
+    assert gpu_busy(Telemetry(indices=[0])) is None
+    busy = gpu_busy(_read({0: [100, 98, 99, 99], 5: [40, 60]}))
+    assert busy is not None
+    assert (busy["pct_mean"], busy["pct_min"], busy["pct_max"], busy["n_samples"]) == (
+        pytest.approx(82.7), 40, 100, 6)  # fmt: skip
+    assert busy["devices"] == {
+        "0": {"pct_mean": 99.0, "pct_min": 98, "pct_max": 100, "n_samples": 4},
+        "5": {"pct_mean": 50.0, "pct_min": 40, "pct_max": 60, "n_samples": 2},
+    }
+    line = busy_line(busy)
+    assert line.startswith("GPU busy 83% of the sweep (NVML, 6 samples; by GPU: 0 99%, 5 50%)")
+    assert "no kernel ran 50% of the time on GPU 5; more cells at once (--jobs) may" in line
+    both = busy_line(gpu_busy(_read({0: [95], 1: [91]})) or {})
+    assert "a kernel ran nearly all the time" in both
+
+
+def test_a_card_without_utilization_gives_no_gpu_busy() -> None:
+    tel = Telemetry(indices=[0])
+    tel.by_index[0] = [{"temp_c": 40, "power_w": 200.0}]  # read, but no utilization
+    assert gpu_busy(tel) is None
 
 
 def _break_cell(cell: Path) -> None:

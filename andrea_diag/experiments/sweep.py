@@ -15,6 +15,8 @@ fail, with one line naming the crashed cells.
 
 Seeds are pooled per (size, lr, precision, max_norm) by ``aggregate.py``: rates and paired
 differences with 95% intervals, written as ``arms.csv`` and ``gaps.csv`` beside ``sweep.csv``.
+``sweep.json``'s ``throughput`` gives the invocation's aggregate updates per second and, when
+its cells train on this host's GPUs, how busy those were meanwhile (``gpu_busy.py``).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import pandas as pd
 from rich.console import Console
 
 from andrea_diag.config import RunConfig
+from andrea_diag.data import PreparedData
 from andrea_diag.device import resolve_device
 from andrea_diag.errors import UserError
 from andrea_diag.experiments.aggregate import write_interval_tables
@@ -49,6 +52,7 @@ from andrea_diag.experiments.executor import (
     run_cells,
     throughput,
 )
+from andrea_diag.experiments.gpu_busy import busy_line, busy_sampler, gpu_busy
 from andrea_diag.experiments.resume import check_same_run, move_aside
 from andrea_diag.experiments.status import DONE, Status
 from andrea_diag.probes.verdict import COLLAPSE_VERDICTS
@@ -243,13 +247,54 @@ def run_sweep(
         "cells": [name_of(c) for c in configs],
     }  # fmt: skip
     write_json(out / "sweep.json", {**meta, "status": Status.RUNNING})
-    rows: list[dict[str, Any]] = []
     crashed: dict[str, str] = {}  # cell -> error
     spec.executor.check()
     dirs = [out / name for name in meta["cells"]]
-    t0, before = time.perf_counter(), recorded_updates(dirs, spec.clips)
-    if not spec.executor.in_process:  # every unfinished cell in its own process, N at once
-        crashed = _run_out_of_process(spec, dirs, configs, out, console, shas, after_cell)
+    # how busy the cells' GPUs were, over the span of throughput's wall time (gpu_busy.py)
+    with busy_sampler(spec.executor, configs[0].device) as tel:
+        t0, before = time.perf_counter(), recorded_updates(dirs, spec.clips)
+        if not spec.executor.in_process:  # every unfinished cell in its own process, N at once
+            crashed = _run_out_of_process(spec, dirs, configs, out, console, shas, after_cell)
+        rows = _each_cell(spec, configs, out, data, crashed, console, after_cell)
+        table = pd.DataFrame(rows)
+        write_interval_tables(out, table)
+        wall = time.perf_counter() - t0
+    status = {"status": Status.CRASHED, "crashed_cells": crashed} if crashed else {"status": DONE}
+    not_run = sorted({r["cell"] for r in rows if r["status"] == Status.NOT_RUN})
+    if spec.executor.merge_only and not_run and not crashed:  # merged, with cells to come
+        status = {"status": Status.PARTIAL, "not_run_cells": not_run}
+    meta["throughput"] = throughput(
+        recorded_updates(dirs, spec.clips) - before, wall, spec.executor
+    )
+    busy = gpu_busy(tel)  # None: no GPU was read (CPU cells, Slurm, no NVML)
+    if busy is not None:
+        meta["throughput"]["gpu_busy"] = busy
+    write_json(out / "sweep.json", {**meta, **status})  # the command renders the page from it
+    if busy is not None:
+        console.print(busy_line(busy), highlight=False)
+    if crashed:
+        raise UserError(
+            f"{len(crashed)} of {len(configs)} sweep cells crashed: {', '.join(crashed)} "
+            f"({next(iter(crashed.values()))}); every other cell finished",
+            hint=f"see {out}/sweep.csv; re-run the same command to retry only the crashed cells",
+        )
+    return out, table
+
+
+def _each_cell(
+    spec: SweepSpec,
+    configs: list[RunConfig],
+    out: Path,
+    data: PreparedData,
+    crashed: dict[str, str],
+    console: Console,
+    after_cell: AfterCell | None,
+) -> list[dict[str, Any]]:
+    """Train each unfinished cell here when the sweep runs them in its own process, and give
+    every cell's arm rows (``sweep.csv`` written as they grow); ``crashed`` (cell -> error)
+    gains the cells that crash here. ``data``: the sources every cell shares."""
+    shas = {name: src.sha256 for name, src in data.sources.items()}
+    rows: list[dict[str, Any]] = []
     for i, cfg in enumerate(configs, 1):
         name = name_of(cfg)
         cell_dir = out / name
@@ -283,24 +328,7 @@ def run_sweep(
             rows.append(_arm_row(cfg, arm, summary, name))
         # the table grows cell by cell: a crash keeps every finished cell's rows
         pd.DataFrame(rows).to_csv(out / "sweep.csv", index=False)
-    table = pd.DataFrame(rows)
-    write_interval_tables(out, table)
-    status = {"status": Status.CRASHED, "crashed_cells": crashed} if crashed else {"status": DONE}
-    not_run = sorted({r["cell"] for r in rows if r["status"] == Status.NOT_RUN})
-    if spec.executor.merge_only and not_run and not crashed:  # merged, with cells to come
-        status = {"status": Status.PARTIAL, "not_run_cells": not_run}
-    wall = time.perf_counter() - t0
-    meta["throughput"] = throughput(
-        recorded_updates(dirs, spec.clips) - before, wall, spec.executor
-    )
-    write_json(out / "sweep.json", {**meta, **status})  # the command renders the page from it
-    if crashed:
-        raise UserError(
-            f"{len(crashed)} of {len(configs)} sweep cells crashed: {', '.join(crashed)} "
-            f"({next(iter(crashed.values()))}); every other cell finished",
-            hint=f"see {out}/sweep.csv; re-run the same command to retry only the crashed cells",
-        )
-    return out, table
+    return rows
 
 
 def shared_plotly(mode: str, out: Path) -> Path | None:

@@ -32,6 +32,7 @@ from andrea_diag.rundir import atomic_write_text
 from andrea_diag.stats import MIN_PAIRS, insufficient, paired_test
 
 MATTERS = 0.25  # nats: a final-loss gap this large between arms is called a difference
+MAX_GPUS = 64  # GPUs named in the throughput line (a damaged sweep.json may list any number)
 
 
 def compared_column(table: pd.DataFrame) -> pd.Series:
@@ -190,14 +191,36 @@ def collapse_finding(table: pd.DataFrame) -> str:
 
 
 def _throughput_note(tp: dict[str, Any] | None) -> str:
-    """The sweep's aggregate speed (sweep.json's ``throughput``), one line."""
-    if not tp or not tp.get("updates_per_s"):
+    """The sweep's aggregate speed (sweep.json's ``throughput``), one line, with how busy its
+    GPUs were (``gpu_busy``) when the sweep read them."""
+    if not isinstance(tp, dict) or not tp.get("updates_per_s"):
         return ""
     return (
         f"<p class='note'>throughput: {esc(tp['updates_per_s'], '.3g')} updates/s aggregate "
         f"({esc(tp.get('updates'))} updates in {esc(tp.get('wall_s'), '.1f')} s; executor "
-        f"{esc(tp.get('executor'))}, --jobs {esc(tp.get('jobs'))})</p>\n"
+        f"{esc(tp.get('executor'))}, --jobs {esc(tp.get('jobs'))}){_busy_note(tp)}</p>\n"
     )
+
+
+def _pct(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _busy_note(tp: dict[str, Any]) -> str:
+    """'; a kernel ran on the GPU 96% of the time (NVML)', per GPU when there were several;
+    '' when the sweep read none. sweep.json may be someone else's: a value that is not a
+    percentage is left out, as a field of the wrong type is (runread.py)."""
+    busy = tp.get("gpu_busy")
+    if not isinstance(busy, dict) or not _pct(busy.get("pct_mean")):
+        return ""
+    devices = busy.get("devices") if isinstance(busy.get("devices"), dict) else {}
+    per = [(i, d["pct_mean"]) for i, d in devices.items()
+           if isinstance(d, dict) and _pct(d.get("pct_mean"))][:MAX_GPUS]  # fmt: skip
+    by = "; by GPU (NVML index): " + ", ".join(f"{esc(i)} {esc(m, '.0f')}%" for i, m in per)
+    n = busy.get("n_samples")
+    samples = f", {esc(n)} samples" if _pct(n) else ""
+    return (f"; a kernel ran on the GPU {esc(busy['pct_mean'], '.0f')}% of the time (NVML"
+            f"{samples}{by if per else ''})")  # fmt: skip
 
 
 def intervals_section(table: pd.DataFrame) -> str:
