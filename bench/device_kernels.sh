@@ -55,7 +55,7 @@ rows = json.load(open(sys.argv[1]))["rows"]
 keep = ("cuda_three", "cuda_three_graph", "cuda_three_graph_nopdl", "cuda_three_graph_blockpieces",
         "cuda_three_graph(clean L2)", "cuda_three_graph_blockpieces(clean L2)", "cuda_single",
         "torch_foreach_graph", "k_clip_norm", "k_grad_norm_partial", "k_clip_scale",
-        "k_clip_scale(skip)")
+        "k_clip_scale(skip)", "torch_norm_flat_graph", "torch_norm_flat_graph(clean L2)")
 for r in rows:
     if r["variant"] in keep:
         pct = "-" if r["pct_copy"] is None else f"{r['pct_copy']:.0f}%"

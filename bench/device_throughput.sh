@@ -36,6 +36,8 @@ rows = {p.stem: json.loads(p.read_text())["throughput"] for p in sorted(out.glob
 base = rows.get(f"sweep-{size}-j1-off{tag}", {}).get("updates_per_s")  # this tag's jobs-1 cells
 for name, t in rows.items():
     ratio = f"{t['updates_per_s'] / base:.2f}x" if base else "-"
-    print(f"{name}: {t['updates']} arm-updates in {t['wall_s']:.0f} s = {t['updates_per_s']:.1f}/s ({ratio} jobs 1)")
+    busy = t.get("gpu_busy") or {}  # NVML: share of the sweep's samples in which a kernel ran
+    busy = f"; GPU busy {busy['pct_mean']:.0f}% ({busy['n_samples']} samples)" if busy else ""
+    print(f"{name}: {t['updates']} arm-updates in {t['wall_s']:.0f} s = {t['updates_per_s']:.1f}/s ({ratio} jobs 1){busy}")
 PY
 } 2>&1 | tee "$LOG"
