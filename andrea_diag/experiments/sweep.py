@@ -266,7 +266,9 @@ def run_sweep(
     meta["throughput"] = throughput(
         recorded_updates(dirs, spec.clips) - before, wall, spec.executor
     )
-    busy = gpu_busy(tel)  # None: no GPU was read (CPU cells, Slurm, no NVML)
+    # None: no GPU was read (CPU cells, Slurm, no NVML), or every cell was already done (a
+    # re-run that trained nothing says nothing about how busy training keeps the GPU)
+    busy = gpu_busy(tel) if meta["throughput"]["updates"] > 0 else None
     if busy is not None:
         meta["throughput"]["gpu_busy"] = busy
     write_json(out / "sweep.json", {**meta, **status})  # the command renders the page from it
