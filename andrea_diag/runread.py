@@ -21,6 +21,7 @@ import json
 import logging
 import math
 import numbers
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -91,6 +92,9 @@ FLAG_COLUMNS = {"metrics": {"boundary", "nonfinite", "applied", "skipped", "eval
 LIST_COLUMNS = {"events": {"causes", "cascade"}}
 
 
+_FLOAT_MAX = int(sys.float_info.max)
+
+
 def _number(v: Any, integer: bool) -> tuple[bool, Any]:
     """(ok, value) for a JSON number field: non-finite floats arrive as strings."""
     if isinstance(v, str) and v in _NONFINITE and not integer:
@@ -100,7 +104,11 @@ def _number(v: Any, integer: bool) -> tuple[bool, Any]:
     if integer:
         if isinstance(v, float) and not v.is_integer():
             return False, None
-        return True, int(v)
+        v = int(v)
+        # past 2**63 no writer of ours gets; a reader's float math on it would overflow
+        return (True, v) if abs(v) < 2**63 else (False, None)
+    if isinstance(v, int) and abs(v) >= _FLOAT_MAX:  # JSON integers are unbounded; floats not
+        return False, None
     return True, v
 
 

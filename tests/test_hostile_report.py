@@ -135,12 +135,13 @@ HOSTILE_BUSY = [
     [[96, XSS]],
     XSS * 4000 + ATTR,  # a huge string with HTML in it
     {"pct_mean": XSS, "n_samples": ATTR, "devices": XSS},
+    {"pct_mean": 10**400, "n_samples": 10**400, "devices": {"0": {"pct_mean": -1}}},
     {"pct_mean": 96, "n_samples": [XSS], "devices": {ATTR: {"pct_mean": 50}, JS: XSS, "1": [1]}},
 ]
 
 
 @pytest.mark.parametrize("busy", HOSTILE_BUSY, ids=["str", "nested-list", "huge", "bad-fields",
-                                                     "bad-devices"])  # fmt: skip
+                                                     "past-float", "bad-devices"])  # fmt: skip
 def test_hostile_gpu_busy_renders_escaped_or_not_at_all(
     tmp_path: Path, cascade: Path, busy: object
 ) -> None:

@@ -132,6 +132,27 @@ def test_gpu_busy_fields_of_the_wrong_type_are_dropped_and_the_right_ones_kept(
         "pct_mean": 96.5, "extra": "kept: undeclared fields pass"}  # fmt: skip
 
 
+def test_numbers_past_the_float_range_are_dropped_not_a_crash(
+    tmp_path: Path, cascade: Path
+) -> None:
+    """JSON integers are unbounded: 10**400 in a number field overflowed a reader's float
+    conversion (math.isfinite) and stopped the report; the schema drops it like a wrong type."""
+    from andrea_diag.report.sweep_dir import read_sweep_meta
+
+    sweep = make_sweep(tmp_path, cascade, "c1")
+    huge = 10**400
+    busy = {"pct_mean": huge, "n_samples": huge, "devices": {"0": {"pct_mean": huge}}}
+    edit(sweep / "sweep.json", throughput__gpu_busy=busy, throughput__updates_per_s=huge,
+         throughput__updates=2**63)  # fmt: skip
+    tp = read_sweep_meta(sweep)["throughput"]
+    assert "updates_per_s" not in tp and "updates" not in tp
+    assert "pct_mean" not in tp["gpu_busy"] and "n_samples" not in tp["gpu_busy"]
+    # the per-GPU entries are keyed by whatever the file says: the page checks each value
+    code, out = cli("report", str(sweep))
+    assert code == 0 and "Traceback" not in out, out
+    assert "a kernel ran" not in (sweep / "sweep.html").read_text()
+
+
 def test_corrupt_sweep_csv_and_cell_cascade_json_are_one_line(
     tmp_path: Path, cascade: Path
 ) -> None:

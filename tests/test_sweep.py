@@ -37,11 +37,19 @@ def test_sweep_writes_one_row_per_arm_and_a_page(sweep_dir: Path) -> None:
         assert json.loads((sweep_dir / cell / "cascade.json").read_text())["status"] == "done"
 
 
-def test_a_sweep_on_the_cpu_records_no_gpu_busy(sweep_dir: Path) -> None:
-    """Before any test below re-runs the fixture's sweep (a refused re-run leaves no throughput)."""
-    tp = json.loads((sweep_dir / "sweep.json").read_text())["throughput"]
-    assert "updates_per_s" in tp and "gpu_busy" not in tp
-    assert "a kernel ran" not in (sweep_dir / "sweep.html").read_text()
+def test_a_sweep_on_the_cpu_records_no_gpu_busy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--device cpu: no GPU of the host is read, even where NVML would answer (a stand-in that
+    reads 50% on every GPU), so a CPU sweep on a GPU host says nothing about its GPU."""
+    monkeypatch.setitem(sys.modules, "pynvml", fake_nvml(util=[50]))
+    out = tmp_path / "s"
+    res = CliRunner().invoke(app, [*ONE_CELL, "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    tp = json.loads((out / "sweep.json").read_text())["throughput"]
+    assert tp["updates"] > 0 and "gpu_busy" not in tp
+    assert "a kernel ran" not in (out / "sweep.html").read_text()
+    assert "GPU busy" not in res.output
 
 
 def test_rerun_keeps_finished_cells_and_continues_unfinished_ones(sweep_dir: Path) -> None:

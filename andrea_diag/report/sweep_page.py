@@ -203,7 +203,13 @@ def _throughput_note(tp: dict[str, Any] | None) -> str:
 
 
 def _pct(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    """A percentage: a number in [0, 100] (comparisons, not math.isfinite: a huge JSON integer
+    overflows a float conversion; NaN compares false)."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v <= 100
+
+
+def _count(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**53
 
 
 def _busy_note(tp: dict[str, Any]) -> str:
@@ -218,7 +224,7 @@ def _busy_note(tp: dict[str, Any]) -> str:
            if isinstance(d, dict) and _pct(d.get("pct_mean"))][:MAX_GPUS]  # fmt: skip
     by = "; by GPU (NVML index): " + ", ".join(f"{esc(i)} {esc(m, '.0f')}%" for i, m in per)
     n = busy.get("n_samples")
-    samples = f", {esc(n)} samples" if _pct(n) else ""
+    samples = f", {esc(n)} samples" if _count(n) else ""
     return (f"; a kernel ran on the GPU {esc(busy['pct_mean'], '.0f')}% of the time (NVML"
             f"{samples}{by if per else ''})")  # fmt: skip
 
