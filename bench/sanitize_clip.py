@@ -89,8 +89,13 @@ def main() -> None:
         for p in (2.0, float("inf")):
             gpt = [(200_000 + 999 * i, 384, 1152, 129, 2048)[i % 5] for i in range(60)]
             check([torch.randn(n, generator=gen, device="cuda") for n in gpt], 0.5, p)
-        # more tensor ends in one run than the kParked pieces summed at once
-        check([torch.randn((i % 40) + 1, generator=gen, device="cuda") for i in range(300)], 0.5)
+        # runs of ~32 pieces (several batches of the 8 parked at once) on any GPU: two large
+        # tensors of 24 and 8 tiles per block of the SMs x 3 grid, 150 one-tile tensors between
+        blocks = torch.cuda.get_device_properties(0).multi_processor_count * 3
+        ends = [24 * blocks * 256 + 3] + [(i * 37) % 256 + 1 for i in range(150)]
+        for p in (2.0, float("inf")):
+            ends_grads = [torch.randn(n, generator=gen, device="cuda") for n in ends]
+            check([*ends_grads, torch.randn(8 * blocks * 256 + 1, device="cuda")], 0.5, p)
         cuda.set_parked_pieces(before)
     many = [torch.randn((i % 300) + 1, generator=gen, device="cuda") for i in range(400)]
     mixed = [g.to(torch.bfloat16) if i % 2 else g for i, g in enumerate(many[:200])]

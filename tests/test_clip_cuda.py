@@ -119,25 +119,33 @@ def test_cuda_long_and_many_tensors_match_float64(cuda_ext, max_norm) -> None:
     assert reference.rel_err(grads, truth) < 2e-7
 
 
+def many_ends_shapes() -> list[tuple[int]]:
+    """One launch whose runs cross about 30 tensor ends each on any GPU: the grid is SMs x 3
+    blocks (span_grid), so two large tensors of 24 and 8 tiles per block put ~32 tiles in each
+    run, and the 150 one-tile tensors between them give runs of ~32 pieces (four batches of the
+    8 parked at once), with a shared piece at both ends of the runs that cross the large ones."""
+    blocks = torch.cuda.get_device_properties(0).multi_processor_count * 3
+    small = [((i * 37) % 256 + 1,) for i in range(150)]
+    return [(24 * blocks * 256 + 3,), *small, (8 * blocks * 256 + 1,)]
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 @pytest.mark.parametrize("norm_type", [2.0, float("inf"), 3.0], ids=["l2", "inf", "p3"])
 def test_cuda_parked_and_block_pieces_both_match_float64(cuda_ext, dtype, norm_type) -> None:
     # runs with many tensor ends (more than the 8 pieces parked at once), one tensor over many
     # blocks (a shared piece at both ends of a run), and a NaN in a small tensor
     gen = torch.Generator().manual_seed(21)
-    shapes = [(2_000_003,)] + [((i * 37) % 600 + 1,) for i in range(140)] + [(700_001,)]
     base = [
-        (torch.randn(s, generator=gen) * (1 + i % 4)).to(dtype).cuda() for i, s in enumerate(shapes)
+        (torch.randn(s, generator=gen) * (1 + i % 4)).to(dtype).cuda()
+        for i, s in enumerate(many_ends_shapes())
     ]
     total64, per64, truth = reference.float64_truth(base, 0.5, norm_type)
-    outs = {}
     before = cuda_ext.set_parked_pieces(True)
     try:
         for parked in (True, False):
             cuda_ext.set_parked_pieces(parked)
             grads = [g.clone() for g in base]
             total, per, _, _ = cuda_ext.clip(grads, 0.5, norm_type)
-            outs[parked] = (total, per, grads)
             assert reference.rel_err(total, total64) < 2e-6, parked
             assert reference.rel_err(per, per64) < 2e-6, parked
             assert reference.rel_err(grads, truth) < (2e-7 if dtype == torch.float32 else 1e-2)
@@ -151,6 +159,25 @@ def test_cuda_parked_and_block_pieces_both_match_float64(cuda_ext, dtype, norm_t
     finally:
         cuda_ext.set_parked_pieces(before)
     assert before is True  # parked pieces are the default
+
+
+def test_cuda_set_parked_pieces_switches_the_norm_kernel(cuda_ext) -> None:
+    # else the A/B rows of bench-kernels would time one kernel twice and every test still pass
+    grads = [torch.randn(1000 + i, device="cuda") for i in range(3)]
+    names = {}
+    before = cuda_ext.set_parked_pieces(True)
+    try:
+        for parked in (True, False):
+            cuda_ext.set_parked_pieces(parked)
+            acts = [torch.profiler.ProfilerActivity.CUDA]
+            with torch.profiler.profile(activities=acts) as prof:
+                cuda_ext.clip([g.clone() for g in grads], 0.5)
+                torch.cuda.synchronize()
+            names[parked] = {e.name for e in prof.events() if "k_clip_norm" in e.name}
+    finally:
+        cuda_ext.set_parked_pieces(before)
+    assert names[True] and all("true>" in n for n in names[True]), names
+    assert names[False] and all("false>" in n for n in names[False]), names
 
 
 def test_cuda_parked_pieces_are_the_same_bits_run_to_run_and_under_a_graph(cuda_ext) -> None:
