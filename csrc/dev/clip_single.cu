@@ -32,10 +32,11 @@ __device__ __forceinline__ void grid_barrier(unsigned* bar) {
   __syncthreads();
 }
 
-// Phase 1 is the production norm pass (its default, parked pieces) over the same runs (virtual block v of G, G from
-// span_grid as in production), so the norm, the per-tensor norms and the scale have the same
-// bits; the last (virtual) block writes the scale, one grid barrier publishes it,
-// then every block scales its runs.
+// Phase 1 is the production norm pass with its default, parked pieces (norm_run_parked), over
+// the same runs (virtual block v of G, G from span_grid as in production), so the norm, the
+// per-tensor norms and the scale have the production pair's bits while set_parked_pieces is
+// left on; the last (virtual) block writes the scale, one grid barrier publishes it, then
+// every block scales its runs.
 template <typename T, NormKind K>
 __global__ void __launch_bounds__(kThreads)
     k_clip_single(const __grid_constant__ SpanTable tt, float p, float max_norm, int apply,
