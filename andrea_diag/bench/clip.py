@@ -32,10 +32,10 @@ from andrea_diag.bench.harness import (
     BenchResult,
     Row,
     Timer,
-    capture_graph,
     copy_bandwidth,
     find,
     grad_shapes,
+    graph_replay,
     make_grads,
     make_row,
 )
@@ -136,27 +136,22 @@ def _graph_variants(
         ),
         "cuda_three_graph": lambda: cuda.clip(grads, max_norm, variant="three")[0],
     }
-    out = {}
-    for name, step in steps.items():
-        captured = capture_graph(name, step, restore)
-        if captured is not None:
-            graph, total = captured
-            out[name] = lambda g, m, graph=graph, total=total: (graph.replay(), total)[1]
     # The same pair with one setting of the kernels changed, side by side: without programmatic
     # dependent launch of the scale pass (what PDL buys), and with one block reduction per
     # tensor piece instead of the parked per-warp sums (what parking buys).
-    for name, setter in (
-        ("cuda_three_graph_nopdl", cuda.set_pdl),
-        ("cuda_three_graph_blockpieces", cuda.set_parked_pieces),
-    ):
-        before = setter(False)
-        try:
-            captured = capture_graph(name, steps["cuda_three_graph"], restore)
-        finally:
-            setter(before)
-        if captured is not None:
-            graph, total = captured
-            out[name] = lambda g, m, graph=graph, total=total: (graph.replay(), total)[1]
+    captures = [(name, step, None) for name, step in steps.items()] + [
+        ("cuda_three_graph_nopdl", steps["cuda_three_graph"], (cuda.set_pdl, False)),
+        (
+            "cuda_three_graph_blockpieces",
+            steps["cuda_three_graph"],
+            (cuda.set_parked_pieces, False),
+        ),
+    ]
+    out = {}
+    for name, step, setting in captures:
+        replay = graph_replay(name, step, restore, setting)
+        if replay is not None:
+            out[name] = lambda g, m, replay=replay: replay()
     return out
 
 

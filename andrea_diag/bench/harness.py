@@ -189,6 +189,27 @@ def capture_graph(
     return graph, result
 
 
+def graph_replay(
+    name: str,
+    step: Callable[[], Any],
+    restore: Callable[[], None],
+    setting: tuple[Callable[[bool], bool], bool] | None = None,
+) -> Callable[[], Any] | None:
+    """``step`` captured (:func:`capture_graph`) as a replay that returns the step's output;
+    None when capture failed. ``setting``: (setter, value) of a kernel setting read at launch,
+    so fixed at capture: set for the capture alone (the setter returns the one it replaces)."""
+    before = setting[0](setting[1]) if setting else None
+    try:
+        captured = capture_graph(name, step, restore)
+    finally:
+        if setting:
+            setting[0](bool(before))
+    if captured is None:
+        return None
+    graph, total = captured
+    return lambda: (graph.replay(), total)[1]
+
+
 def find(result: BenchResult, size: str, dt: str, mode: str, variant: str) -> Row | None:
     """The row for one (size, dtype, mode, variant), if it was measured."""
     for r in result.rows:
