@@ -6,6 +6,7 @@
 # minutes on one H200; every step has a timeout, and they add up to under 10 minutes (590 s).
 #   (on the device, from the repo root, with .whl/ carried)   bash bench/device_kernels.sh
 # SANITIZE_ONLY=1: build, GPU tests and the two sanitizers, no benchmark (about 2 minutes).
+# BENCH_ONLY=1: build and bench-kernels, no GPU tests or sanitizers (a bench-only change).
 # Writes to $OUT (7 files, each far under 16 MB):
 #   log.txt (everything, headline at the end), tests.txt, bench.txt (the console tables),
 #   bench-kernels.json, bench-kernels.html, memcheck.txt, racecheck.txt
@@ -24,10 +25,12 @@ BENCH=/tmp/bench-kernels
     timeout 120 python3 -c "from andrea_diag.clip import cuda; cuda.load_dev(); print('dev built')" &
     wait
   }
-  echo "== GPU tests"
-  timeout 90 python3 -m pytest -m cuda tests/test_clip_cuda.py tests/test_adaptive_cuda.py \
-    tests/test_fused_adamw.py -q -rs -p no:cacheprovider > "$OUT/tests.txt" 2>&1; echo "tests rc=$?"
-  tail -15 "$OUT/tests.txt"
+  if [ -z "${BENCH_ONLY:-}" ]; then
+    echo "== GPU tests"
+    timeout 90 python3 -m pytest -m cuda tests/test_clip_cuda.py tests/test_adaptive_cuda.py \
+      tests/test_fused_adamw.py -q -rs -p no:cacheprovider > "$OUT/tests.txt" 2>&1; echo "tests rc=$?"
+    tail -15 "$OUT/tests.txt"
+  fi
   [ -n "${SANITIZE_ONLY:-}" ] && { echo "== bench-kernels skipped (SANITIZE_ONLY)"; exit 0; }
   echo "== bench-kernels"
   timeout 180 python3 -m andrea_diag.cli bench-kernels --out "$BENCH" --sizes 12m,120m \
@@ -36,6 +39,7 @@ BENCH=/tmp/bench-kernels
   cp "$BENCH/bench-kernels.json" "$BENCH/bench-kernels.html" "$OUT/" 2>/dev/null
   tail -12 "$OUT/bench.txt"
 } 2>&1 | tee "$LOG"
+if [ -z "${BENCH_ONLY:-}" ]; then
 echo "== memcheck" | tee -a "$LOG"
 PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout 100 compute-sanitizer --tool memcheck --print-limit 50 --error-exitcode 9 \
   python3 bench/sanitize_clip.py > "$OUT/memcheck.txt" 2>&1; echo "memcheck rc=$?" | tee -a "$LOG"
@@ -44,6 +48,7 @@ echo "== racecheck" | tee -a "$LOG"
 timeout 100 compute-sanitizer --tool racecheck --print-limit 50 --error-exitcode 9 \
   python3 bench/sanitize_clip.py > "$OUT/racecheck.txt" 2>&1; echo "racecheck rc=$?" | tee -a "$LOG"
 tail -3 "$OUT/racecheck.txt" | tee -a "$LOG"
+fi
 [ -n "${SANITIZE_ONLY:-}" ] && exit 0
 {
   echo "== headline (issue 20 item 5; goal >= 90% at 120m, >= 75% at 12m, graphed)"
