@@ -26,12 +26,15 @@ def main() -> int:
     ap.add_argument("--updates", type=int, default=60, help="timed updates of every loop")
     ap.add_argument("--warmup", type=int, default=6, help="untimed updates first (captures)")
     ap.add_argument("--block", type=int, default=10, help="updates per timed block")
+    # plain: one clipped arm (the fused clipper); the stacks clip every other row (a cell's two
+    # arms) and take every row's norm, as the engine records an unclipped arm's norm too
+    ap.add_argument("--clip", default="global", help="the plain loop's clip mode")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--out", type=Path, required=True, help="the result's JSON file")
     a = ap.parse_args()
     try:
         ks = tuple(int(k) for k in a.ks.split(","))
-        cfg = RunConfig(size=a.size, precision=a.precision, device=a.device,
+        cfg = RunConfig(size=a.size, precision=a.precision, device=a.device, clip=a.clip,
                         cuda_graph=a.device.startswith("cuda")).resolve()  # fmt: skip
         result = bench_stacked(cfg, ks, a.updates, a.warmup, a.block, progress=print)
     except ValueError as exc:

@@ -36,6 +36,23 @@ def _tokens(cfg: RunConfig, k: int, seed: int = 7) -> torch.Tensor:
     return torch.randint(0, cfg.model.vocab_size, (k, 4, 17), generator=gen)  # (K, B, T+1)
 
 
+def _assert_same_params(
+    ours: dict[str, torch.Tensor], theirs: dict[str, torch.Tensor], cfg: RunConfig, updates: int
+) -> None:
+    """Equal to float tolerance, but for the key biases: their true gradient is 0 (softmax
+    ignores a shift shared by every key), so Adam turns float noise into steps of up to lr
+    each; those are bounded by lr x updates instead."""
+    keys = slice(cfg.model.d_model, 2 * cfg.model.d_model)  # qkv.bias's last axis: q, k, v
+    for name, a in ours.items():
+        b = theirs[name]
+        if name.endswith("qkv.bias"):
+            gap = (a[..., keys] - b[..., keys]).abs().max().item()
+            assert gap <= cfg.lr * updates, name
+            a, b = a.clone(), b.clone()
+            a[..., keys] = b[..., keys] = 0.0
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=name)
+
+
 def test_each_seed_of_a_stack_computes_its_own_gpts_loss_and_gradients() -> None:
     cfg = _cfg()
     models = []
@@ -84,33 +101,31 @@ def test_clip_per_seed_scales_only_the_rows_over_their_own_max_norm() -> None:
 def test_a_stacked_update_is_each_seeds_own_clipped_optimizer_update(recipe: str) -> None:
     cfg = _cfg(recipe=recipe, max_norm=0.05, seed=5)
     loop = StackedLoop(cfg, 2, CPU, graphed=False)
-    batches = [_tokens(cfg, 2, seed=s) for s in (1, 2)]
-    for tokens in batches:
-        loop.update(tokens)
-    for k in range(2):  # row 0 is a clipped arm, row 1 an unclipped one
+    refs = []
+    for k in range(2):  # each seed as the engine trains it: its own GPT and optimizer
         torch.manual_seed(cfg.seed + k)
         model = GPT(cfg.model)
-        opt = build_optimizer(model, cfg.recipe_cfg, cfg.lr, CPU)
-        for tokens in batches:
+        refs.append((model, build_optimizer(model, cfg.recipe_cfg, cfg.lr, CPU)))
+    for s in (1, 2):
+        tokens = _tokens(cfg, 2, seed=s)
+        loop.update(tokens)
+        for k, (model, opt) in enumerate(refs):  # row 0 is a clipped arm, row 1 an unclipped one
             opt.zero_grad()
             x, y = tokens[k, :, :-1], tokens[k, :, 1:]
             F.cross_entropy(model(x).flatten(0, 1), y.flatten()).backward()
             max_norm = cfg.max_norm if k == 0 else math.inf
             norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
             assert k == 1 or norm.item() > cfg.max_norm  # the clipped arm was clipped
+            for p, stacked in zip(model.parameters(), loop.params, strict=True):
+                torch.testing.assert_close(stacked.grad[k], p.grad, rtol=1e-4, atol=1e-7)
+                # the step on the very same gradients: Adam's first steps are about lr x the
+                # sign of each gradient, so where a gradient is float noise (the key bias's
+                # true one is 0) matmul order alone would move a weight by up to lr
+                p.grad.copy_(stacked.grad[k])
             opt.step()
-        mine = loop.model.seed_params(k)
-        for name, p in model.named_parameters():
-            ours, theirs = mine[name], p.detach()
-            if name.endswith("qkv.bias"):
-                # the key bias's true gradient is 0 (softmax ignores a shift shared by every
-                # key), so Adam turns float noise into steps of up to lr: bound them by lr
-                keys = slice(cfg.model.d_model, 2 * cfg.model.d_model)
-                gap = (ours[keys] - theirs[keys]).abs().max().item()
-                assert gap <= cfg.lr * len(batches), name
-                ours, theirs = ours.clone(), theirs.clone()
-                ours[keys] = theirs[keys] = 0.0
-            torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-6, msg=name)
+            mine = loop.model.seed_params(k)
+            for name, p in model.named_parameters():
+                torch.testing.assert_close(mine[name], p.detach(), rtol=1e-5, atol=1e-7, msg=name)
 
 
 def test_stacked_seeds_start_as_the_engines_seeds_would() -> None:
@@ -146,3 +161,23 @@ def test_bench_stacked_times_the_plain_loop_and_every_k_side_by_side() -> None:
 def test_bench_stacked_refuses_a_k_below_one() -> None:
     with pytest.raises(ValueError, match="every K at least 1"):
         bench_stacked(_cfg(), ks=(0,), updates=1, warmup=1, block=1)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_a_graphed_stack_replays_the_eager_stacks_updates(precision: str) -> None:
+    # the bench's figures count graphed updates: they must be the same updates as eager ones
+    gpu = torch.device("cuda")
+    cfg = RunConfig(size="tiny", device="cuda", precision=precision, max_norm=0.05).resolve()
+    torch.backends.cuda.matmul.allow_tf32 = False  # eager and graphed pick kernels alike
+    eager, graphed = StackedLoop(cfg, 3, gpu, False), StackedLoop(cfg, 3, gpu, True)
+    for s in range(6):
+        tokens = _tokens(cfg, 3, seed=s).to(gpu)
+        if s == 0:  # a capture warms up on the tokens three times: the eager loop does too
+            for _ in range(3):
+                eager.update(tokens)
+        ours, theirs = graphed.update(tokens).clone(), eager.update(tokens)
+        torch.testing.assert_close(ours, theirs, rtol=1e-4, atol=1e-5)
+    stacked = dict(zip(graphed.model.names, graphed.params, strict=True))
+    _assert_same_params(stacked, dict(zip(eager.model.names, eager.params, strict=True)), cfg, 9)
