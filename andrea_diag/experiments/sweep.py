@@ -255,7 +255,7 @@ def run_sweep(
         t0, before = time.perf_counter(), recorded_updates(dirs, spec.clips)
         if not spec.executor.in_process:  # every unfinished cell in its own process, N at once
             crashed = _run_out_of_process(spec, dirs, configs, out, console, shas, after_cell)
-        rows = _each_cell(spec, configs, out, data, crashed, console, after_cell)
+        rows = _each_cell(spec, configs, out, data, shas, crashed, console, after_cell)
         table = pd.DataFrame(rows)
         write_interval_tables(out, table)
         wall = time.perf_counter() - t0
@@ -288,14 +288,15 @@ def _each_cell(
     configs: list[RunConfig],
     out: Path,
     data: PreparedData,
+    shas: dict[str, str],
     crashed: dict[str, str],
     console: Console,
     after_cell: AfterCell | None,
 ) -> list[dict[str, Any]]:
     """Train each unfinished cell here when the sweep runs them in its own process, and give
     every cell's arm rows (``sweep.csv`` written as they grow); ``crashed`` (cell -> error)
-    gains the cells that crash here. ``data``: the sources every cell shares."""
-    shas = {name: src.sha256 for name, src in data.sources.items()}
+    gains the cells that crash here. ``data``: the sources every cell shares, ``shas`` their
+    sha256 (a kept cell must have trained on the same bytes)."""
     rows: list[dict[str, Any]] = []
     for i, cfg in enumerate(configs, 1):
         name = name_of(cfg)
