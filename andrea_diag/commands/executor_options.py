@@ -1,6 +1,6 @@
 """The options of commands that run many cells (``sweep``, ``ladder``): how and where cells run.
 
-    andrea-diag sweep --size 12m --seed 0,1,2,3 --jobs 8          # 8 cells per GPU, under MPS
+    andrea-diag sweep --size 12m --seed 0,1,2,3                   # --jobs auto: 8 per GPU, MPS
     andrea-diag ladder --seed 0,1,2,3,4,5 --jobs 4 --mps off      # time-sliced instead
 
 Declared once here so that ``sweep`` and ``ladder`` take the same flags with the same defaults
@@ -17,16 +17,17 @@ from typing import Annotated, Any
 
 import typer
 
+from andrea_diag.errors import UserError
 from andrea_diag.experiments.executor import ExecutorConfig
 
 MAX_JOBS = 256  # cells in flight: past any GPU's or scheduler's sensible concurrency
 
 Jobs = Annotated[
-    int,
+    str,
     typer.Option(
-        min=1,
-        max=MAX_JOBS,
-        help="Cells at once per visible GPU (or on the CPU); slurm: jobs in flight.",
+        help="Cells at once per visible GPU (or on the CPU), or auto: on a GPU, 8 cells per GPU "
+        "for models up to 40M parameters and 4 above (the measured plateaus on an H200), fewer "
+        "where GPU memory is short; 1 on the CPU. slurm/submitit: jobs in flight (auto: 1).",
         rich_help_panel="Cells",
     ),
 ]
@@ -69,20 +70,35 @@ SlurmTime = Annotated[
 ]
 
 
+def parse_jobs(text: str) -> int | None:
+    """``--jobs``: a count from 1 to :data:`MAX_JOBS`, or None for ``auto`` (one line else)."""
+    if text.strip().lower() == "auto":
+        return None
+    try:
+        n = int(text)
+    except ValueError:
+        raise UserError(f"--jobs takes a number or auto, got {text!r}") from None
+    if not 1 <= n <= MAX_JOBS:
+        raise UserError(f"--jobs must be from 1 to {MAX_JOBS} (or auto), got {n}")
+    return n
+
+
 def executor_config(
-    jobs: int, executor: str, mps: str, partition: str | None, gpus: int, time_min: int,
+    jobs: str, executor: str, mps: str, partition: str | None, gpus: int, time_min: int,
     merge_only: bool = False,
 ) -> ExecutorConfig:  # fmt: skip
-    """The checked :class:`ExecutorConfig` of these options (one line for a bad value)."""
-    ex = ExecutorConfig(kind=executor, jobs=jobs, partition=partition, gpus=gpus,
-                        time_min=time_min, mps=mps, merge_only=merge_only)  # fmt: skip
+    """The checked :class:`ExecutorConfig` of these options (one line for a bad value);
+    ``--jobs auto`` is resolved when the cells are known (``sweep.run_sweep``)."""
+    n = parse_jobs(jobs)
+    ex = ExecutorConfig(kind=executor, jobs=n or 1, auto_jobs=n is None, partition=partition,
+                        gpus=gpus, time_min=time_min, mps=mps, merge_only=merge_only)  # fmt: skip
     ex.check()
     return ex
 
 
 # (parameter, annotation, default) in executor_config's order: the options a command gets
 EXECUTOR_OPTIONS: list[tuple[str, Any, Any]] = [
-    ("jobs", Jobs, 1),
+    ("jobs", Jobs, "auto"),
     ("executor", Executor, "local"),
     ("mps", Mps, "auto"),
     ("slurm_partition", SlurmPartition, None),

@@ -2,7 +2,7 @@
 mandatory (the harm and collapse thresholds with their test, n, p-value and 95% intervals, or
 "insufficient seeds" below 6 pairs per rung, which is not an error: the exit status stays 0).
 
-    andrea-diag ladder --jobs 8 --out runs/ladder                     # 12m..120m, 8 seeds
+    andrea-diag ladder --out runs/ladder                              # 12m..120m, 8 seeds
     andrea-diag ladder --size tiny,tiny2 --seed 0,1 --steps 4         # a CPU smoke run
 """
 
@@ -54,7 +54,7 @@ def ladder(
     --steps has a longer default here (the gap between arms needs time to settle); --precision
     takes a comma list. Re-running with the same --out resumes: finished cells are kept.
     The largest rung runs first; --jobs N runs N cells at once per GPU (under CUDA MPS by
-    default, --mps), as in sweep.
+    default, --mps), as in sweep; the default, auto, sizes it for the largest rung.
     """
     from andrea_diag.experiments.ladder import LadderSpec, run_ladder
 

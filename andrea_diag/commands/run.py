@@ -159,7 +159,8 @@ def sweep(
     gaps.csv). Re-running with the same --out resumes: finished cells are kept and
     skipped. With --jobs N (or --executor slurm) each cell runs in its own process, on a
     GPU as clients of one CUDA MPS daemon (--mps); sweep.json reports the aggregate
-    updates per second.
+    updates per second. The default, --jobs auto, is 8 or 4 cells per GPU by model size
+    (fewer where GPU memory is short) and 1 on the CPU.
     """
     from andrea_diag.experiments.sweep import SweepSpec, run_sweep
 

@@ -61,6 +61,7 @@ class ExecutorConfig:
 
     kind: str = "local"
     jobs: int = 1  # local: cells at once per GPU (or on the CPU); submitit: jobs in flight
+    auto_jobs: bool = False  # --jobs auto: ``jobs`` is set from the cells (auto_jobs.py)
     partition: str | None = None  # slurm partition
     gpus: int = 1  # GPUs per Slurm job (one cell)
     time_min: int = 240  # wall-clock limit per cell job, minutes
@@ -372,6 +373,7 @@ def throughput(updates: int, wall_s: float, cfg: ExecutorConfig) -> dict[str, An
         "updates_per_s": updates / wall_s if wall_s > 0 else None,
         "executor": cfg.kind,
         "jobs": cfg.jobs,
+        "jobs_auto": cfg.auto_jobs,  # chosen by --jobs auto (the default), not given
         "note": "metric rows added by this invocation (every arm of every cell) over its wall "
         "time from the first cell to the last; resumed cells count only their new rows",
     }

@@ -38,6 +38,7 @@ from andrea_diag.data import PreparedData
 from andrea_diag.device import resolve_device
 from andrea_diag.errors import UserError
 from andrea_diag.experiments.aggregate import write_interval_tables
+from andrea_diag.experiments.auto_jobs import auto_jobs
 from andrea_diag.experiments.cascade import (
     CascadeSpec,
     default_out,
@@ -51,6 +52,7 @@ from andrea_diag.experiments.executor import (
     recorded_updates,
     run_cells,
     throughput,
+    uses_cuda,
 )
 from andrea_diag.experiments.gpu_busy import busy_line, busy_sampler, gpu_busy
 from andrea_diag.experiments.resume import check_same_run, move_aside
@@ -235,6 +237,7 @@ def run_sweep(
     configs = cells(spec)
     if not configs:
         raise UserError("the sweep has no cells", hint="give at least one --size/--lr/--seed")
+    spec = _resolve_jobs(spec, configs, console)
     data = load_data(configs[0], console)  # every cell shares the sources: prepare them once
     shas = {name: src.sha256 for name, src in data.sources.items()}
     out = spec.out or default_out("sweep", "-".join(spec.sizes))
@@ -281,6 +284,17 @@ def run_sweep(
             hint=f"see {out}/sweep.csv; re-run the same command to retry only the crashed cells",
         )
     return out, table
+
+
+def _resolve_jobs(spec: SweepSpec, configs: list[RunConfig], console: Console) -> SweepSpec:
+    """``--jobs auto`` (the CLI's default) set from the cells and the GPUs (auto_jobs.py);
+    one line says what it chose. A merge trains nothing: it keeps its one process."""
+    ex = spec.executor
+    if not ex.auto_jobs or ex.merge_only:
+        return spec
+    jobs, why = auto_jobs(ex.kind, uses_cuda(configs[0].device), configs)
+    console.print(f"[dim]--jobs auto: {why}[/]", highlight=False)
+    return dataclasses.replace(spec, executor=dataclasses.replace(ex, jobs=jobs))
 
 
 def _each_cell(
