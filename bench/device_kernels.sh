@@ -7,10 +7,14 @@
 #   (on the device, from the repo root, with .whl/ carried)   bash bench/device_kernels.sh
 # SANITIZE_ONLY=1: build, GPU tests and the two sanitizers, no benchmark (about 2 minutes).
 # BENCH_ONLY=1: build and bench-kernels, no GPU tests or sanitizers (a bench-only change).
-# Writes to $OUT (7 files, each far under 16 MB):
+# Writes to $OUT (7 files, each far under 16 MB; BENCH_ONLY: the 4 without tests and sanitizers):
 #   log.txt (everything, headline at the end), tests.txt, bench.txt (the console tables),
 #   bench-kernels.json, bench-kernels.html, memcheck.txt, racecheck.txt
 set -o pipefail
+if [ -n "${BENCH_ONLY:-}" ] && [ -n "${SANITIZE_ONLY:-}" ]; then
+  echo "device_kernels: BENCH_ONLY and SANITIZE_ONLY together would run nothing but the build" >&2
+  exit 2
+fi
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 TORCH_EXTENSIONS_DIR=$PWD/.torch_extensions MAX_JOBS=16
 export COLUMNS=300  # rich: variant names and the headroom lines unabridged

@@ -83,6 +83,23 @@ def test_a_stack_refuses_mixed_configs_and_tokens_for_another_number_of_seeds() 
         StackedGPT([tiny])(torch.zeros(3, 2, 8, dtype=torch.long))
 
 
+def test_an_unclipped_row_is_left_alone_even_with_a_non_finite_norm() -> None:
+    grads = [torch.tensor([[math.inf, 1.0], [3.0, 4.0]])]
+    norms = clip_per_seed(grads, torch.tensor([math.inf, 1.0]))
+    assert norms[0].item() == math.inf and norms[1].item() == pytest.approx(5.0)
+    assert grads[0][0].tolist() == [math.inf, 1.0]  # untouched: no inf / inf = NaN
+    assert grads[0][1].tolist() == pytest.approx([0.6, 0.8], rel=1e-5)
+
+
+def test_a_stack_refuses_fp16_and_sequences_past_its_block() -> None:
+    with pytest.raises(ValueError, match="fp32 or bf16, not fp16"):
+        StackedLoop(_cfg(precision="fp16"), 2, CPU, graphed=False)
+    stack = stacked_from_seeds(_cfg(), 1, CPU)
+    too_long = torch.zeros(1, 1, stack.cfg.block_size + 1, dtype=torch.long)
+    with pytest.raises(ValueError, match="exceeds block size"):
+        stack(too_long)
+
+
 def test_clip_per_seed_scales_only_the_rows_over_their_own_max_norm() -> None:
     gen = torch.Generator().manual_seed(0)
     grads = [torch.randn(3, 5, 4, generator=gen), torch.randn(3, 6, generator=gen)]
@@ -166,11 +183,13 @@ def test_bench_stacked_refuses_a_k_below_one() -> None:
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
-def test_a_graphed_stack_replays_the_eager_stacks_updates(precision: str) -> None:
+def test_a_graphed_stack_replays_the_eager_stacks_updates(
+    precision: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # the bench's figures count graphed updates: they must be the same updates as eager ones
     gpu = torch.device("cuda")
     cfg = RunConfig(size="tiny", device="cuda", precision=precision, max_norm=0.05).resolve()
-    torch.backends.cuda.matmul.allow_tf32 = False  # eager and graphed pick kernels alike
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)  # no TF32 rounding
     eager, graphed = StackedLoop(cfg, 3, gpu, False), StackedLoop(cfg, 3, gpu, True)
     for s in range(6):
         tokens = _tokens(cfg, 3, seed=s).to(gpu)

@@ -1,6 +1,7 @@
 """K seeds of one model in one set of kernels: what batching seeds could buy (issue 20, item 3).
 
     from andrea_diag.bench.stacked import bench_stacked
+    from andrea_diag.config import RunConfig
     cfg = RunConfig(size="12m", precision="bf16", cuda_graph=True).resolve()
     result = bench_stacked(cfg, ks=(1, 2, 4, 8), updates=60, warmup=5, block=10)
 
@@ -42,6 +43,7 @@ from torch import nn
 
 from andrea_diag.config import Recipe, RunConfig
 from andrea_diag.model import GPT
+from andrea_diag.train.components import Precision
 
 
 class StackedGPT(nn.Module):
@@ -78,6 +80,8 @@ class StackedGPT(nn.Module):
         K, _, T = idx.shape
         if K != self.k:
             raise ValueError(f"tokens for {K} seeds given to a stack of {self.k}")
+        if T > self.cfg.block_size:
+            raise ValueError(f"sequence length {T} exceeds block size {self.cfg.block_size}")
         vocab = self.cfg.vocab_size
         # one embedding table of K·vocab rows: seed k's ids are shifted by k·vocab
         shift = torch.arange(K, device=idx.device).view(K, 1, 1) * vocab  # (K, 1, 1)
@@ -126,7 +130,7 @@ def stacked_from_seeds(cfg: RunConfig, k: int, device: torch.device) -> StackedG
     return StackedGPT(models)
 
 
-def seed_losses(model: StackedGPT, tokens: torch.Tensor, precision: Any) -> torch.Tensor:
+def seed_losses(model: StackedGPT, tokens: torch.Tensor, precision: Precision) -> torch.Tensor:
     """Each seed's mean next-token loss on its own rows of ``tokens`` (K, B, T+1) -> (K,)."""
     x, y = tokens[..., :-1], tokens[..., 1:]
     with precision.autocast():
@@ -137,12 +141,14 @@ def seed_losses(model: StackedGPT, tokens: torch.Tensor, precision: Any) -> torc
 
 def clip_per_seed(grads: list[torch.Tensor], max_norms: torch.Tensor) -> torch.Tensor:
     """Scale seed k's gradients (row k of every tensor) by min(1, max_norms[k] / (norm_k +
-    1e-6)), torch's ``clip_grad_norm_`` per seed; returns the norms before clipping (K,)."""
+    1e-6)), torch's ``clip_grad_norm_`` per seed; returns the norms before clipping (K,). A row
+    with max_norm inf (an unclipped arm) is left alone, even where its norm is not finite."""
     k = max_norms.numel()
     rows = [g[j] for g in grads for j in range(k)]  # tensor-major: row j of every tensor
     per_row = torch.stack(torch._foreach_norm(rows)).view(len(grads), k)  # (tensors, K)
     norms = torch.linalg.vector_norm(per_row, dim=0)  # (K,)
     coef = (max_norms / (norms + 1e-6)).clamp(max=1.0)  # (K,)
+    coef = torch.where(torch.isinf(max_norms), torch.ones_like(coef), coef)  # not inf / inf
     for g in grads:
         g.mul_(coef.view(k, *([1] * (g.dim() - 1))).to(g.dtype))
     return norms
@@ -169,6 +175,8 @@ class StackedLoop:
     def __init__(self, cfg: RunConfig, k: int, device: torch.device, graphed: bool) -> None:
         from andrea_diag.train.components import make_precision
 
+        if cfg.precision not in ("fp32", "bf16"):  # fp16's loss scaler is not applied here
+            raise ValueError(f"stacked seeds run fp32 or bf16, not {cfg.precision}")
         self.model = stacked_from_seeds(cfg, k, device)
         self.params = list(self.model.stack)
         self.precision = make_precision(cfg.precision, device)

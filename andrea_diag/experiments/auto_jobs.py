@@ -9,7 +9,7 @@
 
 Why these numbers (reports/throughput-h200/, one H200, ``--cuda-graph`` cells of 1,500 updates):
 8 cells of 12m side by side under MPS gave 1.68x the arm-updates per second of one cell at a
-time, and 16 cells 1.65x, so 8 is on the plateau; 4 cells of 120m gave 1.28x, as much as 8 seeds
+time, and 16 cells 1.67x, so 8 is on the plateau; 4 cells of 120m gave 1.28x, as much as 8 seeds
 batched into every kernel. So: :data:`CELLS_SMALL` cells per GPU for models up to
 :data:`SMALL_PARAMS` parameters, :data:`CELLS_LARGE` above, and fewer where the smallest
 visible GPU's memory would not hold them. A cell's CUDA peak, measured over the whole ladder
