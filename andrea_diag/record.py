@@ -49,7 +49,7 @@ import torch
 
 from andrea_diag.errors import UserError
 from andrea_diag.jsonl import JsonlWriter, _jsonable, rows_to_host, write_json  # noqa: F401 - re-exported
-from andrea_diag.rundir import atomic_write_bytes
+from andrea_diag.rundir import atomic_write_bytes, remove_file
 from andrea_diag.runlock import RunLock
 
 # the reading side lives in runread.py (validated loaders); these names stay importable here
@@ -176,7 +176,7 @@ class Recorder:
             "partial_summary.json",
             "schedule.json",
         ):
-            (self.run_dir / stale).unlink(missing_ok=True)
+            remove_file(self.run_dir / stale, "the stale end-of-run file")
 
     def close(self, summary: dict[str, Any] | None = None) -> None:
         """Flush the JSONL files, write metrics.parquet and summary.json."""

@@ -106,6 +106,18 @@ def _write_error(path: Path, e: OSError) -> UserError:
     return UserError(f"cannot write {path}: {e.strerror}")
 
 
+def remove_file(path: Path, what: str) -> None:
+    """Remove a file the run rewrites (a link is removed, never followed); nothing there is
+    fine. Anything else in its place (a directory, say) is one line: it is not ours to delete."""
+    try:
+        Path(path).unlink(missing_ok=True)
+    except IsADirectoryError:
+        raise UserError(f"{what} {path} is a directory, not the file the run writes",
+                        hint="move it out of the run, then resume") from None  # fmt: skip
+    except OSError as e:
+        raise UserError(f"cannot remove {what} {path}: {e.strerror}") from None
+
+
 def file_mode() -> int:
     """The mode a plain ``open(path, "w")`` would give (0666 less the umask); mkstemp's 0600
     would hide a shared run's files from its readers."""

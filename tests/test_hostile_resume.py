@@ -161,6 +161,23 @@ def test_resume_through_a_symlinked_table_leaves_the_outside_file_unchanged(
     assert outside.read_text() == "keep me\n" * 100
 
 
+@pytest.mark.parametrize("name", ["eval.csv", "summary.json", "metrics.parquet"])
+def test_a_directory_where_a_rewritten_file_belongs_is_one_line_and_kept(
+    finished: Path, tmp_path: Path, name: str
+) -> None:
+    out = _stopped(finished, tmp_path)
+    planted = out / "none" / name
+    planted.unlink(missing_ok=True)
+    planted.mkdir()
+    (planted / "keep.txt").write_text("not the run's")
+    code, output = _invoke("cascade", "--resume", str(out))
+    # one line naming it: from the rewind, or earlier where a reader meets it first
+    error = next(line for line in output.splitlines() if line.startswith("error:"))
+    assert code != 0 and output.count("error:") == 1 and str(planted) in error
+    assert "is a directory, not the file" in error or "is not a regular file" in error
+    assert (planted / "keep.txt").read_text() == "not the run's"  # nothing of it deleted
+
+
 def test_an_appended_table_never_follows_a_link(tmp_path: Path) -> None:
     from andrea_diag.jsonl import JsonlWriter
 
