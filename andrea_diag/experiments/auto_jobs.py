@@ -34,20 +34,20 @@ SMALL_PARAMS = 40_000_000  # between the ladder's 30m (34.4M) and 60m (60.7M) ru
 CELLS_SMALL, CELLS_LARGE = 8, 4  # the measured plateaus at 12m and 120m (see above)
 PEAK_BASE = 1.2 * GIB  # a cell's CUDA peak: base + per-parameter bytes (fp32 weights, grads,
 PEAK_PER_PARAM = 64  # Adam's m and v, the shadow copies, activations at 16 x 256 tokens)
+PEAK_MARGIN = 1.2  # on the planned peak: the ladder's own peaks varied by up to 20% per rung
 CELL_OVERHEAD = 1.0 * GIB  # a process's CUDA context and the allocator's slack beyond its peak
 MEMORY_SHARE = 0.9  # of the smallest GPU's memory for the cells (the rest: other users, drift)
 
 
 def cell_bytes(n_params: int) -> float:
     """The GPU memory one cell of a model of ``n_params`` parameters is planned to take."""
-    return CELL_OVERHEAD + 1.2 * (PEAK_BASE + PEAK_PER_PARAM * n_params)
+    return CELL_OVERHEAD + PEAK_MARGIN * (PEAK_BASE + PEAK_PER_PARAM * n_params)
 
 
 def cells_per_gpu(configs: Sequence[RunConfig], gpu_memory: int | None) -> tuple[int, str]:
     """(cells per GPU, why) for these cells on GPUs of ``gpu_memory`` bytes (None: unknown, so
     no memory cap): sized for the largest model among them, which the ladder runs first."""
-    largest = max(configs, key=lambda c: c.model.n_params())
-    n_params = largest.model.n_params()
+    n_params, largest = max(((c.model.n_params(), c) for c in configs), key=lambda p: p[0])
     cap = CELLS_SMALL if n_params <= SMALL_PARAMS else CELLS_LARGE
     why = f"{largest.size}, {n_params / 1e6:.0f}M parameters"
     if gpu_memory is None:
