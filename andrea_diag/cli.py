@@ -88,12 +88,18 @@ def main(
     """andrea-diag: does this run need clipping, where do spikes come from, what does it cost."""
 
 
+# how to go on after Ctrl-C or a signal, for the commands that record work to continue
+AFTER_STOP = {
+    "cascade": "continue with --resume DIR", "train": "continue with --resume DIR",
+    "sweep": "run the same command again to continue", "ladder": "run the same command again to continue",
+}  # fmt: skip
+
 for _name, _fn in {
     "cascade": cascade, "train": train, "sweep": sweep, "report": report,
     "bench-kernels": bench_kernels, "bench-train": bench_train, "accum-check": accum_check,
     "doctor": doctor, "ladder": ladder, "export": export,
 }.items():  # fmt: skip
-    app.command(_name, cls=Command)(friendly_errors(_fn))
+    app.command(_name, cls=Command)(friendly_errors(_fn, AFTER_STOP.get(_name)))
 
 if __name__ == "__main__":
     app()

@@ -8,10 +8,11 @@ current directory. They are recorded in ``config.json`` (``model_factory``, ``da
 ``--resume``, checkpoints and every sweep cell rebuild the same thing.
 
 A spec read back from a run directory (``--resume``) is untrusted: the run may come from
-someone else, with a ``payload.py`` beside its ``config.json``. It is imported from installed
-packages and ``PYTHONPATH`` only, never from the current directory or from inside the run
-(:func:`mark_recorded`); ``pip install`` the module, put its folder on ``PYTHONPATH``, or give
-the spec again on the command line (``--resume DIR --model mod:make``: :func:`trust_spec`).
+someone else, with a ``payload.py`` beside its ``config.json``, or name any installed function
+(``os:abort``, ``sys:exit``). It is neither imported nor called on the run's word
+(:func:`mark_recorded`): one line names it, and the user who trusts it gives it again on the
+command line (``--resume DIR --model mod:make``: :func:`trust_spec`), which imports it as a
+fresh run would.
 
 **Model factory.** ``factory(config)`` is called with the size preset, a frozen
 :class:`~andrea_diag.config.ModelConfig` with the fields ``name`` (a preset of ``MODEL_PRESETS``),
@@ -47,10 +48,8 @@ import dataclasses
 import functools
 import importlib
 import importlib.metadata
-import os
 import sys
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -63,8 +62,8 @@ if TYPE_CHECKING:
 
 CHECK_BATCH = 2  # rows of the shape check's ids
 CHECK_TOKENS = 8  # tokens per row of the shape check (or seq_len, when shorter)
-# specs read back from a run directory's config.json, with that directory: imported from
-# installed packages and PYTHONPATH only (see the module docstring)
+# specs read back from a run directory's config.json, with that directory: never imported or
+# called unless typed again (see the module docstring)
 _RECORDED: dict[str, Path] = {}
 
 
@@ -79,34 +78,7 @@ def trust_spec(spec: str | None) -> None:
         _RECORDED.pop(spec, None)
 
 
-def _untrusted_entry(entry: str, roots: list[Path]) -> bool:
-    """A sys.path entry that is the working directory, or lies inside one of ``roots``."""
-    if entry in ("", "."):
-        return True
-    try:
-        real = Path(entry).resolve()
-    except (OSError, RuntimeError, ValueError):
-        return True
-    return any(real == r or r in real.parents for r in roots)
-
-
-@contextmanager
-def _installed_only(run_dir: Path) -> Iterator[None]:
-    """sys.path without the working directory and without anything inside ``run_dir``."""
-    roots = [Path(os.getcwd()).resolve(), Path(run_dir).resolve()]
-    saved = list(sys.path)
-    sys.path[:] = [e for e in saved if not _untrusted_entry(e, roots)]
-    try:
-        yield
-    finally:
-        sys.path[:] = saved
-
-
-def _import(module_name: str, spec: str) -> Any:
-    recorded = _RECORDED.get(spec)
-    if recorded is not None:
-        with _installed_only(recorded):
-            return importlib.import_module(module_name)
+def _import(module_name: str) -> Any:
     if "" not in sys.path and "." not in sys.path:
         # the console script does not put the working directory on sys.path; `python -m` does
         sys.path.insert(0, "")
@@ -121,18 +93,19 @@ def load_factory(spec: str, option: str) -> Callable[..., Any]:
             f"{option} {spec!r} is not an import spec",
             hint=f"write {option} package.module:factory, e.g. {option} mymodels:make_model",
         )
-    try:
-        obj: Any = _import(module_name.strip(), spec)
-    except ImportError as exc:
-        where = (
-            "a factory recorded in a run is imported from installed packages and PYTHONPATH "
-            "only, never from the working directory or the run: pip install it or put its "
-            "folder on PYTHONPATH"
-            if spec in _RECORDED
-            else "run from the folder that holds it, or put it on PYTHONPATH"
-        )
+    recorded = _RECORDED.get(spec)
+    if recorded is not None:  # the run's word only: any installed function could be named
         raise UserError(
-            f"{option} {spec!r}: cannot import {module_name!r} ({exc})", hint=where
+            f"{option} {spec!r} is named by the run's config.json in {recorded}; a run "
+            "directory is untrusted, so a factory it names is not imported or called",
+            hint=f"if you trust it, give it again: --resume {recorded} {option} {spec}",
+        )
+    try:
+        obj: Any = _import(module_name.strip())
+    except ImportError as exc:
+        raise UserError(
+            f"{option} {spec!r}: cannot import {module_name!r} ({exc})",
+            hint="run from the folder that holds it, or put it on PYTHONPATH",
         ) from None
     except Exception as exc:  # the user's module raised while importing
         raise UserError(

@@ -83,3 +83,23 @@ def check_bounds(obj: Any, error: type[Exception]) -> None:
             raise error(f"{flag} must be {least}, got {value}")
         if meta.hi is not None and value > meta.hi:
             raise error(f"{flag} must be at most {meta.hi:.0f}, got {value}")
+
+
+def comma_items(value: str, option: str, error: type[Exception]) -> list[str]:
+    """The items of a comma list option (``--seed 0,1,2``), stripped; an empty item (``1,,2``,
+    a trailing comma) or no item at all raises ``error``: dropping it silently would run a grid
+    other than the one typed.
+
+    >>> comma_items(" 0, 1 ,2", "--seed", ValueError)
+    ['0', '1', '2']
+    >>> comma_items("0,,1", "--seed", ValueError)
+    Traceback (most recent call last):
+    ...
+    ValueError: --seed '0,,1' has an empty item: separate values with single commas
+    """
+    items = [v.strip() for v in value.split(",")]
+    if not value.strip():
+        raise error(f"{option} needs at least one value")
+    if not all(items):
+        raise error(f"{option} {value!r} has an empty item: separate values with single commas")
+    return items

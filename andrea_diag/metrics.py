@@ -235,6 +235,18 @@ def on_disk(tag: str) -> str | None:
     return None
 
 
+def folder_tags() -> frozenset[str]:
+    """Fixed tags that are also the folder of other tags (``eval/loss`` of ``eval/loss/<source>``):
+    a store that keeps each metric as a file named by its tag (MLflow's file store) cannot hold
+    both, so there the fixed one is written as ``<tag>/all``.
+
+    >>> sorted(folder_tags())
+    ['eval/argmax_share', 'eval/entropy', 'eval/loss', 'eval/top1_prob']
+    """
+    heads = {_VAR_IN.split(c.tag)[0] for c in _PATTERNS} | set(_FIXED_TAGS)
+    return frozenset(t for t in _FIXED_TAGS if any(h.startswith(t + "/") for h in heads))
+
+
 def owned_by(owner: str) -> tuple[Column, ...]:
     """Every entry ``owner`` writes (``owned_by(LOOP)``: the loop's own columns)."""
     return tuple(c for c in SCHEMA if c.owner == owner)

@@ -118,6 +118,41 @@ def remove_file(path: Path, what: str) -> None:
         raise UserError(f"cannot remove {what} {path}: {e.strerror}") from None
 
 
+def make_out_dir(path: Path, what: str = "--out") -> Path:
+    """Create the output folder ``path`` (with its parents) and prove it writable, or one line.
+
+    Called before the work: a file in its place or a read-only disk found after minutes of
+    measuring would cost the measurement. The probe is a fresh temp file (``O_EXCL``), so a
+    link planted in the folder is never written through.
+    """
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise UserError(f"{what} {path} is a file, not a directory", hint="give another --out")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".write-test.", dir=path)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise UserError(
+            f"cannot create or write the output directory {path} ({e.strerror or e})",
+            hint="choose an --out on a writable disk",
+        ) from None
+    return path
+
+
+def open_new_file(path: Path, what: str) -> IO[bytes]:
+    """``path`` emptied and opened for writing bytes (a log), never through a link: whatever
+    file or link was there is removed first (:func:`remove_file`), then made with ``O_EXCL``."""
+    remove_file(path, what)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+    try:
+        fd = os.open(path, flags, file_mode())
+    except OSError as e:
+        raise _write_error(Path(path), e) from None
+    return os.fdopen(fd, "wb")
+
+
 def file_mode() -> int:
     """The mode a plain ``open(path, "w")`` would give (0666 less the umask); mkstemp's 0600
     would hide a shared run's files from its readers."""

@@ -10,7 +10,8 @@ names its scalars through the same mapping as the TensorBoard export
 ``clip/coef``, ``optstate/...``), so a W&B or MLflow chart has the TensorBoard tag's name. NaN
 and infinite values are sent as they are where the back end takes them (a diverged run's end
 stays visible); MLflow refuses NaN, so there it is left out, as TensorBoard's export leaves an
-empty cell out.
+empty cell out. In MLflow a tag that is also the folder of others (``eval/loss`` beside
+``eval/loss/<source>``) is named ``<tag>/all``: its file store cannot hold both names.
 
 The back ends are optional extras and imported only when a sink is made: ``pip install
 'andrea-diag[wandb]'`` / ``'andrea-diag[mlflow]'``. Both work offline: W&B with ``mode="offline"``
@@ -31,6 +32,7 @@ from typing import Any, Protocol
 import pandas as pd
 
 from andrea_diag.errors import UserError
+from andrea_diag.metrics import folder_tags
 from andrea_diag.tensorboard import (
     STEP_COLUMN,
     TensorBoardRun,
@@ -126,12 +128,15 @@ class MLflowSink:
         for key, value in flat.items():
             self._client.log_param(self._run_id, key, value)
         self._mlflow = mlflow
+        self._folders = folder_tags()
 
     def log(self, row: Mapping[str, Any]) -> None:
         # the row's own time (tensorboard.row_walltime), else now; MLflow wants epoch ms
         step, stamp = int(row[STEP_COLUMN]), int((row_walltime(row) or time.time()) * 1000)
-        metrics = [self._mlflow.entities.Metric(key=k, value=v, timestamp=stamp,
-                                                step=step)
+        # eval/loss beside eval/loss/<source>: a file store keeps each as a file named by its
+        # path, and one name cannot be both a file and a folder
+        metrics = [self._mlflow.entities.Metric(key=f"{k}/all" if k in self._folders else k,
+                                                value=v, timestamp=stamp, step=step)
                    for k, v in _scalars(row, keep_nonfinite=False).items()]  # fmt: skip
         if metrics:
             self._client.log_batch(self._run_id, metrics=metrics)

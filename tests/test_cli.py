@@ -68,6 +68,8 @@ def test_cascade_help_explains_the_stress_knobs() -> None:
         (["cascade", "--source", "gutenberg"], "NAME=PATH"),
         (["train", "--clip", "sometimes"], "unknown clip mode"),
         (["train", "--clip", "none,global"], "train runs one arm"),
+        (["train", "--nproc", "1000"], "more CPU worker processes than this machine runs"),
+        (["cascade", "--nproc", "1000"], "more CPU worker processes than this machine runs"),
         (["cascade", "--boundary-k", "-1"], "--boundary-k must be 0 or more"),
         (["cascade", "--update-stats-every", "0"], "--update-stats-every must be at least 1"),
         (["train", "--update-stats-every", "0"], "--update-stats-every must be at least 1"),
@@ -208,3 +210,32 @@ def test_resume_of_a_directory_that_is_not_a_run_is_one_clear_line(tmp_path: Pat
     res = _run("train", "--resume", str(tmp_path))
     assert res.exit_code != 0 and "Traceback" not in res.output
     assert "is not a cascade or train run directory" in res.output
+
+
+@pytest.mark.parametrize(
+    ("command", "advice"),
+    [("export", None), ("bench-kernels", None), ("cascade", "continue with --resume DIR"),
+     ("sweep", "run the same command again to continue")],
+)  # fmt: skip
+def test_a_signal_advises_resuming_only_where_the_command_can_continue(
+    monkeypatch: pytest.MonkeyPatch, command: str, advice: str | None
+) -> None:
+    """SIGTERM during an export once said "continue with --resume", an option export lacks."""
+    import typer
+
+    from andrea_diag.cli import AFTER_STOP
+    from andrea_diag.commands.errors import friendly_errors
+    from andrea_diag.signals import Terminated
+
+    def stopped() -> None:
+        raise Terminated(15)
+
+    one = typer.Typer()
+    one.command()(friendly_errors(stopped, AFTER_STOP.get(command)))
+    res = CliRunner().invoke(one, [])
+    assert res.exit_code == 143
+    assert "stopped by SIGTERM" in res.output
+    if advice is None:
+        assert "resume" not in res.output and "again" not in res.output
+    else:
+        assert advice in res.output

@@ -120,3 +120,54 @@ def test_a_store_mlflow_cannot_use_is_one_line(cascade, tmp_path):
     assert res.exit_code != 0
     assert [ln for ln in res.output.splitlines() if ln.startswith("error:")]
     assert "MLflow refused the export" in res.output
+
+
+@pytest.mark.slow
+def test_mlflow_holds_a_tag_that_is_also_the_folder_of_others(cascade, tmp_path):
+    """eval/loss beside eval/loss/<source>: the file store keeps each metric as a file named by
+    its path, so the pooled one is eval/loss/all (it failed the export before)."""
+    mlflow = pytest.importorskip("mlflow")
+    for arm in ARMS:
+        m = load_run(cascade / arm)["metrics"]
+        m["eval_loss"] = m["update"].map(lambda u: 3.0 + u if u % 4 == 0 else math.nan)
+        m["eval_loss_gutenberg"] = m["eval_loss"] + 0.5
+        m.to_parquet(cascade / arm / "metrics.parquet", index=False)
+    store = tmp_path / "mlruns"
+    res = _cli("--mlflow", str(store), str(cascade))
+    assert res.exit_code == 0, res.output
+    client = mlflow.MlflowClient(tracking_uri=store.as_uri())
+    exp = client.get_experiment_by_name("andrea-diag")
+    run = client.search_runs([exp.experiment_id])[0]
+    pooled = client.get_metric_history(run.info.run_id, "eval/loss/all")
+    source = client.get_metric_history(run.info.run_id, "eval/loss/gutenberg")
+    assert {m.step: m.value for m in pooled} == {4: 7.0, 8: 11.0, 12: 15.0}
+    assert {m.step: m.value for m in source} == {4: 7.5, 8: 11.5, 12: 15.5}
+
+
+@pytest.mark.parametrize("user_set", [None, "5"])
+def test_an_mlflow_export_gives_up_on_a_server_in_seconds_unless_told_otherwise(
+    cascade, monkeypatch, user_set
+):
+    """MLflow's defaults retry an unreachable server for minutes; the export sets 1 retry and a
+    10 s timeout for its own block only, and a value the user set wins."""
+    mlflow = pytest.importorskip("mlflow")
+    from andrea_diag import sinks
+
+    seen = {}
+
+    def refused(*args, **kwargs):
+        seen.update({k: os.environ.get(k) for k in ("MLFLOW_HTTP_REQUEST_MAX_RETRIES",
+                                                     "MLFLOW_HTTP_REQUEST_TIMEOUT")})  # fmt: skip
+        raise mlflow.exceptions.MlflowException("unreachable")
+
+    if user_set:
+        monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", user_set)
+    else:
+        monkeypatch.delenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", raising=False)
+    monkeypatch.delenv("MLFLOW_HTTP_REQUEST_TIMEOUT", raising=False)
+    monkeypatch.setattr(sinks, "MLflowSink", refused)
+    res = _cli("--mlflow", "http://127.0.0.1:9", str(cascade))
+    assert res.exit_code != 0 and "unreachable" in res.output
+    assert seen == {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": user_set or "1",
+                    "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}  # fmt: skip
+    assert os.environ.get("MLFLOW_HTTP_REQUEST_TIMEOUT") is None  # restored after the export

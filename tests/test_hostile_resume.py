@@ -138,13 +138,50 @@ def test_resume_never_imports_a_factory_module_shipped_in_the_run(
             assert res.returncode != 0  # "." is not a cascade there; nothing imported either
         else:
             assert res.returncode != 0 and "Traceback" not in res.stderr, res.stderr[-2000:]
-            assert "cannot import 'payload'" in res.stderr
+            assert "is named by the run's config.json" in res.stderr
+            assert "--model payload:make" in res.stderr  # how to trust it
         assert not marker.exists()
     # given again on the command line, it is the user's own choice: imported as in a fresh run
     cmd = [sys.executable, "-m", "andrea_diag.cli", "cascade", "--resume", ".", "--model",
            "payload:make"]  # fmt: skip
     res = subprocess.run(cmd, cwd=out, env=env, capture_output=True, text=True)
     assert marker.exists() and "returned a NoneType" in res.stderr, res.stderr[-2000:]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("field", "spec"), [("model_factory", "os:abort"), ("data_factory", "sys:exit")]
+)
+def test_an_installed_function_named_by_the_run_is_never_called_at_resume(
+    finished: Path, tmp_path: Path, field: str, spec: str
+) -> None:
+    """``os:abort`` would kill the process, ``sys:exit`` end it quietly: named only by the run's
+    config.json, neither is called; one line says how to give it if the user trusts it."""
+    out = _stopped(finished, tmp_path)
+    for arm in ("none", "global"):
+        path = out / arm / "config.json"
+        path.write_text(json.dumps({**json.loads(path.read_text()), field: spec}))
+    before = _snapshot(out)
+    res = subprocess.run([sys.executable, "-m", "andrea_diag.cli", "cascade", "--resume", str(out)],
+                         env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True,
+                         text=True)  # fmt: skip
+    assert res.returncode == 2, res.stderr[-2000:]  # our one line, not SIGABRT's 134
+    assert "is named by the run's config.json" in res.stderr and "Traceback" not in res.stderr
+    assert _snapshot(out) == before
+
+
+@pytest.mark.slow
+def test_a_run_whose_config_asks_for_a_thousand_replicas_is_refused_before_any_fork(
+    finished: Path, tmp_path: Path
+) -> None:
+    out = _stopped(finished, tmp_path)
+    for arm in ("none", "global"):
+        path = out / arm / "config.json"
+        path.write_text(json.dumps({**json.loads(path.read_text()), "replicas": 1000}))
+    before = _snapshot(out)
+    code, output = _invoke("cascade", "--resume", str(out))
+    assert code == 2 and "--nproc 1000 is more CPU worker processes" in output
+    assert _snapshot(out) == before
 
 
 @pytest.mark.slow

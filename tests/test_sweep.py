@@ -241,19 +241,20 @@ def test_a_sweep_whose_gpu_was_read_records_gpu_busy_and_says_what_it_means(
     assert f"a kernel ran on the GPU {util}% of the time (NVML, {n} samples)" in page
 
 
-def test_a_rerun_that_trains_nothing_records_no_gpu_busy(
+def test_a_rerun_that_trains_nothing_keeps_the_measured_throughput_and_reads_no_gpu(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Every cell already done: the re-run trained nothing, so an idle GPU says nothing about
-    --jobs (seen on the H200: "GPU busy 0% ... may raise throughput" after a resumed sweep)."""
+    --jobs (seen on the H200: "GPU busy 0% ... may raise throughput" after a resumed sweep),
+    and the figures the first run measured are kept, not replaced by 0 updates."""
     monkeypatch.setitem(sys.modules, "pynvml", fake_nvml(util=[0]))
     monkeypatch.setattr(gpu_busy, "cell_gpus", lambda cfg, device: [0])
     out = tmp_path / "s"
     first = CliRunner().invoke(app, [*ONE_CELL, "--out", str(out)])
     assert first.exit_code == 0, first.output
-    assert "gpu_busy" in json.loads((out / "sweep.json").read_text())["throughput"]
+    measured = json.loads((out / "sweep.json").read_text())["throughput"]
+    assert measured["updates"] > 0 and "gpu_busy" in measured
     again = CliRunner().invoke(app, [*ONE_CELL, "--out", str(out)])
     assert again.exit_code == 0, again.output
-    tp = json.loads((out / "sweep.json").read_text())["throughput"]
-    assert tp["updates"] == 0 and "gpu_busy" not in tp
+    assert json.loads((out / "sweep.json").read_text())["throughput"] == measured
     assert "GPU busy" not in again.output

@@ -43,6 +43,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 from andrea_diag.config import RunConfig
+from andrea_diag.rundir import atomic_write_text
 
 READ_OPS = frozenset({"_local_scalar_dense", "nonzero", "masked_select", "_unique2", "equal"})
 READ_METHODS = ("tolist", "numpy", "cpu")  # host reads that dispatch nothing on the CPU
@@ -287,7 +288,7 @@ def main(argv: list[str] | None = None) -> None:
     f = result["flush"]
     print(f"engine flush of {f['rows']} rows: {f['aten_ops']} aten ops, {f['device_reads']} reads")
     if a.json:
-        a.json.write_text(json.dumps(result, indent=2))
+        atomic_write_text(a.json, json.dumps(result, indent=2))
 
 
 if __name__ == "__main__":

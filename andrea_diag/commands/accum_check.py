@@ -25,6 +25,7 @@ from rich.table import Table
 from andrea_diag.config import MODEL_PRESETS
 from andrea_diag.errors import UserError
 from andrea_diag.fields import MAX_SEED
+from andrea_diag.rundir import atomic_write_text, make_out_dir
 from andrea_diag.train.components import PRECISIONS  # the --precision registry (torch only)
 
 if TYPE_CHECKING:
@@ -86,24 +87,24 @@ def accum_check(
     spec = AccumSpec(size, micro_batch, accum, replicas, precision, seq_len, seed, device)
     spec.validate()  # bad options fail before the output folder is made
     console = Console()
-    console.print(f"[dim]measuring {size}: m={micro_batch} A={accum} D={replicas} {precision}[/]")
-    result = run_accum_check(spec)
     if out is None:
         from andrea_diag.experiments.cascade import default_out
 
         out = default_out("accum-check", size)
+    make_out_dir(out)  # a file in its place is refused before the measurement, not after
+    console.print(f"[dim]measuring {size}: m={micro_batch} A={accum} D={replicas} {precision}[/]")
+    result = run_accum_check(spec)
     command = (
         f"andrea-diag accum-check --size {size} --micro-batch {micro_batch} --accum {accum} "
         f"--replicas {replicas} --precision {precision} --seq-len {seq_len} --seed {seed} "
         f"--device {device} --out {shlex.quote(str(out))}"
     )
     result.meta["command"] = command
-    out.mkdir(parents=True, exist_ok=True)
     text = json.dumps(asdict(result), indent=2, ensure_ascii=False)
-    (out / "accum-check.json").write_text(text, encoding="utf-8")
+    atomic_write_text(out / "accum-check.json", text)  # a planted link is replaced, not followed
     from andrea_diag.report.accum_page import render_accum_page
 
-    (out / "accum-check.html").write_text(render_accum_page(result, command), encoding="utf-8")
+    atomic_write_text(out / "accum-check.html", render_accum_page(result, command))
     console.print(table(result))
     missed = [r.method for r in result.rows if r.kind == "mistake" and not r.passed]
     if missed:

@@ -22,6 +22,8 @@ from andrea_diag import bench
 from andrea_diag.config import MODEL_PRESETS
 from andrea_diag.device import resolve_device
 from andrea_diag.errors import UserError
+from andrea_diag.fields import comma_items
+from andrea_diag.rundir import atomic_write_text, make_out_dir
 
 OutOpt = Annotated[
     Path | None,
@@ -59,9 +61,9 @@ CasesOpt = Annotated[
 
 
 def _split(value: str, allowed: list[str], what: str) -> list[str]:
-    items = [v.strip() for v in value.split(",") if v.strip()]
+    items = comma_items(value, f"--{what}s", UserError)
     bad = [v for v in items if v not in allowed]
-    if not items or bad:
+    if bad:
         raise UserError(
             f"unknown {what}: {', '.join(bad) or '(none given)'}",
             hint=f"choose from {', '.join(allowed)}",
@@ -100,6 +102,7 @@ def bench_kernels(
         from andrea_diag.experiments.cascade import default_out
 
         out = default_out("bench-kernels", "-".join(size_list))
+    make_out_dir(out)  # a file in its place is refused before the timing, not after
     result = bench.run_bench(
         size_list,
         dtype_list,
@@ -114,12 +117,12 @@ def bench_kernels(
         f"--dtypes {','.join(dtype_list)} --reps {reps} --device {device} "
         f"--cases {','.join(case_list)}"
     )
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "bench-kernels.json").write_text(json.dumps(result.to_dict(), indent=2))
+    # a link planted in the folder is replaced, not written through
+    atomic_write_text(out / "bench-kernels.json", json.dumps(result.to_dict(), indent=2))
     # imported here: plotly is only needed for the page (the JSON above is already written)
     from andrea_diag.report.bench_page import render_bench_page
 
-    (out / "bench-kernels.html").write_text(render_bench_page(result))
+    atomic_write_text(out / "bench-kernels.html", render_bench_page(result))
     console.print(table(result))
     for line in bench.adaptive_summary(result):
         console.print(line)

@@ -19,6 +19,7 @@ from rich.console import Console
 from andrea_diag.config import ProbeConfig, RunConfig
 from andrea_diag.device import resolve_device
 from andrea_diag.fields import MAX_UPDATES
+from andrea_diag.rundir import atomic_write_text, make_out_dir
 
 
 def _count(help_: str, shown: str, lo: int) -> Any:
@@ -92,7 +93,7 @@ def bench_train(
     defaults = (200, 20, 20) if on_gpu else (6, 2, 2)  # updates, warmup, block
     updates, warmup, block = (d if v is None else v
                               for v, d in zip((updates, warmup, block), defaults, strict=True))  # fmt: skip
-    out = out or _default_out(size)
+    out = make_out_dir(out or _default_out(size))  # refused before the timing, not after
     result = run(cfg, updates, warmup, block, plain=plain,
                  progress=lambda s: console.print(f"[dim]{s}[/]"))  # fmt: skip
     result["meta"]["command"] = (
@@ -116,9 +117,9 @@ def _write(console: Console, out: Path, result: dict) -> None:
     """``bench-train.json`` and its page in ``out``, and the console's summary."""
     from andrea_diag.report.bench_train_page import render_bench_train_page
 
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "bench-train.json").write_text(json.dumps(result, indent=2))
-    (out / "bench-train.html").write_text(render_bench_train_page(result))
+    # a link planted in the folder is replaced, not written through
+    atomic_write_text(out / "bench-train.json", json.dumps(result, indent=2))
+    atomic_write_text(out / "bench-train.html", render_bench_train_page(result))
     _print_result(console, result)
     console.print(f"wrote {out / 'bench-train.json'} and {out / 'bench-train.html'}")
 

@@ -30,8 +30,13 @@ def one_line(e: UserError) -> None:
         err_console.print(f"[dim]hint:[/] {escape(e.hint)}", highlight=False, soft_wrap=True)
 
 
-def friendly_errors(fn: F) -> F:
-    """Decorator for typer commands: UserError -> ``error: ...`` (+ hint) and exit code."""
+def friendly_errors(fn: F, after_stop: str | None = None) -> F:
+    """Decorator for typer commands: UserError -> ``error: ...`` (+ hint) and exit code.
+
+    ``after_stop``: how to go on after Ctrl-C or a signal (``continue with --resume DIR``), for
+    a command that records work; None for one that has nothing to continue (an export, a
+    benchmark): the stop is said, with no advice that would not work."""
+    kept = "everything recorded so far is kept" + (f"; {after_stop}" if after_stop else "")
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -42,14 +47,14 @@ def friendly_errors(fn: F) -> F:
             one_line(e)
             raise typer.Exit(e.exit_code) from None
         except KeyboardInterrupt:
-            err_console.print("[yellow]interrupted[/]: everything recorded so far is kept")
+            said = "[yellow]interrupted[/]"
+            err_console.print(f"{said}: {kept}" if after_stop else said, highlight=False,
+                              soft_wrap=True)  # fmt: skip
             raise typer.Exit(130) from None
         except Terminated as e:
-            err_console.print(
-                f"[yellow]stopped by {e.name}[/]: everything recorded so far is kept; "
-                "continue with --resume",
-                highlight=False,
-            )
+            said = f"[yellow]stopped by {e.name}[/]"
+            err_console.print(f"{said}: {kept}" if after_stop else said, highlight=False,
+                              soft_wrap=True)  # fmt: skip
             raise typer.Exit(e.exit_code) from None
 
     return wrapper  # type: ignore[return-value]

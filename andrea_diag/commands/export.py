@@ -154,17 +154,26 @@ def _environ(**values: str) -> Iterator[None]:
                 os.environ[k] = v
 
 
+MLFLOW_PATIENCE = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10",
+                   "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1"}  # fmt: skip
+
+
 def _mlflow(run_dirs: list[Path], store: str, experiment: str) -> None:
     from mlflow.exceptions import MlflowException
 
     from andrea_diag.sinks import MLflowSink, export_to_sinks
 
     uri = store if ":" in store.split("/")[0] else Path(store).resolve().as_uri()
+    # MLflow's own defaults retry an unreachable server for minutes (7 retries, 120 s each,
+    # backoff): an export says so in seconds instead; the user's own settings win
+    patience = {k: os.environ.get(k, v) for k, v in MLFLOW_PATIENCE.items()}
     try:
-        done = export_to_sinks(
-            run_dirs,
-            lambda name, config: MLflowSink(experiment, name=name, config=config, tracking_uri=uri),
-        )
+        with _environ(**patience):
+            done = export_to_sinks(
+                run_dirs,
+                lambda name, config: MLflowSink(experiment, name=name, config=config,
+                                                tracking_uri=uri),
+            )  # fmt: skip
     except MlflowException as e:  # a store it cannot use, or a name it refuses: one line
         first = (str(e).strip().splitlines() or [type(e).__name__])[0]
         raise UserError(f"MLflow refused the export to {uri}: {first[:300]}") from None

@@ -205,12 +205,16 @@ def checked(cfg: RunConfig) -> RunConfig:
 def resumed(run: RunArgs, clip: str) -> tuple[RunConfig, str]:
     """``--resume DIR``: the run's own base config and arms, checked against what was typed."""
     from andrea_diag.experiments.resume import run_configs
-    from andrea_diag.factories import trust_spec
+    from andrea_diag.factories import mark_recorded, trust_spec
 
     out = Path(run.resume)  # type: ignore[arg-type]
     meta, saved = run_configs(out)
     if not saved:
         raise UserError(f"{out} has no started arm to continue", hint="start it again instead")
+    for cfg in saved:  # the run's word only: never called unless typed again (factories.py)
+        for spec in (cfg.model_factory, cfg.data_factory):
+            if spec:
+                mark_recorded(spec, out)
     arms = ",".join(meta["arms"])
     base = dataclasses.replace(saved[0], clip="none", arm="")  # each arm sets its own
     typed_names = sorted(run.explicit & BY_NAME.keys())

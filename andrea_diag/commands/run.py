@@ -21,6 +21,7 @@ from andrea_diag.config import RunConfig
 from andrea_diag.errors import UserError
 from andrea_diag.experiments.cascade import CascadeSpec, default_out, run_cascade
 from andrea_diag.experiments.executor import ExecutorConfig
+from andrea_diag.fields import comma_items
 from andrea_diag.train.distributed import env_rank
 
 console = Console(stderr=True)
@@ -41,12 +42,15 @@ def _spec(clip: str, run: RunArgs) -> CascadeSpec:
 
 
 def _arms(clip: str) -> list[str]:
-    arms = [c.strip() for c in clip.split(",") if c.strip()]
+    arms = comma_items(clip, "--clip", UserError)
     bad = [c for c in arms if c not in CLIP_MODES]
     if bad:
         raise UserError(
             f"unknown clip mode {bad[0]!r}", hint=f"choose from {', '.join(CLIP_MODES)}"
         )
+    twice = next((a for i, a in enumerate(arms) if a in arms[:i]), None)
+    if twice:  # two arms of one name would share one folder
+        raise UserError(f"--clip lists {twice} twice: {clip}", hint="give each arm once")
     return arms
 
 
@@ -105,9 +109,7 @@ def train(
 def _csv(value: str, cast: type, option: str) -> list:
     """Parse a comma list for ``option``; a bad or repeated item is one clear error (a repeated
     value would make two cells of one, found only after both had trained)."""
-    items = [v.strip() for v in value.split(",") if v.strip()]
-    if not items:
-        raise UserError(f"{option} needs at least one value")
+    items = comma_items(value, option, UserError)
     try:
         values = [cast(v) for v in items]
     except ValueError:

@@ -61,6 +61,9 @@ FLOOR_FACTOR = 2.0
 # A mistake is detected at this error: far above every tolerance, far below what they measure
 # at A >= 2 (double division is 1 - 1/A >= 0.5; the others measured 0.5 to 2.6).
 DETECT = 0.05
+# the full batch the loops are measured against runs as one forward: past any real batch (GPT-3
+# trained on 3.2M tokens), a larger one would only exhaust the memory
+MAX_CHECK_TOKENS = 2**22
 
 
 @dataclass
@@ -80,7 +83,10 @@ class AccumSpec:
         """The model preset; a :class:`UserError` for anything out of range."""
         check_precision(self.precision)  # the trainer's --precision registry
         for bad, message in (
-            (self.size not in MODEL_PRESETS, f"unknown size {self.size!r}: choose tiny, 12m, 120m"),
+            (
+                self.size not in MODEL_PRESETS,
+                f"unknown size {self.size!r}: choose from {', '.join(MODEL_PRESETS)}",
+            ),
             (self.micro_batch < 1, "--micro-batch must be at least 1"),
             # one microbatch per group: every mistake below is the right loop
             (self.accum < 2, "--accum must be at least 2: with A = 1 the mistakes cannot show"),
@@ -91,6 +97,12 @@ class AccumSpec:
         cfg = MODEL_PRESETS[self.size]
         if not 2 <= self.seq_len <= cfg.block_size:
             raise UserError(f"--seq-len must be in 2..{cfg.block_size} for {self.size}")
+        tokens = self.micro_batch * self.accum * self.replicas * self.seq_len
+        if tokens > MAX_CHECK_TOKENS:  # the full batch is one forward: it must fit in memory
+            raise UserError(
+                f"the check's batch m*A*D*T is {tokens:,} tokens, more than {MAX_CHECK_TOKENS:,}",
+                hint="lower --micro-batch, --accum, --replicas or --seq-len",
+            )
         return cfg
 
 

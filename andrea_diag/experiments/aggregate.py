@@ -34,6 +34,7 @@ from typing import Any
 import pandas as pd
 
 from andrea_diag.probes.verdict import COLLAPSE_VERDICTS
+from andrea_diag.rundir import atomic_write_text
 from andrea_diag.stats import (
     ALPHA,
     MIN_PAIRS,
@@ -188,6 +189,7 @@ def _count(row: pd.Series, name: str) -> str:
 def write_interval_tables(out: Path, table: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     """``arms.csv`` and ``gaps.csv`` beside ``sweep.csv``: the tables every page reads."""
     arms, gaps = arm_rates(table), paired_gaps(table)
-    arms.to_csv(out / "arms.csv", index=False)
-    gaps.to_csv(out / "gaps.csv", index=False)
+    # through a temp file and a rename: a link planted in the run is replaced, not written through
+    atomic_write_text(out / "arms.csv", arms.to_csv(index=False))
+    atomic_write_text(out / "gaps.csv", gaps.to_csv(index=False))
     return arms, gaps

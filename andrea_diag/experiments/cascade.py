@@ -35,10 +35,16 @@ from andrea_diag.experiments.slow_start import SlowStart
 from andrea_diag.experiments.status import DONE, RUNNING, marks_interruption
 from andrea_diag.factories import build_model, prepare_run_data
 from andrea_diag.record import read_cascade_meta, write_json
-from andrea_diag.rundir import child, read_json
+from andrea_diag.rundir import child, make_out_dir, read_json
 from andrea_diag.runlock import RunLock
 from andrea_diag.train.components import check_precision
-from andrea_diag.train.distributed import env_rank, env_world_size, init_from_env, launch
+from andrea_diag.train.distributed import (
+    check_world,
+    env_rank,
+    env_world_size,
+    init_from_env,
+    launch,
+)
 from andrea_diag.train.graphed import check_graphable
 from andrea_diag.train.loop import train_arm
 
@@ -109,6 +115,8 @@ def check_runnable(cfg: RunConfig) -> None:
             "--clip-impl cuda needs the run on a CUDA device",
             hint="use --clip-impl auto (the CUDA clipper when available, else the reference)",
         )
+    if cfg.replicas > 1 and env_world_size() == 1:  # we would spawn them: can this host?
+        check_world(cfg.replicas, device.type)
     if cfg.cuda_graph:  # torchrun's world too: its ranks get replicas = 1 in the config
         check_graphable(device, max(cfg.replicas, env_world_size()))
     if cfg.model_factory or cfg.hf_config:  # a bad factory fails here, before any output
@@ -299,7 +307,7 @@ def run_cascade(
         read_cascade_meta(out_dir)  # a cascade dir (not created by the lock below), or one line
     elif main:
         _check_out_dir(out_dir)
-        _make_out_dir(out_dir)
+        make_out_dir(out_dir)
     # One process per cascade: taken before anything is read to continue or moved aside, and
     # released however this ends (an error, Ctrl-C, SIGTERM).
     with RunLock(out_dir) if main else contextlib.nullcontext():
@@ -351,19 +359,6 @@ def _run_locked(
     meta.update(status=DONE, batch_hashes_identical=identical)
     write_json(out_dir / "cascade.json", meta)
     return CascadeResult(out_dir, summaries, identical)
-
-
-def _make_out_dir(out_dir: Path) -> None:
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        probe = out_dir / ".write-test"
-        probe.write_bytes(b"")  # a read-only mount lets mkdir of an existing dir pass
-        probe.unlink()
-    except OSError as exc:
-        raise UserError(
-            f"cannot create or write the output directory {out_dir} ({exc.strerror or exc})",
-            hint="choose an --out on a writable disk",
-        ) from None
 
 
 def _check_out_dir(out_dir: Path) -> None:

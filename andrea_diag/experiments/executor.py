@@ -46,6 +46,14 @@ from rich.console import Console
 from andrea_diag.config import RunConfig
 from andrea_diag.errors import UserError
 from andrea_diag.experiments.mps import check_mode, mps_session
+from andrea_diag.rundir import (
+    atomic_write_text,
+    child,
+    make_out_dir,
+    open_new_file,
+    read_json,
+    remove_file,
+)
 
 EXECUTORS = ("local", "slurm", "submitit-local")
 ERROR_FILE = "error.json"  # written by a failing cell's process into its cell directory
@@ -174,11 +182,10 @@ class CellProcesses:
 
 def write_job(job: CellJob, folder: Path) -> Path:
     """The cell's instructions, as a file its process reads (``folder/<cell>.json``)."""
-    folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{job.name}.json"
     spec = {"config": dataclasses.asdict(job.config), "clips": job.clips,
             "out": str(job.cell_dir), "resume": job.resume}  # fmt: skip
-    path.write_text(json.dumps(spec, indent=1))
+    atomic_write_text(path, json.dumps(spec, indent=1))  # replaces a planted link
     return path
 
 
@@ -187,15 +194,18 @@ def run_cell(job_path: str) -> None:
     there (the sweep's only way to learn why) and is raised again, so the process fails."""
     from andrea_diag.experiments.cascade import CascadeSpec, run_cascade
 
-    spec = json.loads(Path(job_path).read_text())
+    spec = read_json(Path(job_path), "the cell's job file", kind=dict)
     out = Path(spec["out"])
     try:
         cfg = RunConfig.from_dict(spec["config"])
         cell = CascadeSpec(base=cfg, clips=spec["clips"], out=out, resume=spec["resume"])
         run_cascade(cell, Console(stderr=True))
     except BaseException as exc:
-        out.mkdir(parents=True, exist_ok=True)
-        (out / ERROR_FILE).write_text(json.dumps({"error": f"{type(exc).__name__}: {exc}"}))
+        with contextlib.suppress(UserError):  # a cell dir that cannot hold it: the exit code says
+            make_out_dir(out, "cell folder")
+            atomic_write_text(
+                out / ERROR_FILE, json.dumps({"error": f"{type(exc).__name__}: {exc}"})
+            )
         raise
 
 
@@ -203,8 +213,8 @@ def _error(job: CellJob, fallback: str) -> str:
     path = job.cell_dir / ERROR_FILE
     if path.is_file():
         try:
-            return str(json.loads(path.read_text())["error"])
-        except (json.JSONDecodeError, KeyError, TypeError):
+            return str(read_json(path, "the cell's error.json", kind=dict)["error"])
+        except (UserError, KeyError):
             pass
     return fallback
 
@@ -219,7 +229,7 @@ def _local_launcher(
         else:  # N cells on the CPU share its cores instead of each taking all of them
             env.setdefault("OMP_NUM_THREADS", str(threads))
         log = logs / f"{job.name}.log"
-        with open(log, "wb") as f:
+        with open_new_file(log, "the cell's log") as f:  # never through a planted link
             cmd = [sys.executable, "-m", "andrea_diag.experiments.executor", str(job_path)]
             rc = procs.run(cmd, env, f)
         if rc is None:
@@ -282,8 +292,7 @@ def run_cells(
     if not jobs:
         return {}
     slots = _slots(cfg, jobs[0].config.device)
-    folder = out / "cells"
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = make_out_dir(child(out, "cells", "the cells' folder"), "the cells' folder")
     threads = max(1, (os.cpu_count() or 1) // len(slots))
     procs = CellProcesses()
     launch = (
@@ -317,7 +326,7 @@ def _run_in_slots(
         free.put(slot)
 
     def one(job: CellJob) -> tuple[str, str | None]:
-        (job.cell_dir / ERROR_FILE).unlink(missing_ok=True)
+        remove_file(job.cell_dir / ERROR_FILE, "the cell's error.json")
         gpu = free.get()
         try:
             if procs.stopping.is_set():
@@ -351,32 +360,6 @@ def _after(after_cell: AfterCell, job: CellJob) -> str | None:
     except Exception as exc:  # one cell's page must not cost the other cells their run
         return f"{type(exc).__name__}: {exc}"
     return None
-
-
-def recorded_updates(cell_dirs: list[Path], clips: list[str]) -> int:
-    """Metric rows on disk over every arm of ``cell_dirs``: the sweep's updates so far."""
-    total = 0
-    for cell_dir in cell_dirs:
-        for arm in clips:
-            path = cell_dir / arm / "metrics.jsonl"
-            if path.is_file():
-                with open(path, "rb") as f:
-                    total += sum(1 for line in f if line.endswith(b"\n"))
-    return total
-
-
-def throughput(updates: int, wall_s: float, cfg: ExecutorConfig) -> dict[str, Any]:
-    """What the sweep's summary reports: aggregate updates per second over this invocation."""
-    return {
-        "updates": updates,
-        "wall_s": round(wall_s, 3),
-        "updates_per_s": updates / wall_s if wall_s > 0 else None,
-        "executor": cfg.kind,
-        "jobs": cfg.jobs,
-        "jobs_auto": cfg.auto_jobs,  # chosen by --jobs auto (the default), not given
-        "note": "metric rows added by this invocation (every arm of every cell) over its wall "
-        "time from the first cell to the last; resumed cells count only their new rows",
-    }
 
 
 def main(job_path: str) -> None:

@@ -47,6 +47,7 @@ from andrea_diag.experiments.thresholds import (
     rung_tests,
 )
 from andrea_diag.record import write_json
+from andrea_diag.rundir import atomic_write_text
 from andrea_diag.stats import holm
 from andrea_diag.tables import GROUP
 
@@ -164,7 +165,7 @@ def write_ladder(
               "thresholds": thresholds(table, sizes, meta.get("steps")),
               "finished_arms": len(finished(table)), "arms_in_table": len(table)}  # fmt: skip
     rows = by_size(table, sizes)
-    rows.to_csv(out / "ladder.csv", index=False)
+    atomic_write_text(out / "ladder.csv", rows.to_csv(index=False))  # replaces a planted link
     write_json(out / "ladder.json", result)
     return result, rows
 

@@ -26,7 +26,6 @@ from typing import Any
 from andrea_diag.config import RUNTIME_KEYS, RunConfig  # RUNTIME_KEYS: what a resume may change
 from andrea_diag.errors import UserError
 from andrea_diag.experiments.saved_config import saved_config
-from andrea_diag.factories import mark_recorded
 from andrea_diag.record import read_cascade_meta
 from andrea_diag.rundir import child, read_json
 from andrea_diag.runlock import holder_alive, read_lock
@@ -134,10 +133,7 @@ def cascade_arms(out_dir: Path, meta: dict[str, Any]) -> list[str]:
 
 
 def run_configs(out_dir: Path) -> tuple[dict[str, Any], list[RunConfig]]:
-    """The cascade's meta and each started arm's saved config (a bad file: one clear line).
-
-    Factory specs read from them are marked as recorded: imported only from installed
-    packages, never from the working directory or the run (factories.py)."""
+    """The cascade's meta and each started arm's saved config (a bad file: one clear line)."""
     check_run_dir(out_dir)
     meta = read_cascade_meta(out_dir)
     configs = []
@@ -148,10 +144,6 @@ def run_configs(out_dir: Path) -> tuple[dict[str, Any], list[RunConfig]]:
                 configs.append(saved_config(path, arm))
             except UserError as exc:  # said as before: which kind of trouble, then where
                 raise UserError(f"a run file is corrupt: {exc.message}", hint=exc.hint) from None
-    for cfg in configs:
-        for spec in (cfg.model_factory, cfg.data_factory):
-            if spec:
-                mark_recorded(spec, out_dir)
     return meta, configs
 
 

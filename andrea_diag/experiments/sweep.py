@@ -22,7 +22,7 @@ its cells train on this host's GPUs, how busy those were meanwhile (``gpu_busy.p
 from __future__ import annotations
 
 import dataclasses
-import json
+import os
 import shlex
 import sys
 import time
@@ -49,17 +49,16 @@ from andrea_diag.experiments.executor import (
     AfterCell,
     CellJob,
     ExecutorConfig,
-    recorded_updates,
     run_cells,
-    throughput,
     uses_cuda,
 )
 from andrea_diag.experiments.gpu_busy import busy_line, busy_sampler, gpu_busy
 from andrea_diag.experiments.resume import check_same_run, move_aside
 from andrea_diag.experiments.status import DONE, Status
+from andrea_diag.experiments.throughput import recorded_updates, throughput
 from andrea_diag.probes.verdict import COLLAPSE_VERDICTS
 from andrea_diag.record import write_json
-from andrea_diag.rundir import read_json
+from andrea_diag.rundir import atomic_write_text, child, make_out_dir, read_json
 from andrea_diag.train.components import check_precision
 from andrea_diag.train.graphed import check_graphable
 
@@ -145,14 +144,16 @@ def _arm_row(cfg: RunConfig, arm: str, summary: dict[str, Any], cell: str) -> di
 def _arm_summary(arm_dir: Path) -> dict[str, Any]:
     """A finished arm's summary; a crashed one's partial summary; ``{}`` when it never started."""
     for name in ("summary.json", "partial_summary.json"):
-        if (arm_dir / name).exists():
-            return json.loads((arm_dir / name).read_text())
+        if os.path.lexists(arm_dir / name):  # a link or FIFO there is read_json's one line
+            return read_json(arm_dir / name, f"arm {arm_dir.name}'s {name}", kind=dict)
     return {"status": Status.NOT_RUN}
 
 
 def _finished(cell_dir: Path) -> bool:
     meta = cell_dir / "cascade.json"
-    return meta.exists() and json.loads(meta.read_text()).get("status") == Status.DONE
+    if not os.path.lexists(meta):
+        return False
+    return read_json(meta, f"cell {cell_dir.name}'s cascade.json", kind=dict).get("status") == DONE
 
 
 def _check_same(
@@ -160,7 +161,7 @@ def _check_same(
 ) -> None:
     """A kept cell must be the cell this sweep asks for: same arms, updates and recipe, and
     (``shas``: source -> sha256 of this sweep's text) trained on the same bytes."""
-    done = json.loads((cell_dir / "cascade.json").read_text())
+    done = read_json(cell_dir / "cascade.json", f"cell {cell_dir.name}'s cascade.json", kind=dict)
     want = {"arms": clips, "steps": cfg.steps, "recipe": cfg.recipe}
     diff = {k: (done.get(k), v) for k, v in want.items() if done.get(k) != v}
     if diff:
@@ -212,15 +213,12 @@ def _run_out_of_process(
     configs: list[RunConfig],
     out: Path,
     console: Console,
-    shas: dict[str, str],
     after_cell: AfterCell | None,
 ) -> dict[str, str]:
     """Every unfinished cell as its own job (--jobs / --executor); returns the crashed ones."""
     jobs = []
     for cell_dir, cfg in zip(dirs, configs, strict=True):
-        if _finished(cell_dir):
-            _check_same(cell_dir, cfg, spec.clips, shas)  # before any work, as in-process
-        else:
+        if not _finished(cell_dir):  # a finished one was checked before any work (_preflight)
             resume = _prepare_cell(cell_dir, console)
             jobs.append(CellJob(cell_dir.name, cell_dir, cfg, spec.clips, resume,
                                 shared_plotly(spec.plotly, out)))  # fmt: skip
@@ -241,7 +239,11 @@ def run_sweep(
     data = load_data(configs[0], console)  # every cell shares the sources: prepare them once
     shas = {name: src.sha256 for name, src in data.sources.items()}
     out = spec.out or default_out("sweep", "-".join(spec.sizes))
-    out.mkdir(parents=True, exist_ok=True)
+    spec.executor.check()
+    dirs = [child(out, name_of(c), "cell") for c in configs]  # a planted link out is refused
+    # every refusal before the first write: a refused re-run leaves a finished sweep as it was
+    earlier = _preflight(out, dirs, configs, spec.clips, shas)
+    make_out_dir(out)
     meta = {
         "sizes": spec.sizes, "lrs": spec.lrs, "max_norms": spec.max_norms, "seeds": spec.seeds,
         "clips": spec.clips, "steps": configs[0].steps, "recipe": configs[0].recipe,
@@ -249,16 +251,14 @@ def run_sweep(
         "command": " ".join(shlex.quote(a) for a in ["andrea-diag", *sys.argv[1:]]),
         "cells": [name_of(c) for c in configs],
     }  # fmt: skip
-    write_json(out / "sweep.json", {**meta, "status": Status.RUNNING})
+    write_json(out / "sweep.json", {**meta, **earlier, "status": Status.RUNNING})
     crashed: dict[str, str] = {}  # cell -> error
-    spec.executor.check()
-    dirs = [out / name for name in meta["cells"]]
     # how busy the cells' GPUs were, over the span of throughput's wall time (gpu_busy.py)
     with busy_sampler(spec.executor, configs[0].device) as tel:
         t0, before = time.perf_counter(), recorded_updates(dirs, spec.clips)
         if not spec.executor.in_process:  # every unfinished cell in its own process, N at once
-            crashed = _run_out_of_process(spec, dirs, configs, out, console, shas, after_cell)
-        rows = _each_cell(spec, configs, out, data, shas, crashed, console, after_cell)
+            crashed = _run_out_of_process(spec, dirs, configs, out, console, after_cell)
+        rows = _each_cell(spec, configs, out, dirs, data, crashed, console, after_cell)
         table = pd.DataFrame(rows)
         write_interval_tables(out, table)
         wall = time.perf_counter() - t0
@@ -266,14 +266,13 @@ def run_sweep(
     not_run = sorted({r["cell"] for r in rows if r["status"] == Status.NOT_RUN})
     if spec.executor.merge_only and not_run and not crashed:  # merged, with cells to come
         status = {"status": Status.PARTIAL, "not_run_cells": not_run}
-    meta["throughput"] = throughput(
-        recorded_updates(dirs, spec.clips) - before, wall, spec.executor
-    )
+    now = throughput(recorded_updates(dirs, spec.clips) - before, wall, spec.executor)
     # None: no GPU was read (CPU cells, Slurm, no NVML), or every cell was already done (a
     # re-run that trained nothing says nothing about how busy training keeps the GPU)
-    busy = gpu_busy(tel) if meta["throughput"]["updates"] > 0 else None
+    busy = gpu_busy(tel) if now["updates"] > 0 else None
     if busy is not None:
-        meta["throughput"]["gpu_busy"] = busy
+        now["gpu_busy"] = busy
+    meta.update(_throughputs(now, earlier))
     write_json(out / "sweep.json", {**meta, **status})  # the command renders the page from it
     if busy is not None:
         console.print(busy_line(busy), highlight=False)
@@ -297,30 +296,55 @@ def _resolve_jobs(spec: SweepSpec, configs: list[RunConfig], console: Console) -
     return dataclasses.replace(spec, executor=dataclasses.replace(ex, jobs=jobs))
 
 
+def _throughputs(now: dict[str, Any], earlier: dict[str, Any]) -> dict[str, Any]:
+    """``sweep.json``'s throughput entries: this invocation's figure, the earlier ones kept
+    (``throughput_earlier``); a re-run that trained nothing keeps the measured figure as is."""
+    if "throughput" not in earlier:
+        return {"throughput": now}
+    if now["updates"] == 0:
+        return earlier
+    return {"throughput": now,
+            "throughput_earlier": [*earlier.get("throughput_earlier", []), earlier["throughput"]]}  # fmt: skip
+
+
+def _preflight(
+    out: Path, dirs: list[Path], configs: list[RunConfig], clips: list[str], shas: dict[str, str]
+) -> dict[str, Any]:
+    """Refuse a re-run that does not match its finished cells (one line, nothing written), and
+    give the earlier invocations' throughput figures from ``sweep.json`` (kept, not lost)."""
+    for cell_dir, cfg in zip(dirs, configs, strict=True):
+        if _finished(cell_dir):
+            _check_same(cell_dir, cfg, clips, shas)
+    child(out, "cells", "the cells' folder")  # the executor's logs: a link out is refused
+    if not os.path.lexists(out / "sweep.json"):
+        return {}
+    old = read_json(out / "sweep.json", "the sweep's sweep.json", kind=dict)
+    keep = ("throughput", "throughput_earlier")
+    return {k: old[k] for k in keep if isinstance(old.get(k), dict | list)}
+
+
 def _each_cell(
     spec: SweepSpec,
     configs: list[RunConfig],
     out: Path,
+    dirs: list[Path],
     data: PreparedData,
-    shas: dict[str, str],
     crashed: dict[str, str],
     console: Console,
     after_cell: AfterCell | None,
 ) -> list[dict[str, Any]]:
     """Train each unfinished cell here when the sweep runs them in its own process, and give
     every cell's arm rows (``sweep.csv`` written as they grow); ``crashed`` (cell -> error)
-    gains the cells that crash here. ``data``: the sources every cell shares, ``shas`` their
-    sha256 (a kept cell must have trained on the same bytes)."""
+    gains the cells that crash here. ``data``: the sources every cell shares; ``dirs``: the
+    cells' folders (finished ones were checked against ``configs`` by :func:`_preflight`)."""
     rows: list[dict[str, Any]] = []
-    for i, cfg in enumerate(configs, 1):
+    for i, (cfg, cell_dir) in enumerate(zip(configs, dirs, strict=True), 1):
         name = name_of(cfg)
-        cell_dir = out / name
         unmerged = spec.executor.merge_only and not _finished(cell_dir)
         if unmerged:  # a cell is the unit: a half-finished one is not half merged
             console.print(f"[yellow]cell {i}/{len(configs)} {name}: not finished, not run[/]")
         elif _finished(cell_dir) or name in crashed:
-            if spec.executor.in_process:  # out of process, _run_out_of_process checked them
-                _check_same(cell_dir, cfg, spec.clips, shas)
+            if spec.executor.in_process:
                 console.print(f"[dim]cell {i}/{len(configs)} {name}: already done, kept[/]")
         else:
             resume = _prepare_cell(cell_dir, console)
@@ -344,7 +368,7 @@ def _each_cell(
                 summary = {**summary, "status": Status.CRASHED, "error": crashed[name]}
             rows.append(_arm_row(cfg, arm, summary, name))
         # the table grows cell by cell: a crash keeps every finished cell's rows
-        pd.DataFrame(rows).to_csv(out / "sweep.csv", index=False)
+        atomic_write_text(out / "sweep.csv", pd.DataFrame(rows).to_csv(index=False))
     return rows
 
 

@@ -43,7 +43,7 @@ import torch
 
 from andrea_diag.errors import UserError
 from andrea_diag.record import _jsonable
-from andrea_diag.rundir import child, file_mode, read_json, regular_file
+from andrea_diag.rundir import child, file_mode, read_json, regular_file, remove_file
 from andrea_diag.train.state_codec import StateFormatError, decode, encode
 
 FORMAT = "andrea-diag-checkpoint/2"  # /1 was a torch pickle: refused, never loaded
@@ -144,7 +144,7 @@ class Checkpointer:
         path = self.folder / f"ckpt-{update:07d}.pt"
         for stale in self.folder.glob(".ckpt-*.tmp"):  # left by a kill during a save
             if _is_file(stale):
-                stale.unlink(missing_ok=True)
+                remove_file(stale, "a stale checkpoint temp file")
         full = {"format": FORMAT, **state, "run": self._identity()}
         try:
             tree, tensors = encode(full)
@@ -154,7 +154,7 @@ class Checkpointer:
         named[STATE_KEY] = torch.frombuffer(bytearray(json.dumps(tree).encode()), dtype=torch.uint8)
         _write_atomic(path, named, {"format": FORMAT, "crc32": _crc(named)})
         for old in checkpoints(self.folder.parent)[:-KEEP]:
-            old.unlink(missing_ok=True)
+            remove_file(old, "an old checkpoint")  # a directory in its place: one line
         self.last_bytes = path.stat().st_size
         self._last_time = time.monotonic()
         return path

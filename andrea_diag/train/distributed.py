@@ -32,6 +32,10 @@ import torch.distributed as dist
 
 from andrea_diag.errors import UserError
 
+# CPU replicas (gloo) per core, and the least allowed on any machine: D workers emulate D GPUs,
+# so a small laptop may still run the 8 of one GPU node
+CPU_WORKERS_PER_CORE = 4
+MIN_CPU_WORKERS = 8
 # NVLink multicast stays off on the lent GPU machines (shared/DEVICE.md): set in every worker.
 NO_MULTICAST = {
     "NCCL_NVLS_ENABLE": "0",
@@ -79,6 +83,26 @@ def init_from_env(device_type: str) -> DistInfo:
             )
         torch.cuda.set_device(info.local_rank)
     return info
+
+
+def check_world(nproc: int, device_type: str) -> None:
+    """Refuse, before any process starts, a ``--nproc`` this host cannot run: more replicas
+    than visible GPUs (one per GPU), or on the CPU more gloo workers than ``CPU_WORKERS_PER_CORE``
+    per core (each holds a torch and a model: a config saying 1000 would fork 1000 of them)."""
+    if device_type == "cuda":
+        have = torch.cuda.device_count()
+        if nproc > have:
+            raise UserError(f"--nproc {nproc} needs {nproc} GPUs, {have} visible",
+                            hint="one replica per GPU: give --nproc at most the GPU count")  # fmt: skip
+        return
+    cores = os.cpu_count() or 1
+    cap = max(MIN_CPU_WORKERS, CPU_WORKERS_PER_CORE * cores)
+    if nproc > cap:
+        raise UserError(
+            f"--nproc {nproc} is more CPU worker processes than this machine runs ({cores} cores: "
+            f"at most {cap})",
+            hint="the batch is m*A*D sequences: raise --accum instead of --nproc for a larger one",
+        )
 
 
 def _free_port() -> int:

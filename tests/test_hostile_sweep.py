@@ -1,0 +1,189 @@
+"""A sweep folder is untrusted input too: a re-run never writes through a link planted in it,
+never trains in a cell folder linked out of it, and a refused re-run loses nothing recorded.
+
+Also the --out folders of the measuring commands (accum-check, bench-kernels, bench-train): a
+file in the folder's place is refused before the measurement, and a link planted in the folder
+is replaced, not written through.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from andrea_diag.cli import app
+from andrea_diag.experiments.ladder import write_ladder
+
+CELL = "tiny-lr0.001-mn1-s0"
+SWEEP = ["sweep", "--size", "tiny", "--lr", "1e-3", "--steps", "3", "--device", "cpu"]
+
+
+def _run(*args: str) -> tuple[int, str]:
+    res = CliRunner().invoke(app, list(args))
+    assert "Traceback" not in res.output, res.output
+    assert res.exception is None or isinstance(res.exception, SystemExit), repr(res.exception)
+    return res.exit_code, res.output
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("sweep") / "s"
+    code, output = _run(*SWEEP, "--out", str(out))
+    assert code == 0, output
+    return out
+
+
+@pytest.fixture
+def sweep(finished: Path, tmp_path: Path) -> Path:
+    """A private copy of the finished sweep, to plant things in."""
+    return Path(shutil.copytree(finished, tmp_path / "s", symlinks=True))
+
+
+def _outside(tmp_path: Path) -> Path:
+    victim = tmp_path / "outside.txt"
+    victim.write_text("not the sweep's")
+    return victim
+
+
+@pytest.mark.parametrize("table", ["sweep.csv", "arms.csv", "gaps.csv"])
+def test_a_rerun_replaces_a_link_planted_for_a_table_and_leaves_its_target_alone(
+    sweep: Path, tmp_path: Path, table: str
+) -> None:
+    victim = _outside(tmp_path)
+    (sweep / table).unlink()
+    (sweep / table).symlink_to(victim)
+    code, output = _run(*SWEEP, "--out", str(sweep))
+    assert code == 0, output
+    assert victim.read_text() == "not the sweep's"
+    assert not (sweep / table).is_symlink() and len(pd.read_csv(sweep / table)) > 0
+
+
+def test_a_cell_folder_linked_out_of_the_sweep_is_refused_and_nothing_is_written(
+    sweep: Path, tmp_path: Path
+) -> None:
+    outside = tmp_path / "elsewhere"
+    shutil.move(sweep / CELL, outside)
+    (sweep / CELL).symlink_to(outside, target_is_directory=True)
+    before = {p.name: p.read_bytes() for p in outside.rglob("*") if p.is_file()}
+    meta = (sweep / "sweep.json").read_bytes()
+    code, output = _run(*SWEEP, "--out", str(sweep))
+    assert code != 0 and f"cell {CELL!r} points outside" in output
+    assert {p.name: p.read_bytes() for p in outside.rglob("*") if p.is_file()} == before
+    assert (sweep / "sweep.json").read_bytes() == meta
+
+
+def test_a_cells_folder_linked_out_of_the_sweep_is_refused_before_any_write(
+    sweep: Path, tmp_path: Path
+) -> None:
+    outside = tmp_path / "logs"
+    outside.mkdir()
+    (sweep / "cells").symlink_to(outside, target_is_directory=True)
+    meta = (sweep / "sweep.json").read_bytes()
+    code, output = _run(*SWEEP, "--seed", "0,1", "--jobs", "2", "--out", str(sweep))
+    assert code != 0 and "the cells' folder 'cells' points outside" in output
+    assert list(outside.iterdir()) == [] and (sweep / "sweep.json").read_bytes() == meta
+    assert not (sweep / "tiny-lr0.001-mn1-s1").exists()  # nothing trained
+
+
+@pytest.mark.slow
+def test_links_planted_for_a_cells_log_and_job_file_are_replaced_not_followed(
+    sweep: Path, tmp_path: Path
+) -> None:
+    """Cells in their own processes (--jobs 2) write cells/<cell>.log and .json."""
+    victim = _outside(tmp_path)
+    (sweep / "cells").mkdir()
+    for seed in (1, 2):
+        for ext in ("log", "json"):
+            (sweep / "cells" / f"tiny-lr0.001-mn1-s{seed}.{ext}").symlink_to(victim)
+    code, output = _run(*SWEEP, "--seed", "0,1,2", "--jobs", "2", "--out", str(sweep))
+    assert code == 0, output
+    assert victim.read_text() == "not the sweep's"
+    logs = sorted((sweep / "cells").iterdir())
+    assert len(logs) == 4 and not any(p.is_symlink() for p in logs)
+
+
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [(["--steps", "4"], "steps 3 -> 4"), (["--clip", "none,none"], "twice"),
+     (["--clip", "none"], "other settings")],
+)  # fmt: skip
+def test_a_refused_rerun_leaves_every_recorded_file_as_it_was(
+    sweep: Path, change: list[str], says: str
+) -> None:
+    before = {p: p.read_bytes() for p in sweep.rglob("*") if p.is_file()}
+    code, output = _run(*SWEEP, *change, "--out", str(sweep))
+    assert code != 0 and says in output
+    assert {p: p.read_bytes() for p in sweep.rglob("*") if p.is_file()} == before
+
+
+def test_a_sweep_grown_by_a_seed_keeps_the_first_invocations_throughput(sweep: Path) -> None:
+    first = json.loads((sweep / "sweep.json").read_text())["throughput"]
+    code, output = _run(*SWEEP, "--seed", "0,1", "--out", str(sweep))
+    assert code == 0, output
+    meta = json.loads((sweep / "sweep.json").read_text())
+    assert meta["throughput_earlier"] == [first]
+    assert meta["throughput"]["updates"] == 2 * 3  # the new cell's two arms, three updates each
+
+
+def test_the_ladder_table_replaces_a_planted_link(finished: Path, tmp_path: Path) -> None:
+    victim = _outside(tmp_path)
+    out = tmp_path / "ladder"
+    out.mkdir()
+    (out / "ladder.csv").symlink_to(victim)
+    (out / "ladder.json").symlink_to(victim)
+    table = pd.read_csv(finished / "sweep.csv")
+    write_ladder(out, table, ["tiny2", "tiny"], {"steps": 3})  # a rung with no rows yet
+    assert victim.read_text() == "not the sweep's"
+    assert not (out / "ladder.csv").is_symlink() and len(pd.read_csv(out / "ladder.csv")) > 0
+
+
+MEASURING = [
+    ["accum-check", "--size", "tiny", "--micro-batch", "2", "--accum", "2"],
+    ["bench-kernels", "--sizes", "tiny", "--reps", "1"],
+    ["bench-train", "--size", "tiny", "--updates", "2", "--warmup", "1", "--block", "1"],
+]
+
+
+@pytest.mark.parametrize("command", MEASURING, ids=lambda c: c[0])
+def test_an_out_that_is_a_file_is_refused_before_the_measurement(
+    tmp_path: Path, command: list[str]
+) -> None:
+    taken = tmp_path / "taken"
+    taken.write_text("a file")
+    code, output = _run(*command, "--out", str(taken))
+    assert code != 0 and "is a file, not a directory" in output
+    assert "measuring" not in output and "timing" not in output  # refused before the work
+    assert taken.read_text() == "a file"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", MEASURING, ids=lambda c: c[0])
+def test_links_planted_in_a_measuring_commands_out_are_replaced(
+    tmp_path: Path, command: list[str]
+) -> None:
+    victim = _outside(tmp_path)
+    out = tmp_path / "out"
+    out.mkdir()
+    for ext in ("json", "html"):
+        (out / f"{command[0]}.{ext}").symlink_to(victim)
+    code, output = _run(*command, "--out", str(out))
+    assert code in (0, 1), output  # accum-check exits 1 where its own loop is off
+    assert victim.read_text() == "not the sweep's"
+    assert json.loads((out / f"{command[0]}.json").read_text())
+    assert not any(p.is_symlink() for p in out.iterdir())
+
+
+@pytest.mark.parametrize("value", ["1,,2", ",0,", "0,"], ids=["inner", "both-ends", "trailing"])
+@pytest.mark.parametrize("option", ["--seed", "--lr", "--size", "--clip"])
+def test_a_comma_list_with_an_empty_item_is_one_line_before_any_output(
+    tmp_path: Path, option: str, value: str
+) -> None:
+    """Dropping the empty item would run a grid other than the one typed."""
+    code, output = _run(*SWEEP, option, value, "--out", str(tmp_path / "s"))
+    assert code == 2 and "has an empty item" in output
+    assert not (tmp_path / "s").exists()
