@@ -103,6 +103,7 @@ class AccumSpec:
                 f"the check's batch m*A*D*T is {tokens:,} tokens, more than {MAX_CHECK_TOKENS:,}",
                 hint="lower --micro-batch, --accum, --replicas or --seq-len",
             )
+        resolve_device(self.device)  # a bad --device is refused before --out exists
         return cfg
 
 
@@ -186,7 +187,7 @@ def _row(method: str, err: float, tol: float | None, expected: float | None = No
 def run_accum_check(spec: AccumSpec) -> AccumCheckResult:
     """Measure the toolkit's loop and every mistake against the full-batch gradient."""
     cfg = spec.validate()
-    dev = resolve_device(spec.device)  # UserError for an unknown name or cuda without a GPU
+    dev = resolve_device(spec.device)  # checked by validate: an unknown name, cuda without a GPU
     precision = make_precision(spec.precision, dev)  # the trainer's component, as it builds it
     precision.check_supported()  # one line where autocast cannot run the dtype here
     # fp32 means fp32: TF32 matmuls on a GPU would add ~1e-3 of noise unrelated to accumulation
