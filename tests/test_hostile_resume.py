@@ -77,6 +77,13 @@ def _stopped(finished: Path, dest: Path) -> Path:
     return out
 
 
+def _set_config(out: Path, **fields: object) -> None:
+    """Both arms' ``config.json`` saying ``fields``: the run's word, as a hostile run would give."""
+    for arm in ("none", "global"):
+        path = out / arm / "config.json"
+        path.write_text(json.dumps({**json.loads(path.read_text()), **fields}))
+
+
 def _snapshot(folder: Path) -> dict[str, bytes]:
     return {
         str(p.relative_to(folder)): p.read_bytes()
@@ -123,11 +130,7 @@ def test_resume_never_imports_a_factory_module_shipped_in_the_run(
     marker = tmp_path / "imported"
     for where in (out, out / "none"):
         (where / "payload.py").write_text(f"open({str(marker)!r}, 'w')\ndef make(cfg): pass\n")
-    for arm in ("none", "global"):
-        path = out / arm / "config.json"
-        path.write_text(
-            json.dumps({**json.loads(path.read_text()), "model_factory": "payload:make"})
-        )
+    _set_config(out, model_factory="payload:make")
     # `python -m` from inside the run: the working directory is on sys.path, as an attacker
     # would hope
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -158,9 +161,7 @@ def test_an_installed_function_named_by_the_run_is_never_called_at_resume(
     """``os:abort`` would kill the process, ``sys:exit`` end it quietly: named only by the run's
     config.json, neither is called; one line says how to give it if the user trusts it."""
     out = _stopped(finished, tmp_path)
-    for arm in ("none", "global"):
-        path = out / arm / "config.json"
-        path.write_text(json.dumps({**json.loads(path.read_text()), field: spec}))
+    _set_config(out, **{field: spec})
     before = _snapshot(out)
     res = subprocess.run([sys.executable, "-m", "andrea_diag.cli", "cascade", "--resume", str(out)],
                          env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True,
@@ -175,9 +176,7 @@ def test_a_run_whose_config_asks_for_a_thousand_replicas_is_refused_before_any_f
     finished: Path, tmp_path: Path
 ) -> None:
     out = _stopped(finished, tmp_path)
-    for arm in ("none", "global"):
-        path = out / arm / "config.json"
-        path.write_text(json.dumps({**json.loads(path.read_text()), "replicas": 1000}))
+    _set_config(out, replicas=1000)
     before = _snapshot(out)
     code, output = _invoke("cascade", "--resume", str(out))
     assert code == 2 and "--nproc 1000 is more CPU worker processes" in output
