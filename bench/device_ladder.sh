@@ -4,7 +4,7 @@
 # before the call's deadline is skipped (said in the log), so a call never kills cells it could
 # not finish. KIND is `ladder` (the ladder's protocol: v1, 1,500 updates, --shadow, none+global)
 # or `pilot` (the pre-registered stress-lr pilot of reports/ladder/README.md: 600 updates).
-#   (on the device, from the repo root, with .whl carried)
+#   (on the device, from the repo root, with .whl carried: bash bench/device_wheels.sh here first)
 #   bash bench/device_ladder.sh "pilot:12m,120m:1e-3,3e-3:0,1:8:200 ladder:12m:3e-4:0-7:8:160"
 # After each piece, the finished cells (cascade.json "done") are packed without per-update
 # metrics, checkpoints or pages into $OUT/cells-<piece>.tgz, to be merged into reports/ladder/.
