@@ -18,6 +18,12 @@ class UserError(Exception):
         self.exit_code = exit_code
 
 
+class CellsCrashed(UserError):
+    """Some cells of a sweep crashed and every other cell finished: the sweep's tables and
+    ``sweep.json`` were written, so its page can still show them (any other UserError of a
+    sweep is a refusal before or between cells, with no new table to show)."""
+
+
 def capture_refused(what: str, exc: BaseException) -> UserError:
     """The one line for a CUDA graph torch refused to capture (``--cuda-graph``): ``what`` could
     not be captured, the first line of torch's reason, and the way out."""

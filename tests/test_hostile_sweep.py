@@ -14,9 +14,12 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from rich.console import Console
 from typer.testing import CliRunner
 
 from andrea_diag.cli import app
+from andrea_diag.commands.pages import render_sweep_page, sweep_page_after
+from andrea_diag.errors import CellsCrashed, UserError
 from andrea_diag.experiments.ladder import write_ladder
 
 CELL = "tiny-lr0.001-mn1-s0"
@@ -119,6 +122,41 @@ def test_a_refused_rerun_leaves_every_recorded_file_as_it_was(
     code, output = _run(*SWEEP, *change, "--out", str(sweep))
     assert code != 0 and says in output
     assert {p: p.read_bytes() for p in sweep.rglob("*") if p.is_file()} == before
+
+
+@pytest.mark.parametrize(("damage", "says"), [("{", "is not valid JSON"), ("[1]", "holds a list")])
+def test_a_damaged_sweep_json_is_the_preflights_one_line_not_a_page_traceback(
+    sweep: Path, damage: str, says: str
+) -> None:
+    (sweep / "sweep.json").write_text(damage)
+    page = (sweep / "sweep.html").read_bytes()
+    code, output = _run(*SWEEP, "--out", str(sweep))
+    assert code == 2 and says in output and output.count("error:") == 1, output
+    assert (sweep / "sweep.html").read_bytes() == page  # nothing rendered after a refusal
+
+
+@pytest.mark.parametrize("name", ["sweep.json", "sweep.csv"])
+def test_the_sweep_page_never_renders_a_file_linked_out_of_the_sweep(
+    sweep: Path, tmp_path: Path, name: str
+) -> None:
+    outside = tmp_path / name
+    shutil.copy(sweep / name, outside)
+    (sweep / name).unlink()
+    (sweep / name).symlink_to(outside)
+    (sweep / "sweep.html").unlink()
+    with pytest.raises(UserError, match="link out of its run"):
+        render_sweep_page(sweep, Console(quiet=True))
+    assert not (sweep / "sweep.html").exists()
+
+
+def test_a_page_that_cannot_be_rendered_after_crashed_cells_does_not_hide_the_crash(
+    sweep: Path,
+) -> None:
+    meta = json.loads((sweep / "sweep.json").read_text())
+    (sweep / "sweep.json").write_text(json.dumps({**meta, "status": "crashed"}))
+    (sweep / "sweep.csv").write_text("")  # no table a page can be drawn from
+    with pytest.raises(CellsCrashed, match="1 of 1"), sweep_page_after(sweep, Console(quiet=True)):
+        raise CellsCrashed("1 of 1 sweep cells crashed")
 
 
 def test_a_sweep_grown_by_a_seed_keeps_the_first_invocations_throughput(sweep: Path) -> None:

@@ -12,16 +12,19 @@ Without plotly (a bare GPU image) nothing is rendered and one line says how to r
 
 from __future__ import annotations
 
-import json
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import pandas as pd
 from rich.console import Console
+from rich.markup import escape
 
+from andrea_diag.errors import CellsCrashed, UserError
 from andrea_diag.experiments.executor import AfterCell
 from andrea_diag.experiments.ladder import LadderRun, write_ladder
+from andrea_diag.rundir import read_json, regular_file
 
 # sweep.json's status once every cell has run (or crashed), or a --merge-only merge with cells
 # still to come ("partial"); "running": stopped by an error before or between cells (a changed
@@ -66,26 +69,42 @@ def cell_pages() -> AfterCell | None:
 
 
 def render_sweep_page(out: Path, console: Console) -> Path | None:
-    """``out/sweep.html`` from ``sweep.json`` and ``sweep.csv``, if the sweep got to its end."""
+    """``out/sweep.html`` from ``sweep.json`` and ``sweep.csv``, if the sweep got to its end.
+
+    Both are read as untrusted files (``rundir``): a damaged ``sweep.json``, a FIFO or a link
+    out of the sweep in either place is one :class:`UserError` line, never followed or hung on.
+    """
     meta_path, table_path = out / "sweep.json", out / "sweep.csv"
-    if not (meta_path.is_file() and table_path.is_file()):
+    if not (os.path.lexists(meta_path) and os.path.lexists(table_path)):
         return None
-    meta = json.loads(meta_path.read_text())
+    meta = read_json(meta_path, "the sweep's sweep.json", kind=dict)
     if meta.get("status") not in FINISHED or not report_renderer_available(console, out):
         return None
-    # the page imports plotly: only once it is there
+    # the page imports plotly: only once it is there; the readers `report` uses on a sweep
+    from andrea_diag.report.sweep_dir import read_sweep_meta, read_sweep_table
     from andrea_diag.report.sweep_page import render_sweep
 
-    return render_sweep(out, pd.read_csv(table_path), meta)
+    return render_sweep(out, read_sweep_table(out), read_sweep_meta(out))
 
 
 @contextmanager
 def sweep_page_after(out: Path, console: Console) -> Iterator[None]:
-    """Render the sweep page after the block, also when it raised for crashed cells."""
+    """Render the sweep page after the block, also when it raised for crashed cells.
+
+    Any other error (a refusal before the first cell: a damaged ``sweep.json``, a bad option)
+    renders nothing: the folder holds no new table, and the refusal's own line must reach the
+    user, not a page's error raised on the way out. A page that cannot be rendered after
+    crashed cells is said in one line and the crash is raised as it was."""
     try:
         yield
-    finally:
-        render_sweep_page(out, console)
+    except CellsCrashed:
+        try:
+            render_sweep_page(out, console)
+        except UserError as e:
+            console.print(f"[yellow]sweep page not rendered:[/] {escape(e.message)}",
+                          highlight=False, soft_wrap=True)  # fmt: skip
+        raise
+    render_sweep_page(out, console)
 
 
 def render_ladder_pages(run: LadderRun, console: Console) -> Path | None:
@@ -103,10 +122,11 @@ def rejudge_ladder(out: Path, console: Console) -> Path | None:
     """A ladder directory's thresholds stated again by the current statistics (``ladder.json``
     and ``ladder.csv`` rewritten from ``sweep.csv``, nothing trained), then ``ladder.html``.
     None when ``out`` holds no ladder."""
-    if not (out / "ladder.json").is_file() or not (out / "sweep.csv").is_file():
+    if not os.path.lexists(out / "ladder.json") or not os.path.lexists(out / "sweep.csv"):
         return None
-    meta = json.loads((out / "sweep.json").read_text())
-    result, rows = write_ladder(out, pd.read_csv(out / "sweep.csv"), meta["sizes"], meta)
+    meta = read_json(out / "sweep.json", "the sweep's sweep.json", kind=dict)
+    table = pd.read_csv(regular_file(out / "sweep.csv", "sweep.csv"))
+    result, rows = write_ladder(out, table, meta["sizes"], meta)
     if not report_renderer_available(console, out):
         return None
     # the page imports plotly: only once it is there

@@ -36,7 +36,7 @@ from rich.console import Console
 from andrea_diag.config import RunConfig
 from andrea_diag.data import PreparedData
 from andrea_diag.device import resolve_device
-from andrea_diag.errors import UserError
+from andrea_diag.errors import CellsCrashed, UserError
 from andrea_diag.experiments.aggregate import write_interval_tables
 from andrea_diag.experiments.auto_jobs import auto_jobs
 from andrea_diag.experiments.cascade import (
@@ -277,7 +277,7 @@ def run_sweep(
     if busy is not None:
         console.print(busy_line(busy), highlight=False)
     if crashed:
-        raise UserError(
+        raise CellsCrashed(
             f"{len(crashed)} of {len(configs)} sweep cells crashed: {', '.join(crashed)} "
             f"({next(iter(crashed.values()))}); every other cell finished",
             hint=f"see {out}/sweep.csv; re-run the same command to retry only the crashed cells",
