@@ -199,6 +199,23 @@ def test_an_out_that_is_a_file_is_refused_before_the_measurement(
     assert taken.read_text() == "a file"
 
 
+@pytest.mark.parametrize(
+    ("option", "says"),
+    [(["--precision", "nope"], "unknown precision 'nope'"),
+     (["--clip", "nope"], "unknown clip mode 'nope'"),
+     (["--clip-impl", "cuda"], "--clip-impl cuda needs the run on a CUDA device"),
+     (["--clip-impl", "nope"], "unknown clip implementation 'nope'")],
+    ids=["precision", "clip", "clip-impl-cuda-on-cpu", "clip-impl"],
+)  # fmt: skip
+def test_a_bench_train_option_it_cannot_run_is_one_line_and_leaves_no_out_folder(
+    tmp_path: Path, option: list[str], says: str
+) -> None:
+    out = tmp_path / "bt"
+    code, output = _run(*MEASURING[2], "--device", "cpu", *option, "--out", str(out))
+    assert code == 2 and says in output and output.count("error:") == 1, output
+    assert not out.exists()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("command", MEASURING, ids=lambda c: c[0])
 def test_links_planted_in_a_measuring_commands_out_are_replaced(

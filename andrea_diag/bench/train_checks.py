@@ -8,8 +8,10 @@ from typing import Any
 
 import torch
 
+from andrea_diag.clip.modes import check_clip
 from andrea_diag.config import RunConfig
 from andrea_diag.errors import UserError
+from andrea_diag.train.components import check_precision
 
 PLAIN_MODES = ("same", "eager", "all")  # the plain loop beside a --cuda-graph engine
 
@@ -17,7 +19,11 @@ PLAIN_MODES = ("same", "eager", "all")  # the plain loop beside a --cuda-graph e
 def check_args(
     cfg: RunConfig, device: torch.device, updates: int, warmup: int, block: int, plain: str
 ) -> None:
-    """One :class:`UserError` line for a bench that cannot run as asked."""
+    """One :class:`UserError` line for a bench that cannot run as asked: every option, so a
+    refused bench leaves no ``--out`` folder behind (the precision and clip registries are
+    torch's side, which the config cannot see)."""
+    check_precision(cfg.precision)
+    check_clip(cfg.clip, cfg.clip_impl, device)
     if updates < 1 or warmup < 0 or block < 1:
         raise UserError("--updates and --block must be at least 1, --warmup 0 or more")
     if plain not in PLAIN_MODES or (plain != "same" and not cfg.cuda_graph):

@@ -16,16 +16,32 @@ import torch
 from andrea_diag.clip import adaptive  # noqa: F401  (registers the adaptive modes)
 from andrea_diag.clip.registry import CLIPPERS, Clipper, UnknownClipMode, register
 from andrea_diag.clip_params import ClipParams
+from andrea_diag.errors import UserError
 
 __all__ = [
-    "CLIPPERS", "Clipper", "UnknownClipMode", "clip_modes", "make_clipper", "mode_color",
-    "register",
+    "CLIPPERS", "Clipper", "UnknownClipMode", "check_clip", "clip_modes", "make_clipper",
+    "mode_color", "register",
 ]  # fmt: skip
 
 
 def clip_modes() -> tuple[str, ...]:
     """Every registered ``--clip`` value, in registration order."""
     return tuple(CLIPPERS)
+
+
+def check_clip(mode: str | None, impl: str, device: torch.device) -> None:
+    """One :class:`UserError` line, before any output exists, for a ``--clip`` mode no class
+    registered (``None``: not checked here) or ``--clip-impl cuda`` off a CUDA device: the
+    clipper itself would say so only at the first update, as a ValueError traceback."""
+    if mode is not None and mode not in CLIPPERS:
+        raise UnknownClipMode(
+            f"unknown clip mode {mode!r}", hint=f"choose from {', '.join(CLIPPERS)}"
+        )
+    if impl == "cuda" and device.type != "cuda":
+        raise UserError(
+            "--clip-impl cuda needs the run on a CUDA device",
+            hint="use --clip-impl auto (the CUDA clipper when available, else the reference)",
+        )
 
 
 def make_clipper(

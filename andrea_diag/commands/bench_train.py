@@ -100,15 +100,23 @@ def bench_train(
     out = make_out_dir(out or _default_out(size))  # refused before the timing, not after
     result = run(cfg, updates, warmup, block, plain=plain,
                  progress=lambda s: console.print(f"[dim]{s}[/]"))  # fmt: skip
-    result["meta"]["command"] = (
-        f"andrea-diag bench-train --size {size} --precision {precision} --clip {clip} "
-        f"--clip-impl {clip_impl} --updates {updates} --warmup {warmup} --block {block} "
-        f"--device {device} --out {out}"
-        + f" --update-stats-every {update_stats_every} --moment-norms-every {moment_norms_every}"
-        + (" --cuda-graph" if cuda_graph else "")
+    result["meta"]["command"] = _command(cfg, (updates, warmup, block), plain, out)
+    _write(console, out, result)
+
+
+def _command(cfg: RunConfig, counts: tuple[int, int, int], plain: str, out: Path) -> str:
+    """The command line that repeats this bench (every default spelled out), for its record;
+    ``counts``: the updates, warm-up and block it ran with."""
+    updates, warmup, block = counts
+    return (
+        f"andrea-diag bench-train --size {cfg.size} --precision {cfg.precision} --clip {cfg.clip} "
+        f"--clip-impl {cfg.clip_impl} --updates {updates} --warmup {warmup} --block {block} "
+        f"--device {cfg.device} --out {out}"
+        + f" --update-stats-every {cfg.probes.update_stats_every}"
+        + f" --moment-norms-every {cfg.probes.moment_norms_every}"
+        + (" --cuda-graph" if cfg.cuda_graph else "")
         + (f" --plain {plain}" if plain != "same" else "")
     )
-    _write(console, out, result)
 
 
 def _default_out(size: str) -> Path:

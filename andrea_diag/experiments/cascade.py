@@ -26,6 +26,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+from andrea_diag.clip.modes import check_clip
 from andrea_diag.config import RunConfig
 from andrea_diag.data import BatchPlan, Mixer, PreparedData
 from andrea_diag.device import resolve_device
@@ -110,11 +111,7 @@ def check_runnable(cfg: RunConfig) -> None:
     exists (the config imports no torch, so the precision registry is checked here)."""
     check_precision(cfg.precision)
     device = resolve_device(cfg.device)
-    if cfg.clip_impl == "cuda" and device.type != "cuda":
-        raise UserError(
-            "--clip-impl cuda needs the run on a CUDA device",
-            hint="use --clip-impl auto (the CUDA clipper when available, else the reference)",
-        )
+    check_clip(None, cfg.clip_impl, device)  # the arms' modes: checked by the commands
     if cfg.replicas > 1 and env_world_size() == 1:  # we would spawn them: can this host?
         check_world(cfg.replicas, device.type)
     if cfg.cuda_graph:  # torchrun's world too: its ranks get replicas = 1 in the config
