@@ -8,19 +8,24 @@ is replaced, not written through.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
 
 import pandas as pd
 import pytest
+import torch
 from rich.console import Console
 from typer.testing import CliRunner
 
 from andrea_diag.cli import app
 from andrea_diag.commands.pages import render_sweep_page, sweep_page_after
+from andrea_diag.config import RunConfig
 from andrea_diag.errors import CellsCrashed, UserError
+from andrea_diag.experiments.executor import ExecutorConfig
 from andrea_diag.experiments.ladder import write_ladder
+from andrea_diag.experiments.sweep import SweepSpec, cells, check_cells_runnable
 
 CELL = "tiny-lr0.001-mn1-s0"
 SWEEP = ["sweep", "--size", "tiny", "--lr", "1e-3", "--steps", "3", "--device", "cpu"]
@@ -157,6 +162,37 @@ def test_a_page_that_cannot_be_rendered_after_crashed_cells_does_not_hide_the_cr
     (sweep / "sweep.csv").write_text("")  # no table a page can be drawn from
     with pytest.raises(CellsCrashed, match="1 of 1"), sweep_page_after(sweep, Console(quiet=True)):
         raise CellsCrashed("1 of 1 sweep cells crashed")
+
+
+NO_CUDA = pytest.mark.skipif(torch.cuda.is_available(), reason="needs a host without CUDA")
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+@pytest.mark.parametrize(
+    ("option", "says"),
+    [pytest.param(["--device", "cuda"], "no CUDA device is available", marks=NO_CUDA),
+     (["--model", "nosuch:x"], "cannot import 'nosuch'"),
+     (["--device", "cpu", "--clip-impl", "cuda"], "--clip-impl cuda needs the run on a CUDA")],
+    ids=["device", "model", "clip-impl"],
+)  # fmt: skip
+def test_a_grid_that_cannot_run_here_is_one_line_and_no_sweep_folder(
+    tmp_path: Path, option: list[str], says: str, jobs: str
+) -> None:
+    out = tmp_path / "s"
+    argv = [*SWEEP, "--lr", "1e-3,3e-3", "--jobs", jobs, *option, "--out", str(out)]
+    code, output = _run(*argv)
+    assert code == 2 and says in output and output.count("error:") == 1, output
+    assert "crashed" not in output and not out.exists()
+
+
+@NO_CUDA
+def test_a_slurm_cells_device_is_not_judged_on_the_host_that_submits_it() -> None:
+    spec = SweepSpec(base=RunConfig(device="cuda"), lrs=[1e-3],
+                     executor=ExecutorConfig(kind="slurm"))  # fmt: skip
+    check_cells_runnable(spec, cells(spec))  # the job's node has the GPU, not this one
+    local = dataclasses.replace(spec, executor=ExecutorConfig(kind="submitit-local"))
+    with pytest.raises(UserError, match="no CUDA device"):
+        check_cells_runnable(local, cells(local))
 
 
 def test_a_sweep_grown_by_a_seed_keeps_the_first_invocations_throughput(sweep: Path) -> None:

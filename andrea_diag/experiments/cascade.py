@@ -106,16 +106,19 @@ def load_data(cfg: RunConfig, console: Console) -> PreparedData:
     return data
 
 
-def check_runnable(cfg: RunConfig) -> None:
+def check_runnable(cfg: RunConfig, on_this_host: bool = True) -> None:
     """Device, precision and clipper choices that cannot work here fail before any output
-    exists (the config imports no torch, so the precision registry is checked here)."""
+    exists (the config imports no torch, so the precision registry is checked here).
+    ``on_this_host=False``: the run trains on another host (a Slurm job), whose device this
+    one cannot judge; the checks that do not depend on it (precision, factory) still run."""
     check_precision(cfg.precision)
-    device = resolve_device(cfg.device)
-    check_clip(None, cfg.clip_impl, device)  # the arms' modes: checked by the commands
-    if cfg.replicas > 1 and env_world_size() == 1:  # we would spawn them: can this host?
-        check_world(cfg.replicas, device.type)
-    if cfg.cuda_graph:  # torchrun's world too: its ranks get replicas = 1 in the config
-        check_graphable(device, max(cfg.replicas, env_world_size()))
+    if on_this_host:
+        device = resolve_device(cfg.device)
+        check_clip(None, cfg.clip_impl, device)  # the arms' modes: checked by the commands
+        if cfg.replicas > 1 and env_world_size() == 1:  # we would spawn them: can this host?
+            check_world(cfg.replicas, device.type)
+        if cfg.cuda_graph:  # torchrun's world too: its ranks get replicas = 1 in the config
+            check_graphable(device, max(cfg.replicas, env_world_size()))
     if cfg.model_factory or cfg.hf_config:  # a bad factory fails here, before any output
         with torch.random.fork_rng(devices=[]):
             build_model(cfg)

@@ -41,6 +41,7 @@ from andrea_diag.experiments.aggregate import write_interval_tables
 from andrea_diag.experiments.auto_jobs import auto_jobs
 from andrea_diag.experiments.cascade import (
     CascadeSpec,
+    check_runnable,
     default_out,
     load_data,
     run_cascade,
@@ -107,6 +108,20 @@ def cells(spec: SweepSpec) -> list[RunConfig]:
                         cfg.resolve()
                         out.append(cfg)
     return out
+
+
+def check_cells_runnable(spec: SweepSpec, configs: list[RunConfig]) -> None:
+    """Each cell's own pre-flight (:func:`~andrea_diag.experiments.cascade.check_runnable`:
+    the device, ``--clip-impl``, replicas, a ``--model``/``--hf-config`` factory) over the whole
+    grid, before the sweep's folder exists: a grid that cannot run here is one line and no
+    folder, not every cell crashed in it. Once per (size, precision): nothing else it reads
+    differs between cells. A merge trains nothing; Slurm cells train on another host, whose
+    device this one cannot judge (unless it is the CPU, which every host has)."""
+    if spec.executor.merge_only:
+        return
+    here = spec.executor.kind != "slurm" or spec.base.device == "cpu"
+    for cfg in {(c.size, c.precision): c for c in configs}.values():
+        check_runnable(cfg, on_this_host=here)
 
 
 def name_of(cfg: RunConfig) -> str:
@@ -235,11 +250,12 @@ def run_sweep(
     configs = cells(spec)
     if not configs:
         raise UserError("the sweep has no cells", hint="give at least one --size/--lr/--seed")
+    spec.executor.check()
+    check_cells_runnable(spec, configs)  # before the folder: no cell would crash on them
     spec = _resolve_jobs(spec, configs, console)
     data = load_data(configs[0], console)  # every cell shares the sources: prepare them once
     shas = {name: src.sha256 for name, src in data.sources.items()}
     out = spec.out or default_out("sweep", "-".join(spec.sizes))
-    spec.executor.check()
     dirs = [child(out, name_of(c), "cell") for c in configs]  # a planted link out is refused
     # every refusal before the first write: a refused re-run leaves a finished sweep as it was
     earlier = _preflight(out, dirs, configs, spec.clips, shas)
