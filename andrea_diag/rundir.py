@@ -141,6 +141,18 @@ def make_out_dir(path: Path, what: str = "--out") -> Path:
     return path
 
 
+def make_fresh_dir(parent: Path, prefix: str, what: str) -> Path:
+    """A new, empty folder inside ``parent`` (named ``prefix`` + a random tail), never one that
+    was there before: ``mkdir`` fails on any existing name, a planted link included. Its mode
+    is a plain ``mkdir``'s (0777 less the umask), not mkdtemp's 0700, for a shared run."""
+    try:
+        path = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+        os.chmod(path, 0o777 & ~_umask())
+    except OSError as e:
+        raise UserError(f"cannot create {what} in {parent}: {e.strerror or e}") from None
+    return path
+
+
 def open_new_file(path: Path, what: str) -> IO[bytes]:
     """``path`` emptied and opened for writing bytes (a log), never through a link: whatever
     file or link was there is removed first (:func:`remove_file`), then made with ``O_EXCL``."""
@@ -156,9 +168,13 @@ def open_new_file(path: Path, what: str) -> IO[bytes]:
 def file_mode() -> int:
     """The mode a plain ``open(path, "w")`` would give (0666 less the umask); mkstemp's 0600
     would hide a shared run's files from its readers."""
-    mask = os.umask(0o022)
+    return 0o666 & ~_umask()
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)  # the only way to read it is to set it: put straight back
     os.umask(mask)
-    return 0o666 & ~mask
+    return mask
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:

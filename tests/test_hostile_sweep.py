@@ -115,6 +115,25 @@ def test_links_planted_for_a_cells_log_and_job_file_are_replaced_not_followed(
     assert len(logs) == 4 and not any(p.is_symlink() for p in logs)
 
 
+@pytest.mark.slow
+def test_a_submitit_folder_linked_out_of_the_sweep_is_never_written_through(
+    sweep: Path, tmp_path: Path
+) -> None:
+    """submitit's pickles (which its parent process unpickles) and logs go to a fresh folder
+    of this invocation's inside cells/, never to a cells/submitit planted beforehand."""
+    pytest.importorskip("submitit")
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (sweep / "cells").mkdir()
+    (sweep / "cells" / "submitit").symlink_to(outside, target_is_directory=True)
+    argv = [*SWEEP, "--seed", "0,1", "--executor", "submitit-local", "--out", str(sweep)]
+    code, output = _run(*argv)
+    assert code == 0, output
+    assert list(outside.iterdir()) == []
+    (fresh,) = (sweep / "cells").glob("submitit-*")
+    assert not fresh.is_symlink() and list(fresh.glob("*_result.pkl"))
+
+
 @pytest.mark.parametrize(
     ("change", "says"),
     [(["--steps", "4"], "steps 3 -> 4"), (["--clip", "none,none"], "twice"),

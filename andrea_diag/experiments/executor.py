@@ -49,6 +49,7 @@ from andrea_diag.experiments.mps import check_mode, mps_session
 from andrea_diag.rundir import (
     atomic_write_text,
     child,
+    make_fresh_dir,
     make_out_dir,
     open_new_file,
     read_json,
@@ -298,7 +299,10 @@ def run_cells(
     launch = (
         _local_launcher(folder, threads, procs)
         if cfg.kind == "local"
-        else _submitit_launcher(cfg, folder / "submitit")
+        # submitit's parent process unpickles the ``*_result.pkl`` it finds in its folder: a
+        # fresh folder per invocation (never ``cells/submitit`` reused) holds no pickle this
+        # invocation did not ask for, and no link planted there to write its files through
+        else _submitit_launcher(cfg, make_fresh_dir(folder, "submitit-", "submitit's folder"))
     )
     where = sorted({s for s in slots if s is not None}) or ["cpu"]
     console.print(
