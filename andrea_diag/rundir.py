@@ -40,14 +40,26 @@ def check_component(name: str, what: str) -> str:
     return name
 
 
-def child(root: Path, name: str, what: str = "name") -> Path:
+def child(root: Path, name: str, what: str = "name", hint: str = "the run dir is damaged") -> Path:
     """``root / name``, refused unless it stays inside ``root`` (after resolving links)."""
     check_component(name, what)
     path = Path(root) / name
     real_root = Path(root).resolve()
     real = path.resolve()
     if real != real_root and real_root not in real.parents:
-        raise UserError(f"{what} {name!r} points outside {root}", hint="the run dir is damaged")
+        raise UserError(f"{what} {name!r} points outside {root}", hint=hint)
+    return path
+
+
+OUT_LINK = "a link planted in the output folder: remove it, or choose another --out"
+
+
+def descend(root: Path, relative: str, what: str = "name", hint: str = OUT_LINK) -> Path:
+    """``root / relative`` (``a/b/c``), each component through :func:`child`: a folder linked
+    out of ``root`` at any depth is refused before anything is written below it."""
+    path = Path(root)
+    for part in relative.split("/"):
+        path = child(path, part, what, hint)
     return path
 
 

@@ -44,7 +44,7 @@ import pandas as pd
 
 from andrea_diag import metrics
 from andrea_diag.errors import UserError
-from andrea_diag.rundir import child, read_json
+from andrea_diag.rundir import child, descend, make_out_dir, read_json
 from andrea_diag.runread import SUMMARY, clean
 
 INSTALL_HINT = 'pip install tensorboardX (the "tensorboard" extra; about 3 MB installed)'
@@ -282,8 +282,9 @@ def export_tensorboard(paths: list[Path], out: Path) -> list[tuple[Path, Path]]:
     todo = {run: r for run, r in loaded.items() if not r["metrics"].empty}
     if not todo:
         raise UserError("no metric rows in any of these runs: nothing to export")
-    for run in todo:
-        target = out / names[run]
+    # --out may hold someone's folders: a link planted at any depth is refused, up front
+    targets = {run: descend(out, names[run], "--out: folder") for run in todo}
+    for target in targets.values():
         if target.is_dir() and any(target.glob("events.out.tfevents.*")):
             raise UserError(
                 f"{target} already holds TensorBoard event files",
@@ -292,11 +293,11 @@ def export_tensorboard(paths: list[Path], out: Path) -> list[tuple[Path, Path]]:
     writer_backend()  # a missing writer is one line, before any folder is made
     written = []
     for run, r in todo.items():
-        tb = TensorBoardRun(out / names[run], r["config"])
+        tb = TensorBoardRun(make_out_dir(targets[run], "the TensorBoard folder"), r["config"])
         for row in with_row_times(r["metrics"], r["env"]).to_dict("records"):
             tb.log(row)
         tb.events(r["events"])
         tb.summary(run_summary(run, r))
         tb.close()
-        written.append((run, out / names[run]))
+        written.append((run, targets[run]))
     return written

@@ -215,6 +215,32 @@ def test_symlinked_report_html_is_replaced_not_written_through(tmp_path: Path, r
     assert (run / "report.html").is_file() and not (run / "report.html").is_symlink()
 
 
+@pytest.mark.parametrize("linked", ["cascade", "cascade/none"])
+def test_export_never_writes_event_files_through_a_folder_linked_out_of_its_out(
+    tmp_path: Path, cascade: Path, linked: str
+) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    tb = tmp_path / "tb"
+    (tb / linked).parent.mkdir(parents=True, exist_ok=True)
+    (tb / linked).symlink_to(outside, target_is_directory=True)
+    out = one_line_error("export", "--tensorboard", str(cascade), "--out", str(tb))
+    assert "points outside" in out and "--out" in out
+    assert list(outside.iterdir()) == [] and not list(tb.rglob("events.out.tfevents.*"))
+
+
+def test_export_wandb_refuses_a_wandb_folder_linked_out_of_its_out(
+    tmp_path: Path, cascade: Path
+) -> None:
+    pytest.importorskip("wandb")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (tmp_path / "wb").mkdir()
+    (tmp_path / "wb" / "wandb").symlink_to(outside, target_is_directory=True)
+    out = one_line_error("export", "--wandb", str(cascade), "--out", str(tmp_path / "wb"))
+    assert "'wandb' points outside" in out and list(outside.iterdir()) == []
+
+
 def test_report_of_one_run_dir_writes_inside_it(run: Path) -> None:
     assert cli("report", str(run))[0] == 0
     assert (run / "report.html").is_file() and not (run.parent / "report.html").exists()

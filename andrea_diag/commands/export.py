@@ -26,6 +26,7 @@ from rich.console import Console
 
 from andrea_diag.commands.report import check_path, damaged_run_dir
 from andrea_diag.errors import UserError
+from andrea_diag.rundir import OUT_LINK, child, make_out_dir
 
 console = Console(stderr=True)
 
@@ -116,10 +117,9 @@ def _tensorboard(run_dirs: list[Path], target: Path) -> None:
 def _wandb(run_dirs: list[Path], target: Path, project: str) -> None:
     from andrea_diag.sinks import WandbSink, export_to_sinks
 
-    try:
-        target.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise UserError(f"cannot create --out {target}: {e.strerror or e}") from None
+    make_out_dir(target)
+    # W&B writes under target/wandb: a link planted there would take the runs out of --out
+    child(target, "wandb", "--out: W&B's folder", OUT_LINK)
     # offline whatever the user's settings say: an export never reaches the network
     with _environ(WANDB_MODE="offline", WANDB_SILENT=os.environ.get("WANDB_SILENT", "true")):
         try:
