@@ -40,6 +40,17 @@ def check_component(name: str, what: str) -> str:
     return name
 
 
+def check_path(path: Path, what: str | None = None) -> Path:
+    """``path``, or one line where the system could not even look it up: a component over
+    ``NAME_MAX`` bytes is ``ENAMETOOLONG`` from every call that touches it (``exists()``
+    included), a traceback wherever it is not caught. ``what``: the option, for the line."""
+    of = f" of {what}" if what else ""
+    for part in Path(path).parts:
+        if len(part.encode("utf-8", "surrogateescape")) > NAME_MAX:
+            raise UserError(f"a path component{of} is longer than {NAME_MAX} bytes: {part[:40]}...")
+    return Path(path)
+
+
 def child(root: Path, name: str, what: str = "name", hint: str = "the run dir is damaged") -> Path:
     """``root / name``, refused unless it stays inside ``root`` (after resolving links)."""
     check_component(name, what)
@@ -137,10 +148,10 @@ def make_out_dir(path: Path, what: str = "--out") -> Path:
     measuring would cost the measurement. The probe is a fresh temp file (``O_EXCL``), so a
     link planted in the folder is never written through.
     """
-    path = Path(path)
-    if path.exists() and not path.is_dir():
-        raise UserError(f"{what} {path} is a file, not a directory", hint="give another --out")
-    try:
+    path = check_path(path, what)
+    try:  # exists() too: a path too long in all (PATH_MAX) is an OSError there
+        if path.exists() and not path.is_dir():
+            raise UserError(f"{what} {path} is a file, not a directory", hint="give another --out")
         path.mkdir(parents=True, exist_ok=True)
         fd, probe = tempfile.mkstemp(prefix=".write-test.", dir=path)
         os.close(fd)

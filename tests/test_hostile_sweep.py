@@ -23,9 +23,11 @@ from andrea_diag.cli import app
 from andrea_diag.commands.pages import render_sweep_page, sweep_page_after
 from andrea_diag.config import RunConfig
 from andrea_diag.errors import CellsCrashed, UserError
+from andrea_diag.experiments.cascade import _check_out_dir
 from andrea_diag.experiments.executor import ExecutorConfig
 from andrea_diag.experiments.ladder import write_ladder
 from andrea_diag.experiments.sweep import SweepSpec, cells, check_cells_runnable
+from andrea_diag.rundir import make_out_dir
 
 CELL = "tiny-lr0.001-mn1-s0"
 SWEEP = ["sweep", "--size", "tiny", "--lr", "1e-3", "--steps", "3", "--device", "cpu"]
@@ -252,6 +254,30 @@ def test_an_out_that_is_a_file_is_refused_before_the_measurement(
     assert code != 0 and "is a file, not a directory" in output
     assert "measuring" not in output and "timing" not in output  # refused before the work
     assert taken.read_text() == "a file"
+
+
+OUT_COMMANDS = [
+    *MEASURING, SWEEP, ["cascade", "--size", "tiny", "--steps", "3", "--device", "cpu"],
+    ["ladder", "--size", "tiny,tiny2", "--seed", "0", "--steps", "3", "--device", "cpu"],
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("command", OUT_COMMANDS, ids=lambda c: c[0])
+def test_an_out_with_a_component_too_long_to_look_up_is_one_line_and_makes_nothing(
+    tmp_path: Path, command: list[str]
+) -> None:
+    out = tmp_path / "parent" / ("x" * 300)  # ENAMETOOLONG from exists() itself
+    code, output = _run(*command, "--out", str(out))
+    assert code == 2 and "longer than 255 bytes" in output and output.count("error:") == 1
+    assert not (tmp_path / "parent").exists()
+
+
+def test_an_out_too_long_in_all_is_one_line_where_the_folder_is_checked(tmp_path: Path) -> None:
+    out = tmp_path.joinpath(*["y" * 200] * 25)  # each component fine, the whole past PATH_MAX
+    with pytest.raises(UserError, match="cannot create or write the output directory"):
+        make_out_dir(out)
+    with pytest.raises(UserError, match="cannot use --out"):
+        _check_out_dir(out)
 
 
 @pytest.mark.parametrize(

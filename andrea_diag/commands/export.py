@@ -24,9 +24,9 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from andrea_diag.commands.report import check_path, damaged_run_dir
+from andrea_diag.commands.report import damaged_run_dir
 from andrea_diag.errors import UserError
-from andrea_diag.rundir import OUT_LINK, child, make_out_dir
+from andrea_diag.rundir import OUT_LINK, check_path, child, make_out_dir
 
 console = Console(stderr=True)
 

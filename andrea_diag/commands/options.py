@@ -30,6 +30,7 @@ from andrea_diag.config import ProbeConfig, RunConfig
 from andrea_diag.data.corpus import parse_source_overrides
 from andrea_diag.errors import UserError
 from andrea_diag.fields import Cli, cli_fields, cli_of
+from andrea_diag.rundir import check_path
 from andrea_diag.train.components import check_precision, precision_help
 
 # The config's nested dataclasses whose CLI fields are options too, and their help panels.
@@ -174,6 +175,9 @@ def run_options(
                 if getattr(ctx.get_parameter_source(name), "name", None) == "COMMANDLINE"
             )  # fmt: skip
             values = {o.name: kwargs.pop(o.name) for o in opts}
+            for flag in ("out", "resume"):  # looked up by every command: one line, first
+                if kwargs.get(flag) is not None:
+                    check_path(kwargs[flag], f"--{flag}")
             run = RunArgs(config_from(values), out=kwargs.pop("out"),
                           resume=kwargs.pop("resume", None), explicit=explicit)  # fmt: skip
             return fn(**kwargs, run=run)

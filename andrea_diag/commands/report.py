@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from andrea_diag.errors import UserError
-from andrea_diag.rundir import NAME_MAX
+from andrea_diag.rundir import check_path
 
 console = Console(stderr=True)
 
@@ -132,13 +132,6 @@ def _render(run_dirs: list[Path], out: Path | None, title: str | None, images: l
             hint="write the comparison elsewhere, e.g. --out compare.html",
         )
     return render_report(expanded, target, title=title, images=images)
-
-
-def check_path(path: Path) -> None:
-    """One line for a path the system cannot even look up (a component over 255 bytes)."""
-    for part in Path(path).parts:
-        if len(part.encode("utf-8", "surrogateescape")) > NAME_MAX:
-            raise UserError(f"a path component is longer than {NAME_MAX} bytes: {part[:40]}...")
 
 
 @contextlib.contextmanager

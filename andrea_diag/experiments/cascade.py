@@ -36,7 +36,7 @@ from andrea_diag.experiments.slow_start import SlowStart
 from andrea_diag.experiments.status import DONE, RUNNING, marks_interruption
 from andrea_diag.factories import build_model, prepare_run_data
 from andrea_diag.record import read_cascade_meta, write_json
-from andrea_diag.rundir import child, make_out_dir, read_json
+from andrea_diag.rundir import check_path, child, make_out_dir, read_json
 from andrea_diag.runlock import RunLock
 from andrea_diag.train.components import check_precision
 from andrea_diag.train.distributed import (
@@ -362,9 +362,15 @@ def _run_locked(
 
 
 def _check_out_dir(out_dir: Path) -> None:
-    if out_dir.exists() and not out_dir.is_dir():
+    check_path(out_dir, "--out")
+    try:  # a path the system cannot look up (too long in all) is one line, as in make_out_dir
+        taken = out_dir.exists() and not out_dir.is_dir()
+        full = not taken and out_dir.exists() and any(out_dir.iterdir())
+    except OSError as e:
+        raise UserError(f"cannot use --out {out_dir}: {e.strerror or e}") from None
+    if taken:
         raise UserError(f"--out {out_dir} is a file, not a directory")
-    if out_dir.exists() and any(out_dir.iterdir()):
+    if full:
         raise UserError(
             f"output directory {out_dir} exists and is not empty",
             hint="choose another --out; nothing was overwritten",
