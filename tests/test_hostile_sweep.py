@@ -225,6 +225,28 @@ def test_a_sweep_grown_by_a_seed_keeps_the_first_invocations_throughput(sweep: P
     assert meta["throughput"]["updates"] == 2 * 3  # the new cell's two arms, three updates each
 
 
+def test_a_throughput_earlier_that_is_not_a_list_of_dicts_is_dropped_not_spread(
+    sweep: Path,
+) -> None:
+    meta = json.loads((sweep / "sweep.json").read_text())
+    first = meta["throughput"]
+    (sweep / "sweep.json").write_text(json.dumps({**meta, "throughput_earlier": {"a": 1}}))
+    code, output = _run(*SWEEP, "--seed", "0,1", "--out", str(sweep))
+    assert code == 0, output
+    assert json.loads((sweep / "sweep.json").read_text())["throughput_earlier"] == [first]
+
+
+def test_earlier_throughputs_without_a_last_figure_are_kept(sweep: Path) -> None:
+    meta = json.loads((sweep / "sweep.json").read_text())
+    old = [{"updates": 6, "wall_s": 1.0}, {"updates": 4, "wall_s": 2.0}]
+    del meta["throughput"]
+    (sweep / "sweep.json").write_text(json.dumps({**meta, "throughput_earlier": [*old, 7]}))
+    code, output = _run(*SWEEP, "--seed", "0,1", "--out", str(sweep))
+    assert code == 0, output
+    meta = json.loads((sweep / "sweep.json").read_text())
+    assert meta["throughput_earlier"] == old and meta["throughput"]["updates"] == 2 * 3
+
+
 def test_the_ladder_table_replaces_a_planted_link(finished: Path, tmp_path: Path) -> None:
     victim = _outside(tmp_path)
     out = tmp_path / "ladder"

@@ -56,7 +56,12 @@ from andrea_diag.experiments.executor import (
 from andrea_diag.experiments.gpu_busy import busy_line, busy_sampler, gpu_busy
 from andrea_diag.experiments.resume import check_same_run, move_aside
 from andrea_diag.experiments.status import DONE, Status
-from andrea_diag.experiments.throughput import recorded_updates, throughput
+from andrea_diag.experiments.throughput import (
+    earlier_throughputs,
+    recorded_updates,
+    throughput,
+    throughputs,
+)
 from andrea_diag.probes.verdict import COLLAPSE_VERDICTS
 from andrea_diag.record import write_json
 from andrea_diag.rundir import atomic_write_text, child, make_out_dir, read_json
@@ -288,7 +293,7 @@ def run_sweep(
     busy = gpu_busy(tel) if now["updates"] > 0 else None
     if busy is not None:
         now["gpu_busy"] = busy
-    meta.update(_throughputs(now, earlier))
+    meta.update(throughputs(now, earlier))
     write_json(out / "sweep.json", {**meta, **status})  # the command renders the page from it
     if busy is not None:
         console.print(busy_line(busy), highlight=False)
@@ -312,17 +317,6 @@ def _resolve_jobs(spec: SweepSpec, configs: list[RunConfig], console: Console) -
     return dataclasses.replace(spec, executor=dataclasses.replace(ex, jobs=jobs))
 
 
-def _throughputs(now: dict[str, Any], earlier: dict[str, Any]) -> dict[str, Any]:
-    """``sweep.json``'s throughput entries: this invocation's figure, the earlier ones kept
-    (``throughput_earlier``); a re-run that trained nothing keeps the measured figure as is."""
-    if "throughput" not in earlier:
-        return {"throughput": now}
-    if now["updates"] == 0:
-        return earlier
-    return {"throughput": now,
-            "throughput_earlier": [*earlier.get("throughput_earlier", []), earlier["throughput"]]}  # fmt: skip
-
-
 def _preflight(
     out: Path, dirs: list[Path], configs: list[RunConfig], clips: list[str], shas: dict[str, str]
 ) -> dict[str, Any]:
@@ -334,9 +328,7 @@ def _preflight(
     child(out, "cells", "the cells' folder")  # the executor's logs: a link out is refused
     if not os.path.lexists(out / "sweep.json"):
         return {}
-    old = read_json(out / "sweep.json", "the sweep's sweep.json", kind=dict)
-    keep = ("throughput", "throughput_earlier")
-    return {k: old[k] for k in keep if isinstance(old.get(k), dict | list)}
+    return earlier_throughputs(read_json(out / "sweep.json", "the sweep's sweep.json", kind=dict))
 
 
 def _each_cell(

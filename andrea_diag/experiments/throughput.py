@@ -40,3 +40,29 @@ def throughput(updates: int, wall_s: float, cfg: ExecutorConfig) -> dict[str, An
         "note": "metric rows added by this invocation (every arm of every cell) over its wall "
         "time from the first cell to the last; resumed cells count only their new rows",
     }
+
+
+def earlier_throughputs(old: dict[str, Any]) -> dict[str, Any]:
+    """The earlier invocations' entries of ``sweep.json`` (``old``), to keep: ``throughput`` if
+    it is a dict, ``throughput_earlier`` as its dict entries if it is a list. The file is the
+    run dir's, so anything may be there: another shape is dropped (as a field of the wrong type
+    is, runread.py), never spread into the list."""
+    kept: dict[str, Any] = {}
+    if isinstance(old.get("throughput"), dict):
+        kept["throughput"] = old["throughput"]
+    earlier = old.get("throughput_earlier")
+    if isinstance(earlier, list) and any(isinstance(t, dict) for t in earlier):
+        kept["throughput_earlier"] = [t for t in earlier if isinstance(t, dict)]
+    return kept
+
+
+def throughputs(now: dict[str, Any], earlier: dict[str, Any]) -> dict[str, Any]:
+    """``sweep.json``'s throughput entries: this invocation's figure, the earlier ones kept
+    (``throughput_earlier``, from :func:`earlier_throughputs`); a re-run that trained nothing
+    keeps the measured figure as is. An earlier list without a last figure is kept too."""
+    before = earlier.get("throughput_earlier", [])
+    if "throughput" not in earlier:
+        return {"throughput": now, **({"throughput_earlier": before} if before else {})}
+    if now["updates"] == 0:
+        return earlier
+    return {"throughput": now, "throughput_earlier": [*before, earlier["throughput"]]}
