@@ -93,6 +93,21 @@ def regular_file(path: Path, what: str) -> Path:
     return path
 
 
+def open_regular(path: Path, what: str) -> IO[bytes]:
+    """A regular file of the run (:func:`regular_file`) opened for reading bytes, for a reader
+    that streams it; never blocking (``O_NONBLOCK``), and refused if what was opened is no
+    longer a regular file (swapped for a FIFO after the check)."""
+    regular_file(path, what)
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError as e:
+        raise UserError(f"cannot read {what} {path}: {e.strerror}") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise UserError(f"{what} {path} is not a regular file", hint="refusing to read it")
+    return os.fdopen(fd, "rb")
+
+
 def read_text(path: Path, what: str) -> str:
     """The UTF-8 text of a regular file, or one line."""
     regular_file(path, what)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -27,6 +28,7 @@ from andrea_diag.experiments.cascade import _check_out_dir
 from andrea_diag.experiments.executor import ExecutorConfig
 from andrea_diag.experiments.ladder import write_ladder
 from andrea_diag.experiments.sweep import SweepSpec, cells, check_cells_runnable
+from andrea_diag.experiments.throughput import recorded_updates
 from andrea_diag.rundir import make_out_dir
 
 CELL = "tiny-lr0.001-mn1-s0"
@@ -245,6 +247,27 @@ def test_earlier_throughputs_without_a_last_figure_are_kept(sweep: Path) -> None
     assert code == 0, output
     meta = json.loads((sweep / "sweep.json").read_text())
     assert meta["throughput_earlier"] == old and meta["throughput"]["updates"] == 2 * 3
+
+
+@pytest.mark.parametrize("planted", ["link-out", "arm-link-out", "fifo"])
+def test_the_throughput_count_never_reads_metrics_outside_the_run_nor_hangs_on_a_fifo(
+    sweep: Path, tmp_path: Path, planted: str
+) -> None:
+    assert recorded_updates([sweep / CELL], ["none", "global"]) == 2 * 3
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "metrics.jsonl").write_text('{"update": 1}\n' * 100)
+    arm = sweep / CELL / "none"
+    if planted == "arm-link-out":
+        shutil.rmtree(arm)
+        arm.symlink_to(outside, target_is_directory=True)
+    else:
+        (arm / "metrics.jsonl").unlink()
+        if planted == "fifo":
+            os.mkfifo(arm / "metrics.jsonl")
+        else:
+            (arm / "metrics.jsonl").symlink_to(outside / "metrics.jsonl")
+    assert recorded_updates([sweep / CELL], ["none", "global"]) == 3  # the global arm's alone
 
 
 def test_the_ladder_table_replaces_a_planted_link(finished: Path, tmp_path: Path) -> None:

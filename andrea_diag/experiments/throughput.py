@@ -10,21 +10,32 @@ cell in another process, a resumed cell and a crashed one all count what they re
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
+from andrea_diag.errors import UserError
 from andrea_diag.experiments.executor import ExecutorConfig
+from andrea_diag.rundir import child, open_regular
 
 
 def recorded_updates(cell_dirs: list[Path], clips: list[str]) -> int:
-    """Metric rows on disk over every arm of ``cell_dirs``: the sweep's updates so far."""
+    """Metric rows on disk over every arm of ``cell_dirs``: the sweep's updates so far.
+
+    Only a regular file inside the run is read (``rundir``): a ``metrics.jsonl`` that is a FIFO,
+    a device or a link out of the run, or an arm folder linked out, is skipped, as a missing
+    one is; they hold no rows this sweep wrote, and the cell's own reader refuses them."""
     total = 0
     for cell_dir in cell_dirs:
         for arm in clips:
-            path = cell_dir / arm / "metrics.jsonl"
-            if path.is_file():
-                with open(path, "rb") as f:
+            try:
+                path = child(cell_dir, arm, "arm") / "metrics.jsonl"
+                if not os.path.lexists(path):
+                    continue
+                with open_regular(path, "the arm's metrics.jsonl") as f:
                     total += sum(1 for line in f if line.endswith(b"\n"))
+            except UserError:
+                continue
     return total
 
 
