@@ -17,14 +17,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import pandas as pd
 from rich.console import Console
 from rich.markup import escape
 
 from andrea_diag.errors import CellsCrashed, UserError
 from andrea_diag.experiments.executor import AfterCell
-from andrea_diag.experiments.ladder import LadderRun, write_ladder
-from andrea_diag.rundir import read_json, regular_file
+from andrea_diag.experiments.ladder import LadderRun, read_sweep_outputs, write_ladder
+from andrea_diag.rundir import read_json
 
 # sweep.json's status once every cell has run (or crashed), or a --merge-only merge with cells
 # still to come ("partial"); "running": stopped by an error before or between cells (a changed
@@ -124,8 +123,7 @@ def rejudge_ladder(out: Path, console: Console) -> Path | None:
     None when ``out`` holds no ladder."""
     if not os.path.lexists(out / "ladder.json") or not os.path.lexists(out / "sweep.csv"):
         return None
-    meta = read_json(out / "sweep.json", "the sweep's sweep.json", kind=dict)
-    table = pd.read_csv(regular_file(out / "sweep.csv", "sweep.csv"))
+    meta, table = read_sweep_outputs(out)
     result, rows = write_ladder(out, table, meta["sizes"], meta)
     if not report_renderer_available(console, out):
         return None

@@ -24,8 +24,8 @@ The default ladder is the seeds' recipe (v1, lr 3e-4) on the toolkit's real-text
 
 from __future__ import annotations
 
+import csv
 import dataclasses
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,7 +35,7 @@ import pandas as pd
 from rich.console import Console
 
 from andrea_diag.config import MODEL_PRESETS, RunConfig
-from andrea_diag.errors import UserError
+from andrea_diag.errors import CellsCrashed, UserError
 from andrea_diag.experiments.aggregate import arm_rates, finished, paired_gaps
 from andrea_diag.experiments.cascade import default_out
 from andrea_diag.experiments.executor import AfterCell, ExecutorConfig
@@ -47,7 +47,7 @@ from andrea_diag.experiments.thresholds import (
     rung_tests,
 )
 from andrea_diag.record import write_json
-from andrea_diag.rundir import atomic_write_text
+from andrea_diag.rundir import atomic_write_text, read_json, regular_file
 from andrea_diag.stats import holm
 from andrea_diag.tables import GROUP
 
@@ -196,11 +196,28 @@ def run_ladder(
     failure: UserError | None = None
     try:
         run_sweep(sweep, console, after_cell)
-    except UserError as exc:
-        if not (out / "sweep.csv").exists():
-            raise  # nothing ran (a bad option, no data): nothing to summarise
-        failure = exc  # some cells crashed: the ladder still states what the others show
-    meta = json.loads((out / "sweep.json").read_text())
-    table = pd.read_csv(out / "sweep.csv")
+    except CellsCrashed as exc:  # the others finished: the ladder states what they show
+        failure = exc
+    # any other refusal (a bad option, a re-run that differs, a damaged file) propagates: the
+    # ladder's files stay as the last run left them, with no rung that never ran
+    meta, table = read_sweep_outputs(out)
     result, rows = write_ladder(out, table, sizes, meta)
     return LadderRun(out, result, rows, failure)
+
+
+def read_sweep_outputs(out: Path) -> tuple[dict[str, Any], pd.DataFrame]:
+    """The sweep's ``sweep.json`` and ``sweep.csv`` under ``out``, read as untrusted input: a
+    link, FIFO or damaged file is one :class:`UserError` line, never a hang or a traceback."""
+    meta = read_json(out / "sweep.json", "the sweep's sweep.json", kind=dict)
+    sizes = meta.get("sizes")
+    if not isinstance(sizes, list) or not all(isinstance(x, str) for x in sizes):
+        raise UserError(f"{out / 'sweep.json'} has no list of sizes", hint="the file is damaged")
+    path = regular_file(out / "sweep.csv", "sweep.csv")
+    try:
+        table = pd.read_csv(path)
+    except (ValueError, UnicodeDecodeError, csv.Error, pd.errors.ParserError) as e:
+        raise UserError(f"sweep.csv {path} is not a readable table ({type(e).__name__})") from None
+    missing = [c for c in ("cell", "size", "clip", "status") if c not in table]
+    if missing:
+        raise UserError(f"sweep.csv {path} has no {', '.join(missing)} column", hint="damaged")
+    return meta, table
