@@ -291,9 +291,13 @@ def export_tensorboard(paths: list[Path], out: Path) -> list[tuple[Path, Path]]:
                 hint="delete it or choose another --out; nothing was written",
             )
     writer_backend()  # a missing writer is one line, before any folder is made
+    # every folder made and proven writable before the first event file: a file in the place
+    # of the third run's folder must not leave the first two exported and the rest not
+    for target in targets.values():
+        make_out_dir(target, "the TensorBoard folder")
     written = []
     for run, r in todo.items():
-        tb = TensorBoardRun(make_out_dir(targets[run], "the TensorBoard folder"), r["config"])
+        tb = TensorBoardRun(targets[run], r["config"])
         for row in with_row_times(r["metrics"], r["env"]).to_dict("records"):
             tb.log(row)
         tb.events(r["events"])

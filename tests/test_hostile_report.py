@@ -229,6 +229,27 @@ def test_export_never_writes_event_files_through_a_folder_linked_out_of_its_out(
     assert list(outside.iterdir()) == [] and not list(tb.rglob("events.out.tfevents.*"))
 
 
+def test_export_default_out_refuses_a_tensorboard_link_planted_beside_the_runs(
+    tmp_path_factory: pytest.TempPathFactory, cascade: Path
+) -> None:
+    outside = tmp_path_factory.mktemp("outside")  # not under the runs' parent
+    (cascade.parent / "tensorboard").symlink_to(outside, target_is_directory=True)
+    out = one_line_error("export", "--tensorboard", str(cascade))
+    assert "default --out" in out and "points outside" in out
+    assert list(outside.iterdir()) == []
+
+
+def test_export_writes_no_event_file_when_a_later_run_folder_cannot_be_made(
+    tmp_path: Path, cascade: Path
+) -> None:
+    tb = tmp_path / "tb"
+    (tb / "cascade").mkdir(parents=True)
+    (tb / "cascade" / "global").write_text("a file where the second arm's folder goes")
+    out = one_line_error("export", "--tensorboard", str(cascade), "--out", str(tb))
+    assert "is a file" in out
+    assert not list(tb.rglob("events.out.tfevents.*"))
+
+
 def test_export_wandb_refuses_a_wandb_folder_linked_out_of_its_out(
     tmp_path: Path, cascade: Path
 ) -> None:

@@ -87,11 +87,17 @@ def export(
     _backends_present(tensorboard, wandb, mlflow)  # a missing extra: one line, nothing written
     with damaged_run_dir(run_dirs):  # run dirs are untrusted: any surprise is one line
         if tensorboard:
-            _tensorboard(run_dirs, out or (run_dirs[0].parent / "tensorboard"))
+            _tensorboard(run_dirs, out or _default_out(run_dirs[0], "tensorboard"))
         if wandb:
-            _wandb(run_dirs, out or (run_dirs[0].parent / "wandb"), project)
+            _wandb(run_dirs, out or _default_out(run_dirs[0], "wandb"), project)
         if mlflow:
             _mlflow(run_dirs, mlflow, project)
+
+
+def _default_out(first_run: Path, name: str) -> Path:
+    """``<first run's parent>/<name>``: that parent may be a sweep someone else made, so a
+    ``tensorboard`` or ``wandb`` link planted there is refused, never written through."""
+    return child(first_run.parent, name, "the default --out", "give --out explicitly")
 
 
 def _backends_present(tensorboard: bool, wandb: bool, mlflow: str | None) -> None:
