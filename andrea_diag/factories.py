@@ -177,6 +177,19 @@ def build_model(cfg: RunConfig) -> torch.nn.Module:
     return model
 
 
+def check_model_spec(cfg: RunConfig) -> None:
+    """``--model``/``--hf-config`` checked without building the model, for a run that trains on
+    another host (a Slurm job): a factory may put its model on a GPU this host lacks, and a
+    large config's weights need not be made on a login node. The factory is imported and must
+    be callable; the config must parse and fit ``--seq-len``."""
+    if cfg.hf_config:
+        from andrea_diag.integrations.hf_model import hf_config
+
+        hf_config(cfg.hf_config, cfg.model, cfg.seq_len or cfg.model.block_size)
+    elif cfg.model_factory:
+        load_factory(cfg.model_factory, "--model")
+
+
 def check_forward(model: torch.nn.Module, cfg: RunConfig, option: str, spec: str) -> None:
     """``model(ids (B, T))`` must return a float tensor of logits ``(B, T, vocab_size)``."""
     t = min(CHECK_TOKENS, cfg.seq_len or CHECK_TOKENS)

@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 
 from andrea_diag.cli import app
 from andrea_diag.config import ModelConfig
+from andrea_diag.errors import UserError
 from andrea_diag.record import load_run
 
 STEPS = 4  # few updates: each arm still takes one lock-in sample per update
@@ -235,3 +236,34 @@ def test_hf_config_without_transformers_says_which_extra(
     res = CliRunner().invoke(app, ["train", *BASE, "--hf-config", str(cfg)])
     assert res.exit_code == 2
     assert "needs the transformers package" in res.output and "andrea-diag[hf]" in res.output
+
+
+def _slurm_check(**base: object) -> None:
+    """``sweep --executor slurm``'s pre-flight on this (login) host, over one cell."""
+    from andrea_diag.config import RunConfig
+    from andrea_diag.experiments.executor import ExecutorConfig
+    from andrea_diag.experiments.sweep import SweepSpec, cells, check_cells_runnable
+
+    spec = SweepSpec(base=RunConfig(**base), lrs=[1e-3], executor=ExecutorConfig(kind="slurm"))
+    check_cells_runnable(spec, cells(spec))
+
+
+def test_a_slurm_sweep_imports_the_model_factory_but_never_calls_it_on_the_login_node() -> None:
+    _slurm_check(model_factory="test_byo:broken_factory")  # would raise if called: it is not
+    with pytest.raises(UserError, match="has no attribute 'missing'"):
+        _slurm_check(model_factory="test_byo:missing")  # a bad spec still fails here
+
+
+def test_a_slurm_sweep_checks_the_hf_config_without_making_its_weights(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    transformers = pytest.importorskip("transformers")
+
+    def no_weights(*_: object, **__: object) -> None:
+        raise AssertionError("the login node made the model's weights")
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_config", no_weights)
+    _slurm_check(hf_config=str(_tiny_hf_config(tmp_path / "ok.json")), seq_len=32)
+    too_short = _tiny_hf_config(tmp_path / "short.json", n_positions=8)
+    with pytest.raises(UserError, match="exceeds the 8 positions"):
+        _slurm_check(hf_config=str(too_short), seq_len=32)

@@ -368,3 +368,26 @@ def test_a_comma_list_with_an_empty_item_is_one_line_before_any_output(
     code, output = _run(*SWEEP, option, value, "--out", str(tmp_path / "s"))
     assert code == 2 and "has an empty item" in output
     assert not (tmp_path / "s").exists()
+
+
+def test_slurm_without_sbatch_is_one_line_before_the_sweep_folder_exists(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("submitit")
+    monkeypatch.setenv("PATH", str(tmp_path))  # no sbatch here, whatever the host has
+    out = tmp_path / "s"
+    code, output = _run(*SWEEP, "--executor", "slurm", "--out", str(out))
+    assert code == 2 and "no sbatch on PATH" in output and output.count("error:") == 1, output
+    assert not out.exists()
+
+
+def test_a_missing_submitit_is_one_line_before_the_sweep_folder_exists(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(__import__("sys").modules, "submitit", None)  # import -> ImportError
+    out = tmp_path / "s"
+    code, output = _run(*SWEEP, "--executor", "submitit-local", "--out", str(out))
+    assert code == 2 and "needs submitit" in output, output
+    assert not out.exists()
+    code, output = _run(*SWEEP, "--executor", "submitit-local", "--merge-only", "--out", str(out))
+    assert "needs submitit" not in output  # a merge submits nothing

@@ -34,7 +34,7 @@ from andrea_diag.errors import UserError
 from andrea_diag.experiments.resume import arm_state, check_same_run, move_aside
 from andrea_diag.experiments.slow_start import SlowStart
 from andrea_diag.experiments.status import DONE, RUNNING, marks_interruption
-from andrea_diag.factories import build_model, prepare_run_data
+from andrea_diag.factories import build_model, check_model_spec, prepare_run_data
 from andrea_diag.record import read_cascade_meta, write_json
 from andrea_diag.rundir import check_path, child, make_out_dir, read_json
 from andrea_diag.runlock import RunLock
@@ -110,7 +110,8 @@ def check_runnable(cfg: RunConfig, on_this_host: bool = True) -> None:
     """Device, precision and clipper choices that cannot work here fail before any output
     exists (the config imports no torch, so the precision registry is checked here).
     ``on_this_host=False``: the run trains on another host (a Slurm job), whose device this
-    one cannot judge; the checks that do not depend on it (precision, factory) still run."""
+    one cannot judge; the checks that do not depend on it still run (the precision; the
+    factory imported, not called; the ``--hf-config`` parsed, no weights made)."""
     check_precision(cfg.precision)
     if on_this_host:
         device = resolve_device(cfg.device)
@@ -119,7 +120,9 @@ def check_runnable(cfg: RunConfig, on_this_host: bool = True) -> None:
             check_world(cfg.replicas, device.type)
         if cfg.cuda_graph:  # torchrun's world too: its ranks get replicas = 1 in the config
             check_graphable(device, max(cfg.replicas, env_world_size()))
-    if cfg.model_factory or cfg.hf_config:  # a bad factory fails here, before any output
+    if not on_this_host:  # its model is built there: here, only what needs no device
+        check_model_spec(cfg)
+    elif cfg.model_factory or cfg.hf_config:  # a bad factory fails here, before any output
         with torch.random.fork_rng(devices=[]):
             build_model(cfg)
 

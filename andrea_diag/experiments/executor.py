@@ -89,6 +89,8 @@ class ExecutorConfig:
         if self.time_min < 1 or self.gpus < 0:
             raise UserError("--slurm-time must be at least 1 minute and --slurm-gpus 0 or more")
         check_mode(self.mps)
+        if self.kind != "local" and not self.merge_only:  # a merge submits nothing
+            _check_submitit(self.kind)
 
     @property
     def in_process(self) -> bool:
@@ -242,20 +244,28 @@ def _local_launcher(
     return launch
 
 
-def _submitit_launcher(
-    cfg: ExecutorConfig, folder: Path
-) -> Callable[[CellJob, Path, str | None], str | None]:
+def _check_submitit(kind: str) -> None:
+    """submitit installed and, for Slurm, ``sbatch`` on PATH: checked by
+    :meth:`ExecutorConfig.check`, before the sweep's folder or ``sweep.json`` exists."""
     try:
-        import submitit
+        import submitit  # noqa: F401
     except ImportError:
         raise UserError(
-            f"--executor {cfg.kind} needs submitit, which is not installed",
+            f"--executor {kind} needs submitit, which is not installed",
             hint='pip install "andrea-diag[slurm]"',
         ) from None
-    if cfg.kind == "slurm" and shutil.which("sbatch") is None:
+    if kind == "slurm" and shutil.which("sbatch") is None:
         raise UserError(
             "--executor slurm: no sbatch on PATH", hint="run the sweep on a Slurm login node"
         )
+
+
+def _submitit_launcher(
+    cfg: ExecutorConfig, folder: Path
+) -> Callable[[CellJob, Path, str | None], str | None]:
+    _check_submitit(cfg.kind)
+    import submitit
+
     ex = submitit.AutoExecutor(folder=folder, cluster="slurm" if cfg.kind == "slurm" else "local")
     params: dict[str, Any] = {"timeout_min": cfg.time_min, "name": "andrea-diag-cell"}
     if cfg.kind == "slurm":

@@ -76,8 +76,9 @@ def read_config(path: str | Path) -> dict[str, Any]:
     return d
 
 
-def build_hf_model(path: str | Path, preset: ModelConfig, seq_len: int) -> HFCausalLM:
-    """The config's model with the toolkit's vocabulary, wrapped to return logits."""
+def hf_config(path: str | Path, preset: ModelConfig, seq_len: int) -> Any:
+    """The transformers config of ``--hf-config`` with the toolkit's vocabulary, checked
+    against ``seq_len``; no weights are made (a check for a job that trains elsewhere)."""
     transformers = _transformers()
     d = read_config(path)
     kwargs = {k: v for k, v in d.items() if k != "model_type"}
@@ -87,8 +88,18 @@ def build_hf_model(path: str | Path, preset: ModelConfig, seq_len: int) -> HFCau
             kwargs[key] = None
     try:
         config = transformers.AutoConfig.for_model(d["model_type"], **kwargs)
-        model = transformers.AutoModelForCausalLM.from_config(config)
     except Exception as exc:  # an unknown model_type, a bad field: the library says which
+        raise UserError(f"--hf-config {path}: {type(exc).__name__}: {exc}") from None
+    check_positions(config, seq_len, str(path))
+    return config
+
+
+def build_hf_model(path: str | Path, preset: ModelConfig, seq_len: int) -> HFCausalLM:
+    """The config's model with the toolkit's vocabulary, wrapped to return logits."""
+    config = hf_config(path, preset, seq_len)
+    try:
+        model = _transformers().AutoModelForCausalLM.from_config(config)
+    except Exception as exc:  # a config the model class cannot build: the library says why
         raise UserError(f"--hf-config {path}: {type(exc).__name__}: {exc}") from None
     check_positions(model.config, seq_len, str(path))
     return HFCausalLM(model)
