@@ -218,6 +218,19 @@ def test_a_slurm_cells_device_is_not_judged_on_the_host_that_submits_it() -> Non
         check_cells_runnable(local, cells(local))
 
 
+@NO_CUDA
+def test_a_finished_cuda_sweep_re_run_on_a_host_without_cuda_trains_nothing_and_is_not_refused(
+    sweep: Path,
+) -> None:
+    """Every cell done: nothing would train, so this host's lack of a GPU is no reason to
+    refuse (a sweep brought back from the GPU machine, re-run to redraw its pages)."""
+    on_cuda = [a if a != "cpu" else "cuda" for a in SWEEP]
+    code, output = _run(*on_cuda, "--out", str(sweep))
+    assert code == 0 and "already done, kept" in output, output
+    code, output = _run(*on_cuda, "--seed", "0,1", "--out", str(sweep))  # one cell to train
+    assert code == 2 and "no CUDA device" in output, output
+
+
 def test_a_sweep_grown_by_a_seed_keeps_the_first_invocations_throughput(sweep: Path) -> None:
     first = json.loads((sweep / "sweep.json").read_text())["throughput"]
     code, output = _run(*SWEEP, "--seed", "0,1", "--out", str(sweep))

@@ -256,12 +256,15 @@ def run_sweep(
     if not configs:
         raise UserError("the sweep has no cells", hint="give at least one --size/--lr/--seed")
     spec.executor.check()
-    check_cells_runnable(spec, configs)  # before the folder: no cell would crash on them
+    out = spec.out or default_out("sweep", "-".join(spec.sizes))
+    dirs = [child(out, name_of(c), "cell") for c in configs]  # a planted link out is refused
+    # before the folder: no cell would crash on them. Finished cells train nothing, so a
+    # finished CUDA sweep re-run on a laptop (to redraw its pages) is not refused for the GPU
+    todo = [c for c, d in zip(configs, dirs, strict=True) if not _finished(d)]
+    check_cells_runnable(spec, todo)
     spec = _resolve_jobs(spec, configs, console)
     data = load_data(configs[0], console)  # every cell shares the sources: prepare them once
     shas = {name: src.sha256 for name, src in data.sources.items()}
-    out = spec.out or default_out("sweep", "-".join(spec.sizes))
-    dirs = [child(out, name_of(c), "cell") for c in configs]  # a planted link out is refused
     # every refusal before the first write: a refused re-run leaves a finished sweep as it was
     earlier = _preflight(out, dirs, configs, spec.clips, shas)
     make_out_dir(out)
