@@ -111,6 +111,9 @@ GRAD_NORM_POST = C("grad_norm_post", LOOP, float, "clip/grad_norm_post",
                    "global gradient norm after the clip: what the optimizer receives")  # fmt: skip
 CLIP_COEF = C("clip_coef", LOOP, float, "clip/coef",
               "grad_norm_post / grad_norm (1.0 when the norm is 0 or non-finite)")  # fmt: skip
+# the one test of "this update was clipped": clip_coef under this. The pre and post norms are
+# two reductions, so an unclipped update can read 1 - 1e-7; exactly 1 is not the test
+CLIPPED_BELOW = 1.0 - 1e-5
 CLIP_MS = C("clip_ms", LOOP, float, "clip/ms", "wall time of the clip call (ms)")
 NONFINITE = C("nonfinite", LOOP, bool, "clip/nonfinite", "the loss or gradient norm was NaN/Inf")
 SKIPPED = C("skipped", LOOP, bool, "clip/skipped", "the clip mode chose to skip a finite update")

@@ -21,7 +21,8 @@ writes TensorBoard event files live, with the tags of ``andrea-diag export --ten
 ``after_clip`` accepts what your clipper returned: a :class:`~andrea_diag.clip.api.ClipResult`
 (from ``clip_grad_norm_with_stats``: exact per-tensor norms, no extra pass), the pre-clip total
 norm (from ``torch.nn.utils.clip_grad_norm_``: per-tensor norms are read from the clipped
-gradients and scaled back by ``total / clipped_total``, exact for global-norm clipping), or
+gradients and scaled back by the clip's factor, exact for global-norm clipping; pass
+``norm_type=`` when the clip used another norm than L2; ``andrea_diag.clip.from_total``), or
 ``None`` (no clipping: norms read from the gradients). Skipping ``after_clip`` works too, but
 then ``update_rms``/``cos_update_grad`` are missing (they need a snapshot before the step).
 Host syncs: the loss and grad norm are read as floats once per update.
@@ -39,7 +40,7 @@ from typing import Any
 import torch
 
 from andrea_diag.clip.api import ClipResult
-from andrea_diag.clip.reference import clip_reference
+from andrea_diag.clip.from_total import clip_from_total
 from andrea_diag.config import ProbeConfig
 from andrea_diag.jsonl import JsonlWriter
 from andrea_diag.probes import ProbeDriver, make_probes
@@ -230,14 +231,19 @@ class SpikeMonitor:
         }
 
     def after_clip(
-        self, total_norm_or_clip: ClipResult | torch.Tensor | float | None = None
+        self,
+        total_norm_or_clip: ClipResult | torch.Tensor | float | None = None,
+        *,
+        norm_type: float = 2.0,
     ) -> None:
-        """Gradients are final (clipped if you clip); the optimizer has not stepped yet."""
+        """Gradients are final (clipped if you clip); the optimizer has not stepped yet.
+        ``norm_type``: the norm your clip's total was taken in (``clip_grad_norm_(...,
+        norm_type=p)``); the recorded ``grad_norm`` is the L2 norm whatever it was."""
         if not self._pending:
             raise RuntimeError("SpikeMonitor.after_clip called before after_backward")
         names = [n for n, p in zip(self._names, self._params, strict=True) if p.grad is not None]
         params = [p for p in self._params if p.grad is not None]
-        clip = self._clip_result(total_norm_or_clip, params)
+        clip = self._clip_result(total_norm_or_clip, params, norm_type)
         self.update += 1
         phase = self._pending["phase"]
         row: dict[str, Any] = {
@@ -359,25 +365,13 @@ class SpikeMonitor:
 
     # -- helpers -----------------------------------------------------------------------------
     def _clip_result(
-        self, value: ClipResult | torch.Tensor | float | None, params: list[torch.Tensor]
+        self,
+        value: ClipResult | torch.Tensor | float | None,
+        params: list[torch.Tensor],
+        norm_type: float,
     ) -> ClipResult | None:
         if isinstance(value, ClipResult):
             return value
         if value is None:
             return None  # probes read the (unclipped) gradients
-        grads = [p.grad.detach() for p in params]
-        if not grads:
-            return None
-        post = clip_reference(grads, math.inf, apply=False)[1]  # (n_tensors,), measure only
-        total = torch.as_tensor(value, dtype=torch.float32, device=post.device).reshape(())
-        post_total = post.square().sum().sqrt()
-        # global clipping scaled every gradient by one factor: undo it on the per-tensor norms
-        factor = torch.where(post_total > 0, total / post_total, torch.ones_like(total))
-        per = post * factor
-        return ClipResult(
-            total_norm=total,
-            per_tensor_norm=per,
-            scale=torch.where(total > 0, post_total / total, torch.ones_like(total)),
-            nonfinite=~torch.isfinite(total),
-            impl="user",
-        )
+        return clip_from_total(value, [p.grad.detach() for p in params], norm_type)

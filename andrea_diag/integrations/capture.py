@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from andrea_diag.clip.api import ClipResult
+from andrea_diag.clip.from_total import MIN_TOLERANCE
 from andrea_diag.clip.reference import clip_reference
 from andrea_diag.monitor import SpikeMonitor
 
@@ -119,7 +120,7 @@ class UpdateCapture:
                 # each share was loss_i / A, but only n < A microbatches came: mean = sum·A/n
                 loss = loss * self.accumulate / self.n_losses
         self.loss_sums, self.tokens, self.loss_total, self.n_losses = [], [], 0.0, 0
-        total = pre.double().square().sum().sqrt().float()
+        total = _l2(pre)
         self.clip = ClipResult(
             total_norm=total,
             per_tensor_norm=pre,
@@ -138,11 +139,12 @@ class UpdateCapture:
             return
         if post is not None:
             self._set_post(post)
-        post_total = float((self.clip.per_tensor_norm * self.clip.scale).double().square().sum())
+        # the total's own reduction (before_step's): with every scale 1 it is the same number
+        post = float(_l2(self.clip.per_tensor_norm * self.clip.scale))
         total = float(self.clip.total_norm)
         self.monitor.add_columns(
-            grad_norm_post=math.sqrt(post_total),
-            clip_coef=math.sqrt(post_total) / total if total > 0 and math.isfinite(total) else 1.0,
+            grad_norm_post=post,
+            clip_coef=post / total if total > 0 and math.isfinite(total) else 1.0,
         )
         self.monitor.after_step()
         self.clip = None
@@ -153,7 +155,15 @@ class UpdateCapture:
         assert self.clip is not None
         pre = self.clip.per_tensor_norm
         ratio = torch.where(pre > 0, post.to(pre) / pre.clamp(min=1e-30), torch.ones_like(pre))
+        # pre and post are two reductions of one tensor: unclipped, they differ in the last
+        # bits, and a ratio of 1 - 1e-7 would record a clip that never ran (clip/from_total)
+        ratio = torch.where((ratio - 1).abs() <= MIN_TOLERANCE, torch.ones_like(ratio), ratio)
         self.clip.scale.copy_(ratio)
+
+
+def _l2(per_tensor: torch.Tensor) -> torch.Tensor:
+    """The global L2 norm of per-tensor norms (summed in float64, one float32 rounding)."""
+    return per_tensor.double().square().sum().sqrt().float()
 
 
 def probe_params(model: torch.nn.Module) -> list[torch.nn.Parameter]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from andrea_diag.metrics import CLIPPED_BELOW
 from andrea_diag.probes.spikes import CAUSES
 from andrea_diag.report.arms import Arm, compared_loss, fmt
 
@@ -29,7 +30,7 @@ def _pct(arm: Arm, key: str, column: str, test: Any) -> float | None:
 
 def touched_pct(arm: Arm) -> float | None:
     """Updates the arm clipped or skipped, in percent (None when unknown)."""
-    clipped = _pct(arm, "pct_clipped", "clip_coef", lambda c: c < 1.0)
+    clipped = _pct(arm, "pct_clipped", "clip_coef", lambda c: c < CLIPPED_BELOW)
     skipped = _pct(arm, "pct_skipped", "skipped", lambda c: c.fillna(False).astype(bool))
     if clipped is None and skipped is None:
         return None

@@ -13,6 +13,7 @@ from typing import Any
 import pandas as pd
 
 from andrea_diag.config import ProbeConfig
+from andrea_diag.metrics import CLIPPED_BELOW
 from andrea_diag.probes.lockin import judge_tables
 from andrea_diag.probes.verdict import LOCKED_VERDICTS  # the verdicts are defined there only
 
@@ -76,9 +77,6 @@ def has_bandit(arm: Arm) -> bool:
     """Whether the run is one of the toolkit's own arms (a bandit of sources and phases), not a
     user's loop: ``SpikeMonitor`` and the framework callbacks write ``kind: monitor``."""
     return arm.config.get("kind") != "monitor" and "framework" not in arm.config
-
-
-CLIPPED_BELOW = 1.0 - 1e-5  # a clip_coef under this: the update was clipped
 
 
 def is_clipped(arm: Arm) -> bool:
@@ -177,7 +175,7 @@ def summary_row(arm: Arm) -> dict[str, Any]:
         max_gn = float(m["grad_norm"].max())
     pct = s.get("pct_clipped")
     if pct is None and "clip_coef" in m and len(m):
-        pct = float((m["clip_coef"] < 1.0).mean() * 100.0)
+        pct = float((m["clip_coef"] < CLIPPED_BELOW).mean() * 100.0)
     n_spikes = spikes.get("n_spikes", len(arm.events) if not arm.events.empty else 0)
     shares = [poll.get("max_m_share"), poll.get("max_v_share")]
     shares = [float(x) for x in shares if x is not None]

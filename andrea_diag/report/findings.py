@@ -45,7 +45,6 @@ from andrea_diag.train.summary import boundary_loss_delta as boundary_delta_of
 MAX_LISTED_SPIKES = 10
 SAME_NATS = 0.05  # final-loss gaps under this are not called a cost or a benefit
 FLAT_NATS = 0.02  # a mean boundary loss change smaller than this is reported as flat
-# clip_coef = post / pre norm, measured by two reductions: an unclipped update can read 1 - 1e-7
 
 
 def spike_list(arm: Arm, limit: int = MAX_LISTED_SPIKES) -> str:

@@ -13,6 +13,7 @@ import pandas as pd
 import torch
 
 from andrea_diag.config import RunConfig
+from andrea_diag.metrics import CLIPPED_BELOW
 from andrea_diag.record import Recorder, read_jsonl
 
 
@@ -87,7 +88,7 @@ def summarize(recorder: Recorder, cfg: RunConfig, wall_s: float) -> dict[str, An
         "min_loss": float(finite["loss"].min()) if len(finite) else None,
         "max_grad_norm": float(gn.max()) if len(gn) else None,
         "median_grad_norm": float(gn.median()) if len(gn) else None,
-        "pct_clipped": float(100.0 * (df["clip_coef"] < 1.0).mean()),
+        "pct_clipped": float(100.0 * (df["clip_coef"] < CLIPPED_BELOW).mean()),
         # updates the clip mode chose to skip (skip-update); non-finite skips are counted apart
         "pct_skipped": float(100.0 * df["skipped"].fillna(False).astype(bool).mean())
         if "skipped" in df

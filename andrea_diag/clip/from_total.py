@@ -1,0 +1,73 @@
+"""A :class:`~andrea_diag.clip.api.ClipResult` rebuilt from the total that a user's clipper
+returned (``torch.nn.utils.clip_grad_norm_``'s pre-clip norm) and the clipped gradients.
+
+A global clip scales every gradient by one factor ``c``, so the clipped gradients' norm in the
+clip's own ``norm_type`` is ``c * total``: ``c`` is read back from them, and the pre-clip L2
+norms (what the metrics record, whatever norm the clip used) are the clipped ones over ``c``.
+
+The factor is two reductions apart, so an unclipped update reads ``1 - 1e-7`` in fp32 and up
+to ``1 ± 2**-8`` when torch returned a bf16 total. A factor within the given total's rounding
+(its dtype's epsilon, at least 1e-5) is 1: the update was not clipped, and a clip that moved
+the gradients by less than that is not told apart from one that did not run.
+
+    >>> import torch
+    >>> g = torch.tensor([3.0, 4.0])
+    >>> p = torch.nn.Parameter(torch.zeros(2)); p.grad = g.clone()
+    >>> total = torch.nn.utils.clip_grad_norm_([p], 1.0)  # 5 -> 1
+    >>> r = clip_from_total(total, [p.grad])
+    >>> round(float(r.total_norm), 4), round(float(r.scale), 4)
+    (5.0, 0.2)
+    >>> clip_from_total(torch.tensor(5.0, dtype=torch.bfloat16), [g]).scale.item()  # unclipped
+    1.0
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from andrea_diag.clip.api import ClipResult
+from andrea_diag.clip.reference import clip_reference
+
+MIN_TOLERANCE = 1e-5  # two fp32 reductions of one gradient differ by ~1e-7; leave a margin
+
+
+def tolerance(value: torch.Tensor | float) -> float:
+    """How far from 1 a factor measured against ``value`` may be and still mean "unclipped"."""
+    dtype = value.dtype if isinstance(value, torch.Tensor) else torch.float32
+    eps = torch.finfo(dtype).eps if dtype.is_floating_point else 0.0
+    return max(eps, MIN_TOLERANCE)
+
+
+def clip_from_total(
+    value: torch.Tensor | float, grads: list[torch.Tensor], norm_type: float = 2.0
+) -> ClipResult | None:
+    """The clip that turned gradients of pre-clip ``norm_type``-norm ``value`` into ``grads``
+    (None when there are no gradients). ``total_norm`` is the pre-clip L2 norm: ``value``
+    itself when ``norm_type`` is 2, else the clipped gradients' L2 norm over the factor."""
+    if not grads:
+        return None
+    norm_type = float(norm_type)
+    if math.isnan(norm_type) or norm_type <= 0:
+        raise ValueError(f"norm_type must be positive or inf, got {norm_type}")
+    post = clip_reference(grads, math.inf, apply=False)[1]  # per-tensor L2, measure only
+    total = torch.as_tensor(value, device=post.device).detach().to(torch.float32).reshape(())
+    post_l2 = post.square().sum().sqrt()
+    post_p = (
+        post_l2 if norm_type == 2.0 else clip_reference(grads, math.inf, norm_type, apply=False)[0]
+    )
+    usable = (total > 0) & torch.isfinite(total)
+    factor = torch.where(usable, post_p / torch.where(usable, total, 1.0), 1.0)
+    factor = torch.where((factor - 1).abs() <= tolerance(value), 1.0, factor)
+    # a factor of 0 (max_norm 0 zeroed every gradient) cannot be undone: the per-tensor norms
+    # stay the clipped ones, and a non-L2 total stands in for the L2 norm it hides
+    undo = torch.where(factor > 0, factor, 1.0)
+    pre_l2 = total if norm_type == 2.0 else torch.where(factor > 0, post_l2 / undo, total)
+    return ClipResult(
+        total_norm=pre_l2,
+        per_tensor_norm=post / undo,
+        scale=factor,
+        nonfinite=~torch.isfinite(total),
+        impl="user",
+    )
