@@ -52,6 +52,26 @@ def test_nonpositive_norm_types_match_torch_exactly(norm_type: float) -> None:
     assert all(torch.equal(x.grad, y.grad) for x, y in zip(ours, theirs, strict=True))
 
 
+@pytest.mark.parametrize("norm_type", [2.0, 1.0, math.inf])
+def test_complex_gradients_match_torch_exactly(norm_type: float) -> None:
+    ours, theirs = _pair((torch.complex64, torch.float32))
+    for side in (ours, theirs):
+        side[0] = torch.nn.Parameter(torch.zeros(3, dtype=torch.complex64))
+        side[0].grad = torch.tensor([3 + 4j, 1j, 0], dtype=torch.complex64) * 2
+    a = clip_grad_norm_(ours, 1.0, norm_type)
+    b = torch.nn.utils.clip_grad_norm_(theirs, 1.0, norm_type)
+    assert torch.equal(a, b) and not a.is_complex()
+    assert all(torch.equal(x.grad, y.grad) for x, y in zip(ours, theirs, strict=True))
+
+
+def test_the_stats_variant_refuses_complex_gradients() -> None:
+    from andrea_diag.clip.api import clip_grad_norm_with_stats
+
+    ours, _ = _pair((torch.complex64,))
+    with pytest.raises(TypeError, match="complex gradients are not supported"):
+        clip_grad_norm_with_stats(ours, 1.0)
+
+
 def test_nan_max_norm_poisons_the_gradients_like_torch() -> None:
     ours, theirs = _pair((torch.float32, torch.bfloat16))
     a = clip_grad_norm_(ours, math.nan)

@@ -130,6 +130,11 @@ def clip_grad_norm_with_stats(
         raise ValueError(f"mode must be global, per-tensor or none, got {mode!r}")
     max_norm, norm_type = float(max_norm), reference.check_norm_type(norm_type)
     grads = _grads(parameters)
+    if any(g.is_complex() for g in grads):  # the chunked stages sum real |g|^p only
+        raise TypeError(
+            "complex gradients are not supported by clip_grad_norm_with_stats; "
+            "andrea_diag.clip_grad_norm_ hands them to torch's own function"
+        )
     if not grads:
         zero = torch.zeros(())
         return ClipResult(
@@ -209,7 +214,8 @@ def clip_grad_norm_(
     ``max_norm`` of NaN poisons every gradient with NaN, an empty generator warns, no gradient
     returns ``tensor(0.)``, and ``error_if_nonfinite`` raises torch's message before any
     gradient changes. ``norm_type`` <= 0 (0 counts nonzeros, -inf is a minimum: neither is a
-    sum the chunked stages can split) runs torch's own function, so it matches exactly.
+    sum the chunked stages can split) and complex gradients run torch's own function, so they
+    match exactly.
 
     Remaining differences, all deliberate:
 
@@ -223,6 +229,8 @@ def clip_grad_norm_(
     - on CUDA all gradients must share one device (torch groups them by device);
     - with nothing to clip (scale exactly 1) the gradients are not rewritten, where torch
       multiplies them by 1: the same values, one pass less;
+    - an empty (zero-size) gradient has norm 0 for every ``norm_type``, where torch refuses
+      the inf norm of an empty tensor;
     - :func:`clip_grad_norm_with_stats` (the stats variant) returns float32/float64 norms and
       refuses ``norm_type`` <= 0, and ``clip.sharded`` refuses it and NaN ``max_norm``.
     """
@@ -234,7 +242,8 @@ def clip_grad_norm_(
             "`parameters` is an empty generator, no gradient clipping will occur.", stacklevel=2
         )
     norm_type = float(norm_type)
-    if not reference.norm_type_ok(norm_type):
+    complex_grads = any(g.is_complex() for g in _grads(params))
+    if not reference.norm_type_ok(norm_type) or complex_grads:
         return torch.nn.utils.clip_grad_norm_(
             params, max_norm, norm_type, error_if_nonfinite=error_if_nonfinite
         )
