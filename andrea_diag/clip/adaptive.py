@@ -23,8 +23,11 @@ What each does to the gradient ``g`` (norms are L2; ``n`` = the total pre-clip n
 - ``spam`` (Huang et al. 2025): each element with ``g² > θ·v`` (θ 5000, ``v`` Adam's
   ``exp_avg_sq`` before this step) becomes ``sign(g)·sqrt(θ·v)``; every 500 updates Adam's
   ``m``, ``v`` and step count are reset to zero, and for the 20 updates after a reset (and at the
-  start) nothing is clipped, since ``v`` is near zero then. The paper's cosine warm-up of the
-  step size after a reset is not reproduced: every arm keeps the run's one LR schedule. As in
+  start) nothing is clipped, since ``v`` is near zero then (the first clip is at update 21;
+  the reference's gate ``t >= 20`` clips at its update 20). The paper's cosine warm-up of the
+  step size after a reset is not reproduced: every arm keeps the run's one LR schedule. So the
+  step count is reset too, where the reference keeps counting and lets its warm-up temper the
+  first steps: bias correction then treats the next step as a first step. As in
   the paper's rule and code, an element whose ``v`` is still exactly 0 when clipping is on (an
   embedding row of a token not seen since the last reset) has its gradient set to 0, so it stays
   untrained until the next reset's warm-up: on text with a long tail of tokens SPAM clips
@@ -33,8 +36,12 @@ What each does to the gradient ``g`` (norms are L2; ``n`` = the total pre-clip n
   the reference, which creates the state before it clips.
 - ``skip`` (OLMo-core style): the optimizer step is skipped when ``n`` exceeds the mean of the
   last 128 norms by more than 6 standard deviations (no decision before 64 norms are in the
-  window); the gradient itself is never changed. A non-finite norm is always skipped. OLMo-core
-  also tests the loss; a clipper sees only the gradient, so this tests the norm alone.
+  window); the gradient itself is never changed. A non-finite norm is always skipped.
+  Departures from OLMo-core's ``SkipStepOptimizer``: it also tests the loss (a clipper sees only
+  the gradient); its test is two-sided (``|z|``: a norm 6σ *below* the mean skips too); it
+  decides once it holds ``max(20, window // 2)`` norms counting the current one (one update
+  earlier at 128, never for a window under 19); and a non-finite norm stays in its window, so
+  one NaN there skips every step until it leaves, where here it is a gap in the statistics.
 
 **No host sync.** Statistics, thresholds and decisions are device tensors: counters that only
 count calls stay on the host (they do not depend on data), everything that depends on a norm
@@ -349,7 +356,8 @@ class SkipUpdate(_Adaptive):
             skip = skip_decision(norm, self.window, p.skip_z)
         else:
             skip = torch.zeros((), dtype=torch.bool, device=norm.device)
-        # the window takes every norm, the skipped ones too (as OLMo-core's does)
+        # the window takes every norm, the skipped ones too (as OLMo-core's does); a
+        # non-finite one as NaN, a gap in the statistics (OLMo-core's keeps it: see above)
         slot = self.window[self.seen % p.skip_window]
         slot.copy_(torch.where(torch.isfinite(norm), norm, math.nan))
         self.seen += 1
