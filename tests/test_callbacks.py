@@ -240,6 +240,7 @@ def test_hf_trainer_callback_matches_a_plain_loop(tmp_path: Path) -> None:
     run = load_run(tmp_path / "hf-run")
     assert run["config"]["framework"] == "transformers"
     assert "on_pre_optimizer_step" in run["config"]["hooks"]["after_clip"]
+    assert (run["metrics"]["microbatches"] == ACCUM).all()  # each forward of the group counted
     # per-sequence losses reached the spike probe (the outlier column needs them)
     assert run["metrics"]["example_loss_max_z"].notna().any()
 

@@ -130,4 +130,5 @@ def test_a_lightning_loop_without_clipping_records_a_coefficient_of_exactly_one(
     trainer.fit(Module(), loader)
     run = load_run(tmp_path / "pl")
     assert len(run["metrics"]) == 6 and (run["metrics"]["clip_coef"] == 1.0).all()
+    assert (run["metrics"]["microbatches"] == 2).all()  # accumulate_grad_batches, not 1
     assert summary_row(Arm.from_run(run))["% clipped"] == 0.0

@@ -119,6 +119,7 @@ class UpdateCapture:
             if self.accumulate and 0 < self.n_losses < self.accumulate:
                 # each share was loss_i / A, but only n < A microbatches came: mean = sum·A/n
                 loss = loss * self.accumulate / self.n_losses
+        microbatches = len(self.tokens) or self.n_losses  # forwards (or losses) this update
         self.loss_sums, self.tokens, self.loss_total, self.n_losses = [], [], 0.0, 0
         total = _l2(pre)
         self.clip = ClipResult(
@@ -132,6 +133,8 @@ class UpdateCapture:
             self._set_post(post)
         self.monitor.after_backward(loss, per_example_loss=per_example)
         self.monitor.after_clip(self.clip)
+        if microbatches:  # one after_backward for the whole group: the row would say 1
+            self.monitor.add_columns(microbatches=microbatches)
 
     def after_step(self, post: torch.Tensor | None = None) -> None:
         """``after_step``; ``post``: the post-clip norms, when the clip ran after ``before_step``."""
