@@ -28,7 +28,7 @@ import orjson
 import torch
 
 from andrea_diag.errors import UserError
-from andrea_diag.rundir import atomic_write_text, open_append_file
+from andrea_diag.rundir import atomic_write_text, open_append_file, unshare
 
 TAIL_CHUNK = 1 << 16  # bytes read at a time, backwards, to find a JSONL file's last line
 
@@ -142,7 +142,9 @@ def write_json(path: Path, obj: Any) -> None:
 
 
 def _open_rw(path: Path) -> int | None:
-    """A read-write fd of the regular file ``path`` (None when absent); never follows a link."""
+    """A read-write fd of the regular file ``path`` (None when absent); never follows a link,
+    and never writes a hard-linked inode shared with a file outside the run (``unshare``)."""
+    unshare(path)
     try:
         fd = os.open(path, os.O_RDWR | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
     except FileNotFoundError:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import stat
 import tempfile
 from collections.abc import Iterator
@@ -258,8 +259,43 @@ def open_append(path: Path) -> Iterator[IO[str]]:
         f.close()
 
 
+def unshare(path: Path) -> None:
+    """Give ``path`` an inode of its own before it is changed in place (appended to, cut
+    back): a regular file with other hard links is copied to a fresh file of the same name
+    (atomic rename). A link planted in a run to an outside file, or a run copied with
+    ``cp -al``, then keeps the other name's bytes as they were."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        raise _write_error(Path(path), e) from None
+    if not stat.S_ISREG(st.st_mode) or st.st_nlink <= 1:
+        return
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name[:200]}.", dir=path.parent)
+    try:
+        src = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | os.O_NONBLOCK)
+        with os.fdopen(src, "rb") as fin, os.fdopen(fd, "wb") as fout:
+            fd = -1  # the with block closes it
+            shutil.copyfileobj(fin, fout)
+            fout.flush()
+            os.fsync(fout.fileno())
+        os.chmod(tmp, stat.S_IMODE(st.st_mode))
+        os.replace(tmp, path)
+    except OSError as e:
+        if fd >= 0:
+            os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise _write_error(path, e) from None
+
+
 def open_append_file(path: Path) -> IO[str]:
-    """Like :func:`open_append`, for a file kept open (the caller closes it)."""
+    """Like :func:`open_append`, for a file kept open (the caller closes it). A file with
+    other hard links is first given its own inode (:func:`unshare`): appending never changes
+    a file outside the run."""
+    unshare(path)
     flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
     try:
         fd = os.open(path, flags, 0o644)

@@ -529,3 +529,31 @@ def test_a_signal_stops_the_cascade_like_ctrl_c_and_resume_finishes_it(
     assert res.returncode == 0, res.stderr[-2000:]
     for arm in ("none", "global"):
         pd.testing.assert_frame_equal(_metrics(out / arm), _metrics(finished_sub / arm))
+
+
+@pytest.mark.parametrize("table", ["events.jsonl", "metrics.jsonl", "samples.jsonl"])
+def test_a_resume_never_changes_a_file_hard_linked_into_the_run(
+    finished: Path, tmp_path: Path, table: str
+) -> None:
+    """The tables are cut back to the checkpoint and appended to in place: a hard link planted
+    there (or a run copied with ``cp -al``) must not carry those writes to the other name."""
+    out = _stopped(finished, tmp_path)
+    victim = tmp_path / "victim.txt"
+    victim.write_bytes(b"precious\nline2\n")
+    (out / "none" / table).unlink()
+    os.link(victim, out / "none" / table)
+    _invoke("cascade", "--resume", str(out))  # refused or not: the victim is what matters
+    assert victim.read_bytes() == b"precious\nline2\n"
+
+
+def test_resuming_a_cp_al_copy_leaves_the_original_run_as_it_was(
+    finished: Path, tmp_path: Path
+) -> None:
+    original = _stopped(finished, tmp_path / "a")
+    copy = tmp_path / "copy"
+    subprocess.run(["cp", "-al", str(original), str(copy)], check=True)
+    before = _snapshot(original)
+    code, output = _invoke("cascade", "--resume", str(copy))
+    assert code == 0, output
+    assert _snapshot(original) == before
+    assert _metrics(copy / "none").equals(_metrics(finished / "none"))
