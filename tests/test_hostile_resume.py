@@ -557,3 +557,36 @@ def test_resuming_a_cp_al_copy_leaves_the_original_run_as_it_was(
     assert code == 0, output
     assert _snapshot(original) == before
     assert _metrics(copy / "none").equals(_metrics(finished / "none"))
+
+
+def test_a_source_path_named_only_by_the_runs_config_is_not_read_on_resume(
+    finished: Path, tmp_path: Path
+) -> None:
+    """A planted ``sources`` entry would make the resume train on (and checkpoint) files of
+    the user's: refused in one line, nothing changed, until the user types the path again."""
+    out = _stopped(finished, tmp_path)
+    secret = tmp_path / "secret"
+    secret.mkdir()
+    (secret / "notes.txt").write_text("TOP SECRET hunter2 " * 400)
+    _set_config(out, sources={"gutenberg": str(secret)})
+    before = _snapshot(out)
+    code, output = _invoke("cascade", "--resume", str(out))
+    assert code == 2 and "names --source gutenberg=" in output and output.count("error:") == 1
+    assert "give it again" in output and _snapshot(out) == before
+    _set_config(out, sources={}, hf_config=str(tmp_path / "cfg.json"))
+    code, output = _invoke("cascade", "--resume", str(out))
+    assert code == 2 and "names --hf-config" in output, output
+
+
+def test_a_source_path_typed_again_on_resume_is_the_users_own(tmp_path: Path) -> None:
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.md").write_text("plain words for a tiny run, repeated. " * 300)
+    out = tmp_path / "c"
+    argv = [*ARGS, "--steps", "4", "--source", f"repo-docs={docs}"]
+    assert _invoke(*argv, "--out", str(out))[0] == 0
+    (out / "none" / "summary.json").unlink()
+    code, output = _invoke("cascade", "--resume", str(out))
+    assert code == 2 and "names --source repo-docs=" in output, output
+    code, output = _invoke("cascade", "--resume", str(out), "--source", f"repo-docs={docs}")
+    assert code == 0, output

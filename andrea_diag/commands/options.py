@@ -240,4 +240,27 @@ def resumed(run: RunArgs, clip: str) -> tuple[RunConfig, str]:
                 trust_spec(getattr(typed, name))
     if "clip" in run.explicit and clip != arms:
         raise UserError(f"--clip {clip} differs from the run's arms {arms} in {out}")
+    _refuse_recorded_paths(base, run.explicit, out)
     return base, arms
+
+
+def _refuse_recorded_paths(base: RunConfig, explicit: set[str], out: Path) -> None:
+    """A path named only by the run's config.json (a ``--source`` folder, an ``--hf-config``)
+    is not read: the run may be someone else's, pointing at files of yours it would train on
+    and leak through its checkpoints. Typed again (equal, or the resume is refused above),
+    it is the user's own choice, as for the factories."""
+    from andrea_diag.data.corpus import GENERATED
+
+    named = [f"--source {n}={p}" for n, p in base.sources.items() if p != GENERATED]
+    if named and "sources" not in explicit:
+        raise UserError(
+            f"{out}'s config.json names {', '.join(named)}; a run directory is untrusted, "
+            "so a path it names is not read",
+            hint=f"if you trust it, give it again: --resume {out} {' '.join(named)}",
+        )
+    if base.hf_config and "hf_config" not in explicit:
+        raise UserError(
+            f"{out}'s config.json names --hf-config {base.hf_config}; a run directory is "
+            "untrusted, so a path it names is not read",
+            hint=f"if you trust it, give it again: --resume {out} --hf-config {base.hf_config}",
+        )
