@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import torch
 from parked_child import PARKED_CHILD
 from typer.testing import CliRunner
 
@@ -590,3 +591,43 @@ def test_a_source_path_typed_again_on_resume_is_the_users_own(tmp_path: Path) ->
     assert code == 2 and "names --source repo-docs=" in output, output
     code, output = _invoke("cascade", "--resume", str(out), "--source", f"repo-docs={docs}")
     assert code == 0, output
+
+
+def _recraft(ckpt: Path, mutate: Callable[[dict], None]) -> None:
+    """Rewrite a checkpoint with ``mutate`` applied and a valid CRC: the CRC guards against a
+    torn write, not against whoever made the run directory."""
+    from andrea_diag.train.checkpoint import FORMAT, STATE_KEY, _crc, _write_atomic, read_checkpoint
+    from andrea_diag.train.state_codec import encode
+
+    state = read_checkpoint(ckpt)
+    mutate(state)
+    tree, tensors = encode(state)
+    named = {f"t{i:06d}": t for i, t in enumerate(tensors)}
+    named[STATE_KEY] = torch.frombuffer(bytearray(json.dumps(tree).encode()), dtype=torch.uint8)
+    _write_atomic(ckpt, named, {"format": FORMAT, "crc32": _crc(named)})
+
+
+def _wrong_shape(s: dict) -> None:
+    s["trainer"]["model"]["wte.weight"] = torch.zeros(10, 3)
+
+
+def _bad_rng(s: dict) -> None:
+    s["rng"]["torch"] = torch.zeros(3, dtype=torch.uint8)
+
+
+@pytest.mark.parametrize("mutate", [_wrong_shape, _bad_rng, lambda s: s.pop("trainer")],
+                         ids=["wrong-shape", "bad-rng", "no-trainer"])  # fmt: skip
+def test_a_checkpoint_that_does_not_fit_is_one_line_and_cuts_no_table(
+    finished: Path, tmp_path: Path, mutate: Callable[[dict], None]
+) -> None:
+    out = _stopped(finished, tmp_path)
+    from andrea_diag.train.checkpoint import latest_checkpoint
+
+    ckpt = latest_checkpoint(out / "none")
+    assert ckpt is not None
+    _recraft(ckpt, mutate)
+    tables = {n: (out / "none" / n).read_bytes() for n in ("metrics.jsonl", "events.jsonl")}
+    code, output = _invoke("cascade", "--resume", str(out))
+    assert code == 2 and output.count("error:") == 1, output
+    assert "does not fit this run" in output, output
+    assert {n: (out / "none" / n).read_bytes() for n in tables} == tables

@@ -32,7 +32,7 @@ import random
 import tempfile
 import time
 import zlib
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -81,6 +81,23 @@ def set_rng_state(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
     if state.get("cuda") is not None and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
+
+
+@contextlib.contextmanager
+def fitting(path: Path) -> Iterator[None]:
+    """Loading a checkpoint's state into the trainer: whatever does not fit it (a tensor of
+    another shape, a missing key, a bad RNG state: the CRC is no authentication, and a run
+    directory is untrusted) is one line, raised before the run's tables are cut back."""
+    try:
+        yield
+    except UserError:
+        raise
+    except Exception as exc:  # any component's load_state_dict: the message says which part
+        first = (str(exc).strip().splitlines() or [""])[0][:200]
+        raise UserError(
+            f"checkpoint {path} does not fit this run ({type(exc).__name__}: {first})",
+            hint="nothing was changed; delete the arm's checkpoints folder to restart the arm",
+        ) from None
 
 
 def checkpoints(run_dir: Path) -> list[Path]:

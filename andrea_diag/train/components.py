@@ -28,12 +28,15 @@ import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, ClassVar, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
 import torch
 
 from andrea_diag.errors import UserError
 from andrea_diag.train.accumulation import GroupResult, accumulate_group
+
+if TYPE_CHECKING:
+    from andrea_diag.config import RunConfig
 
 
 class Stateful(Protocol):
@@ -357,3 +360,12 @@ class TrainState:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         for key, value in state.items():
             setattr(self, key, list(value) if isinstance(value, list) else value)
+
+
+def seed_and_precision(cfg: RunConfig) -> None:
+    """The process-global torch state an arm depends on: the float32 matmul precision (torch
+    has no per-model setting) and the seed. :class:`~andrea_diag.train.loop.Trainer` calls it right before it builds
+    the model, so every caller (``train_arm``, ``bench-train``, the tests) gets the same init
+    in every arm of a cascade: only the clip mode differs."""
+    torch.set_float32_matmul_precision(cfg.matmul_precision)
+    torch.manual_seed(cfg.seed)

@@ -49,7 +49,13 @@ from andrea_diag.probes import ProbeDriver, UpdateContext, build_probes
 from andrea_diag.record import NullRecorder, Recorder
 from andrea_diag.train import heap
 from andrea_diag.train.accumulation import IGNORE, GroupResult
-from andrea_diag.train.checkpoint import Checkpointer, load_checkpoint, rng_state, set_rng_state
+from andrea_diag.train.checkpoint import (
+    Checkpointer,
+    fitting,
+    load_checkpoint,
+    rng_state,
+    set_rng_state,
+)
 from andrea_diag.train.components import (
     ClipTimer,
     Evaluator,
@@ -57,6 +63,7 @@ from andrea_diag.train.components import (
     Stateful,
     TrainState,
     make_precision,
+    seed_and_precision,
 )
 from andrea_diag.train.distributed import DDPReducer, init_from_env
 from andrea_diag.train.evaluation import build_evaluator
@@ -74,15 +81,6 @@ if TYPE_CHECKING:  # the seams' types, for readers and checkers; data is a lower
 
 ProgressFn = Callable[[int, dict[str, Any]], None]
 PROMPT_TOKENS = 16  # lock-in prompt length, taken from the start of each source stream
-
-
-def seed_and_precision(cfg: RunConfig) -> None:
-    """The process-global torch state an arm depends on: the float32 matmul precision (torch
-    has no per-model setting) and the seed. :class:`Trainer` calls it right before it builds
-    the model, so every caller (``train_arm``, ``bench-train``, the tests) gets the same init
-    in every arm of a cascade: only the clip mode differs."""
-    torch.set_float32_matmul_precision(cfg.matmul_precision)
-    torch.manual_seed(cfg.seed)
 
 
 class Trainer:
@@ -369,12 +367,14 @@ class Trainer:
     def restore(self, path: Path) -> None:
         """Continue from the checkpoint at ``path``: rows written after it are cut."""
         state = load_checkpoint(path, expect=self.identity())
-        for key, part in self.components().items():
-            part.load_state_dict(state["trainer"][key])
-        self.probes.load_probe_states(state["probes"])
-        self.plan.load_state_dict(state["plan"])
-        self.recorder.rewind(state["recorder"])
-        set_rng_state(state["rng"])
+        with fitting(path):  # all of it, before any table is cut back
+            for key, part in self.components().items():
+                part.load_state_dict(state["trainer"][key])
+            self.probes.load_probe_states(state["probes"])
+            self.plan.load_state_dict(state["plan"])
+            set_rng_state(state["rng"])
+            positions = {str(k): int(v) for k, v in state["recorder"].items()}
+        self.recorder.rewind(positions)
         self.checkpointer.last_bytes = path.stat().st_size
 
 
