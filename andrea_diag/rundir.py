@@ -109,10 +109,28 @@ def open_regular(path: Path, what: str) -> IO[bytes]:
     return os.fdopen(fd, "rb")
 
 
-def read_text(path: Path, what: str) -> str:
-    """The UTF-8 text of a regular file, or one line."""
+MAX_JSON_BYTES = 64 << 20  # a run's largest JSON side file is a few MB: more is not a run's
+MAX_INT_DIGITS = 19  # a JSON integer beyond 64 bits is no run's (and 5000 digits stall int())
+
+
+def json_int(text: str) -> int:
+    """``json.loads``' ``parse_int``: an integer of more than 64 bits is a ValueError."""
+    if len(text.lstrip("-")) > MAX_INT_DIGITS:
+        raise ValueError(f"an integer of {len(text.lstrip('-'))} digits")
+    return int(text)
+
+
+def read_text(path: Path, what: str, max_bytes: int | None = None) -> str:
+    """The UTF-8 text of a regular file (at most ``max_bytes``), or one line."""
     regular_file(path, what)
     try:
+        size = os.stat(path).st_size
+        if max_bytes is not None and size > max_bytes:
+            raise UserError(
+                f"{what} {path} is {size / 2**20:.0f} MiB, more than any run writes "
+                f"({max_bytes >> 20} MiB)",
+                hint="the file is damaged or not from andrea-diag",
+            )
         return Path(path).read_text(encoding="utf-8")
     except UnicodeDecodeError:
         raise UserError(f"{what} {path} is not UTF-8 text") from None
@@ -122,11 +140,13 @@ def read_text(path: Path, what: str) -> str:
 
 def read_json(path: Path, what: str, kind: type | None = None) -> Any:
     """Parsed JSON of a regular file; with ``kind``, refused unless the top level is one."""
-    text = read_text(path, what)
+    text = read_text(path, what, MAX_JSON_BYTES)
     try:
-        value = json.loads(text)
-    except ValueError as e:
+        value = json.loads(text, parse_int=json_int)
+    except json.JSONDecodeError as e:
         raise UserError(f"{what} {path} is not valid JSON ({e.msg}, line {e.lineno})") from None
+    except ValueError as e:  # json_int's, or int()'s own digit limit
+        raise UserError(f"{what} {path} is not a run's JSON ({e})") from None
     except RecursionError:  # thousands of nested brackets: no run dir writes that
         raise UserError(f"{what} {path} is nested too deeply to be a run's JSON") from None
     if kind is not None and not isinstance(value, kind):

@@ -21,6 +21,7 @@ import json
 import logging
 import math
 import numbers
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -28,11 +29,14 @@ from typing import Any
 import pandas as pd
 
 from andrea_diag.errors import UserError
-from andrea_diag.rundir import child, read_json, regular_file
+from andrea_diag.rundir import child, json_int, read_json, regular_file
 
 log = logging.getLogger("andrea_diag.record")
 
 MAX_UPDATE = 2**53  # an update number a float holds exactly; past it, a table is damaged
+# a run's JSONL table: 1,500 updates of 100 columns is ~3 MB; past 2 GiB the rows as dicts
+# would not fit a laptop's memory (the reader keeps them all)
+MAX_TABLE_BYTES = 2 << 30
 NUM, INT, STR, BOOL, LIST, DICT = "num", "int", "str", "bool", "list", "dict"
 _NONFINITE = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan, "NaN": math.nan}
 
@@ -272,14 +276,21 @@ def read_jsonl(path: Path) -> pd.DataFrame:
     rows, bad = [], 0
     if path.exists() or path.is_symlink():
         regular_file(path, path.name)
+        size = os.stat(path).st_size
+        if size > MAX_TABLE_BYTES:  # read whole into rows: a planted 40 GB file would OOM
+            raise UserError(
+                f"{path} is {size / 2**30:.1f} GiB, more than this reader takes "
+                f"({MAX_TABLE_BYTES >> 30} GiB)",
+                hint="the file is damaged or not from andrea-diag",
+            )
         with open(path, encoding="utf-8", errors="replace") as f:
             for line in f:
                 line = line.strip()
                 if not line:
                     continue
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError:
+                try:  # a torn row; deep nesting; an integer beyond 64 bits: not a row
+                    row = json.loads(line, parse_int=json_int)
+                except (ValueError, RecursionError):
                     row = None
                 if isinstance(row, dict):
                     rows.append(row)

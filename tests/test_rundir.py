@@ -80,3 +80,43 @@ def test_a_file_linked_out_of_its_run_is_not_read(tmp_path):
     (run / "summary.json").symlink_to(secret)
     with pytest.raises(UserError, match="link out of its run"):
         read_json(run / "summary.json", "the summary", kind=dict)
+
+
+@pytest.mark.parametrize("digits", [25, 5000])
+def test_a_json_integer_beyond_64_bits_is_one_line_not_a_traceback(tmp_path, digits):
+    from andrea_diag.rundir import read_json
+
+    path = tmp_path / "config.json"
+    path.write_text('{"steps": ' + "9" * digits + "}")
+    with pytest.raises(UserError, match=f"an integer of {digits} digits"):
+        read_json(path, "config.json")
+
+
+def test_a_json_side_file_larger_than_any_run_writes_is_refused_unread(tmp_path):
+    from andrea_diag.rundir import MAX_JSON_BYTES, read_json
+
+    path = tmp_path / "summary.json"
+    with open(path, "wb") as f:
+        f.truncate(MAX_JSON_BYTES + 1)  # sparse: no disk, and never read
+    with pytest.raises(UserError, match="more than any run writes"):
+        read_json(path, "summary.json")
+
+
+def test_jsonl_rows_nested_too_deep_or_with_huge_integers_are_skipped_not_fatal(tmp_path):
+    from andrea_diag.runread import read_jsonl
+
+    path = tmp_path / "events.jsonl"
+    rows = ['{"update": 1}', "[" * 100_000 + "]" * 100_000, '{"update": ' + "9" * 5000 + "}",
+            '{"update": ' + "9" * 30 + "}", '{"update": 2}']  # fmt: skip
+    path.write_text("\n".join(rows) + "\n")
+    assert read_jsonl(path)["update"].tolist() == [1, 2]
+
+
+def test_a_jsonl_table_larger_than_the_reader_takes_is_refused_unread(tmp_path):
+    from andrea_diag.runread import MAX_TABLE_BYTES, read_jsonl
+
+    path = tmp_path / "metrics.jsonl"
+    with open(path, "wb") as f:
+        f.truncate(MAX_TABLE_BYTES + 1)
+    with pytest.raises(UserError, match="more than this reader takes"):
+        read_jsonl(path)
