@@ -109,7 +109,9 @@ def open_regular(path: Path, what: str) -> IO[bytes]:
     return os.fdopen(fd, "rb")
 
 
-MAX_JSON_BYTES = 64 << 20  # a run's largest JSON side file is a few MB: more is not a run's
+# a run's largest JSON file is its batch plan, ~300 bytes an update (0.4 MB for 1,500): 1 GiB
+# is 3.5M updates, and a planted 40 GB file is refused before it is read
+MAX_JSON_BYTES = 1 << 30
 MAX_INT_DIGITS = 19  # a JSON integer beyond 64 bits is no run's (and 5000 digits stall int())
 
 
@@ -127,8 +129,8 @@ def read_text(path: Path, what: str, max_bytes: int | None = None) -> str:
         size = os.stat(path).st_size
         if max_bytes is not None and size > max_bytes:
             raise UserError(
-                f"{what} {path} is {size / 2**20:.0f} MiB, more than any run writes "
-                f"({max_bytes >> 20} MiB)",
+                f"{what} {path} is {size / 2**30:.1f} GiB, more than any run writes "
+                f"({max_bytes / 2**30:g} GiB)",
                 hint="the file is damaged or not from andrea-diag",
             )
         return Path(path).read_text(encoding="utf-8")
