@@ -56,7 +56,8 @@ SOURCE: dict[str, Any] = {
     "n_docs": INT,
 }  # fmt: skip
 SUMMARY: dict[str, Any] = {
-    "final_loss": NUM, "final_eval_loss": NUM, "min_loss": NUM, "max_grad_norm": NUM,
+    "final_loss": NUM, "final_eval_loss": NUM, "min_eval_loss": NUM, "min_loss": NUM,
+    "max_grad_norm": NUM,
     "median_grad_norm": NUM, "pct_clipped": NUM, "pct_skipped": NUM, "clip_ms_median": NUM,
     "wall_s": NUM, "n_updates": INT, "n_boundaries": INT, "nonfinite_updates": INT,
     "status": STR, "error": STR, "probe_failures": LIST,
@@ -67,9 +68,11 @@ SUMMARY: dict[str, Any] = {
     },
     "pollution": {
         "max_m_share": NUM, "max_v_share": NUM, "recovery_m": NUM, "recovery_v": NUM,
+        "final_v_share": NUM,
         "shadow_bytes": INT, "has_moments": BOOL, "shadow": BOOL,
     },
-    "lockin": {"verdict": STR, "reason": STR, "reasons": LIST, "thresholds": DICT},
+    "lockin": {"verdict": STR, "reason": STR, "reasons": LIST, "thresholds": DICT,
+               "collapse": BOOL},
 }  # fmt: skip
 CASCADE: dict[str, Any] = {
     "size": STR, "seed": INT, "status": STR, "command": STR, "arms": LIST,

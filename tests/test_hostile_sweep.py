@@ -404,3 +404,20 @@ def test_a_missing_submitit_is_one_line_before_the_sweep_folder_exists(
     assert not out.exists()
     code, output = _run(*SWEEP, "--executor", "submitit-local", "--merge-only", "--out", str(out))
     assert "needs submitit" not in output  # a merge submits nothing
+
+
+@pytest.mark.parametrize("merge", [[], ["--merge-only"]], ids=["re-run", "merge-only"])
+def test_a_kept_cells_summary_of_the_wrong_shape_is_cleaned_not_a_traceback(
+    sweep: Path, merge: list[str]
+) -> None:
+    """A kept cell's summary.json is the cell's word: fields of the wrong type are dropped
+    (shown empty), as the report drops them, and the sweep's own files are still written."""
+    path = sweep / CELL / "none" / "summary.json"
+    summary = json.loads(path.read_text())
+    path.write_text(json.dumps({**summary, "spikes": [1], "lockin": "x", "pollution": 5,
+                                "final_eval_loss": [1, 2], "min_loss": {"a": 1}}))  # fmt: skip
+    code, output = _run(*SWEEP, *merge, "--out", str(sweep))
+    assert code == 0, output
+    row = pd.read_csv(sweep / "sweep.csv").set_index("clip").loc["none"]
+    assert pd.isna(row["final_eval_loss"]) and pd.isna(row["min_loss"]) and pd.isna(row["lockin"])
+    assert json.loads((sweep / "sweep.json").read_text())["status"] == "done"

@@ -65,6 +65,7 @@ from andrea_diag.experiments.throughput import (
 from andrea_diag.probes.verdict import COLLAPSE_VERDICTS
 from andrea_diag.record import write_json
 from andrea_diag.rundir import atomic_write_text, child, make_out_dir, read_json
+from andrea_diag.runread import SUMMARY, clean
 from andrea_diag.train.components import check_precision
 from andrea_diag.train.graphed import check_graphable
 
@@ -165,7 +166,9 @@ def _arm_summary(arm_dir: Path) -> dict[str, Any]:
     """A finished arm's summary; a crashed one's partial summary; ``{}`` when it never started."""
     for name in ("summary.json", "partial_summary.json"):
         if os.path.lexists(arm_dir / name):  # a link or FIFO there is read_json's one line
-            return read_json(arm_dir / name, f"arm {arm_dir.name}'s {name}", kind=dict)
+            what = f"arm {arm_dir.name}'s {name}"
+            # a kept cell's word: a field of the wrong type is dropped, as the report drops it
+            return clean(read_json(arm_dir / name, what, kind=dict), SUMMARY, what)
     return {"status": Status.NOT_RUN}
 
 
