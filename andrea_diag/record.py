@@ -54,6 +54,7 @@ from andrea_diag.runlock import RunLock
 
 # the reading side lives in runread.py (validated loaders); these names stay importable here
 from andrea_diag.runread import load_run, read_cascade_meta, read_jsonl
+from andrea_diag.tables import csv_text
 
 __all__ = ["NullRecorder", "Recorder", "load_run", "read_cascade_meta", "read_jsonl", "write_json"]
 
@@ -211,7 +212,7 @@ def _write_eval_table(run_dir: Path, df: pd.DataFrame) -> None:
         return
     cols = ["update", *[c for c in df.columns if c.startswith("eval_")]]
     ev = df.loc[df["eval_loss"].notna(), cols]
-    atomic_write_bytes(run_dir / "eval.csv", ev.to_csv(index=False).encode())
+    atomic_write_bytes(run_dir / "eval.csv", csv_text(ev).encode())
 
 
 class NullRecorder:

@@ -33,6 +33,7 @@ import pandas as pd
 
 from andrea_diag.errors import UserError
 from andrea_diag.metrics import folder_tags
+from andrea_diag.tables import csv_text
 from andrea_diag.tensorboard import (
     STEP_COLUMN,
     TensorBoardRun,
@@ -143,7 +144,7 @@ class MLflowSink:
 
     def events(self, events: pd.DataFrame) -> None:
         if not events.empty:
-            self._client.log_text(self._run_id, events.to_csv(index=False), "spike_events.csv")
+            self._client.log_text(self._run_id, csv_text(events), "spike_events.csv")
 
     def summary(self, summary: Mapping[str, Any] | None) -> None:
         if summary:

@@ -15,6 +15,8 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+import pandas as pd
+
 from andrea_diag.stats import Interval
 
 CELL_KEYS = ["size", "lr", "precision", "max_norm"]  # a cell of the grid, seeds pooled
@@ -53,3 +55,31 @@ def where(row: Mapping[str, Any]) -> str:
     """``12m lr 0.0003 max_norm 1`` (the precision named when it is not fp32)."""
     prec = "" if row["precision"] == "fp32" else f" {row['precision']}"
     return f"{row['size']} lr {row['lr']:g}{prec} max_norm {row['max_norm']:g}"
+
+
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")  # what a spreadsheet may run as a formula
+
+
+def _defused(value: Any) -> Any:
+    if isinstance(value, str) and value.startswith(FORMULA_START):
+        return "'" + value
+    return value
+
+
+def csv_text(table: pd.DataFrame) -> str:
+    """``table.to_csv(index=False)``, with every text cell that a spreadsheet would run as a
+    formula (it starts with ``= + - @``, a tab or a CR) behind an apostrophe, OWASP's advice:
+    an arm's error, status or verdict comes from a run directory, which may be someone else's.
+    Numbers are left alone (a negative gap is a float, not text).
+
+    >>> print(csv_text(pd.DataFrame({"error": ["=HYPERLINK(1)", "ok"], "gap": [-0.5, 1.0]})))
+    error,gap
+    '=HYPERLINK(1),-0.5
+    ok,1.0
+    <BLANKLINE>
+    """
+    text_columns = [c for c in table.columns if not pd.api.types.is_numeric_dtype(table[c])]
+    safe = table.copy()
+    for col in text_columns:
+        safe[col] = safe[col].map(_defused)
+    return safe.to_csv(index=False)

@@ -421,3 +421,16 @@ def test_a_kept_cells_summary_of_the_wrong_shape_is_cleaned_not_a_traceback(
     row = pd.read_csv(sweep / "sweep.csv").set_index("clip").loc["none"]
     assert pd.isna(row["final_eval_loss"]) and pd.isna(row["min_loss"]) and pd.isna(row["lockin"])
     assert json.loads((sweep / "sweep.json").read_text())["status"] == "done"
+
+
+def test_text_from_a_kept_cell_never_reaches_sweep_csv_as_a_spreadsheet_formula(
+    sweep: Path,
+) -> None:
+    path = sweep / CELL / "none" / "summary.json"
+    payload = '=cmd|" /C calc"!A0'
+    summary = json.loads(path.read_text())
+    path.write_text(json.dumps({**summary, "error": payload,
+                                "lockin": {"verdict": "@SUM(1)"}}))  # fmt: skip
+    assert _run(*SWEEP, "--out", str(sweep))[0] == 0
+    row = pd.read_csv(sweep / "sweep.csv").set_index("clip").loc["none"]
+    assert row["error"] == "'" + payload and row["lockin"] == "'@SUM(1)"

@@ -47,7 +47,7 @@ from andrea_diag.stats import (
     paired_test,
     wilson,
 )
-from andrea_diag.tables import CELL_KEYS, UNCLIPPED, interval_columns, interval_of, where
+from andrea_diag.tables import CELL_KEYS, UNCLIPPED, csv_text, interval_columns, interval_of, where
 
 EVENT_SHARE = 0.5  # a pollution event: the spikes hold at least this share of ‖v‖ at the end
 
@@ -190,6 +190,6 @@ def write_interval_tables(out: Path, table: pd.DataFrame) -> tuple[pd.DataFrame,
     """``arms.csv`` and ``gaps.csv`` beside ``sweep.csv``: the tables every page reads."""
     arms, gaps = arm_rates(table), paired_gaps(table)
     # through a temp file and a rename: a link planted in the run is replaced, not written through
-    atomic_write_text(out / "arms.csv", arms.to_csv(index=False))
-    atomic_write_text(out / "gaps.csv", gaps.to_csv(index=False))
+    atomic_write_text(out / "arms.csv", csv_text(arms))
+    atomic_write_text(out / "gaps.csv", csv_text(gaps))
     return arms, gaps

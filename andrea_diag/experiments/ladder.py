@@ -49,7 +49,7 @@ from andrea_diag.experiments.thresholds import (
 from andrea_diag.record import write_json
 from andrea_diag.rundir import atomic_write_text, read_json, regular_file
 from andrea_diag.stats import holm
-from andrea_diag.tables import GROUP
+from andrea_diag.tables import GROUP, csv_text
 
 LADDER_SIZES = ["12m", "30m", "60m", "120m"]
 LADDER_LRS = [3e-4]  # the seeds' recipe; add a stress lr with --lr
@@ -165,7 +165,7 @@ def write_ladder(
               "thresholds": thresholds(table, sizes, meta.get("steps")),
               "finished_arms": len(finished(table)), "arms_in_table": len(table)}  # fmt: skip
     rows = by_size(table, sizes)
-    atomic_write_text(out / "ladder.csv", rows.to_csv(index=False))  # replaces a planted link
+    atomic_write_text(out / "ladder.csv", csv_text(rows))  # replaces a planted link
     write_json(out / "ladder.json", result)
     return result, rows
 

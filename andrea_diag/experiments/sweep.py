@@ -66,6 +66,7 @@ from andrea_diag.probes.verdict import COLLAPSE_VERDICTS
 from andrea_diag.record import write_json
 from andrea_diag.rundir import atomic_write_text, child, make_out_dir, read_json
 from andrea_diag.runread import SUMMARY, clean
+from andrea_diag.tables import csv_text
 from andrea_diag.train.components import check_precision
 from andrea_diag.train.graphed import check_graphable
 
@@ -382,7 +383,7 @@ def _each_cell(
                 summary = {**summary, "status": Status.CRASHED, "error": crashed[name]}
             rows.append(_arm_row(cfg, arm, summary, name))
         # the table grows cell by cell: a crash keeps every finished cell's rows
-        atomic_write_text(out / "sweep.csv", pd.DataFrame(rows).to_csv(index=False))
+        atomic_write_text(out / "sweep.csv", csv_text(pd.DataFrame(rows)))
     return rows
 
 
