@@ -152,9 +152,10 @@ class RunConfig:
             help="seeded mixer: a phase weighs each source u**sharpness (u uniform in 0.1..0.7, "
             "normalised); higher, one source dominates a phase and its boundary is a sharper "
             "shock. 1: the seeds' mixer. At least 0.5: flatter weights cannot make the 0.3 "
-            "shift a boundary must have.",
+            "shift a boundary must have. At most 100: past it 0.1**sharpness underflows.",
             shown=per_size("mixer_sharpness"),
             lo=0.5,
+            hi=100,
         ),
     )
     sources: dict[str, str] = field(

@@ -631,3 +631,15 @@ def test_a_checkpoint_that_does_not_fit_is_one_line_and_cuts_no_table(
     assert code == 2 and output.count("error:") == 1, output
     assert "does not fit this run" in output, output
     assert {n: (out / "none" / n).read_bytes() for n in tables} == tables
+
+
+@pytest.mark.parametrize("value", [1e308, 150.0])
+def test_a_mixer_sharpness_past_its_bound_is_one_line_typed_or_read_from_the_run(
+    finished: Path, tmp_path: Path, value: float
+) -> None:
+    code, output = _invoke(*ARGS, "--mixer-sharpness", str(value), "--out", str(tmp_path / "o"))
+    assert code == 2 and "--mixer-sharpness must be at most 100" in output
+    out = _stopped(finished, tmp_path)
+    _set_config(out, mixer_sharpness=value)
+    code, output = _invoke("cascade", "--resume", str(out))
+    assert code == 2 and output.count("error:") == 1, output
