@@ -36,6 +36,9 @@ def check_component(name: str, what: str) -> str:
     """``name`` as one safe path component (no separator, not ``.``/``..``, not too long)."""
     if not isinstance(name, str) or not name or name in (".", "..") or "/" in name or "\0" in name:
         raise UserError(f"{what} {name!r} is not a plain name", hint="names are one path component")
+    if any(ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 for c in name):  # C0, DEL, C1
+        # no name the toolkit writes has one; printed, an ESC would drive the user's terminal
+        raise UserError(f"{what} {name!r} holds control characters", hint="not a run's name")
     if len(name.encode("utf-8", "surrogateescape")) > NAME_MAX:
         raise UserError(f"{what} is longer than {NAME_MAX} bytes: {name[:40]!r}...")
     return name

@@ -120,3 +120,12 @@ def test_a_jsonl_table_larger_than_the_reader_takes_is_refused_unread(tmp_path):
         f.truncate(MAX_TABLE_BYTES + 1)
     with pytest.raises(UserError, match="more than this reader takes"):
         read_jsonl(path)
+
+
+@pytest.mark.parametrize("name", ["none\x1b]0;PWNED\x07", "a\nb", "arm\x9b2J", "tab\there"])
+def test_a_name_with_control_characters_is_refused_and_shown_escaped(name):
+    from andrea_diag.rundir import check_component
+
+    with pytest.raises(UserError, match="holds control characters") as caught:
+        check_component(name, "arm")
+    assert not any(ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 for c in caught.value.message)
