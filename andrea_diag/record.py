@@ -53,7 +53,7 @@ from andrea_diag.rundir import atomic_write_bytes, remove_file
 from andrea_diag.runlock import RunLock
 
 # the reading side lives in runread.py (validated loaders); these names stay importable here
-from andrea_diag.runread import load_run, read_cascade_meta, read_jsonl
+from andrea_diag.runread import clean_table, load_run, read_cascade_meta, read_jsonl
 from andrea_diag.tables import csv_text
 
 __all__ = ["NullRecorder", "Recorder", "load_run", "read_cascade_meta", "read_jsonl", "write_json"]
@@ -190,7 +190,14 @@ class Recorder:
             df = read_jsonl(self.run_dir / "metrics.jsonl")
             if len(df):  # to memory, then atomically: a full disk leaves no 0-byte parquet
                 buf = io.BytesIO()
-                df.to_parquet(buf, index=False)
+                try:
+                    df.to_parquet(buf, index=False)
+                except (ValueError, TypeError, OverflowError):  # pyarrow's ArrowInvalid is one
+                    # a resumed run's kept rows are the run dir's word: one of the wrong type
+                    # (an integer past int64) is cleaned as the report cleans it, not fatal
+                    path = self.run_dir / "metrics.jsonl"
+                    df, buf = clean_table(df, "metrics", path), io.BytesIO()
+                    df.to_parquet(buf, index=False)
                 atomic_write_bytes(self.run_dir / "metrics.parquet", buf.getvalue())
                 _write_eval_table(self.run_dir, df)
             if summary is not None:

@@ -115,14 +115,6 @@ def open_regular(path: Path, what: str) -> IO[bytes]:
 # a run's largest JSON file is its batch plan, ~300 bytes an update (0.4 MB for 1,500): 1 GiB
 # is 3.5M updates, and a planted 40 GB file is refused before it is read
 MAX_JSON_BYTES = 1 << 30
-MAX_INT_DIGITS = 19  # a JSON integer beyond 64 bits is no run's (and 5000 digits stall int())
-
-
-def json_int(text: str) -> int:
-    """``json.loads``' ``parse_int``: an integer of more than 64 bits is a ValueError."""
-    if len(text.lstrip("-")) > MAX_INT_DIGITS:
-        raise ValueError(f"an integer of {len(text.lstrip('-'))} digits")
-    return int(text)
 
 
 def read_text(path: Path, what: str, max_bytes: int | None = None) -> str:
@@ -147,10 +139,10 @@ def read_json(path: Path, what: str, kind: type | None = None) -> Any:
     """Parsed JSON of a regular file; with ``kind``, refused unless the top level is one."""
     text = read_text(path, what, MAX_JSON_BYTES)
     try:
-        value = json.loads(text, parse_int=json_int)
+        value = json.loads(text)
     except json.JSONDecodeError as e:
         raise UserError(f"{what} {path} is not valid JSON ({e.msg}, line {e.lineno})") from None
-    except ValueError as e:  # json_int's, or int()'s own digit limit
+    except ValueError as e:  # int()'s own digit limit (4300): no JSONDecodeError, no e.msg
         raise UserError(f"{what} {path} is not a run's JSON ({e})") from None
     except RecursionError:  # thousands of nested brackets: no run dir writes that
         raise UserError(f"{what} {path} is nested too deeply to be a run's JSON") from None

@@ -8,6 +8,7 @@ python -m pytest -q tests/test_hostile_resume.py
 from __future__ import annotations
 
 import json
+import math
 import os
 import pickle
 import shutil
@@ -643,3 +644,24 @@ def test_a_mixer_sharpness_past_its_bound_is_one_line_typed_or_read_from_the_run
     _set_config(out, mixer_sharpness=value)
     code, output = _invoke("cascade", "--resume", str(out))
     assert code == 2 and output.count("error:") == 1, output
+
+
+def test_a_kept_row_with_an_integer_past_the_float_range_is_a_gap_not_a_traceback(
+    finished: Path, tmp_path: Path
+) -> None:
+    """The rows a resume keeps are the run dir's word; the close (summary, parquet) cleans
+    them as the report does. The row is rewritten to its own byte length, so the checkpoint's
+    table positions still hold."""
+    out = _stopped(finished, tmp_path)
+    path = out / "none" / "metrics.jsonl"
+    lines = path.read_bytes().split(b"\n")
+    row = json.loads(lines[0])
+    small = {"update": row["update"], "loss": row["loss"], "grad_norm": 10**400}
+    text = json.dumps(small).encode()
+    assert len(text) < len(lines[0])
+    lines[0] = text[:-1] + b" " * (len(lines[0]) - len(text)) + b"}"
+    path.write_bytes(b"\n".join(lines))
+    code, output = _invoke("cascade", "--resume", str(out))
+    assert code == 0, output
+    m = pd.read_parquet(out / "none" / "metrics.parquet")
+    assert math.isnan(m["grad_norm"].iloc[0]) and len(m) == len(_metrics(finished / "none"))

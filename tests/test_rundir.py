@@ -82,13 +82,12 @@ def test_a_file_linked_out_of_its_run_is_not_read(tmp_path):
         read_json(run / "summary.json", "the summary", kind=dict)
 
 
-@pytest.mark.parametrize("digits", [25, 5000])
-def test_a_json_integer_beyond_64_bits_is_one_line_not_a_traceback(tmp_path, digits):
+def test_a_json_integer_past_pythons_digit_limit_is_one_line_not_a_traceback(tmp_path):
     from andrea_diag.rundir import read_json
 
     path = tmp_path / "config.json"
-    path.write_text('{"steps": ' + "9" * digits + "}")
-    with pytest.raises(UserError, match=f"an integer of {digits} digits"):
+    path.write_text('{"steps": ' + "9" * 5000 + "}")
+    with pytest.raises(UserError, match="is not a run's JSON"):
         read_json(path, "config.json")
 
 
@@ -102,12 +101,12 @@ def test_a_json_side_file_larger_than_any_run_writes_is_refused_unread(tmp_path)
         read_json(path, "summary.json")
 
 
-def test_jsonl_rows_nested_too_deep_or_with_huge_integers_are_skipped_not_fatal(tmp_path):
+def test_jsonl_rows_nested_too_deep_or_past_the_digit_limit_are_skipped_not_fatal(tmp_path):
     from andrea_diag.runread import read_jsonl
 
     path = tmp_path / "events.jsonl"
     rows = ['{"update": 1}', "[" * 100_000 + "]" * 100_000, '{"update": ' + "9" * 5000 + "}",
-            '{"update": ' + "9" * 30 + "}", '{"update": 2}']  # fmt: skip
+            '{"update": 2}']  # fmt: skip
     path.write_text("\n".join(rows) + "\n")
     assert read_jsonl(path)["update"].tolist() == [1, 2]
 

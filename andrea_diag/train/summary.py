@@ -15,6 +15,7 @@ import torch
 from andrea_diag.config import RunConfig
 from andrea_diag.metrics import CLIPPED_BELOW
 from andrea_diag.record import Recorder, read_jsonl
+from andrea_diag.runread import clean_table
 
 
 def unigram_entropy(counts: torch.Tensor) -> float:
@@ -69,7 +70,9 @@ def run_sheet(
 
 def summarize(recorder: Recorder, cfg: RunConfig, wall_s: float) -> dict[str, Any]:
     """Loop-level summary fields (the probes add theirs)."""
-    df = read_jsonl(recorder.run_dir / "metrics.jsonl")
+    path = recorder.run_dir / "metrics.jsonl"
+    # a resumed run's kept rows are the run dir's word: cleaned as the report cleans them
+    df = clean_table(read_jsonl(path), "metrics", path)
     # all-NaN columns come back from JSON as None objects: coerce before testing finiteness
     for col in ("loss", "grad_norm", "clip_coef"):
         df[col] = pd.to_numeric(df[col], errors="coerce")
