@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -25,6 +26,7 @@ from hostile_dirs import (  # noqa: F401 (the *_fixture names are fixtures: run,
     cascade_fixture,
     cli,
     edit,
+    jsonl_metrics,
     make_sweep,
     one_line_error,
     run_fixture,
@@ -327,3 +329,66 @@ def test_unwritable_run_dir_says_it_cannot_write_and_names_out(
     assert "cannot write" in out and "--out" in out
     assert cli("report", str(run), "--out", str(tmp_path / "r.html"))[0] == 0
     assert (tmp_path / "r.html").is_file()
+
+
+@pytest.mark.browser
+def test_hard_link_at_an_image_path_is_replaced_not_written_through(tmp_path: Path, run: Path):
+    if not (os.environ.get("BROWSER_PATH") or shutil.which("chromium")):  # as test_report_images
+        pytest.skip("chromium not installed (apt-get install -y chromium)")
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    image = run / "report-training-loss.svg"
+    os.link(victim, image)
+    code, out = cli("report", "--svg", str(run))
+    assert code == 0, out
+    assert victim.read_text() == "keep me" and victim.stat().st_nlink == 1
+    assert image.stat().st_ino != victim.stat().st_ino
+    assert image.read_text().lstrip().startswith("<svg")
+
+
+# ---- names from a run dir in the charts: plotly draws their text as its own pseudo-HTML ----
+
+ARM_LINK = '<a href="https://evil.example/arm">Arm</a>'
+COLUMN_LINK = '<a href="https://evil.example/phish">Click</a>'
+
+
+def figure_strings(page: str) -> list[str]:
+    """Every string of every figure's data and layout, as plotly.js gets them."""
+    dec, found = json.JSONDecoder(), []
+    for m in re.finditer(r"Plotly\.newPlot\(", page):
+        _, i = dec.raw_decode(page, m.end())  # the div's id, then data and layout
+        for _ in range(2):
+            obj, i = dec.raw_decode(page, re.compile(r"\s*,\s*").match(page, i).end())
+            found += _strings(obj)
+    return found
+
+
+def _strings(obj: object) -> list[str]:
+    if isinstance(obj, dict):
+        return [s for v in obj.values() for s in _strings(v)]
+    if isinstance(obj, list):
+        return [s for v in obj for s in _strings(v)]
+    return [obj] if isinstance(obj, str) else []
+
+
+def test_run_names_in_charts_are_drawn_as_text_not_links(run: Path) -> None:
+    edit(run / "config.json", arm=ARM_LINK)  # the arm's label: legend entries
+    rows = jsonl_metrics(run)  # a per-layer column: the heatmap's row labels
+    (run / "metrics.jsonl").write_text("".join(
+        json.dumps({**r, "layer_gn/embed": 1.0, f"layer_gn/{COLUMN_LINK}": 2.0}) + "\n"
+        for r in rows))  # fmt: skip
+    strings = figure_strings(render_report([run], run / "report.html").read_text())
+    assert not [s for s in strings if re.search(r"(?i)<\s*a\b|<[^>]*href", s)]
+    for link in (ARM_LINK, COLUMN_LINK):  # still there, as text plotly shows literally
+        assert link.replace("<", "&lt;").replace(">", "&gt;") in strings
+    assert any("%{x}<br>%{y}<br>" in s for s in strings)  # the toolkit's own markup kept
+
+
+def test_control_characters_from_a_run_name_are_shown_escaped_in_the_error(run: Path) -> None:
+    arm = run.rename(run.parent / "none\x1b]0;PWNED\x07\x1b[2K")
+    (arm / "summary.json").unlink()
+    os.mkfifo(arm / "summary.json")
+    out = one_line_error("report", str(arm))
+    assert "\x1b" not in out and "\x07" not in out
+    assert len([ln for ln in out.splitlines() if ln.startswith("error:")]) == 1
+    assert "none\\x1b]0;PWNED\\x07\\x1b[2K" in out

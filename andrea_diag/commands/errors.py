@@ -15,7 +15,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from andrea_diag.errors import UserError
+from andrea_diag.errors import UserError, visible
 from andrea_diag.signals import Terminated, stop_on_signals
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -24,10 +24,13 @@ err_console = Console(stderr=True)
 
 def one_line(e: UserError) -> None:
     """Print ``error: <message>`` (and ``hint: ...``) on stderr."""
-    # escaped: a message may hold brackets (pip extras, paths) that are not markup
-    err_console.print(f"[bold red]error:[/] {escape(e.message)}", highlight=False, soft_wrap=True)
+    # escaped: a message may hold brackets (pip extras, paths) that are not markup; visible():
+    # UserError made it so already, again here for a message set after (rich keeps ESC)
+    message = escape(visible(str(e.message)))
+    err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
     if e.hint:
-        err_console.print(f"[dim]hint:[/] {escape(e.hint)}", highlight=False, soft_wrap=True)
+        hint = escape(visible(str(e.hint)))
+        err_console.print(f"[dim]hint:[/] {hint}", highlight=False, soft_wrap=True)
 
 
 def friendly_errors(fn: F, after_stop: str | None = None) -> F:

@@ -18,12 +18,17 @@ from the installed plotly package, so nothing is downloaded.
 
 from __future__ import annotations
 
+import os
 import re
+import stat
+import tempfile
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from andrea_diag.errors import UserError
+from andrea_diag.report.safe import figure_dict
+from andrea_diag.rundir import atomic_write_bytes
 
 FORMATS = ("png", "svg")
 WIDTH = 1100  # px; the HTML page is at most 1400 px wide, so the charts keep their proportions
@@ -66,29 +71,50 @@ def _kaleido(html_path: Path) -> Any:
 
 def write_images(figures: list[tuple[str, Any]], html_path: Path, formats: list[str]) -> list[Path]:
     """Write every (section, plotly figure) in every format beside ``html_path``, in one browser
-    session; returns the files. UserError when kaleido or a browser is missing or fails."""
+    session; returns the files. UserError when kaleido or a browser is missing or fails.
+
+    kaleido writes into a private temp folder, never to the run: it opens its path and writes
+    into it, through a hard link planted there (``ln /elsewhere RUN/report-<chart>.svg``) as
+    through a symlink. Each image then reaches its place as the page does: a fresh temp file in
+    the same folder and a rename (``atomic_write_bytes``), which replaces any link."""
     bad = [f for f in formats if f not in FORMATS]
     if bad:
         raise UserError(f"unknown image format {bad[0]!r}", hint=f"one of: {', '.join(FORMATS)}")
     kaleido = _kaleido(html_path)
+    paths = [p for fmt in formats for p in image_paths(html_path, [s for s, _ in figures], fmt)]
+    for path in paths:  # before the browser starts: a folder or a FIFO there is one line
+        _check_target(path)
+    with tempfile.TemporaryDirectory(prefix="andrea-diag-images-") as scratch:
+        specs = []
+        for fmt in formats:
+            for _, fig in figures:
+                height = fig.layout.height or DEFAULT_HEIGHT
+                opts = {"format": fmt, "width": WIDTH, "height": height, "scale": SCALE}
+                drawn = Path(scratch) / f"{len(specs)}.{fmt}"
+                specs.append({"fig": figure_dict(fig), "path": drawn, "opts": opts})
+        _draw(kaleido, specs, html_path)
+        for spec, path in zip(specs, paths, strict=True):
+            atomic_write_bytes(path, spec["path"].read_bytes())
+    return paths
+
+
+def _check_target(path: Path) -> None:
+    """Refuse an image path that holds something a rename should not replace (a folder, a
+    FIFO); a link or a regular file there is replaced, never written through."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        raise UserError(f"cannot look at {path} ({e.strerror or e})") from None
+    if not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
+        raise UserError(f"{path} is not a regular file", hint="refusing to write an image there")
+
+
+def _draw(kaleido: Any, specs: list[dict[str, Any]], html_path: Path) -> None:
+    """Draw every spec to its ``path`` in one browser session, or one UserError."""
     from kaleido.errors import BrowserFailedError, ChromeNotFoundError, KaleidoError
 
-    specs, paths = [], []
-    for fmt in formats:
-        for path, (_, fig) in zip(
-            image_paths(html_path, [s for s, _ in figures], fmt), figures, strict=True
-        ):
-            height = fig.layout.height or DEFAULT_HEIGHT
-            opts = {"format": fmt, "width": WIDTH, "height": height, "scale": SCALE}
-            specs.append({"fig": fig.to_dict(), "path": path, "opts": opts})
-            paths.append(path)
-    for path in paths:  # kaleido opens the path itself: never through a link out of the run
-        if path.is_symlink():
-            path.unlink()
-        elif path.exists() and not path.is_file():
-            raise UserError(
-                f"{path} is not a regular file", hint="refusing to write an image there"
-            )
     try:
         kaleido.write_fig_from_object_sync(specs, kopts={"mathjax": False}, cancel_on_error=True)
     except ChromeNotFoundError:
@@ -101,4 +127,3 @@ def write_images(figures: list[tuple[str, Any]], html_path: Path, formats: list[
             f"{html_path} was written, but the browser could not draw the images ({exc})",
             hint=BROWSER_HINT,
         ) from None
-    return paths

@@ -13,6 +13,11 @@ would not run them once escaped: ``javascript:``/``vbscript:`` (the colon become
 and ``on<event>=`` (the ``=`` becomes ``&#61;``); the page reads the same. JSON embedded in a
 ``<script>`` has ``<``, ``>``, ``&``, ``=``, ``/`` and U+2028/9 as ``\\uXXXX`` escapes, so no
 value can end the element or start one.
+
+plotly draws a figure's text (trace names, legend, axis, subplot and colour-bar titles,
+annotations, tick and hover labels) as its own pseudo-HTML, where ``<a href>`` is a link and
+``<span style>`` restyles: :func:`figure_dict` is every figure as plotly.js and kaleido read it,
+its strings through :func:`plotly_text`, so a name from a run dir is drawn as the text it is.
 """
 
 from __future__ import annotations
@@ -31,6 +36,11 @@ _SCHEME = re.compile(r"(?i)(javascript|vbscript|livescript)(\s*):")
 _HANDLER = re.compile(r"(?i)\b(on[a-z]+)(\s*)=")
 _JSON_SWAP = (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"), ("=", "\\u003d"),
               ("\u2028", "\\u2028"), ("\u2029", "\\u2029"))  # fmt: skip
+
+
+# The toolkit's own figures use these (hovertemplates: "<br>", "<extra></extra>"), kept as tags
+# by plotly_text; without attributes they can break a line or set bold, never link or restyle.
+_PLOTLY_TAG = re.compile(r"&lt;(/?(?:br|b|i|em|sub|sup|extra)\s*/?)&gt;", re.IGNORECASE)
 
 
 class Html(str):
@@ -86,16 +96,48 @@ def json_safe(text: str) -> str:
     return _SCHEME.sub(r"\1\2\\u003a", text)
 
 
+def plotly_text(text: str) -> str:
+    """``text`` as plotly draws it literally: ``&``, ``<`` and ``>`` as entities (plotly decodes
+    them after reading its tags, so ``<a href=...>`` is shown, not linked), the attribute-less
+    tags of ``_PLOTLY_TAG`` (``<br>``, ``<b>``, ``<sub>``, ...) kept."""
+    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return _PLOTLY_TAG.sub(r"<\1>", text)
+
+
+def plotly_safe(obj: Any, key: str = "") -> Any:
+    """Every string in a figure's JSON (``key``: the one holding it) through :func:`plotly_text`.
+
+    All strings, not only the ones known to come from a run dir: a run's names reach figures
+    inside the toolkit's own text (``f"{label}: mixture"``, subplot titles, hover text, the
+    categories of a heatmap's axis) through a dozen figure builders, and marking them at each
+    would leave the next builder to remember it. The toolkit's markup survives as the tags
+    re-allowed above. d3 format strings (``tickformat``, ``hoverformat``) are left as they are:
+    never drawn as text, ``<`` and ``>`` are alignments there."""
+    if isinstance(obj, str):
+        return obj if key.endswith("format") else plotly_text(obj)
+    if isinstance(obj, dict):
+        return {k: plotly_safe(v, str(k)) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [plotly_safe(v, key) for v in obj]
+    return obj
+
+
+def figure_dict(fig: Any) -> dict[str, Any]:
+    """A plotly figure as the JSON dict plotly.js reads (``data``, ``layout``), every string
+    through :func:`plotly_safe`: for the page (:func:`figure_html`) and for kaleido's images."""
+    import plotly.io as pio
+
+    return plotly_safe(json.loads(pio.to_json(fig, validate=False, pretty=False, engine="json")))
+
+
 def figure_html(fig: Any, div_id: str, config: dict[str, Any]) -> Html:
     """A plotly figure as a ``<div>`` + ``<script>`` without the bundle (linked once per page),
     in the form ``plotly.io.to_html`` writes.
 
-    The figure's JSON (trace names, hover text, titles: values from run dirs) is serialised by
-    plotly, then made safe by :func:`json_safe`; plotly draws the same strings."""
-    import plotly.io as pio
-
+    The figure's JSON (trace names, hover text, titles: values from run dirs) is
+    :func:`figure_dict`, made safe for the ``<script>`` by :func:`json_safe`."""
     check_component(div_id, "figure id")
-    fig_json = json.loads(pio.to_json(fig, validate=False, pretty=False, engine="json"))
+    fig_json = figure_dict(fig)
     ident = script_json(div_id)
     data, layout = script_json(fig_json.get("data", [])), script_json(fig_json.get("layout", {}))
     return Html(
