@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from andrea_diag.errors import UserError
+from andrea_diag.errors import UserError, visible
 
 NAME_MAX = 255  # a path component longer than this is refused by every Linux filesystem
 
@@ -36,7 +36,7 @@ def check_component(name: str, what: str) -> str:
     """``name`` as one safe path component (no separator, not ``.``/``..``, not too long)."""
     if not isinstance(name, str) or not name or name in (".", "..") or "/" in name or "\0" in name:
         raise UserError(f"{what} {name!r} is not a plain name", hint="names are one path component")
-    if any(ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 for c in name):  # C0, DEL, C1
+    if visible(name) != name:  # a C0, DEL or C1 character (errors.visible owns the set)
         # no name the toolkit writes has one; printed, an ESC would drive the user's terminal
         raise UserError(f"{what} {name!r} holds control characters", hint="not a run's name")
     if len(name.encode("utf-8", "surrogateescape")) > NAME_MAX:
@@ -117,17 +117,25 @@ def open_regular(path: Path, what: str) -> IO[bytes]:
 MAX_JSON_BYTES = 1 << 30
 
 
+def check_size(
+    path: Path, what: str, max_bytes: int, said: str = "more than any run writes"
+) -> None:
+    """Refuse, unread, a file larger than ``max_bytes``: a planted 40 GB file would be read
+    whole before any check of its content."""
+    size = os.stat(path).st_size
+    if size > max_bytes:
+        raise UserError(
+            f"{what} {path} is {size / 2**30:.1f} GiB, {said} ({max_bytes / 2**30:g} GiB)",
+            hint="the file is damaged or not from andrea-diag",
+        )
+
+
 def read_text(path: Path, what: str, max_bytes: int | None = None) -> str:
     """The UTF-8 text of a regular file (at most ``max_bytes``), or one line."""
     regular_file(path, what)
     try:
-        size = os.stat(path).st_size
-        if max_bytes is not None and size > max_bytes:
-            raise UserError(
-                f"{what} {path} is {size / 2**30:.1f} GiB, more than any run writes "
-                f"({max_bytes / 2**30:g} GiB)",
-                hint="the file is damaged or not from andrea-diag",
-            )
+        if max_bytes is not None:
+            check_size(path, what, max_bytes)
         return Path(path).read_text(encoding="utf-8")
     except UnicodeDecodeError:
         raise UserError(f"{what} {path} is not UTF-8 text") from None

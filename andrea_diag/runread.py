@@ -21,7 +21,6 @@ import json
 import logging
 import math
 import numbers
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -29,7 +28,7 @@ from typing import Any
 import pandas as pd
 
 from andrea_diag.errors import UserError
-from andrea_diag.rundir import child, read_json, regular_file
+from andrea_diag.rundir import check_size, child, read_json, regular_file
 
 log = logging.getLogger("andrea_diag.record")
 
@@ -282,13 +281,7 @@ def read_jsonl(path: Path) -> pd.DataFrame:
     rows, bad = [], 0
     if path.exists() or path.is_symlink():
         regular_file(path, path.name)
-        size = os.stat(path).st_size
-        if size > MAX_TABLE_BYTES:  # read whole into rows: a planted 40 GB file would OOM
-            raise UserError(
-                f"{path} is {size / 2**30:.1f} GiB, more than this reader takes "
-                f"({MAX_TABLE_BYTES >> 30} GiB)",
-                hint="the file is damaged or not from andrea-diag",
-            )
+        check_size(path, path.name, MAX_TABLE_BYTES, "more than this reader takes")
         with open(path, encoding="utf-8", errors="replace") as f:
             for line in f:
                 line = line.strip()

@@ -364,8 +364,8 @@ class TrainState:
 
 def seed_and_precision(cfg: RunConfig) -> None:
     """The process-global torch state an arm depends on: the float32 matmul precision (torch
-    has no per-model setting) and the seed. :class:`~andrea_diag.train.loop.Trainer` calls it right before it builds
-    the model, so every caller (``train_arm``, ``bench-train``, the tests) gets the same init
-    in every arm of a cascade: only the clip mode differs."""
+    has no per-model setting) and the seed. :class:`~andrea_diag.train.loop.Trainer` calls it
+    right before it builds the model, so every caller (``train_arm``, ``bench-train``, the
+    tests) gets the same init in every arm of a cascade: only the clip mode differs."""
     torch.set_float32_matmul_precision(cfg.matmul_precision)
     torch.manual_seed(cfg.seed)
