@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import socket
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -55,26 +56,101 @@ class DistInfo:
         return self.rank == 0
 
 
+# torchrun (and --nproc's workers) set these; a value is a plain count, ASCII digits only:
+# int() would also take " 2", "+2", "2_0" and other scripts' digits, and read "abc" as a traceback
+_COUNT = re.compile(r"[0-9]{1,9}")
+_UNSET = "unset them to run one process, or start the run with --nproc or torchrun"
+
+
+def _env_count(name: str) -> int | None:
+    """``name``'s value in the environment as a count (None: unset); anything else is one line."""
+    value = os.environ.get(name)
+    if value is None:
+        return None
+    if not _COUNT.fullmatch(value):
+        raise UserError(f"{name}={value!r} in the environment is not a whole number", hint=_UNSET)
+    return int(value)
+
+
+def _world_size() -> int:
+    world = _env_count("WORLD_SIZE")
+    if world == 0:
+        raise UserError("WORLD_SIZE=0 in the environment: a run needs at least 1 process",
+                        hint=_UNSET)  # fmt: skip
+    return 1 if world is None else world
+
+
+def env_world() -> DistInfo:
+    """This process's place in the run, from the environment ``--nproc`` or torchrun set up:
+    ``DistInfo()`` (one process) when neither ``WORLD_SIZE`` nor ``RANK`` is set.
+
+    The one reader of those variables; what no launcher sets is one line, never a traceback
+    or a partial run: a value that is not a whole number, ``WORLD_SIZE`` 0, ``RANK`` at or past
+    ``WORLD_SIZE``, ``WORLD_SIZE`` above 1 without ``RANK`` (the rendezvous would fail after
+    the run dir was written), ``RANK`` without ``WORLD_SIZE`` (rank 5 of 1: it would train as
+    one process and write nothing), ``LOCAL_RANK`` past ``WORLD_SIZE``. ``WORLD_SIZE=1``
+    alone is one process: it has a single rank. Above 1, torch's rendezvous needs
+    ``MASTER_ADDR`` and ``MASTER_PORT``, which the launchers set."""
+    world, rank = _world_size(), _env_count("RANK")
+    if rank is None and world > 1:
+        raise UserError(f"WORLD_SIZE={world} is set in the environment but RANK is not",
+                        hint=_UNSET)  # fmt: skip
+    if rank is not None and "WORLD_SIZE" not in os.environ:
+        raise UserError(f"RANK={rank} is set in the environment but WORLD_SIZE is not",
+                        hint=_UNSET)  # fmt: skip
+    rank = rank or 0
+    if rank >= world:
+        raise UserError(f"RANK={rank} in the environment is not below WORLD_SIZE={world}",
+                        hint="ranks run from 0 to WORLD_SIZE - 1")  # fmt: skip
+    if world == 1:
+        return DistInfo()
+    local = _env_count("LOCAL_RANK")  # read only where it is used: D > 1
+    if local is not None and local >= world:
+        raise UserError(f"LOCAL_RANK={local} in the environment is not below WORLD_SIZE={world}",
+                        hint="local ranks run from 0 to the processes per host - 1")  # fmt: skip
+    if not dist.is_initialized():  # a group already joined needs no rendezvous
+        _check_rendezvous(world)
+    return DistInfo(rank, world, local or 0)
+
+
+def _check_rendezvous(world: int) -> None:
+    """torch's env:// rendezvous needs ``MASTER_ADDR`` and ``MASTER_PORT``; without them it
+    raises a traceback at the first arm, after the run dir was written."""
+    port = _env_count("MASTER_PORT")
+    if "MASTER_ADDR" not in os.environ or port is None or not 0 < port < 65536:
+        raise UserError(
+            f"WORLD_SIZE={world} needs MASTER_ADDR and MASTER_PORT (a port from 1 to 65535) "
+            "in the environment",
+            hint=_UNSET,
+        )
+
+
 def env_world_size() -> int:
-    """Processes in this run, as ``--nproc`` or torchrun set them up (1: not distributed)."""
-    return int(os.environ.get("WORLD_SIZE", "1"))
+    """Processes in this run, as ``--nproc`` or torchrun set them up (1: not distributed).
+
+    ``WORLD_SIZE`` alone, checked as :func:`env_world` checks it: a config's pre-flight
+    (``check_runnable``) asks only how many processes there are. The rest is checked by
+    :func:`env_rank` (``cascade`` and ``train`` read it before anything else) and by
+    :func:`init_from_env`, which every trainer calls."""
+    return _world_size()
 
 
 def env_rank() -> int:
-    return int(os.environ.get("RANK", "0"))
+    """This process's rank (0: the one that writes), with every check of :func:`env_world`."""
+    return env_world().rank
 
 
 def init_from_env(device_type: str) -> DistInfo:
     """Join the process group that ``--nproc`` or torchrun set up (no-op for one process)."""
-    world = env_world_size()
-    if world <= 1:
+    env = env_world()
+    if env.world_size <= 1:
         return DistInfo()
     for key, value in NO_MULTICAST.items():
         os.environ.setdefault(key, value)
     if not dist.is_initialized():
         backend = "nccl" if device_type == "cuda" else "gloo"
         dist.init_process_group(backend=backend)
-    info = DistInfo(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", 0)))
+    info = DistInfo(dist.get_rank(), dist.get_world_size(), env.local_rank)
     if device_type == "cuda":
         if torch.cuda.device_count() < info.world_size:
             raise UserError(
