@@ -173,6 +173,13 @@ def build_model(cfg: RunConfig) -> torch.nn.Module:
         from andrea_diag.model import GPT
 
         return GPT(cfg.model)
+    # the trainer optimises what requires a gradient: with nothing, it failed deep in training
+    # (an unpack error, or backward's "does not require grad"), after the run dir was written
+    if not any(p.requires_grad for p in model.parameters()):
+        raise UserError(
+            f"{option} {spec!r} returned a model with no trainable parameters",
+            hint="register its weights as torch.nn.Parameter with requires_grad=True",
+        )
     check_forward(model, cfg, option, spec)
     return model
 
