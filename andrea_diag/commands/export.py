@@ -22,13 +22,11 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
-from andrea_diag.commands.report import damaged_run_dir
+from andrea_diag.commands.report import damaged_run_dir, say
+from andrea_diag.console_text import shown
 from andrea_diag.errors import UserError
 from andrea_diag.rundir import OUT_LINK, check_path, child, make_out_dir
-
-console = Console(stderr=True)
 
 
 def export(
@@ -116,8 +114,8 @@ def _tensorboard(run_dirs: list[Path], target: Path) -> None:
     from andrea_diag.tensorboard import export_tensorboard
 
     for run, folder in export_tensorboard(run_dirs, target):
-        console.print(f"[bold green]tensorboard:[/] {run} -> {folder}", highlight=False)
-    console.print(f"view: tensorboard --logdir {target}", highlight=False)
+        say(f"[bold green]tensorboard:[/] {shown(run)} -> {shown(folder)}")
+    say(f"view: tensorboard --logdir {shown(target)}")
 
 
 def _wandb(run_dirs: list[Path], target: Path, project: str) -> None:
@@ -140,9 +138,8 @@ def _wandb(run_dirs: list[Path], target: Path, project: str) -> None:
             # service waits for them, so they are complete when the command says so
             __import__("wandb").teardown()
     for run, name in done:
-        console.print(f"[bold green]wandb:[/] {run} -> {name} (offline)", highlight=False)
-    console.print(f"upload when you choose: wandb sync {target / 'wandb'}/offline-run-*",
-                  highlight=False)  # fmt: skip
+        say(f"[bold green]wandb:[/] {shown(run)} -> {shown(name)} (offline)")
+    say(f"upload when you choose: wandb sync {shown(target / 'wandb')}/offline-run-*")
 
 
 @contextlib.contextmanager
@@ -184,5 +181,5 @@ def _mlflow(run_dirs: list[Path], store: str, experiment: str) -> None:
         first = (str(e).strip().splitlines() or [type(e).__name__])[0]
         raise UserError(f"MLflow refused the export to {uri}: {first[:300]}") from None
     for run, name in done:
-        console.print(f"[bold green]mlflow:[/] {run} -> {name}", highlight=False)
-    console.print(f"view: mlflow ui --backend-store-uri {uri}", highlight=False)
+        say(f"[bold green]mlflow:[/] {shown(run)} -> {shown(name)}")
+    say(f"view: mlflow ui --backend-store-uri {shown(uri)}")

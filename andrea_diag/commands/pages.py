@@ -20,6 +20,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
+from andrea_diag.console_text import shown
 from andrea_diag.errors import CellsCrashed, UserError
 from andrea_diag.experiments.executor import AfterCell
 from andrea_diag.experiments.ladder import LadderRun, read_sweep_outputs, write_ladder
@@ -38,7 +39,7 @@ def report_renderer_available(console: Console, out_dir: Path) -> bool:
     except ImportError:
         console.print(
             f"[yellow]report not rendered: plotly is not installed here. The run is complete; "
-            f"render it elsewhere with `andrea-diag report {out_dir}`.[/]"
+            f"render it elsewhere with `andrea-diag report {shown(out_dir)}`.[/]"
         )
         return False
     return True

@@ -10,12 +10,18 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 
+from andrea_diag.console_text import shown
 from andrea_diag.errors import UserError
 from andrea_diag.rundir import check_path
 
 console = Console(stderr=True)
+
+
+def say(line: str) -> None:
+    """One line of rich markup whose names went through :func:`shown`, unwrapped (a path
+    stays one line to copy) and unhighlighted."""
+    console.print(line, highlight=False, soft_wrap=True)
 
 
 def report(
@@ -73,8 +79,7 @@ def report(
                 _said(_render([d], None, title, images), images)
         if len(run_dirs) > 1:
             given = " ".join(shlex.quote(str(d)) for d in run_dirs)
-            console.print(f"one page comparing them: andrea-diag report {escape(given)} "
-                          "--out compare.html", highlight=False, soft_wrap=True)  # fmt: skip
+            say(f"one page comparing them: andrea-diag report {shown(given)} --out compare.html")
 
 
 def _is_sweep(d: Path) -> bool:
@@ -91,10 +96,10 @@ def _sweep_pages(sweep: Path, images: list[str]) -> None:
             "--png/--svg draw the charts of run and cascade reports, not of the sweep page",
             hint=f"pass one cell, e.g. andrea-diag report --png {sweep}/<cell>",
         )
-    console.print(f"[bold green]sweep:[/] {render_sweep_dir(sweep)}")
+    say(f"[bold green]sweep:[/] {shown(render_sweep_dir(sweep))}")
     ladder = rejudge_ladder(sweep, console)
     if ladder is not None:
-        console.print(f"[bold green]ladder:[/] {ladder}")
+        say(f"[bold green]ladder:[/] {shown(ladder)}")
 
 
 def _same(d: Path) -> Path:
@@ -157,6 +162,7 @@ def where_of(run_dirs: list[Path]) -> str:
 
 def _said(path: Path, images: list[str]) -> None:
     """Print the page, and where its images went."""
-    console.print(f"[bold green]report:[/] {path}")
+    say(f"[bold green]report:[/] {shown(path)}")
     for fmt in images:
-        console.print(f"[bold green]{fmt}:[/] {path.with_name(path.stem)}-<chart>.{fmt}")
+        where = shown(f"{path.with_name(path.stem)}-<chart>.{fmt}")
+        say(f"[bold green]{fmt}:[/] {where}")

@@ -28,6 +28,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from andrea_diag.clip.modes import check_clip
 from andrea_diag.config import RunConfig
+from andrea_diag.console_text import shown
 from andrea_diag.data import BatchPlan, Mixer, PreparedData
 from andrea_diag.device import resolve_device
 from andrea_diag.errors import UserError
@@ -102,7 +103,7 @@ def load_data(cfg: RunConfig, console: Console) -> PreparedData:
         console.print(f"[dim]{escape(data.note)}[/]", soft_wrap=True)  # one line, unwrapped
     generated = [n for n, s in data.sources.items() if s.generated]
     if generated:
-        console.print(f"[dim]generated (seeded) sources: {', '.join(generated)}[/]")
+        console.print(f"[dim]generated (seeded) sources: {shown(', '.join(generated))}[/]")
     return data
 
 
@@ -183,18 +184,17 @@ def run_arms(
                 torch.distributed.barrier()  # the others replay what rank 0 just saved
             if status == "done":
                 summaries[cfg.arm] = found
-                console.print(f"[dim]{cfg.arm}: finished earlier, kept[/]")
+                console.print(f"[dim]{shown(cfg.arm)}: finished earlier, kept[/]")
                 continue
             if status == "restart" and info.is_main:
-                aside = move_aside(out_dir / cfg.arm)
-                console.print(f"[yellow]{cfg.arm}: no checkpoint yet; kept as {aside}, restarting")
+                _set_aside(out_dir / cfg.arm, console)
             if info.world_size > 1:
                 torch.distributed.barrier()  # nobody starts an arm rank 0 is still moving
             arm_plan = plan if i == 0 else BatchPlan.load(plan_path, data, like=plan)
             ckpt = found if status == "checkpoint" else None
             if ckpt is not None:
-                console.print(f"{cfg.arm}: continuing from {ckpt.name}")
-            task = progress.add_task(cfg.arm, total=cfg.steps, loss="-", gn="-")
+                console.print(f"{shown(cfg.arm)}: continuing from {shown(ckpt.name)}")
+            task = progress.add_task(shown(cfg.arm), total=cfg.steps, loss="-", gn="-")
 
             def tick(
                 update: int, row: dict[str, Any], _task: Any = task, _cfg: RunConfig = cfg
@@ -207,8 +207,8 @@ def run_arms(
                 # every tenth of the run instead, so long work still shows progress.
                 if not console.is_terminal and (update % every == 0 or update == _cfg.steps):
                     console.print(
-                        f"{_cfg.arm}: update {update}/{_cfg.steps}  loss {_fmt(row['loss'])}  "
-                        f"|g| {_fmt(row['grad_norm'])}",
+                        f"{shown(_cfg.arm)}: update {update}/{_cfg.steps}  "
+                        f"loss {_fmt(row['loss'])}  |g| {_fmt(row['grad_norm'])}",
                         highlight=False,
                     )
 
@@ -218,6 +218,13 @@ def run_arms(
     if len(configs) == 1 and info.is_main:
         _complete_plan(plan, first.steps).save(plan_path)
     return summaries
+
+
+def _set_aside(arm_dir: Path, console: Console) -> None:
+    """An arm that started but saved no checkpoint: kept under another name, trained anew."""
+    aside = move_aside(arm_dir)
+    said = f"{shown(arm_dir.name)}: no checkpoint yet; kept as {shown(aside)}, restarting"
+    console.print(f"[yellow]{said}[/]")
 
 
 def _warner(console: Console) -> Callable[[str], None]:

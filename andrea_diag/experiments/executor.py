@@ -44,6 +44,7 @@ from typing import Any
 from rich.console import Console
 
 from andrea_diag.config import RunConfig
+from andrea_diag.console_text import shown
 from andrea_diag.errors import UserError
 from andrea_diag.experiments.mps import check_mode, mps_session
 from andrea_diag.rundir import (
@@ -345,7 +346,9 @@ def _run_in_slots(
         try:
             if procs.stopping.is_set():
                 return job.name, "not started: the sweep was stopped"
-            console.print(f"cell {job.name} started" + (f" on GPU {gpu}" if gpu else ""))
+            console.print(
+                f"cell {shown(job.name)} started" + (f" on GPU {shown(gpu)}" if gpu else "")
+            )
             t0 = time.perf_counter()
             error = launch(job, write_job(job, folder), gpu)
         finally:
@@ -353,9 +356,9 @@ def _run_in_slots(
         if error is None and after_cell is not None:
             with after_lock:
                 error = _after(after_cell, job)
-        word = "[green]done[/]" if error is None else f"[red]crashed[/] ({error})"
+        word = "[green]done[/]" if error is None else f"[red]crashed[/] ({shown(error)})"
         console.print(
-            f"cell {job.name} {word} in {time.perf_counter() - t0:.0f} s", highlight=False
+            f"cell {shown(job.name)} {word} in {time.perf_counter() - t0:.0f} s", highlight=False
         )
         return job.name, error
 
