@@ -43,6 +43,12 @@ from andrea_diag.clip.api import ClipResult
 from andrea_diag.clip.from_total import clip_from_total
 from andrea_diag.config import ProbeConfig
 from andrea_diag.jsonl import JsonlWriter
+from andrea_diag.monitor_checks import (
+    check_arguments,
+    check_probe_config,
+    check_prompts,
+    checked_loggers,
+)
 from andrea_diag.probes import ProbeDriver, make_probes
 from andrea_diag.probes.base import UpdateContext
 from andrea_diag.probes.shape import model_shape
@@ -68,6 +74,7 @@ def _probe_config(
     except TypeError as exc:  # an unknown keyword: say which fields exist
         fields = ", ".join(f.name for f in dataclasses.fields(ProbeConfig))
         raise TypeError(f"{exc}; SpikeMonitor probe options are: {fields}") from None
+    check_probe_config(cfg)  # types and bounds as a ValueError/TypeError naming the keyword
     cfg = cfg.resolve(steps)
     if cfg.lockin and unknown:
         arg, why = unknown.split(": ", 1)
@@ -97,7 +104,10 @@ def versioned(out_dir: str | Path) -> Path:
 
 
 class SpikeMonitor:
-    """Spike attribution, Adam-state pollution and lock-in probes for a user's loop."""
+    """Spike attribution, Adam-state pollution and lock-in probes for a user's loop.
+
+    Every argument is checked when the monitor is made (:mod:`andrea_diag.monitor_checks`): a
+    wrong one is a ``TypeError`` or ``ValueError`` naming it, before the run directory exists."""
 
     def __init__(
         self,
@@ -134,15 +144,18 @@ class SpikeMonitor:
         vocabulary and position limit, when the model's config and tables do not say them (the
         probe is then skipped with one warning rather than guessed).
         """
-        if tensorboard_dir is not None:  # a missing writer fails before the run dir is made
-            from andrea_diag.tensorboard import writer_backend
-
-            writer_backend()
+        # every argument checked before the run dir is made (monitor_checks.py)
+        check_arguments(model, optimizer, out_dir, dict(
+            probes=probes, total_steps=total_steps, seed=seed, resume=resume, meta=meta,
+            tensorboard_dir=tensorboard_dir, layer_groups=layer_groups, tokenizer=tokenizer,
+            vocab_size=vocab_size, block_size=block_size))  # fmt: skip
+        self._sinks: list[Any] = checked_loggers(loggers)
         self.model, self.optimizer = model, optimizer
         named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
         self._names = [n for n, _ in named]
         self._params = [p for _, p in named]
         shape = model_shape(model, layer_groups, vocab_size, block_size)
+        check_prompts(prompts, shape["vocab_size"])
         cfg = _probe_config(probes, probe_options, total_steps, shape["unknown"])
         config = {
             "kind": "monitor",
@@ -160,7 +173,6 @@ class SpikeMonitor:
         }
         self.recorder = Recorder(out_dir if resume else versioned(out_dir), config, resume=resume)
         self.run_dir = self.recorder.run_dir
-        self._sinks: list[Any] = list(loggers or [])
         if tensorboard_dir is not None:
             from andrea_diag.tensorboard import TensorBoardRun
 

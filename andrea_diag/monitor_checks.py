@@ -1,0 +1,224 @@
+"""``SpikeMonitor``'s arguments, checked when it is made: a wrong one is one ``TypeError`` (not
+the kind of thing asked for) or ``ValueError`` (the right kind, a value it cannot use), raised
+before the run directory exists, naming the argument.
+
+Without these checks a bad argument surfaced late and far from its cause: a string for the
+model or the optimizer as an ``AttributeError`` inside the probes; prompt ids past the
+vocabulary as an ``IndexError`` at the lock-in sample, which then disabled the probe; a logger
+without ``log`` at the first ``after_step``; an ``out_dir`` that is a file as
+``NotADirectoryError``; a ``tensorboard_dir`` that is a file after the run directory was made;
+``total_steps=0``, ``seed="a"``, ``vocab_size=0`` and probe options of the wrong type silently.
+
+    >>> check_count("total_steps", 0)
+    Traceback (most recent call last):
+    ...
+    ValueError: SpikeMonitor: total_steps must be a whole number of at least 1, got 0
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import numbers
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from andrea_diag.fields import MAX_SEED, MAX_UPDATES, cli_of
+from andrea_diag.probe_config import ProbeConfig
+
+# what SpikeMonitor calls on every logger (andrea_diag.sinks.MetricSink)
+SINK_METHODS = ("log", "events", "summary", "close")
+
+
+def _kind(value: Any) -> str:
+    return type(value).__name__
+
+
+def is_int(value: Any) -> bool:
+    """A whole number: ``int`` or numpy's integers; not ``bool`` (``True`` is no count)."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def check_count(name: str, value: Any, lo: int = 1, hi: int = MAX_UPDATES) -> None:
+    """``value`` is a whole number from ``lo`` to ``hi``."""
+    if not is_int(value):
+        raise TypeError(f"SpikeMonitor: {name} must be an int, got {_kind(value)} {value!r}")
+    if not lo <= value <= hi:
+        raise ValueError(
+            f"SpikeMonitor: {name} must be a whole number of at least {lo}, got {value}"
+            if value < lo
+            else f"SpikeMonitor: {name} must be at most {hi}, got {value}"
+        )
+
+
+def check_dir(name: str, value: Any) -> None:
+    """``value`` names a directory that is or can be made: not a file, nor inside one."""
+    if not isinstance(value, (str, os.PathLike)):
+        raise TypeError(f"SpikeMonitor: {name} must be a str or a path, got {_kind(value)}")
+    if not os.fspath(value):  # Path("") is the working directory: a run written all over it
+        raise ValueError(f"SpikeMonitor: {name} is an empty path")
+    path = Path(value)
+    for place in (path, *path.parents):  # the nearest one that exists must be a directory
+        if place.exists() or place.is_symlink():
+            if not place.is_dir():
+                where = "is" if place == path else f"is inside {place}, which is"
+                raise ValueError(f"SpikeMonitor: {name} {str(path)!r} {where} a file")
+            return
+
+
+def check_model_and_optimizer(model: Any, optimizer: Any) -> None:
+    """A module with trainable parameters, and an optimizer that steps some of them."""
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"SpikeMonitor: model must be a torch.nn.Module, got {_kind(model)}")
+    groups = getattr(optimizer, "param_groups", None)
+    if not isinstance(groups, list) or not all(isinstance(g, Mapping) for g in groups):
+        raise TypeError(
+            f"SpikeMonitor: optimizer must be a torch.optim.Optimizer, got {_kind(optimizer)}"
+        )
+    trainable = {id(p) for p in model.parameters() if p.requires_grad}
+    if not trainable:
+        raise ValueError("SpikeMonitor: the model has no trainable parameters (requires_grad)")
+    stepped = {id(p) for g in groups for p in g.get("params", ())}
+    # disjoint: an optimizer made for another model (or a copy of this one) would step weights
+    # the probes never read, and every optimizer-state column would be empty. Some overlap is
+    # enough: an extra tensor outside the model (a learned loss weight) is the user's choice
+    if not trainable & stepped:
+        raise ValueError(
+            "SpikeMonitor: none of the optimizer's parameters is a trainable parameter of the "
+            "model: was the optimizer made for another model, or for a copy of this one?"
+        )
+
+
+def _type_ok(kind: str, value: Any) -> bool:
+    """``value`` fits the field annotation ``kind`` (ProbeConfig's, a string)."""
+    if value is None and kind.endswith("| None"):
+        return True
+    base = kind.removesuffix(" | None")
+    if base == "bool":
+        return isinstance(value, bool)
+    if base == "int":
+        return is_int(value)
+    if base == "float":
+        return isinstance(value, numbers.Real) and not isinstance(value, bool)
+    return True  # a field of another kind: ProbeConfig's own checks
+
+
+def check_probe_config(cfg: Any) -> None:
+    """Every probe setting of the right type and within the bounds its CLI flag has; named by
+    its keyword (``spike_z``), not its flag."""
+    if not isinstance(cfg, ProbeConfig):
+        raise TypeError(f"SpikeMonitor: probes must be a ProbeConfig, got {_kind(cfg)}")
+    for f in dataclasses.fields(cfg):
+        value, kind = getattr(cfg, f.name), str(f.type)
+        if not _type_ok(kind, value):
+            raise TypeError(f"SpikeMonitor: {f.name} must be {kind}, got {_kind(value)} {value!r}")
+        meta = cli_of(f)
+        if f.name == "lockin_every" and value is not None:  # no flag: every N updates, N >= 1
+            check_count(f.name, value)
+        elif meta is None or value is None or isinstance(value, bool):
+            continue
+        elif meta.positive and not (math.isfinite(value) and value > 0):
+            raise ValueError(f"SpikeMonitor: {f.name} must be a positive number, got {value}")
+        elif is_int(value) and meta.lo is not None and meta.hi is not None:
+            check_count(f.name, value, int(meta.lo), int(meta.hi))
+
+
+def check_prompts(prompts: Any, vocab_size: int | None) -> None:
+    """``{name: token ids}``: integer ids in ``[0, vocab_size)`` (``>= 0`` when the vocabulary
+    is not known); an id past the table failed at the first lock-in sample, far into the run."""
+    if prompts is None:
+        return
+    if not isinstance(prompts, Mapping):
+        raise TypeError(
+            f"SpikeMonitor: prompts must be a dict of name -> token ids, got {_kind(prompts)}"
+        )
+    for name, ids in prompts.items():
+        if not isinstance(name, str):
+            raise TypeError(f"SpikeMonitor: prompt names must be str, got {_kind(name)}")
+        try:
+            ids = torch.as_tensor(ids)
+        except (TypeError, ValueError, RuntimeError) as exc:
+            raise TypeError(f"SpikeMonitor: prompt {name!r} is not token ids ({exc})") from None
+        if not ids.numel():  # dropped by the lock-in probe (torch.as_tensor([]) is float)
+            continue
+        if ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
+            raise TypeError(f"SpikeMonitor: prompt {name!r} holds {ids.dtype}, not integer ids")
+        low, high = int(ids.min()), int(ids.max())
+        if low < 0 or (vocab_size is not None and high >= vocab_size):
+            bad = low if low < 0 else high
+            limit = f"[0, {vocab_size})" if vocab_size is not None else "0 or more"
+            raise ValueError(
+                f"SpikeMonitor: prompt {name!r} has token id {bad}, outside the vocabulary {limit}"
+            )
+
+
+def checked_loggers(loggers: Any) -> list[Any]:
+    """The loggers as a list, each with ``log``, ``events``, ``summary`` and ``close``
+    (:class:`~andrea_diag.sinks.MetricSink`)."""
+    if loggers is None:
+        return []
+    if all(callable(getattr(loggers, m, None)) for m in SINK_METHODS):
+        raise TypeError("SpikeMonitor: loggers must be a list of sinks: pass loggers=[sink]")
+    if isinstance(loggers, (str, bytes, Mapping)) or not isinstance(loggers, Iterable):
+        raise TypeError(f"SpikeMonitor: loggers must be a list of sinks, got {_kind(loggers)}")
+    out = list(loggers)
+    for i, sink in enumerate(out):
+        missing = [m for m in SINK_METHODS if not callable(getattr(sink, m, None))]
+        if missing:
+            raise TypeError(
+                f"SpikeMonitor: loggers[{i}] ({_kind(sink)}) is not a metric sink: it has no "
+                f"{', '.join(missing)} (andrea_diag.sinks.MetricSink: log, events, summary, close)"
+            )
+    return out
+
+
+def check_arguments(model: Any, optimizer: Any, out_dir: Any, options: Mapping[str, Any]) -> None:
+    """Everything ``SpikeMonitor.__init__`` can check before it reads the model's shape.
+    ``options``: its keyword arguments by name (the probe options are checked on the
+    resolved :class:`ProbeConfig`, the prompts once the vocabulary is known)."""
+    check_model_and_optimizer(model, optimizer)
+    check_dir("out_dir", out_dir)
+    if options["tensorboard_dir"] is not None:
+        check_dir("tensorboard_dir", options["tensorboard_dir"])
+        from andrea_diag.tensorboard import writer_backend  # imports TensorBoard's writer
+
+        writer_backend()  # a missing writer is one line (UserError) too
+    if options["total_steps"] is not None:
+        check_count("total_steps", options["total_steps"])
+    check_count("seed", options["seed"], 0, MAX_SEED)
+    for name in ("vocab_size", "block_size"):
+        if options[name] is not None:
+            check_count(name, options[name], 1, 2**31 - 1)  # an embedding's row count
+    if not isinstance(options["resume"], bool):
+        raise TypeError(f"SpikeMonitor: resume must be a bool, got {_kind(options['resume'])}")
+    _check_kind("probes", options["probes"], ProbeConfig, "a ProbeConfig")
+    _check_kind("meta", options["meta"], Mapping, "a dict")
+    groups = options["layer_groups"]
+    if groups is not None and not callable(groups):
+        _check_kind("layer_groups", groups, Mapping, "a callable or a dict")
+    tokenizer = options["tokenizer"]
+    if tokenizer is not None and not callable(getattr(tokenizer, "decode", None)):
+        raise TypeError(
+            f"SpikeMonitor: tokenizer must have a decode(list[int]) method, got {_kind(tokenizer)}"
+        )
+
+
+def _check_kind(name: str, value: Any, kind: type, what: str) -> None:
+    if value is not None and not isinstance(value, kind):
+        raise TypeError(f"SpikeMonitor: {name} must be {what}, got {_kind(value)}")
+
+
+__all__: list[str] = [
+    "check_arguments",
+    "check_count",
+    "check_dir",
+    "check_model_and_optimizer",
+    "check_probe_config",
+    "check_prompts",
+    "checked_loggers",
+    "is_int",
+]
