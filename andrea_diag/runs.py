@@ -14,6 +14,7 @@ own ``DataFrame.update`` method, not the column.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -34,16 +35,49 @@ def _arm_dirs(path: Path) -> list[tuple[str, Path]]:
     raise UserError(f"{path} is not a run or cascade directory (no config.json or cascade.json)")
 
 
-def load_runs(paths: Iterable[str | Path]) -> pd.DataFrame:
-    """The metrics of every arm of ``paths`` in one frame, with ``run`` and ``arm`` columns."""
-    paths = [Path(p) for p in paths]
+def _as_paths(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> list[Path]:
+    """One path (a ``str`` or a path) as a list of one: a ``str`` iterated is its characters."""
+    if isinstance(paths, (str, os.PathLike)):
+        return [Path(paths)]
+    if isinstance(paths, bytes) or not isinstance(paths, Iterable):
+        raise TypeError(f"load_runs takes a path or a list of paths, not {type(paths).__name__}")
+    out = list(paths)
+    bad = next((p for p in out if not isinstance(p, (str, os.PathLike))), None)
+    if bad is not None:
+        raise TypeError(f"load_runs takes run directories as str or paths, not {bad!r}")
+    return [Path(p) for p in out]
+
+
+def _check_once(seen: dict[Path, Path], path: Path, what: str) -> None:
+    """``path`` not read yet (by its resolved location: ``a``, ``a/``, ``./x/../a``, a link to
+    it): read twice, its rows would be counted twice in every aggregate."""
+    try:
+        where = path.resolve()
+    except (OSError, RuntimeError):  # a link loop, a name too long: reading it says so
+        where = path.absolute()
+    if where in seen:
+        raise ValueError(f"load_runs names the same {what} twice: {seen[where]} and {path}")
+    seen[where] = path
+
+
+def load_runs(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> pd.DataFrame:
+    """The metrics of every arm of ``paths`` in one frame, with ``run`` and ``arm`` columns.
+
+    ``paths``: run directories, or one of them alone. A directory named twice (also through
+    another spelling or a link), or an arm given beside its cascade, is a ``ValueError``."""
+    paths = _as_paths(paths)
     if not paths:
         raise UserError("load_runs needs at least one run directory")
+    runs: dict[Path, Path] = {}
+    for path in paths:
+        _check_once(runs, path, "run directory")
     names = [p.name for p in paths]
+    arms: dict[Path, Path] = {}
     frames = []
     for path, name in zip(paths, names, strict=True):
         label = str(path) if names.count(name) > 1 else name
         for arm, arm_dir in _arm_dirs(path):
+            _check_once(arms, arm_dir, "arm directory")  # a cascade and one of its arms
             metrics = load_run(arm_dir)["metrics"]
             frames.append(metrics.assign(run=label, arm=arm))
     df = pd.concat(frames, ignore_index=True, sort=False)
