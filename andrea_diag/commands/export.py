@@ -23,6 +23,7 @@ from typing import Annotated
 
 import typer
 
+from andrea_diag.commands.given import check_project, mlflow_uri, typed_path
 from andrea_diag.commands.report import damaged_run_dir, say
 from andrea_diag.console_text import shown
 from andrea_diag.errors import UserError
@@ -33,7 +34,8 @@ def export(
     run_dirs: Annotated[
         list[Path],
         typer.Argument(
-            help="Run directories, cascade directories (every arm) or sweep directories."
+            parser=typed_path,
+            help="Run directories, cascade directories (every arm) or sweep directories.",
         ),
     ],
     tensorboard: Annotated[
@@ -67,13 +69,14 @@ def export(
     out: Annotated[
         Path | None,
         typer.Option(
+            parser=typed_path,
             help="Folder to write TensorBoard and W&B files into, one subfolder per run "
-            "(default: <first run's parent>/tensorboard, <first run's parent>/wandb)."
+            "(default: <first run's parent>/tensorboard, <first run's parent>/wandb).",
         ),
     ] = None,
 ) -> None:
     """Export run directories to another tool's format (TensorBoard, W&B offline, MLflow)."""
-    if not (tensorboard or wandb or mlflow):
+    if not (tensorboard or wandb or mlflow is not None):
         raise UserError(
             "choose an export format",
             hint="andrea-diag export --tensorboard | --wandb | --mlflow STORE RUN_DIR",
@@ -82,14 +85,17 @@ def export(
         check_path(d)
     if out is not None and out.exists() and not out.is_dir():
         raise UserError(f"--out {out} is a file", hint="give a folder")
-    _backends_present(tensorboard, wandb, mlflow)  # a missing extra: one line, nothing written
+    # names a tool would refuse only once its run starts, after --out was made: refused first
+    check_project(project, wandb)
+    uri = mlflow_uri(mlflow) if mlflow is not None else None
+    _backends_present(tensorboard, wandb, uri)  # a missing extra: one line, nothing written
     with damaged_run_dir(run_dirs):  # run dirs are untrusted: any surprise is one line
         if tensorboard:
             _tensorboard(run_dirs, out or _default_out(run_dirs[0], "tensorboard"))
         if wandb:
             _wandb(run_dirs, out or _default_out(run_dirs[0], "wandb"), project)
-        if mlflow:
-            _mlflow(run_dirs, mlflow, project)
+        if uri is not None:
+            _mlflow(run_dirs, uri, project)
 
 
 def _default_out(first_run: Path, name: str) -> Path:
@@ -161,12 +167,11 @@ MLFLOW_PATIENCE = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_
                    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1"}  # fmt: skip
 
 
-def _mlflow(run_dirs: list[Path], store: str, experiment: str) -> None:
+def _mlflow(run_dirs: list[Path], uri: str, experiment: str) -> None:
     from mlflow.exceptions import MlflowException
 
     from andrea_diag.sinks import MLflowSink, export_to_sinks
 
-    uri = store if ":" in store.split("/")[0] else Path(store).resolve().as_uri()
     # MLflow's own defaults retry an unreachable server for minutes (7 retries, 120 s each,
     # backoff): an export says so in seconds instead; the user's own settings win
     patience = {k: os.environ.get(k, v) for k, v in MLFLOW_PATIENCE.items()}
