@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import shlex
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,6 +12,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from andrea_diag.commands.given import typed_path
 from andrea_diag.console_text import shown
 from andrea_diag.errors import UserError
 from andrea_diag.rundir import check_path
@@ -28,14 +30,16 @@ def report(
     run_dirs: Annotated[
         list[Path],
         typer.Argument(
-            help="Run directories (from train/cascade/monitor), or a cascade directory."
+            parser=typed_path,
+            help="Run directories (from train/cascade/monitor), or a cascade directory.",
         ),
     ],
     out: Annotated[
         Path | None,
         typer.Option(
+            parser=typed_path,
             help="One HTML page comparing every run given (labels prefixed by each run's "
-            "folder), written here; never over a run's own report.html.",
+            "folder), written here: never inside a run it reads.",
             show_default="each run's own report.html, inside it",
         ),
     ] = None,
@@ -66,12 +70,13 @@ def report(
     for d in run_dirs:
         if not d.exists():
             raise UserError(f"{d} does not exist")
+    given_once(run_dirs)  # R and R/ (or a link to R): one page would draw every arm twice
+    if out is not None and len(run_dirs) == 1 and _written(out) == _written(_own(run_dirs[0])):
+        out = None  # the very file the command writes without --out: the same page, there
     with damaged_run_dir(run_dirs):
         if out is not None and not (len(run_dirs) == 1 and _is_sweep(run_dirs[0])):
             _said(_render(run_dirs, out, title, images), images)
             return
-        if len(set(map(_same, run_dirs))) < len(run_dirs):
-            raise UserError("the same run directory was given twice")
         for d in run_dirs:  # each its own page, inside it (e.g. a shell glob of cascades)
             if _is_sweep(d):
                 _sweep_pages(d, images)
@@ -106,6 +111,44 @@ def _same(d: Path) -> Path:
     return d.resolve()
 
 
+def _own(d: Path) -> Path:
+    """A run's (or cascade's) own page, where ``report DIR`` writes it."""
+    return d / "report.html"
+
+
+def _written(path: Path) -> Path:
+    """The file a write to ``path`` replaces: its folder's links followed, not a link at
+    ``path`` itself (the write is temp file + rename, which replaces that link)."""
+    return Path(os.path.realpath(path.parent)) / path.name
+
+
+def given_once(run_dirs: list[Path], hint: str = "give each run once") -> None:
+    """Each run once, after resolving paths (``R``, ``R/``, ``./R`` and a link to R are one)."""
+    seen: dict[Path, Path] = {}
+    for d in run_dirs:
+        first = seen.setdefault(_same(d), d)
+        if first is not d:
+            both = str(d) if str(first) == str(d) else f"{first} and {d}"
+            raise UserError(f"the same run directory was given twice: {both}", hint=hint)
+
+
+def _outside_runs(out: Path, run_dirs: list[Path]) -> None:
+    """``--out`` may not land inside a run this report reads: over its ``report.html`` (or its
+    ``metrics.parquet``...) it would replace what the run recorded or its own page."""
+    real = _written(out)
+    cascades = [d.parent for d in run_dirs if (d.parent / "cascade.json").exists()]
+    if real in {_written(_own(d)) for d in [*run_dirs, *cascades]}:  # an arm's cascade's too
+        raise UserError(f"--out {out} is a run's own report",
+                        hint="write the comparison elsewhere, e.g. --out compare.html")  # fmt: skip
+    for d in run_dirs:
+        if _same(d) in real.parents:
+            raise UserError(
+                f"--out {out} is inside {d}, a run this report reads",
+                hint="write the page outside the runs, e.g. --out compare.html (without "
+                "--out, each run gets its own report.html)",
+            )
+
+
 def _render(run_dirs: list[Path], out: Path | None, title: str | None, images: list[str]) -> Path:
     """The report of ``run_dirs``: a cascade's own page (one cascade, no ``out``), a run's own
     page, or one page comparing every arm of them, written to ``out``."""
@@ -130,12 +173,10 @@ def _render(run_dirs: list[Path], out: Path | None, title: str | None, images: l
     target = out or (run_dirs[0] / "report.html")  # inside the run, never beside it
     if target.is_dir():
         raise UserError(f"--out {target} is a directory", hint="give a file name, e.g. report.html")
-    own = {_same(d / "report.html") for d in [*run_dirs, *expanded]}
-    if out is not None and len(run_dirs) > 1 and _same(target) in own:
-        raise UserError(
-            f"--out {target} is a run's own report",
-            hint="write the comparison elsewhere, e.g. --out compare.html",
-        )
+    if out is not None:
+        # a cascade and one of its arms: that arm drawn twice
+        given_once(expanded, hint="a cascade given brings its arms: give the cascade or them")
+        _outside_runs(out, [*run_dirs, *expanded])
     return render_report(expanded, target, title=title, images=images)
 
 
