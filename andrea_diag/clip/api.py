@@ -24,6 +24,7 @@ from __future__ import annotations
 import functools
 import logging
 import math
+import numbers
 import types
 import warnings
 from collections.abc import Iterable
@@ -73,6 +74,32 @@ def _notice_once(key: str, message: str) -> None:
     if key not in _notified:
         _notified.add(key)
         log.warning(message)
+
+
+def check_max_norm(max_norm: object, *, allow_zero: bool = True) -> float:
+    """``max_norm`` as a float: a real number (a one-element real tensor too), not a bool, not
+    NaN, not negative; ``inf`` measures and never clips. The one check of the drop-in, the stats
+    variant and :class:`~andrea_diag.clip.fused_adamw.ClippedAdamW` (``allow_zero=False``: an
+    optimizer whose every update is zero trains nothing).
+
+    torch's ``clip_grad_norm_`` takes anything ``float()`` reads ("1", True) and clips with it:
+    NaN makes every gradient NaN, a negative bound flips every gradient's sign. Here each is
+    refused at the call: ``TypeError`` for what is not a number, ``ValueError`` for the rest.
+    """
+    if isinstance(max_norm, torch.Tensor) and max_norm.numel() == 1:
+        ok = not (max_norm.dtype == torch.bool or max_norm.is_complex())
+    else:
+        ok = isinstance(max_norm, numbers.Real) and not isinstance(max_norm, bool)
+    if not ok:
+        raise TypeError(f"max_norm must be a real number, got {type(max_norm).__name__} "
+                        f"{max_norm!r}"[:200])  # fmt: skip
+    value = float(max_norm)  # type: ignore[arg-type]  (a one-element tensor: a host read)
+    if math.isnan(value):
+        raise ValueError("max_norm must be a number, got NaN (it would make every gradient NaN)")
+    if value < 0 or (value == 0 and not allow_zero):
+        least = "0 or more" if allow_zero else "> 0"
+        raise ValueError(f"max_norm must be {least} (inf: never clip), got {value}")
+    return value
 
 
 def _grads(parameters: torch.Tensor | Iterable[torch.Tensor]) -> list[torch.Tensor]:
@@ -128,7 +155,7 @@ def clip_grad_norm_with_stats(
     """
     if mode not in ("global", "per-tensor", "none"):
         raise ValueError(f"mode must be global, per-tensor or none, got {mode!r}")
-    max_norm, norm_type = float(max_norm), reference.check_norm_type(norm_type)
+    max_norm, norm_type = check_max_norm(max_norm), reference.check_norm_type(norm_type)
     grads = _grads(parameters)
     if any(g.is_complex() for g in grads):  # the chunked stages sum real |g|^p only
         raise TypeError(
@@ -210,15 +237,18 @@ def clip_grad_norm_(
 
     Same contract as torch 2.13's function (checked side by side in
     tests/test_clip_torch_contract.py): the return value is a 0-dim tensor on the gradients'
-    device in their dtype (promoted across dtypes, as torch stacks its per-tensor norms), a
-    ``max_norm`` of NaN poisons every gradient with NaN, an empty generator warns, no gradient
-    returns ``tensor(0.)``, and ``error_if_nonfinite`` raises torch's message before any
-    gradient changes. ``norm_type`` <= 0 (0 counts nonzeros, -inf is a minimum: neither is a
-    sum the chunked stages can split) and complex gradients run torch's own function, so they
-    match exactly.
+    device in their dtype (promoted across dtypes, as torch stacks its per-tensor norms), an
+    empty generator warns, no gradient returns ``tensor(0.)``, and ``error_if_nonfinite``
+    raises torch's message before any gradient changes. ``norm_type`` <= 0 (0 counts
+    nonzeros, -inf is a minimum: neither is a sum the chunked stages can split) and complex
+    gradients run torch's own function, so they match exactly.
 
     Remaining differences, all deliberate:
 
+    - ``max_norm`` is checked (:func:`check_max_norm`): NaN (torch makes every gradient NaN) and
+      a negative bound (torch flips every gradient's sign) are a ``ValueError``; a bool or a
+      string such as ``"1"`` (torch reads it with ``float()``) a ``TypeError``. ``0`` zeroes
+      the gradients and ``inf`` never clips, as in torch;
     - the norm is accumulated in float32 (float64 for float64 gradients) over fixed chunks
       and, for bf16/fp16 gradients, only rounded to their dtype at the end; torch's bf16/fp16
       norm can differ in the last bits;
@@ -232,9 +262,10 @@ def clip_grad_norm_(
     - an empty (zero-size) gradient has norm 0 for every ``norm_type``, where torch refuses
       the inf norm of an empty tensor;
     - :func:`clip_grad_norm_with_stats` (the stats variant) returns float32/float64 norms and
-      refuses ``norm_type`` <= 0, and ``clip.sharded`` refuses it and NaN ``max_norm``.
+      refuses ``norm_type`` <= 0, and ``clip.sharded`` refuses it.
     """
     del foreach
+    max_norm = check_max_norm(max_norm)  # also where torch's own function runs, below
     is_generator = isinstance(parameters, types.GeneratorType)
     params = [parameters] if isinstance(parameters, torch.Tensor) else list(parameters)
     if is_generator and not params:
