@@ -4,17 +4,21 @@
     Path("bench-kernels.html").write_text(render_bench_page(run_bench(["tiny"], ["fp32"], 3)))
 
 Written by ``andrea-diag bench-kernels`` as ``bench-kernels.html`` next to the JSON; one
-self-contained page (plotly.js embedded, no CDN), readable offline.
+self-contained page (plotly.js embedded, no CDN), readable offline. Its numbers are measured
+here, but a ``BenchResult`` may be rebuilt from a JSON someone else wrote: every value goes
+through ``report/safe.py`` like a run report's (``esc``; the figures through ``figure_html``).
 """
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import plotly.graph_objects as go
-import plotly.io as pio
 
 from andrea_diag.bench import BenchResult, adaptive_summary, fmt, targets, three_vs_one
+from andrea_diag.report.plotlyjs import PLOT_CONFIG, script_tag
+from andrea_diag.report.safe import esc, figure_html
 
 TABLE_COLUMNS = [
     "size",
@@ -81,21 +85,23 @@ def render_bench_page(result: BenchResult) -> str:
     """One self-contained page: speed-up bars, ms bars, the full table, the 3-vs-1 answer."""
     speed, times = _bar_figures(result)
     tab = _table_figure(result)
-    parts = [pio.to_html(speed, include_plotlyjs=True, full_html=False)]
-    parts += [pio.to_html(f, include_plotlyjs=False, full_html=False) for f in (times, tab)]
+    figures = {"fig-speed": speed, "fig-times": times, "fig-table": tab}
+    parts = [script_tag(Path("bench-kernels.html"))]  # inline: the page stays self-contained
+    parts += [figure_html(f, div_id, PLOT_CONFIG) for div_id, f in figures.items()]
     answer = (
-        "".join(f"<li>{line}</li>" for line in three_vs_one(result))
+        "".join(f"<li>{esc(line)}</li>" for line in three_vs_one(result))
         or f"<li>({'the clip case was not run' if result.meta.get('gpu') else 'no GPU in this run'})</li>"
     )
     tgt = (
         "".join(
-            f"<li>{w}: {fmt(g, '.2f')} (want &ge; {want}) {'met' if m else 'missed'}</li>"
+            f"<li>{esc(w)}: {esc(fmt(g, '.2f'))} (want &ge; {esc(want)}) "
+            f"{'met' if m else 'missed'}</li>"
             for w, g, want, m in targets(result)
         )
         if result.meta.get("gpu")
         else ""
     )
-    adaptive = "".join(f"<li>{line}</li>" for line in adaptive_summary(result))
+    adaptive = "".join(f"<li>{esc(line)}</li>" for line in adaptive_summary(result))
     adaptive_html = (
         f"<h2>Adaptive clip modes: cost per update against global</h2><ul>{adaptive}</ul>"
         if adaptive
@@ -105,11 +111,11 @@ def render_bench_page(result: BenchResult) -> str:
     return (
         "<!doctype html><html><head><meta charset='utf-8'><title>andrea-diag bench-kernels</title></head>"
         "<body style='font-family:sans-serif;max-width:1400px;margin:auto'>"
-        f"<h1>bench-kernels: {result.meta.get('gpu') or 'CPU only'}</h1>"
-        f"<p>Copy bandwidth measured in this run: {result.meta.get('copy_gbps', 0):.0f} GB/s. Bytes: clip active "
+        f"<h1>bench-kernels: {esc(result.meta.get('gpu') or 'CPU only')}</h1>"
+        f"<p>Copy bandwidth measured in this run: {esc(result.meta.get('copy_gbps', 0), '.0f')} GB/s. Bytes: clip active "
         "= 3 x gradient bytes (read for the norm, read + write to scale); inactive = 1 x.</p>"
         f"<h2>Why three kernels, not one?</h2><ul>{answer}</ul><h2>Targets</h2><ul>{tgt}</ul>"
         + adaptive_html
         + "".join(parts)
-        + f"<h2>Run metadata</h2><pre>{meta}</pre></body></html>"
+        + f"<h2>Run metadata</h2><pre>{esc(meta)}</pre></body></html>"
     )

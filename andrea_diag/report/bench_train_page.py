@@ -4,18 +4,21 @@
     Path("bench-train.html").write_text(render_bench_train_page(bench_train(cfg, 6, 2, 2)))
 
 Written by ``andrea-diag bench-train`` next to its JSON; one self-contained page (plotly.js
-embedded, no CDN), in the style of the bench-kernels page.
+embedded, no CDN), in the style of the bench-kernels page. The page is also rendered from a
+``bench-train.json`` read back (a published result): its values go through ``report/safe.py``
+like a run report's (``esc``; the figures, probe names included, through ``figure_html``).
 """
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import plotly.graph_objects as go
-import plotly.io as pio
 
-from andrea_diag.report.safe import esc
+from andrea_diag.report.plotlyjs import PLOT_CONFIG, script_tag
+from andrea_diag.report.safe import esc, figure_html
 
 
 def _fmt(x: float | None, spec: str) -> str:
@@ -55,8 +58,8 @@ def render_bench_train_page(result: dict[str, Any]) -> str:
     """One self-contained page: the headline numbers, two bar charts, the run metadata."""
     meta = result["meta"]
     ms, cost = _figures(result)
-    parts = [pio.to_html(ms, include_plotlyjs=True, full_html=False),
-             pio.to_html(cost, include_plotlyjs=False, full_html=False)]  # fmt: skip
+    parts = [script_tag(Path("bench-train.html")),  # inline: the page stays self-contained
+             figure_html(ms, "fig-ms", PLOT_CONFIG), figure_html(cost, "fig-cost", PLOT_CONFIG)]  # fmt: skip
     rows = "".join(
         f"<tr><td>{esc(label)}</td><td>{result[arm]['ms_per_update']:.3f}</td>"
         f"<td>{result[arm]['tokens_per_s']:.0f}</td>"

@@ -25,13 +25,12 @@ from andrea_diag.report.figures import all_figures
 from andrea_diag.report.findings import all_findings
 from andrea_diag.report.headline import headline
 from andrea_diag.report.images import figure_slug, write_images
-from andrea_diag.report.plotlyjs import script_tag
+from andrea_diag.report.plotlyjs import PLOT_CONFIG, script_tag
 from andrea_diag.report.safe import Html, esc, figure_html, script_json
 from andrea_diag.report.style import Style
 from andrea_diag.rundir import atomic_write_text, child
 
 MAX_SAMPLE_CHARS = 400  # per cell; long generations make the table unreadable and the file big
-PLOT_CONFIG = {"displaylogo": False, "responsive": True}
 
 CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;max-width:1400px;color:#222}

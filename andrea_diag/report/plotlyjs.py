@@ -18,6 +18,7 @@ from andrea_diag.rundir import atomic_write_bytes
 
 PLOTLY_MODES = ("inline", "shared")
 BUNDLE = "plotly.min.js"
+PLOT_CONFIG = {"displaylogo": False, "responsive": True}  # every figure of every page
 
 
 def script_tag(page: Path, shared_dir: Path | None = None) -> str:
