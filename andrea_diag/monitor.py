@@ -53,6 +53,7 @@ from andrea_diag.probes import ProbeDriver, make_probes
 from andrea_diag.probes.base import UpdateContext
 from andrea_diag.probes.shape import model_shape
 from andrea_diag.record import Recorder, load_run
+from andrea_diag.tensorboard import TensorBoardRun, writer_backend
 
 
 def _plain_groups(optimizer: torch.optim.Optimizer) -> list[dict[str, Any]]:
@@ -150,6 +151,8 @@ class SpikeMonitor:
             tensorboard_dir=tensorboard_dir, layer_groups=layer_groups, tokenizer=tokenizer,
             vocab_size=vocab_size, block_size=block_size))  # fmt: skip
         self._sinks: list[Any] = checked_loggers(loggers)
+        if tensorboard_dir is not None:  # a missing writer fails before the run dir is made
+            writer_backend()
         self.model, self.optimizer = model, optimizer
         named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
         self._names = [n for n, _ in named]
@@ -174,8 +177,6 @@ class SpikeMonitor:
         self.recorder = Recorder(out_dir if resume else versioned(out_dir), config, resume=resume)
         self.run_dir = self.recorder.run_dir
         if tensorboard_dir is not None:
-            from andrea_diag.tensorboard import TensorBoardRun
-
             self._sinks.append(TensorBoardRun(tensorboard_dir, config))
         shaped = {k: shape[k] for k in ("groups", "vocab_size", "block_size")}
         probe_list = make_probes(model, cfg, total_steps=total_steps, seed=seed, prompts=prompts,

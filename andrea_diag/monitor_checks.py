@@ -184,9 +184,6 @@ def check_arguments(model: Any, optimizer: Any, out_dir: Any, options: Mapping[s
     check_dir("out_dir", out_dir)
     if options["tensorboard_dir"] is not None:
         check_dir("tensorboard_dir", options["tensorboard_dir"])
-        from andrea_diag.tensorboard import writer_backend  # imports TensorBoard's writer
-
-        writer_backend()  # a missing writer is one line (UserError) too
     if options["total_steps"] is not None:
         check_count("total_steps", options["total_steps"])
     check_count("seed", options["seed"], 0, MAX_SEED)
