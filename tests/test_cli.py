@@ -68,8 +68,15 @@ def test_cascade_help_explains_the_stress_knobs() -> None:
         (["cascade", "--source", "gutenberg"], "NAME=PATH"),
         (["train", "--clip", "sometimes"], "unknown clip mode"),
         (["train", "--clip", "none,global"], "train runs one arm"),
-        (["train", "--nproc", "1000"], "more CPU worker processes than this machine runs"),
-        (["cascade", "--nproc", "1000"], "more CPU worker processes than this machine runs"),
+        # --device cpu: on a GPU host the default device is CUDA, whose --nproc cap is the GPU count
+        (
+            ["train", "--nproc", "1000", "--device", "cpu"],
+            "more CPU worker processes than this machine runs",
+        ),
+        (
+            ["cascade", "--nproc", "1000", "--device", "cpu"],
+            "more CPU worker processes than this machine runs",
+        ),
         (["cascade", "--boundary-k", "-1"], "--boundary-k must be 0 or more"),
         (["cascade", "--update-stats-every", "0"], "--update-stats-every must be at least 1"),
         (["train", "--update-stats-every", "0"], "--update-stats-every must be at least 1"),
