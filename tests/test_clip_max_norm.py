@@ -76,3 +76,31 @@ def test_the_optimizers_check_refuses_zero_as_well() -> None:
     with pytest.raises(ValueError, match=r"max_norm must be > 0 \(inf: never clip\), got 0.0"):
         check_max_norm(0.0, allow_zero=False)
     assert check_max_norm(math.inf, allow_zero=False) == math.inf
+
+
+ADAMW_BAD = [(m, e, msg.replace("0 or more", "> 0")) for m, e, msg in BAD]
+
+
+@pytest.mark.parametrize(("max_norm", "error", "message"), [*ADAMW_BAD, (0.0, ValueError, "> 0")])
+def test_clipped_adamw_refuses_a_bad_max_norm_by_the_drop_ins_rule(
+    max_norm: Any, error: type[Exception], message: str
+) -> None:
+    """ClippedAdamW took ``True`` as 1.0 with its own check; it now shares check_max_norm (0 is
+    refused there too: an optimizer whose every update is zero trains nothing)."""
+    from andrea_diag.clip.fused_adamw import ClippedAdamW
+
+    with pytest.raises(error, match=message):
+        ClippedAdamW(_params(), max_norm=max_norm)
+
+
+@pytest.mark.parametrize(("max_norm", "error", "message"), BAD)
+def test_the_sharded_clip_refuses_a_bad_max_norm_before_any_gradient_changes(
+    max_norm: Any, error: type[Exception], message: str
+) -> None:
+    """A negative bound would flip every shard's sign, as torch's clip does."""
+    from andrea_diag.clip.sharded import clip_grad_norm_sharded_
+
+    params = _params()
+    with pytest.raises(error, match=message):
+        clip_grad_norm_sharded_(params, max_norm)
+    assert torch.equal(params[0].grad, torch.tensor([3.0, 4.0, 0.0]))

@@ -30,14 +30,13 @@ dicts load. Not supported: amsgrad, maximize, tensor learning rates, sparse grad
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import torch
 
 from andrea_diag.clip import reference
-from andrea_diag.clip.api import ClipResult
+from andrea_diag.clip.api import ClipResult, check_max_norm
 
 IMPLS = ("auto", "cuda", "reference")
 
@@ -218,8 +217,7 @@ class ClippedAdamW(torch.optim.Optimizer):
             raise ValueError(f"invalid betas: {betas}")
         if not 0.0 <= weight_decay:
             raise ValueError(f"invalid weight_decay: {weight_decay}")
-        if math.isnan(max_norm) or max_norm <= 0.0:
-            raise ValueError(f"max_norm must be > 0, got {max_norm}")
+        max_norm = check_max_norm(max_norm, allow_zero=False)  # one rule with the drop-in's
         reference.check_norm_type(norm_type)
         if impl not in IMPLS:
             raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")

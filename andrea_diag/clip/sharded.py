@@ -195,9 +195,7 @@ def clip_grad_norm_sharded_(
     Without DTensor gradients this is :func:`andrea_diag.clip.api.clip_grad_norm_with_stats`'s
     total norm (the drop-in would return the gradients' dtype instead).
     """
-    max_norm, norm_type = float(max_norm), float(norm_type)
-    if math.isnan(max_norm):
-        raise ValueError("max_norm must be a number, got NaN")
+    max_norm, norm_type = api.check_max_norm(max_norm), float(norm_type)  # the drop-in's rule
     reference.check_norm_type(norm_type)
     if impl not in api.IMPLS:
         raise ValueError(f"impl must be one of {api.IMPLS}, got {impl!r}")
