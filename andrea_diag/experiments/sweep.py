@@ -265,6 +265,9 @@ def run_sweep(
     # before the folder: no cell would crash on them. Finished cells train nothing, so a
     # finished CUDA sweep re-run on a laptop (to redraw its pages) is not refused for the GPU
     todo = [c for c, d in zip(configs, dirs, strict=True) if not _finished(d)]
+    if spec.executor.merge_only and len(todo) == len(configs):  # a page of "not run" only
+        raise UserError(f"nothing to merge: {out} has no finished cell of this grid",
+                        hint="copy finished cells under --out first, or give the grid they ran")  # fmt: skip
     check_cells_runnable(spec, todo)
     spec = _resolve_jobs(spec, configs, console)
     data = load_data(configs[0], console)  # every cell shares the sources: prepare them once
