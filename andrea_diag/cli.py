@@ -25,6 +25,7 @@ from andrea_diag.commands.doctor import doctor
 from andrea_diag.commands.errors import friendly_errors, one_line
 from andrea_diag.commands.export import export
 from andrea_diag.commands.ladder import ladder
+from andrea_diag.commands.options import plain_number
 from andrea_diag.commands.report import report
 from andrea_diag.commands.run import cascade, sweep, train
 from andrea_diag.errors import UserError
@@ -37,7 +38,29 @@ class _Flags:
       shows no ``<bool>`` type.
     - A value typer cannot read (``--seed abc``, ``--reps 10**12`` past its bound) ends in the
       same one line as every other user error (``commands/errors.py``), not a usage panel.
+    - The text typed is checked before typer converts it, where the conversion would hide a
+      mistake: an empty value (``--out ""`` is the current folder, ``--model ""`` no model at
+      all) and a number that int() or float() read only by their own extensions (``1_0``,
+      another script's digits).
     """
+
+    refuse_blank = True  # False: the command's own module judges an empty value
+
+    def _check_typed(self, ctx: Any, args: list[str]) -> None:
+        try:
+            typed, _, _ = self.make_parser(ctx).parse_args(args=list(args))  # type: ignore[attr-defined]
+        except Exception:  # a usage error: the parse proper says it, in its own words
+            return
+        for param in self.get_params(ctx):  # type: ignore[attr-defined]
+            raw = typed.get(param.name)
+            texts = raw if isinstance(raw, (list, tuple)) else [raw]
+            flag = next((o for o in param.opts if o.startswith("--")), param.name)
+            kind = getattr(getattr(param, "type_descriptor", None), "annotation", None)
+            for text in (t for t in texts if isinstance(t, str)):  # a flag's value is a bool
+                if self.refuse_blank and not text.strip():
+                    raise UserError(f"{flag} is empty", hint="give it a value, or leave it out")
+                if kind in (int, float):
+                    plain_number(text, kind, flag)
 
     def format_help(self, ctx: Any, formatter: Any) -> None:
         for param in self.get_params(ctx):  # type: ignore[attr-defined]
@@ -47,14 +70,26 @@ class _Flags:
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
         try:
+            if not ctx.resilient_parsing:  # shell completion parses half-typed lines
+                self._check_typed(ctx, args)
             return super().parse_args(ctx, args)  # type: ignore[misc]
         except typer.BadParameter as e:  # a bad value, a bound, a missing argument
             one_line(UserError(e.format_message().replace("\n", " ")))
             raise typer.Exit(2) from None
+        except UserError as e:
+            one_line(e)
+            raise typer.Exit(e.exit_code) from None
 
 
 class Command(_Flags, TyperCommand):
     pass
+
+
+class OwnBlanks(Command):
+    """``report`` and ``export``: whether an empty value means something is left to their own
+    modules (commands/report.py, export.py); the number check applies as everywhere."""
+
+    refuse_blank = False
 
 
 class Group(_Flags, TyperGroup):
@@ -99,7 +134,8 @@ for _name, _fn in {
     "bench-kernels": bench_kernels, "bench-train": bench_train, "accum-check": accum_check,
     "doctor": doctor, "ladder": ladder, "export": export,
 }.items():  # fmt: skip
-    app.command(_name, cls=Command)(friendly_errors(_fn, AFTER_STOP.get(_name)))
+    _cls = OwnBlanks if _name in ("report", "export") else Command
+    app.command(_name, cls=_cls)(friendly_errors(_fn, AFTER_STOP.get(_name)))
 
 if __name__ == "__main__":
     app()

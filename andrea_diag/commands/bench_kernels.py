@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.table import Table
 
 from andrea_diag import bench
+from andrea_diag.commands.options import check_out_path
 from andrea_diag.config import MODEL_PRESETS
 from andrea_diag.device import resolve_device
 from andrea_diag.errors import UserError
@@ -61,6 +62,8 @@ CasesOpt = Annotated[
 
 
 def _split(value: str, allowed: list[str], what: str) -> list[str]:
+    """The items of ``--{what}s``, each one of ``allowed`` and given once (a repeated one would
+    time the same rows twice, and the page would draw them over each other)."""
     items = comma_items(value, f"--{what}s", UserError)
     bad = [v for v in items if v not in allowed]
     if bad:
@@ -68,6 +71,9 @@ def _split(value: str, allowed: list[str], what: str) -> list[str]:
             f"unknown {what}: {', '.join(bad) or '(none given)'}",
             hint=f"choose from {', '.join(allowed)}",
         )
+    twice = next((v for i, v in enumerate(items) if v in items[:i]), None)
+    if twice is not None:
+        raise UserError(f"--{what}s lists {twice} twice: {value}", hint="give each value once")
     return items
 
 
@@ -81,6 +87,7 @@ def bench_kernels(
 ) -> None:
     """Benchmark torch's clip_grad_norm_, the reference and the fused CUDA clipper."""
     console = Console()
+    check_out_path(out, "--out")  # a control character or a dangling link: before the timing
     dev = resolve_device(device)  # UserError for an unknown name or cuda without a GPU
     on_gpu = dev.type == "cuda"
     size_list = _split(sizes or ("12m,120m" if on_gpu else "tiny"), list(MODEL_PRESETS), "size")

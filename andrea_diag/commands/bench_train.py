@@ -16,6 +16,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
+from andrea_diag.commands.options import check_out_path
 from andrea_diag.config import ProbeConfig, RunConfig
 from andrea_diag.device import resolve_device
 from andrea_diag.fields import MAX_UPDATES
@@ -83,6 +84,7 @@ def bench_train(
     from andrea_diag.bench.train import bench_train as run
 
     console = Console(stderr=True)
+    check_out_path(out, "--out")  # a control character or a dangling link: before the timing
     on_gpu = resolve_device(device).type == "cuda"  # UserError for cuda without a GPU
     size = size or ("12m" if on_gpu else "tiny")
     probes = ProbeConfig(

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import re
 from collections.abc import Callable
 from typing import Annotated, Any
 
@@ -74,12 +75,14 @@ def parse_jobs(text: str) -> int | None:
     """``--jobs``: a count from 1 to :data:`MAX_JOBS`, or None for ``auto`` (one line else)."""
     if text.strip().lower() == "auto":
         return None
-    try:
-        n = int(text)
-    except ValueError:
-        raise UserError(f"--jobs takes a number or auto, got {text!r}") from None
-    if not 1 <= n <= MAX_JOBS:
-        raise UserError(f"--jobs must be from 1 to {MAX_JOBS} (or auto), got {n}")
+    if not re.fullmatch(r"\s*[0-9]+\s*", text):  # int() also takes "1_0" and "٤"
+        raise UserError(f"--jobs takes a number or auto, got {text!r}",
+                        hint="a count in the digits 0-9, e.g. --jobs 4")  # fmt: skip
+    digits = text.strip()
+    n = int(digits) if len(digits.lstrip("0")) <= 9 else None  # int() stops at 4300 digits
+    if n is None or not 1 <= n <= MAX_JOBS:
+        shown = digits if len(digits) <= 20 else digits[:12] + "..."
+        raise UserError(f"--jobs must be from 1 to {MAX_JOBS} (or auto), got {shown}")
     return n
 
 

@@ -16,6 +16,9 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import math
+import os
+import re
 import types
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,7 +31,7 @@ from rich.markup import escape
 from andrea_diag.clip_params import MODE_PARAMS, ClipParams
 from andrea_diag.config import ProbeConfig, RunConfig
 from andrea_diag.data.corpus import parse_source_overrides
-from andrea_diag.errors import UserError
+from andrea_diag.errors import UserError, visible
 from andrea_diag.fields import Cli, cli_fields, cli_of
 from andrea_diag.rundir import check_path
 from andrea_diag.train.components import check_precision, precision_help
@@ -127,6 +130,48 @@ Resume = Annotated[
 ]
 
 
+# A number as typed: ASCII digits only. int() and float() also take "1_0" (10) and other
+# scripts' digits ("٤" is 4): a value the user did not mean, accepted without a word.
+_PLAIN = {
+    int: re.compile(r"[+-]?[0-9]+"),
+    float: re.compile(
+        r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?|[+-]?(inf|infinity|nan)", re.I
+    ),
+}
+
+
+def plain_number(text: str, cast: type, option: str) -> Any:
+    """``text`` read as ``cast`` (int or float) if it is a plain ASCII number, else one line."""
+    if not _PLAIN[cast].fullmatch(text.strip()):
+        kind = "a whole number" if cast is int else "a number"
+        odd = "_" in text or not text.isascii()
+        raise UserError(f"{option} takes {kind} in the digits 0-9, got {text!r}",
+                        hint="no underscores, no other scripts' digits" if odd else None)  # fmt: skip
+    try:
+        return cast(text.strip())
+    except ValueError:  # past int()'s own digit limit (4300): no option's bound is that long
+        raise UserError(f"{option} is {len(text.strip())} digits long, past any bound") from None
+
+
+def check_out_path(path: Path | None, flag: str) -> Path | None:
+    """An ``--out`` or ``--resume`` folder, refused in one line before anything is made when
+    it cannot be what the user meant: a control character (a pasted newline or ESC: a folder
+    no listing shows as typed) or a symbolic link to nothing (mkdir's "File exists")."""
+    if path is None:
+        return None
+    check_path(path, flag)
+    if visible(str(path)) != str(path):
+        raise UserError(f"{flag} {str(path)!r} holds control characters", hint="give a plain path")
+    for p in (path, *path.parents):  # a dangling link anywhere above it stops mkdir too
+        # os.path's tests, not Path's: they answer False where the system refuses to look
+        if os.path.islink(p) and not os.path.exists(p):
+            raise UserError(
+                f"{flag} {path}: {p} is a dangling symbolic link (its target does not exist)",
+                hint="remove the link or create what it points to, or give another folder",
+            )
+    return path
+
+
 @dataclass(frozen=True)
 class RunArgs:
     """What a run command was given: the config its options make, and the rest."""
@@ -176,8 +221,7 @@ def run_options(
             )  # fmt: skip
             values = {o.name: kwargs.pop(o.name) for o in opts}
             for flag in ("out", "resume"):  # looked up by every command: one line, first
-                if kwargs.get(flag) is not None:
-                    check_path(kwargs[flag], f"--{flag}")
+                check_out_path(kwargs.get(flag), f"--{flag}")
             run = RunArgs(config_from(values), out=kwargs.pop("out"),
                           resume=kwargs.pop("resume", None), explicit=explicit)  # fmt: skip
             return fn(**kwargs, run=run)
@@ -202,8 +246,44 @@ def checked(cfg: RunConfig) -> RunConfig:
     """``cfg`` itself, once it resolves: bad options fail before any work starts."""
     for name, (_, check) in REGISTRIES.items():
         check(getattr(cfg, name))
-    cfg.resolve()
+    resolved = cfg.resolve()
+    for opt in OPTIONS:  # nan passes every bound (nan < lo and nan > hi are both False)
+        value = opt.get(cfg)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise UserError(f"{opt.flag} must be a finite number, got {value}")
+    if cfg.hf_config is not None:
+        _check_hf_config(cfg.hf_config)
+    _check_microbatch_tokens(resolved)
     return cfg
+
+
+def _check_microbatch_tokens(cfg: RunConfig) -> None:
+    """One microbatch is one forward: past accum-check's cap on a forward it would only exhaust
+    the memory, after the run's folder was made."""
+    from andrea_diag.experiments.accum_check import MAX_FORWARD_TOKENS
+
+    tokens = cfg.micro_batch * cfg.seq_len  # type: ignore[operator]  (resolved: both set)
+    if tokens > MAX_FORWARD_TOKENS:
+        raise UserError(
+            f"a microbatch of --micro-batch {cfg.micro_batch} x --seq-len {cfg.seq_len} is "
+            f"{tokens:,} tokens, more than one forward takes ({MAX_FORWARD_TOKENS:,})",
+            hint="lower --micro-batch and raise --accum (the same batch, in more microbatches)",
+        )
+
+
+def _check_hf_config(path: str) -> None:
+    """``--hf-config`` names something that is there but cannot be read as a config: said as
+    such here (a missing one is the loader's "does not exist")."""
+    p = Path(path).expanduser()
+    if os.path.isdir(p):
+        p = p / "config.json"
+    if os.path.islink(p) and not os.path.exists(p):
+        raise UserError(f"--hf-config: {str(p)!r} is a dangling symbolic link")
+    if os.path.exists(p) and not os.path.isfile(p):
+        raise UserError(
+            f"--hf-config: {str(p)!r} is not a regular file",
+            hint="give a model's config.json or the folder holding it",
+        )
 
 
 def resumed(run: RunArgs, clip: str) -> tuple[RunConfig, str]:

@@ -14,7 +14,14 @@ from rich.console import Console
 
 from andrea_diag.clip.modes import clip_modes
 from andrea_diag.commands.executor_options import executor_options
-from andrea_diag.commands.options import BY_NAME, RunArgs, checked, resumed, run_options
+from andrea_diag.commands.options import (
+    BY_NAME,
+    RunArgs,
+    checked,
+    plain_number,
+    resumed,
+    run_options,
+)
 from andrea_diag.commands.pages import cell_pages, render_cascade_page, sweep_page_after
 from andrea_diag.commands.publish import PlotlyMode, plotly_mode
 from andrea_diag.config import RunConfig
@@ -110,10 +117,7 @@ def _csv(value: str, cast: type, option: str) -> list:
     """Parse a comma list for ``option``; a bad or repeated item is one clear error (a repeated
     value would make two cells of one, found only after both had trained)."""
     items = comma_items(value, option, UserError)
-    try:
-        values = [cast(v) for v in items]
-    except ValueError:
-        raise UserError(f"{option}: cannot read {value!r} as a list of {cast.__name__}") from None
+    values = [plain_number(v, cast, option) if cast in (int, float) else cast(v) for v in items]
     seen: set = set()
     for item, v in zip(items, values, strict=True):
         if v in seen:

@@ -62,8 +62,9 @@ FLOOR_FACTOR = 2.0
 # at A >= 2 (double division is 1 - 1/A >= 0.5; the others measured 0.5 to 2.6).
 DETECT = 0.05
 # the full batch the loops are measured against runs as one forward: past any real batch (GPT-3
-# trained on 3.2M tokens), a larger one would only exhaust the memory
-MAX_CHECK_TOKENS = 2**22
+# trained on 3.2M tokens), a larger one would only exhaust the memory. A training run's
+# microbatch (also one forward) has the same cap (commands/options.py)
+MAX_FORWARD_TOKENS = 2**22
 
 
 @dataclass
@@ -98,9 +99,9 @@ class AccumSpec:
         if not 2 <= self.seq_len <= cfg.block_size:
             raise UserError(f"--seq-len must be in 2..{cfg.block_size} for {self.size}")
         tokens = self.micro_batch * self.accum * self.replicas * self.seq_len
-        if tokens > MAX_CHECK_TOKENS:  # the full batch is one forward: it must fit in memory
+        if tokens > MAX_FORWARD_TOKENS:  # the full batch is one forward: it must fit in memory
             raise UserError(
-                f"the check's batch m*A*D*T is {tokens:,} tokens, more than {MAX_CHECK_TOKENS:,}",
+                f"the check's batch m*A*D*T is {tokens:,} tokens, more than {MAX_FORWARD_TOKENS:,}",
                 hint="lower --micro-batch, --accum, --replicas or --seq-len",
             )
         resolve_device(self.device)  # a bad --device is refused before --out exists
