@@ -240,6 +240,86 @@ def test_bench_kernels_refuses_a_value_listed_twice(
     assert flag in line and "twice" in line
 
 
+# ---- 9. options that have no effect in the combination typed ----
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["train", "--mixer", "exp3", "--mixer-sharpness", "2"], "--mixer-sharpness"),
+        (["train", "--clip", "none", "--max-norm", "2"], "--max-norm"),
+        (["train", "--clip", "zclip", "--max-norm", "2"], "--max-norm"),
+        (["cascade", "--clip", "none,agc", "--max-norm", "2"], "--max-norm"),
+        (["sweep", "--clip", "none,zclip", "--max-norm", "1,2"], "--max-norm"),
+        (["ladder", "--clip", "none,skip", "--max-norm", "2"], "--max-norm"),
+        (["sweep", "--device", "cpu", "--mps", "on"], "--mps on"),
+        (["ladder", "--device", "cpu", "--mps", "on"], "--mps on"),
+        (["sweep", "--slurm-partition", "gpu"], "--slurm-partition"),
+        (["sweep", "--slurm-gpus", "2"], "--slurm-gpus"),
+        (["sweep", "--slurm-time", "10"], "--slurm-time"),
+        (
+            ["sweep", "--executor", "submitit-local", "--slurm-partition", "gpu"],
+            "--slurm-partition",
+        ),
+        (["sweep", "--executor", "slurm", "--mps", "on"], "--mps on"),
+    ],
+)
+def test_an_option_that_has_no_effect_with_another_is_refused(
+    args: list[str], words: str, monkeypatch: pytest.MonkeyPatch, empty: Path
+) -> None:
+    line = _refused(args, monkeypatch, empty)
+    assert words in line
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["train", "--mixer", "seeded", "--mixer-sharpness", "2", "--seed", "7"],
+        ["train", "--mixer", "exp3"],  # the preset's own sharpness is not typed
+        ["train", "--clip", "global", "--max-norm", "2", "--inject", "outlier@3", "--steps", "9"],
+        ["cascade", "--clip", "none,per-tensor", "--max-norm", "2", "--lr", "1e-3"],
+        ["cascade", "--clip", "none,zclip"],  # --max-norm's default is not typed
+        ["train", "--micro-batch", "64"],
+    ],
+)
+def test_a_meaningful_combination_still_reaches_training(
+    args: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: dict[str, Any] = {}
+
+    def fake_run(spec: Any, console: Any) -> None:
+        seen["spec"] = spec
+        raise SystemExit(0)
+
+    monkeypatch.setattr("andrea_diag.commands.run.run_cascade", fake_run)
+    res = runner.invoke(app, args)
+    assert "spec" in seen, res.output
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["sweep", "--clip", "none,zclip"],
+        ["sweep", "--executor", "slurm", "--slurm-partition", "gpu", "--slurm-gpus", "2"],
+        ["sweep", "--executor", "submitit-local", "--slurm-time", "10"],
+        ["sweep", "--device", "cpu", "--mps", "off", "--seed", "0,1"],
+    ],
+)
+def test_a_meaningful_sweep_combination_still_reaches_the_sweep(
+    args: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: dict[str, Any] = {}
+
+    def fake_sweep(spec: Any, *a: Any) -> None:
+        seen["spec"] = spec
+        raise SystemExit(0)
+
+    monkeypatch.setattr("andrea_diag.experiments.sweep.run_sweep", fake_sweep)
+    monkeypatch.setattr("andrea_diag.experiments.executor._check_submitit", lambda kind: None)
+    res = runner.invoke(app, args)
+    assert "spec" in seen, res.output
+
+
 @pytest.mark.parametrize(
     ("args", "flag"),
     [

@@ -19,9 +19,10 @@ from typing import Annotated, Any
 import typer
 
 from andrea_diag.errors import UserError
-from andrea_diag.experiments.executor import ExecutorConfig
+from andrea_diag.experiments.executor import ExecutorConfig, uses_cuda
 
 MAX_JOBS = 256  # cells in flight: past any GPU's or scheduler's sensible concurrency
+SLURM_GPUS, SLURM_TIME = 1, 240  # the defaults: a value other than these was typed
 
 Jobs = Annotated[
     str,
@@ -93,10 +94,39 @@ def executor_config(
     """The checked :class:`ExecutorConfig` of these options (one line for a bad value);
     ``--jobs auto`` is resolved when the cells are known (``sweep.run_sweep``)."""
     n = parse_jobs(jobs)
+    _refuse_unused(executor, mps, partition, gpus, time_min)
     ex = ExecutorConfig(kind=executor, jobs=n or 1, auto_jobs=n is None, partition=partition,
                         gpus=gpus, time_min=time_min, mps=mps, merge_only=merge_only)  # fmt: skip
     ex.check()
     return ex
+
+
+def _refuse_unused(
+    executor: str, mps: str, partition: str | None, gpus: int, time_min: int
+) -> None:
+    """An option given (other than its default) that this executor never reads: one line,
+    not a setting silently dropped. The partition and GPUs go to Slurm alone, the time limit to
+    submitit's jobs, MPS to local cells."""
+    unused = [
+        (partition is not None and executor != "slurm", "--slurm-partition", "slurm"),
+        (gpus != SLURM_GPUS and executor != "slurm", "--slurm-gpus", "slurm"),
+        (time_min != SLURM_TIME and executor == "local", "--slurm-time", "slurm or submitit-local"),
+        (mps == "on" and executor != "local", "--mps on", "local"),
+    ]
+    for given, flag, needs in unused:
+        if given:
+            raise UserError(f"{flag} has no effect with --executor {executor}",
+                            hint=f"it applies to --executor {needs}; drop it")  # fmt: skip
+
+
+def check_mps_device(ex: ExecutorConfig, device: str) -> None:
+    """``--mps on`` for local cells that would not be on a GPU (``--device cpu``, or no GPU
+    here): refused before the sweep's folder, not after it (or never, one cell at a time)."""
+    if ex.mps == "on" and ex.kind == "local" and not ex.merge_only and not uses_cuda(device):
+        raise UserError(
+            f"--mps on needs cells on a CUDA device; these run on the CPU (--device {device})",
+            hint="drop --mps on (MPS shares a GPU between cells)",
+        )
 
 
 # (parameter, annotation, default) in executor_config's order: the options a command gets
@@ -105,8 +135,8 @@ EXECUTOR_OPTIONS: list[tuple[str, Any, Any]] = [
     ("executor", Executor, "local"),
     ("mps", Mps, "auto"),
     ("slurm_partition", SlurmPartition, None),
-    ("slurm_gpus", SlurmGpus, 1),
-    ("slurm_time", SlurmTime, 240),
+    ("slurm_gpus", SlurmGpus, SLURM_GPUS),
+    ("slurm_time", SlurmTime, SLURM_TIME),
     ("merge_only", MergeOnly, False),
 ]
 

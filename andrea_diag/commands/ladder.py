@@ -13,11 +13,11 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from andrea_diag.commands.executor_options import executor_options
+from andrea_diag.commands.executor_options import check_mps_device, executor_options
 from andrea_diag.commands.options import RunArgs, run_options
 from andrea_diag.commands.pages import cell_pages, render_ladder_pages
 from andrea_diag.commands.publish import PlotlyMode, plotly_mode
-from andrea_diag.commands.run import _arms, grid_axes, grid_base
+from andrea_diag.commands.run import _arms, grid_axes, grid_base, refuse_unused_max_norm
 from andrea_diag.errors import UserError
 from andrea_diag.experiments.executor import ExecutorConfig
 from andrea_diag.experiments.ladder import LADDER_CLIPS, LADDER_LRS, LADDER_SIZES, LADDER_STEPS
@@ -62,6 +62,8 @@ def ladder(
     if "none" not in arms or len(arms) < 2:
         raise UserError("the ladder compares arm none with at least one clipped arm",
                         hint="e.g. --clip none,global")  # fmt: skip
+    refuse_unused_max_norm(arms, run.explicit)
+    check_mps_device(ex, run.config.device)
     axes = grid_axes(run, size=size, lr=lr, max_norm=max_norm, seed=seed)
     spec = LadderSpec(
         base=grid_base(run.config, axes), sizes=axes["size"], lrs=axes["lr"],

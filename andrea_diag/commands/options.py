@@ -251,6 +251,9 @@ def checked(cfg: RunConfig) -> RunConfig:
         value = opt.get(cfg)
         if isinstance(value, float) and not math.isfinite(value):
             raise UserError(f"{opt.flag} must be a finite number, got {value}")
+    if cfg.mixer == "exp3" and cfg.mixer_sharpness is not None:  # None: not typed
+        raise UserError(f"--mixer-sharpness shapes the seeded mixer only, not --mixer {cfg.mixer}",
+                        hint="drop --mixer-sharpness, or use --mixer seeded")  # fmt: skip
     if cfg.hf_config is not None:
         _check_hf_config(cfg.hf_config)
     _check_microbatch_tokens(resolved)

@@ -12,8 +12,8 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from andrea_diag.clip.modes import clip_modes
-from andrea_diag.commands.executor_options import executor_options
+from andrea_diag.clip.modes import CLIPPERS, clip_modes
+from andrea_diag.commands.executor_options import check_mps_device, executor_options
 from andrea_diag.commands.options import (
     BY_NAME,
     RunArgs,
@@ -45,7 +45,9 @@ def _spec(clip: str, run: RunArgs) -> CascadeSpec:
             raise UserError("--out and --resume name different directories", hint="give one")
         base, arms = resumed(run, clip)
         return CascadeSpec(base=base, clips=_arms(arms), out=run.resume, resume=True)
-    return CascadeSpec(base=checked(run.config), clips=_arms(clip), out=run.out)
+    arms = _arms(clip)
+    refuse_unused_max_norm(arms, run.explicit)
+    return CascadeSpec(base=checked(run.config), clips=arms, out=run.out)
 
 
 def _arms(clip: str) -> list[str]:
@@ -59,6 +61,16 @@ def _arms(clip: str) -> list[str]:
     if twice:  # two arms of one name would share one folder
         raise UserError(f"--clip lists {twice} twice: {clip}", hint="give each arm once")
     return arms
+
+
+def refuse_unused_max_norm(arms: list[str], typed: frozenset[str]) -> None:
+    """``--max-norm`` typed for arms none of which reads it (none and the adaptive modes
+    measure with their own rule): one line, not a threshold silently ignored."""
+    if "max_norm" in typed and all(CLIPPERS[a].kernel_mode == "none" for a in arms):
+        raise UserError(
+            f"--max-norm is used by --clip global or per-tensor only, not {','.join(arms)}",
+            hint="drop --max-norm, or add a global or per-tensor arm",
+        )
 
 
 @run_options(one_cell=True)
@@ -171,6 +183,8 @@ def sweep(
     from andrea_diag.experiments.sweep import SweepSpec, run_sweep
 
     arms = _arms(clip)
+    refuse_unused_max_norm(arms, run.explicit)
+    check_mps_device(ex, run.config.device)
     axes = grid_axes(run, size=size, lr=lr, max_norm=max_norm, seed=seed)
     spec = SweepSpec(base=grid_base(run.config, axes), sizes=axes["size"], lrs=axes["lr"],
                      max_norms=axes["max_norm"], seeds=axes["seed"], clips=arms, out=run.out,
