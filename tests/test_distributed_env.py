@@ -125,3 +125,20 @@ def test_a_bad_launch_environment_stops_the_cli_before_the_run_dir_is_written(
     assert message in res.output and "Traceback" not in res.output
     assert isinstance(res.exception, SystemExit)
     assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("env", "message"), [({"RANK": "abc"}, "RANK='abc'"), ({"WORLD_SIZE": "2"}, "RANK is not")]
+)
+def test_a_bad_launch_environment_stops_a_sweep_before_its_folder_is_written(
+    launch_env, tmp_path: Path, env: dict[str, str], message: str
+) -> None:
+    """The sweep checks its cells (cascade.check_runnable) before sweep.json exists: the
+    environment is read there too, not first in a cell that would crash after it."""
+    launch_env(**env)
+    out = tmp_path / "sweep"
+    args = ["sweep", "--size", "tiny", "--steps", "2", "--seed", "0", "--device", "cpu"]
+    res = CliRunner().invoke(app, [*args, "--out", str(out)])
+    assert res.exit_code == 2, res.output
+    assert message in res.output and "Traceback" not in res.output
+    assert not out.exists()

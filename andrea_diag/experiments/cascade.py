@@ -43,6 +43,7 @@ from andrea_diag.train.components import check_precision
 from andrea_diag.train.distributed import (
     check_world,
     env_rank,
+    env_world,
     env_world_size,
     init_from_env,
     launch,
@@ -115,6 +116,7 @@ def check_runnable(cfg: RunConfig, on_this_host: bool = True) -> None:
     factory imported, not called; the ``--hf-config`` parsed, no weights made)."""
     check_precision(cfg.precision)
     if on_this_host:
+        env_world()  # a malformed WORLD_SIZE/RANK is one line before a sweep.json exists
         device = resolve_device(cfg.device)
         check_clip(None, cfg.clip_impl, device)  # the arms' modes: checked by the commands
         if cfg.replicas > 1 and env_world_size() == 1:  # we would spawn them: can this host?
