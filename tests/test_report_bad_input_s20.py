@@ -114,3 +114,13 @@ def test_an_out_that_is_the_runs_own_page_still_writes_it(run: Path) -> None:
     code, said = cli("report", str(run), "--out", f"{run}/./report.html")
     assert code == 0, said
     assert (run / "report.html").is_file()
+
+
+def test_an_out_given_with_a_sweep_is_one_line_not_silently_dropped(tmp_path: Path) -> None:
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    (sweep / "sweep.json").write_text("{}")
+    out = tmp_path / "compare.html"
+    said = one_line_error("report", str(sweep), "--out", str(out))
+    assert "a sweep's pages are written inside it" in said
+    assert not out.exists() and not (sweep / "sweep.html").exists()

@@ -73,8 +73,14 @@ def report(
     given_once(run_dirs)  # R and R/ (or a link to R): one page would draw every arm twice
     if out is not None and len(run_dirs) == 1 and _written(out) == _written(_own(run_dirs[0])):
         out = None  # the very file the command writes without --out: the same page, there
+    if out is not None and len(run_dirs) == 1 and _is_sweep(run_dirs[0]):
+        raise UserError(  # it was dropped without a word: the pages went inside the sweep
+            f"--out is for run and cascade pages; a sweep's pages are written inside it "
+            f"({run_dirs[0] / 'sweep.html'})",
+            hint="drop --out, or pass cells of the sweep to compare them on one page",
+        )
     with damaged_run_dir(run_dirs):
-        if out is not None and not (len(run_dirs) == 1 and _is_sweep(run_dirs[0])):
+        if out is not None:
             _said(_render(run_dirs, out, title, images), images)
             return
         for d in run_dirs:  # each its own page, inside it (e.g. a shell glob of cascades)
