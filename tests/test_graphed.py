@@ -250,7 +250,13 @@ def test_torchruns_world_is_refused_before_any_output(monkeypatch: pytest.Monkey
     from andrea_diag.experiments.cascade import check_runnable
 
     monkeypatch.setattr(graphed.torch.cuda, "is_available", lambda: True)  # resolve "cuda"
-    monkeypatch.setenv("WORLD_SIZE", "2")  # what torchrun sets; the config still says D = 1
+    for name, value in {
+        "WORLD_SIZE": "2",
+        "RANK": "0",
+        "MASTER_ADDR": "h",
+        "MASTER_PORT": "1",
+    }.items():
+        monkeypatch.setenv(name, value)  # what torchrun sets; the config still says D = 1
     cfg = RunConfig(cuda_graph=True, device="cuda").resolve()
     with pytest.raises(UserError, match="D = 2 replicas"):
         check_runnable(cfg)

@@ -183,7 +183,11 @@ def test_merge_only_submits_nothing_whatever_the_executor(tmp_path: Path, how: l
     if "submitit-local" in how:
         pytest.importorskip("submitit")
     out = tmp_path / "s"
+    one = [a if a != "1e-3,1e-2" else "1e-3" for a in ARGS]  # one finished cell to merge
+    first = CliRunner().invoke(app, [*one, "--out", str(out)])
+    assert first.exit_code == 0, first.output
     res = CliRunner().invoke(app, [*ARGS, *how, "--merge-only", "--out", str(out)])
     assert res.exit_code == 0, res.output
-    assert not any((out / c).exists() for c in CELLS)  # no cell trained, none even started
-    assert (pd.read_csv(out / "sweep.csv")["status"] == "not run").all()
+    assert not (out / CELLS[1]).exists()  # the other cell not trained, not even started
+    status = pd.read_csv(out / "sweep.csv").set_index("cell")["status"]
+    assert status[CELLS[0]] == "done" and status[CELLS[1]] == "not run"
