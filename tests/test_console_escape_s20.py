@@ -107,3 +107,15 @@ def test_unrendered_report_line_names_the_run_folder_literally(
     console, buf = _console()
     assert not report_renderer_available(console, tmp_path / HOSTILE)
     _assert_literal(buf.getvalue())
+
+
+@pytest.mark.parametrize("command", ["cascade", "train"])
+def test_the_run_folder_a_training_command_names_prints_literally(
+    tmp_path: Path, command: str
+) -> None:
+    """An --out named with rich markup (a control character there is refused outright)."""
+    out = tmp_path / "[red]x[link=file:evil]y"
+    args = [command, "--size", "tiny", "--steps", "2", "--device", "cpu", "--clip", "none"]
+    res = CliRunner().invoke(app, [*args, "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert f"run directory: {out}" in res.output.replace("\n", "")

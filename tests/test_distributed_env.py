@@ -142,3 +142,12 @@ def test_a_bad_launch_environment_stops_a_sweep_before_its_folder_is_written(
     assert res.exit_code == 2, res.output
     assert message in res.output and "Traceback" not in res.output
     assert not out.exists()
+
+
+def test_a_bad_launch_environment_leaves_no_bench_train_folder(launch_env, tmp_path: Path) -> None:
+    launch_env(RANK="5")
+    out = tmp_path / "bench"
+    args = ["bench-train", "--device", "cpu", "--updates", "2", "--warmup", "1", "--block", "1"]
+    res = CliRunner().invoke(app, [*args, "--out", str(out)])
+    assert res.exit_code == 2, res.output
+    assert "WORLD_SIZE is not" in res.output and not out.exists()

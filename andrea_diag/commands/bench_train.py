@@ -21,6 +21,7 @@ from andrea_diag.config import ProbeConfig, RunConfig
 from andrea_diag.device import resolve_device
 from andrea_diag.fields import MAX_UPDATES
 from andrea_diag.rundir import atomic_write_text, make_out_dir
+from andrea_diag.train.distributed import env_world
 
 
 def _count(help_: str, shown: str, lo: int) -> Any:
@@ -99,6 +100,7 @@ def bench_train(
 
     # every argument first: a refused bench leaves no --out folder behind
     check_args(cfg, resolve_device(device), updates, warmup, block, plain)
+    env_world()  # a malformed WORLD_SIZE/RANK: one line, no empty --out folder left
     out = make_out_dir(out or _default_out(size))  # refused before the timing, not after
     result = run(cfg, updates, warmup, block, plain=plain,
                  progress=lambda s: console.print(f"[dim]{s}[/]"))  # fmt: skip

@@ -25,6 +25,7 @@ from andrea_diag.commands.options import (
 from andrea_diag.commands.pages import cell_pages, render_cascade_page, sweep_page_after
 from andrea_diag.commands.publish import PlotlyMode, plotly_mode
 from andrea_diag.config import RunConfig
+from andrea_diag.console_text import shown
 from andrea_diag.errors import UserError
 from andrea_diag.experiments.cascade import CascadeSpec, default_out, run_cascade
 from andrea_diag.experiments.executor import ExecutorConfig
@@ -96,9 +97,9 @@ def cascade(
             + (f", skipped {s['pct_skipped']:.1f}%" if s.get("pct_skipped") else "")
         )
     console.print(f"batches identical across arms: {res.hashes_identical}")
-    console.print(f"run directory: {res.out_dir}")
+    console.print(f"run directory: {shown(str(res.out_dir))}")
     if page:
-        console.print(f"[bold green]report:[/] {page}")
+        console.print(f"[bold green]report:[/] {shown(str(page))}")
 
 
 def _page(out: Path) -> Path | None:
@@ -120,9 +121,9 @@ def train(
     spec.out = spec.out or default_out("train", spec.base.size)
     res = run_cascade(spec, console)
     page = _page(res.out_dir)
-    console.print(f"run directory: {res.out_dir / spec.clips[0]}")
+    console.print(f"run directory: {shown(str(res.out_dir / spec.clips[0]))}")
     if page:
-        console.print(f"[bold green]report:[/] {page}")
+        console.print(f"[bold green]report:[/] {shown(str(page))}")
 
 
 def _csv(value: str, cast: type, option: str) -> list:
@@ -194,4 +195,6 @@ def sweep(
     with sweep_page_after(spec.out, console):  # also when cells crashed: the page shows them
         path, table = run_sweep(spec, console, cell_pages())
     page = path / "sweep.html"
-    console.print(f"[bold green]sweep:[/] {page if page.exists() else path} ({len(table)} arms)")
+    console.print(
+        f"[bold green]sweep:[/] {shown(str(page if page.exists() else path))} ({len(table)} arms)"
+    )
