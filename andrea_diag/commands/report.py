@@ -39,7 +39,8 @@ def report(
         typer.Option(
             parser=typed_path,
             help="One HTML page comparing every run given (labels prefixed by each run's "
-            "folder), written here: never inside a run it reads.",
+            "folder), written here: never inside a run it reads (nor its cascade or sweep), "
+            "never over a file that is not an HTML page.",
             show_default="each run's own report.html, inside it",
         ),
     ] = None,
@@ -138,21 +139,36 @@ def given_once(run_dirs: list[Path], hint: str = "give each run once") -> None:
             raise UserError(f"the same run directory was given twice: {both}", hint=hint)
 
 
+def _record_folders(d: Path) -> list[Path]:
+    """The folders above run ``d`` that hold records of it: its cascade (``cascade.json``) and
+    that cascade's sweep (``sweep.json``). A page written there could replace those records."""
+    records = ("cascade.json", "sweep.json")
+    return [a for a in _same(d).parents[:2] if any((a / r).exists() for r in records)]
+
+
 def _outside_runs(out: Path, run_dirs: list[Path]) -> None:
-    """``--out`` may not land inside a run this report reads: over its ``report.html`` (or its
-    ``metrics.parquet``...) it would replace what the run recorded or its own page."""
+    """``--out`` may not land inside a run this report reads, nor inside the cascade or sweep
+    holding it: over its ``report.html``, its ``metrics.parquet`` or its ``cascade.json`` it
+    would replace what was recorded or a run's own page. Nor may it replace a file that is not
+    an HTML page (a misspelt ``--out data.parquet`` would lose that file)."""
     real = _written(out)
-    cascades = [d.parent for d in run_dirs if (d.parent / "cascade.json").exists()]
-    if real in {_written(_own(d)) for d in [*run_dirs, *cascades]}:  # an arm's cascade's too
+    held = [a for d in run_dirs for a in _record_folders(d)]
+    if real in {_written(_own(d)) for d in [*run_dirs, *held]}:  # an arm's cascade's too
         raise UserError(f"--out {out} is a run's own report",
                         hint="write the comparison elsewhere, e.g. --out compare.html")  # fmt: skip
-    for d in run_dirs:
+    for d in [*run_dirs, *held]:
         if _same(d) in real.parents:
             raise UserError(
-                f"--out {out} is inside {d}, a run this report reads",
+                f"--out {out} is inside {d}, a run (or the cascade or sweep of one) this "
+                "report reads",
                 hint="write the page outside the runs, e.g. --out compare.html (without "
                 "--out, each run gets its own report.html)",
             )
+    if real.exists() and real.suffix.lower() not in {".html", ".htm"}:
+        raise UserError(
+            f"--out {out} exists and is not an HTML page: the report would replace it",
+            hint="name a new file or an .html page, e.g. --out compare.html",
+        )
 
 
 def _render(run_dirs: list[Path], out: Path | None, title: str | None, images: list[str]) -> Path:
