@@ -119,19 +119,29 @@ def t_interval(values: Sequence[float | None], confidence: float = CONFIDENCE) -
     return Interval(mean, float(ci.low), float(ci.high), len(x))
 
 
-def sign_flip_p(values: Sequence[float | None]) -> float:
-    """Two-sided p-value of the sign-flip permutation test of mean 0 (``permutation_test``,
+def sign_flip_p(values: Sequence[float | None], alternative: str = "two-sided") -> float:
+    """p-value of the sign-flip permutation test of mean 0 (``permutation_test``,
     ``permutation_type="samples"`` on one sample): exact up to ``EXACT_MAX_PAIRS`` values,
-    Monte Carlo with ``N_RESAMPLES`` fixed-seed patterns above. NaN with no value."""
+    Monte Carlo with ``N_RESAMPLES`` fixed-seed patterns above. NaN with no value.
+    ``alternative``: "two-sided" (the ladder's tests), or "greater" / "less" for a one-sided
+    test fixed beforehand (a pre-registered replication).
+
+    >>> sign_flip_p([0.1, 0.2, 0.3]), sign_flip_p([0.1, 0.2, 0.3], alternative="greater")
+    (0.25, 0.125)"""
     x = _finite(values)
     if len(x) == 0:
         return math.nan
-    if len(x) == 1 or not np.any(x):
-        return 1.0  # one pair: its two sign patterns are equally extreme; all zero: all tie
+    if alternative not in ("two-sided", "greater", "less"):
+        raise ValueError(f"alternative must be two-sided, greater or less, not {alternative!r}")
+    if not np.any(x):
+        return 1.0  # all zero: every sign pattern ties
+    if len(x) == 1:  # its two sign patterns: equally extreme, or one of them on the claimed side
+        claimed = {"two-sided": False, "greater": x[0] > 0, "less": x[0] < 0}[alternative]
+        return 0.5 if claimed else 1.0
     exact = len(x) <= EXACT_MAX_PAIRS
     res = st.permutation_test((x,), _mean, permutation_type="samples", vectorized=True,
                               n_resamples=np.inf if exact else N_RESAMPLES,
-                              alternative="two-sided", rng=np.random.default_rng(SEED))  # fmt: skip
+                              alternative=alternative, rng=np.random.default_rng(SEED))  # fmt: skip
     return float(res.pvalue)
 
 

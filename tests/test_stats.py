@@ -60,6 +60,24 @@ def test_sign_flip_p_of_6_positive_pairs_is_2_of_64() -> None:
     assert sign_flip_p([0.03, 0.01, 0.02, 0.04, 0.02, 0.03]) == pytest.approx(2 / 64, abs=1e-12)
 
 
+def test_one_sided_sign_flip_p_counts_only_the_claimed_side() -> None:
+    """The replication's one-sided test: the share of the 64 sign patterns of [+1 x5, -1]
+    whose mean is at least the observed one (7 of 64: no minus sign, or one), counted here by
+    enumeration, against the two-sided 14 of 64."""
+    gaps = [1, 1, 1, 1, 1, -1]
+    mean = sum(gaps) / 6
+    patterns = [[g * (1 - 2 * ((k >> i) & 1)) for i, g in enumerate(gaps)] for k in range(64)]
+    at_least = sum(sum(p) / 6 >= mean - 1e-12 for p in patterns)
+    assert sign_flip_p(gaps, alternative="greater") == pytest.approx(at_least / 64)
+    assert sign_flip_p(gaps, alternative="less") == pytest.approx(
+        sum(sum(p) / 6 <= mean + 1e-12 for p in patterns) / 64
+    )
+    assert sign_flip_p([0.4], alternative="greater") == 0.5
+    assert sign_flip_p([0.4], alternative="less") == 1.0
+    with pytest.raises(ValueError, match="alternative"):
+        sign_flip_p(gaps, alternative="bigger")
+
+
 def test_min_pairs_is_the_smallest_n_whose_sign_flip_test_can_reach_005() -> None:
     # every gap on one side is the most extreme pattern: p = 2 / 2^n
     assert sign_flip_p([0.1] * (MIN_PAIRS - 1)) == pytest.approx(2 / 32)  # 0.0625: never < 0.05
