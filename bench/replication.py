@@ -1,0 +1,117 @@
+"""The pre-registered replication's test (reports/ladder/REPLICATION.md), from its sweep.
+
+    python3 bench/replication.py reports/ladder-replication --size 12m --lr 3e-3 \
+        --precision fp16 --original reports/ladder/gaps.csv --out reports/ladder-replication/replication.json
+
+Reads the replication sweep's ``sweep.csv`` (as ``ladder`` reads its own: untrusted, through
+``read_sweep_outputs``), pairs each seed's unclipped and clipped final held-out loss, and
+applies the protocol fixed before the runs: the one-sided exact sign-flip test (clipping helps)
+over the new seeds only, at alpha 0.05; fewer than ``MIN_REPLICATION_PAIRS`` finished pairs is
+"insufficient seeds" and no test. Beside it, descriptive only: the new seeds' intervals,
+collapses (Fisher), pollution events, and the estimate pooled with the original ladder's gaps
+(parsed from its ``gaps.csv``), which is not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from andrea_diag.experiments.aggregate import finished
+from andrea_diag.experiments.ladder import read_sweep_outputs
+from andrea_diag.stats import fisher, paired_test, seeds_needed, sign_flip_p
+
+MIN_REPLICATION_PAIRS = 12  # fixed in REPLICATION.md before the runs
+ALPHA = 0.05  # the same: one-sided, one hypothesis
+
+
+def new_pairs(table: pd.DataFrame, size: str, lr: float, precision: str) -> pd.DataFrame:
+    """Per seed: the unclipped and clipped arms' held-out loss, collapse and event flags."""
+    t = finished(table)
+    t = t[(t["size"] == size) & (t["precision"] == precision) & ((t["lr"] - lr).abs() < 1e-12)]
+    arms = {c: t[t["clip"] == c].set_index("seed") for c in ("none", "global")}
+    seeds = sorted(set(arms["none"].index) & set(arms["global"].index))
+    return pd.DataFrame(
+        {
+            "seed": seeds,
+            "gap": [arms["none"].at[s, "eval"] - arms["global"].at[s, "eval"] for s in seeds],
+            **{f"collapsed_{c}": [bool(arms[c].at[s, "collapsed"]) for s in seeds] for c in arms},
+            **{f"event_{c}": [arms[c].at[s, "event"] for s in seeds] for c in arms},
+        }
+    )
+
+
+def original_gaps(path: Path, size: str, lr: float, precision: str) -> list[float]:
+    """The ladder's published per-seed gaps of the same cell ("s0:+0.382;s1:...")."""
+    g = pd.read_csv(path)
+    row = g[(g["size"] == size) & (g["precision"] == precision) & ((g["lr"] - lr).abs() < 1e-12)]
+    row = row[row["clip"] == "global"]
+    return [float(x.split(":")[1]) for x in str(row.iloc[0]["gaps"]).split(";")] if len(row) else []
+
+
+def verdict(pairs: pd.DataFrame, original: list[float]) -> dict[str, Any]:
+    gaps = [g for g in pairs["gap"] if math.isfinite(g)]
+    test = paired_test(gaps)
+    n = len(gaps)
+    p = sign_flip_p(gaps, alternative="greater") if n >= MIN_REPLICATION_PAIRS else math.nan
+    if n < MIN_REPLICATION_PAIRS:
+        call = f"insufficient seeds: {n} finished pairs, fewer than {MIN_REPLICATION_PAIRS}"
+    elif p < ALPHA:
+        call = (f"replicated: clipping lowered held-out loss by {test.mean:+.3f} nats "
+                f"(bootstrap 95% [{test.bca.lo:+.3f}, {test.bca.hi:+.3f}]), "
+                f"one-sided sign-flip p = {p:.4f} over {n} new seeds")  # fmt: skip
+    else:
+        need = seeds_needed(test.sd, gap=test.mean) if test.mean > 0 else None
+        call = (f"not replicated: mean gap {test.mean:+.3f} nats over {n} new seeds, one-sided "
+                f"sign-flip p = {p:.3f}; a gap of that size would need "
+                f"{need if need else 'more than any feasible number of'} seeds "
+                "(80% power, two-sided paired t)")  # fmt: skip
+    k_u, k_c = int(pairs["collapsed_none"].sum()), int(pairs["collapsed_global"].sum())
+    events = {
+        c: [bool(e) for e in pairs[f"event_{c}"] if e is not None] for c in ("none", "global")
+    }
+    pooled = paired_test([*original, *gaps])
+    return {
+        "protocol": "reports/ladder/REPLICATION.md",
+        "call": call,
+        "pairs": n,
+        "p_one_sided": p if math.isfinite(p) else None,
+        "alpha": ALPHA,
+        "gaps": {f"s{s}": round(g, 6) for s, g in zip(pairs["seed"], pairs["gap"], strict=True)},
+        "mean": test.mean, "sd": test.sd, "bootstrap_95": [test.bca.lo, test.bca.hi],
+        "t_95": [test.t.lo, test.t.hi], "p_two_sided": test.p,
+        "collapses": {"none": k_u, "global": k_c, "of": len(pairs),
+                      "fisher_p": fisher(k_u, len(pairs), k_c, len(pairs))},
+        "pollution_events": {c: f"{sum(v)}/{len(v)}" for c, v in events.items()},
+        "pooled_descriptive": {"pairs": pooled.n, "mean": pooled.mean, "sd": pooled.sd,
+                               "bootstrap_95": [pooled.bca.lo, pooled.bca.hi],
+                               "note": "original 8 seeds and the replication together: an "
+                               "estimate, not a test (the test of record is the one above)"},
+    }  # fmt: skip
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("sweep", type=Path)
+    ap.add_argument("--size", default="12m")
+    ap.add_argument("--lr", type=float, default=3e-3)
+    ap.add_argument("--precision", default="fp16")
+    ap.add_argument("--original", type=Path, default=Path("reports/ladder/gaps.csv"))
+    ap.add_argument("--out", type=Path)
+    a = ap.parse_args()
+    _, table = read_sweep_outputs(a.sweep)
+    pairs = new_pairs(table, a.size, a.lr, a.precision)
+    result = verdict(pairs, original_gaps(a.original, a.size, a.lr, a.precision))
+    text = json.dumps(result, indent=2)
+    print(text)
+    if a.out:
+        a.out.write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
