@@ -138,6 +138,7 @@ def resolve_impl(impl: str, grads: list[torch.Tensor]) -> str:
     return "reference"
 
 
+@torch.no_grad()
 def clip_grad_norm_with_stats(
     parameters: torch.Tensor | Iterable[torch.Tensor],
     max_norm: float,
@@ -224,6 +225,7 @@ def _scale_stage(which: str, grads: list[torch.Tensor], scale: torch.Tensor, p: 
     reference.grad_scale_(grads, scale)
 
 
+@torch.no_grad()
 def clip_grad_norm_(
     parameters: torch.Tensor | Iterable[torch.Tensor],
     max_norm: float,
@@ -239,7 +241,9 @@ def clip_grad_norm_(
     tests/test_clip_torch_contract.py): the return value is a 0-dim tensor on the gradients'
     device in their dtype (promoted across dtypes, as torch stacks its per-tensor norms), an
     empty generator warns, no gradient returns ``tensor(0.)``, and ``error_if_nonfinite``
-    raises torch's message before any gradient changes. ``norm_type`` <= 0 (0 counts
+    raises torch's message before any gradient changes. Like torch's, it runs under
+    ``torch.no_grad()``: gradients that require grad (``backward(create_graph=True)``) are
+    scaled in place without recording autograd history. ``norm_type`` <= 0 (0 counts
     nonzeros, -inf is a minimum: neither is a sum the chunked stages can split) and complex
     gradients run torch's own function, so they match exactly.
 
@@ -269,8 +273,10 @@ def clip_grad_norm_(
     is_generator = isinstance(parameters, types.GeneratorType)
     params = [parameters] if isinstance(parameters, torch.Tensor) else list(parameters)
     if is_generator and not params:
-        warnings.warn(  # torch's own words, so filters written for torch's warning match
-            "`parameters` is an empty generator, no gradient clipping will occur.", stacklevel=2
+        # torch's own words, so filters written for torch's warning match; stacklevel 3 (the
+        # no_grad wrapper is a frame): the caller's line, as torch's warning names it
+        warnings.warn(
+            "`parameters` is an empty generator, no gradient clipping will occur.", stacklevel=3
         )
     norm_type = float(norm_type)
     complex_grads = any(g.is_complex() for g in _grads(params))
