@@ -24,8 +24,11 @@ Anywhere else (CPU, float64 parameters, non-contiguous tensors, no compiler) it 
 
 State keys match ``torch.optim.AdamW`` (``step`` as a 0-dim float32 tensor on the parameter's
 device, as torch's fused/capturable AdamW keeps it; ``exp_avg``; ``exp_avg_sq``), so code that
-reads ``optimizer.state`` (andrea_diag.probes.optstate) works unchanged, and torch AdamW state
-dicts load. Not supported: amsgrad, maximize, tensor learning rates, sparse gradients.
+reads ``optimizer.state`` (andrea_diag.probes.optstate) works unchanged, torch AdamW state dicts
+load, and ours load into torch's AdamW (groups carry its keys). torch AdamW's keywords are taken:
+``foreach``, ``fused``, ``capturable`` are ignored (this step is fused and sync-free); amsgrad,
+maximize, differentiable, Adam's coupled decay (``decoupled_weight_decay=False``), complex
+parameters, a tensor ``lr`` and sparse gradients are refused, in a group or a loaded state dict.
 """
 
 from __future__ import annotations
@@ -179,6 +182,40 @@ def clip_adamw_(
     return ClipResult(total, per, scale, nonfinite, which)
 
 
+_REFUSED_FLAGS = {
+    "amsgrad": "amsgrad=True (the step keeps no max_exp_avg_sq)",
+    "maximize": "maximize=True (the step descends; negate the loss instead)",
+    "differentiable": "differentiable=True (the step runs under no_grad)",
+}
+
+
+def _check_flags(group: dict[str, Any]) -> None:
+    """ValueError naming each torch AdamW flag in ``group`` that this step would ignore."""
+    asked = [why for flag, why in _REFUSED_FLAGS.items() if group.get(flag)]
+    if group.get("decoupled_weight_decay") is False and group.get("weight_decay"):
+        asked.append("decoupled_weight_decay=False (Adam's L2 decay; this step decays as AdamW)")
+    if asked:
+        raise ValueError(f"ClippedAdamW does not support {', '.join(asked)}; use torch.optim.AdamW")
+
+
+def _check_group(group: dict[str, Any]) -> None:
+    _check_flags(group)
+    if any(p.is_complex() for p in group["params"]):
+        raise TypeError(
+            "ClippedAdamW does not support complex parameters (torch's AdamW steps them as real "
+            "pairs; this step would drop the imaginary part); use torch.optim.AdamW"
+        )
+
+
+def _capturable_devices() -> tuple[str, ...]:
+    """Device types torch's AdamW accepts with ``capturable=True`` (not the CPU)."""
+    try:
+        from torch.optim.optimizer import _get_capturable_supported_devices
+    except ImportError:  # a private helper: fall back to the one device that always qualifies
+        return ("cuda",)
+    return tuple(_get_capturable_supported_devices())
+
+
 class ClippedAdamW(torch.optim.Optimizer):
     """AdamW whose step first clips the global gradient norm, on the device, without a sync.
 
@@ -202,11 +239,18 @@ class ClippedAdamW(torch.optim.Optimizer):
         betas: tuple[float, float] = (0.9, 0.999),
         eps: float = 1e-8,
         weight_decay: float = 1e-2,
+        amsgrad: bool = False,
         *,
+        maximize: bool = False,
+        foreach: bool | None = None,
+        capturable: bool = False,
+        differentiable: bool = False,
+        fused: bool | None = None,
         max_norm: float = 1.0,
         norm_type: float = 2.0,
         impl: str = "auto",
     ) -> None:
+        del foreach, capturable, fused  # how torch runs its step; this one is fused and sync-free
         if isinstance(lr, torch.Tensor):
             raise ValueError("ClippedAdamW takes a float lr (a tensor lr would need a host read)")
         if not 0.0 <= lr:
@@ -225,19 +269,56 @@ class ClippedAdamW(torch.optim.Optimizer):
         # tensor on the parameter's device (where the kernels read it) instead of on the CPU.
         # decoupled_weight_decay: the flag torch's own optimizers use to say "AdamW-style"
         # (the optimizer-state probe reads it to know the decay does not enter m and v).
+        # amsgrad, maximize, differentiable: the flags torch's AdamW keeps in every group, so
+        # state dicts carry the same keys; any of them True is refused (add_param_group).
         defaults = dict(
             lr=lr,
             betas=betas,
             eps=eps,
             weight_decay=weight_decay,
             capturable=True,
-            amsgrad=False,
+            amsgrad=amsgrad,
+            maximize=maximize,
+            foreach=None,
+            differentiable=differentiable,
+            fused=None,
             decoupled_weight_decay=True,
         )
         super().__init__(params, defaults)
         self.max_norm, self.norm_type, self.impl = float(max_norm), float(norm_type), impl
         self.last_clip: ClipResult | None = None
         self.last_impl: str | None = None
+
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        """torch's, then the refusals: a group that asks for what this step does not do
+        (amsgrad, maximize, differentiable) or holds a complex parameter raises here, where
+        torch's AdamW would honour it and this step would silently not."""
+        super().add_param_group(param_group)
+        group = self.param_groups[-1]
+        try:
+            _check_group(group)
+        except (ValueError, TypeError):
+            self.param_groups.pop()
+            raise
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """torch's; a state dict from a torch AdamW with amsgrad, maximize or differentiable
+        set is refused before anything is loaded (its ``max_exp_avg_sq`` would be ignored)."""
+        for group in state_dict["param_groups"]:
+            _check_flags(group)
+        super().load_state_dict(state_dict)
+
+    def state_dict(self) -> dict[str, Any]:
+        """torch's, with each group's ``capturable`` set as torch's AdamW can run it: True only
+        where every parameter is on a device torch's capturable AdamW takes (CUDA), so the state
+        dict of a CPU run loads into ``torch.optim.AdamW`` and steps there. (This optimizer
+        keeps ``capturable=True`` itself: its ``step`` stays a device tensor on load.)"""
+        out = super().state_dict()
+        for saved, group in zip(out["param_groups"], self.param_groups, strict=True):
+            saved["capturable"] = all(
+                p.device.type in _capturable_devices() for p in group["params"]
+            )
+        return out
 
     def _gather(self) -> list[tuple[dict[str, Any], list[torch.Tensor], list[torch.Tensor]]]:
         """Per group: (group, params with a grad, their grads); lazily creates the state."""
