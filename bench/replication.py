@@ -62,13 +62,13 @@ def verdict(pairs: pd.DataFrame, original: list[float]) -> dict[str, Any]:
     if n < MIN_REPLICATION_PAIRS:
         call = f"insufficient seeds: {n} finished pairs, fewer than {MIN_REPLICATION_PAIRS}"
     elif p < ALPHA:
-        call = (f"replicated: clipping lowered held-out loss by {test.mean:+.3f} nats "
+        call = (f"replicated: clipping lowered held-out loss by {test.mean:.3f} nats "
                 f"(bootstrap 95% [{test.bca.lo:+.3f}, {test.bca.hi:+.3f}]), "
-                f"one-sided sign-flip p = {p:.4f} over {n} new seeds")  # fmt: skip
+                f"one-sided sign-flip p = {p:.2g} over {n} new seeds")  # fmt: skip
     else:
         need = seeds_needed(test.sd, gap=test.mean) if test.mean > 0 else None
         call = (f"not replicated: mean gap {test.mean:+.3f} nats over {n} new seeds, one-sided "
-                f"sign-flip p = {p:.3f}; a gap of that size would need "
+                f"sign-flip p = {p:.2g}; a gap of that size would need "
                 f"{need if need else 'more than any feasible number of'} seeds "
                 "(80% power, two-sided paired t)")  # fmt: skip
     k_u, k_c = int(pairs["collapsed_none"].sum()), int(pairs["collapsed_global"].sum())
