@@ -1,0 +1,45 @@
+"""bench/replication.py applies REPLICATION.md's fixed rule: fewer than 12 finished pairs is
+"insufficient seeds" with no test; otherwise the one-sided sign-flip p against 0.05 decides
+"replicated" or "not replicated" (with the seeds a gap of that size would need)."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+_SPEC = importlib.util.spec_from_file_location(
+    "replication", Path(__file__).parents[1] / "bench" / "replication.py"
+)
+replication = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(replication)
+
+
+def _pairs(gaps: list[float]) -> pd.DataFrame:
+    n = len(gaps)
+    return pd.DataFrame({"seed": range(8, 8 + n), "gap": gaps,
+                         "collapsed_none": [False] * n, "collapsed_global": [False] * n,
+                         "event_none": [True] * n, "event_global": [False] * n})  # fmt: skip
+
+
+def test_fewer_than_twelve_pairs_is_insufficient_and_untested() -> None:
+    out = replication.verdict(_pairs([0.3] * 11), [])
+    assert out["call"].startswith("insufficient seeds") and out["p_one_sided"] is None
+
+
+def test_sixteen_positive_gaps_replicate_at_one_in_65536() -> None:
+    out = replication.verdict(_pairs([0.1 + 0.01 * i for i in range(16)]), [0.2] * 8)
+    assert out["call"].startswith("replicated")
+    assert out["p_one_sided"] == pytest.approx(1 / 2**16)
+    assert out["pooled_descriptive"]["pairs"] == 24
+    assert out["pollution_events"] == {"none": "16/16", "global": "0/16"}
+
+
+def test_gaps_of_both_signs_do_not_replicate_and_say_what_would() -> None:
+    gaps = [0.05, -0.04, 0.03, -0.02, 0.04, -0.05, 0.01, 0.02, -0.03, 0.02, 0.0, 0.01]
+    out = replication.verdict(_pairs(gaps), [])
+    assert out["call"].startswith("not replicated") and "seeds" in out["call"]
+    assert out["p_one_sided"] >= 0.05 and math.isfinite(out["p_one_sided"])
