@@ -55,12 +55,26 @@ def check_path(path: Path, what: str | None = None) -> Path:
     return Path(path)
 
 
+def resolved(path: Path, what: str) -> Path:
+    """``path`` with every link followed, or one line where the links go round in a loop
+    (``Path.resolve`` raises RuntimeError there) or cannot be looked up."""
+    try:
+        return Path(path).resolve()
+    except RuntimeError:
+        raise UserError(f"{what} {path} is a loop of symbolic links", hint=LOOP_HINT) from None
+    except OSError as e:
+        raise UserError(f"cannot look up {what} {path}: {e.strerror or e}") from None
+
+
+LOOP_HINT = "the run dir is damaged: remove the link"
+
+
 def child(root: Path, name: str, what: str = "name", hint: str = "the run dir is damaged") -> Path:
     """``root / name``, refused unless it stays inside ``root`` (after resolving links)."""
     check_component(name, what)
     path = Path(root) / name
-    real_root = Path(root).resolve()
-    real = path.resolve()
+    real_root = resolved(Path(root), what)
+    real = resolved(path, what)
     if real != real_root and real_root not in real.parents:
         raise UserError(f"{what} {name!r} points outside {root}", hint=hint)
     return path
@@ -83,7 +97,7 @@ def regular_file(path: Path, what: str) -> Path:
     out of its own folder (a run dir's ``summary.json`` pointing at another file would read
     that file into a page), else one line."""
     if os.path.islink(path):
-        home, real = Path(path).parent.resolve(), Path(path).resolve()
+        home, real = resolved(Path(path).parent, what), resolved(Path(path), what)
         if home not in real.parents:
             raise UserError(f"{what} {path} is a link out of its run", hint="refusing to read it")
     try:
