@@ -38,6 +38,9 @@ from andrea_diag.rundir import atomic_write_bytes, file_mode
 
 LOCK_NAME = "run.lock"
 MAX_LOCK_BYTES = 4096  # a lock is one short JSON line
+# a pid is a C int (pid_t; Linux's pid_max is at most 2**22): os.kill of a larger one raises
+# OverflowError, so a lock naming one is corrupt, not a process to ask after
+MAX_PID = 2**31 - 1
 
 
 @dataclass(frozen=True)
@@ -59,8 +62,8 @@ def _now() -> str:
 
 def pid_alive(pid: int) -> bool:
     """True when a process with this pid exists on this host (signal 0 sends nothing)."""
-    if pid <= 0:
-        return False  # 0 and negatives address process groups, not one process
+    if not 0 < pid <= MAX_PID:
+        return False  # 0 and negatives address process groups; past pid_t, no process
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -100,7 +103,7 @@ def read_lock(run_dir: str | Path) -> LockInfo | None:
     try:
         data = json.loads(raw)
         pid = data["pid"]
-        if not isinstance(pid, int) or isinstance(pid, bool):
+        if not isinstance(pid, int) or isinstance(pid, bool) or abs(pid) > MAX_PID:
             raise TypeError(pid)
     except (json.JSONDecodeError, KeyError, TypeError, RecursionError):
         return LockInfo(None, None, None)
