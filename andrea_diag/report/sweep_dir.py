@@ -22,9 +22,12 @@ import pandas as pd
 from andrea_diag.errors import UserError
 from andrea_diag.record import read_cascade_meta
 from andrea_diag.report.html import render_cascade
-from andrea_diag.rundir import child, read_json, regular_file
+from andrea_diag.rundir import check_size, child, read_json, regular_file
 from andrea_diag.runread import SWEEP, clean
 
+# a sweep.csv row is ~300 bytes an arm: 64 MiB is 200,000 arms, and a planted 40 GB file
+# (sparse: it costs its maker nothing) is refused unread; read_csv held 23 GB of memory on it
+MAX_SWEEP_CSV_BYTES = 64 << 20
 TEXT = ("cell", "size", "precision", "clip", "lockin", "status", "error")
 FLAGS = ("collapse",)
 
@@ -54,6 +57,7 @@ def _number(v: Any) -> float:
 def read_sweep_table(out: Path) -> pd.DataFrame:
     """sweep.csv with text columns as text, number columns as numbers (a bad value: NaN)."""
     path = regular_file(out / "sweep.csv", "sweep.csv")
+    check_size(path, "sweep.csv", MAX_SWEEP_CSV_BYTES)
     try:
         table = pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[""])
     except (ValueError, UnicodeDecodeError, csv.Error, pd.errors.ParserError) as e:

@@ -1,0 +1,42 @@
+"""Huge files planted in a run directory (round 21): a sparse file costs its maker nothing and
+its reader everything, so a table larger than any run writes is refused before it is read.
+``report`` of a sweep whose ``sweep.csv`` was a sparse 40 GB file held 23 GB of memory for
+minutes in ``read_csv``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from hostile_dirs import (  # noqa: F401 (the *_fixture names are fixtures: run, cascade)
+    cascade_fixture,
+    make_sweep,
+    one_line_error,
+)
+
+from andrea_diag.errors import UserError
+from andrea_diag.report.sweep_dir import read_sweep_table
+
+
+def sparse(path: Path, size: int) -> None:
+    """``path`` replaced by a file of ``size`` zero bytes that takes no disk space."""
+    path.unlink(missing_ok=True)
+    with open(path, "wb") as f:
+        f.truncate(size)
+
+
+def never_read(*args: object, **kwargs: object) -> None:
+    raise AssertionError("a file larger than any run writes was read")
+
+
+def test_a_huge_sweep_csv_is_one_line_and_never_read(
+    tmp_path: Path, cascade: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sweep = make_sweep(tmp_path, cascade, "c1")
+    sparse(sweep / "sweep.csv", 40 << 30)
+    monkeypatch.setattr(pd, "read_csv", never_read)
+    with pytest.raises(UserError, match="GiB"):
+        read_sweep_table(sweep)
+    assert "GiB" in one_line_error("report", str(sweep))
