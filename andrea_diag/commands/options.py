@@ -156,12 +156,18 @@ def plain_number(text: str, cast: type, option: str) -> Any:
 def check_out_path(path: Path | None, flag: str) -> Path | None:
     """An ``--out`` or ``--resume`` folder, refused in one line before anything is made when
     it cannot be what the user meant: a control character (a pasted newline or ESC: a folder
-    no listing shows as typed) or a symbolic link to nothing (mkdir's "File exists")."""
+    no listing shows as typed), bytes that are not UTF-8 (the run trained, then its own files
+    failed to name the folder) or a symbolic link to nothing (mkdir's "File exists")."""
     if path is None:
         return None
     check_path(path, flag)
     if visible(str(path)) != str(path):
         raise UserError(f"{flag} {str(path)!r} holds control characters", hint="give a plain path")
+    try:  # bytes that are not UTF-8 (argv's surrogate escapes): the run's files cannot name it
+        str(path).encode("utf-8")
+    except UnicodeEncodeError:
+        raise UserError(f"{flag} {os.fsencode(path)!r} is not a UTF-8 path",
+                        hint="give a path in UTF-8")  from None  # fmt: skip
     for p in (path, *path.parents):  # a dangling link anywhere above it stops mkdir too
         # os.path's tests, not Path's: they answer False where the system refuses to look
         if os.path.islink(p) and not os.path.exists(p):

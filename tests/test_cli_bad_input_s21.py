@@ -1,0 +1,84 @@
+"""Bad input refused in one line before anything is written (review of the CLI's bad input,
+round 21): paths whose bytes are not UTF-8, ..."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from andrea_diag.cli import app
+
+runner = CliRunner()
+
+
+def _no_work(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every command's work raises: a test passes only where the refusal came first."""
+
+    def no_work(*a: Any, **k: Any) -> None:
+        raise AssertionError("the work started")
+
+    for target in (
+        "andrea_diag.commands.run.run_cascade",
+        "andrea_diag.experiments.sweep.run_sweep",
+        "andrea_diag.experiments.ladder.run_ladder",
+        "andrea_diag.bench.run_bench",
+        "andrea_diag.bench.train.bench_train",
+        "andrea_diag.experiments.accum_check.run_accum_check",
+    ):
+        monkeypatch.setattr(target, no_work)
+
+
+def _refused(args: list[str], monkeypatch: pytest.MonkeyPatch, cwd: Path) -> str:
+    """The one ``error:`` line (plus at most a hint) of ``args`` run in ``cwd``, which must stay
+    empty: nothing written, no --out folder made."""
+    _no_work(monkeypatch)
+    monkeypatch.chdir(cwd)
+    res = runner.invoke(app, args)
+    lines = [ln for ln in res.output.splitlines() if ln.strip()]
+    assert res.exit_code != 0, res.output
+    assert "Traceback" not in res.output and not isinstance(res.exception, AssertionError), (
+        res.output
+    )
+    assert lines and lines[0].startswith("error:"), res.output
+    assert len(lines) == 1 or (len(lines) == 2 and lines[1].startswith("hint:")), res.output
+    assert sorted(os.listdir(cwd)) == [], f"written before the refusal: {os.listdir(cwd)}"
+    return lines[0]
+
+
+@pytest.fixture
+def empty(tmp_path: Path) -> Path:
+    path = tmp_path / "cwd"
+    path.mkdir()
+    return path
+
+
+# ---- 1. a path in bytes that are not UTF-8 ----
+
+NOT_UTF8 = os.fsdecode(b"run-\xff\xfe")  # as argv hands it over: surrogate escapes
+
+
+@pytest.mark.parametrize(
+    ("args", "flag"),
+    [
+        (["train", "--out", NOT_UTF8], "--out"),
+        (["cascade", "--out", f"runs/{NOT_UTF8}/x"], "--out"),
+        (["train", "--resume", NOT_UTF8], "--resume"),
+        (["sweep", "--out", NOT_UTF8], "--out"),
+        (["ladder", "--out", NOT_UTF8], "--out"),
+        (["bench-kernels", "--out", NOT_UTF8], "--out"),
+        (["bench-train", "--out", NOT_UTF8], "--out"),
+        (["accum-check", "--out", NOT_UTF8], "--out"),
+    ],
+)
+def test_an_out_or_resume_path_not_in_utf8_is_refused_before_the_run(
+    args: list[str], flag: str, monkeypatch: pytest.MonkeyPatch, empty: Path
+) -> None:
+    """It trained, then the run's own files could not name the folder: a traceback-free error
+    only after the whole run, and the folder left behind."""
+    line = _refused(args, monkeypatch, empty)
+    assert flag in line and "UTF-8" in line
+    assert "\\xff" in line  # the bytes shown escaped, not as a replacement character
