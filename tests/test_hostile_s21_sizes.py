@@ -1,7 +1,7 @@
 """Huge files planted in a run directory (round 21): a sparse file costs its maker nothing and
 its reader everything, so a table larger than any run writes is refused before it is read.
 ``report`` of a sweep whose ``sweep.csv`` was a sparse 40 GB file held 23 GB of memory for
-minutes in ``read_csv``.
+minutes in ``read_csv``; a parquet table is refused before it is decoded past the same cap.
 """
 
 from __future__ import annotations
@@ -11,11 +11,14 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from hostile_dirs import (  # noqa: F401 (the *_fixture names are fixtures: run, cascade)
+    N,
     cascade_fixture,
     make_sweep,
     one_line_error,
+    run_fixture,
 )
 
+from andrea_diag import runread
 from andrea_diag.errors import UserError
 from andrea_diag.report.sweep_dir import read_sweep_table
 
@@ -40,3 +43,19 @@ def test_a_huge_sweep_csv_is_one_line_and_never_read(
     with pytest.raises(UserError, match="GiB"):
         read_sweep_table(sweep)
     assert "GiB" in one_line_error("report", str(sweep))
+
+
+def test_a_parquet_that_decodes_past_the_cap_is_one_line_and_never_decoded(
+    run: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A constant column compresses to nothing: 3 MB of parquet held 22 GB of memory when
+    read. The cap is lowered here to the run's own table, so no bomb is built."""
+    monkeypatch.setattr(runread, "MAX_TABLE_CELLS", 10, raising=False)
+    monkeypatch.setattr(pd, "read_parquet", never_read)
+    with pytest.raises(UserError, match="decodes to more than this reader takes"):
+        runread.read_parquet(run / "metrics.parquet")
+    assert "decodes to more than" in one_line_error("report", str(run))
+
+
+def test_a_parquet_under_the_caps_is_read_as_before(run: Path) -> None:
+    assert len(runread.read_parquet(run / "metrics.parquet")) == N
