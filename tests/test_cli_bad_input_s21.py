@@ -1,5 +1,6 @@
 """Bad input refused in one line before anything is written (review of the CLI's bad input,
-round 21): paths whose bytes are not UTF-8, ..."""
+round 21): paths whose bytes are not UTF-8, an ANDREA_DIAG_CACHE that cannot be a folder,
+..."""
 
 from __future__ import annotations
 
@@ -82,3 +83,52 @@ def test_an_out_or_resume_path_not_in_utf8_is_refused_before_the_run(
     line = _refused(args, monkeypatch, empty)
     assert flag in line and "UTF-8" in line
     assert "\\xff" in line  # the bytes shown escaped, not as a replacement character
+
+
+# ---- 2. ANDREA_DIAG_CACHE that cannot be the folder meant ----
+
+JUNK_CACHE = [
+    " ",  # was: a folder named " " made in the current folder, silently
+    "cache\nold",  # was: a folder with a newline in its name
+    "cache\x1b[2J",
+    "~no-such-user-andrea-diag/cache",  # was: pathlib's RuntimeError traceback
+]
+
+
+def _refused_for_real(args: list[str], monkeypatch: pytest.MonkeyPatch, cwd: Path) -> str:
+    """As ``_refused``, with the command's own work left in place (the cache is read there,
+    before the --out folder is made)."""
+    monkeypatch.chdir(cwd)
+    res = runner.invoke(app, args)
+    lines = [ln for ln in res.output.splitlines() if ln.strip() and not ln.startswith("prep")]
+    assert res.exit_code != 0 and "Traceback" not in res.output, res.output
+    assert not isinstance(res.exception, RuntimeError), res.exception
+    assert lines and lines[0].startswith("error:"), res.output
+    assert len(lines) == 1 or (len(lines) == 2 and lines[1].startswith("hint:")), res.output
+    assert sorted(os.listdir(cwd)) == [], f"written before the refusal: {os.listdir(cwd)}"
+    return lines[0]
+
+
+@pytest.mark.parametrize("value", JUNK_CACHE)
+def test_a_junk_cache_folder_in_the_environment_is_one_line_before_training(
+    value: str, monkeypatch: pytest.MonkeyPatch, empty: Path
+) -> None:
+    monkeypatch.setenv("ANDREA_DIAG_CACHE", value)
+    line = _refused_for_real(["train", "--steps", "1", "--eval-every", "0"], monkeypatch, empty)
+    assert "ANDREA_DIAG_CACHE" in line
+
+
+@pytest.mark.parametrize("value", JUNK_CACHE)
+def test_a_junk_cache_folder_leaves_no_bench_train_out_folder(
+    value: str, monkeypatch: pytest.MonkeyPatch, empty: Path
+) -> None:
+    """bench-train made its --out folder before it prepared the data that reads the cache."""
+    monkeypatch.setenv("ANDREA_DIAG_CACHE", value)
+    assert "ANDREA_DIAG_CACHE" in _refused(["bench-train"], monkeypatch, empty)
+
+
+def test_an_empty_cache_variable_is_the_default_folder(monkeypatch: pytest.MonkeyPatch) -> None:
+    from andrea_diag.data.tokenizer import default_cache_dir
+
+    monkeypatch.setenv("ANDREA_DIAG_CACHE", "")
+    assert default_cache_dir() == Path.home() / ".cache" / "andrea-diag"

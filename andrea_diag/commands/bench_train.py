@@ -100,12 +100,22 @@ def bench_train(
 
     # every argument first: a refused bench leaves no --out folder behind
     check_args(cfg, resolve_device(device), updates, warmup, block, plain)
-    env_world()  # a malformed WORLD_SIZE/RANK: one line, no empty --out folder left
+    _check_environment()
     out = make_out_dir(out or _default_out(size))  # refused before the timing, not after
     result = run(cfg, updates, warmup, block, plain=plain,
                  progress=lambda s: console.print(f"[dim]{s}[/]"))  # fmt: skip
     result["meta"]["command"] = _command(cfg, (updates, warmup, block), plain, out)
     _write(console, out, result)
+
+
+def _check_environment() -> None:
+    """The variables the bench reads, before its --out folder: a malformed WORLD_SIZE/RANK or
+    a junk ANDREA_DIAG_CACHE (read where the data is prepared, after the folder) is one line,
+    no empty folder left."""
+    from andrea_diag.data.tokenizer import default_cache_dir
+
+    env_world()
+    default_cache_dir()
 
 
 def _command(cfg: RunConfig, counts: tuple[int, int, int], plain: str, out: Path) -> str:

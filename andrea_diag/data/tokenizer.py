@@ -40,7 +40,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from andrea_diag.config import VOCAB_SIZE
 from andrea_diag.data.corpus import EOT, Source
-from andrea_diag.errors import UserError
+from andrea_diag.errors import UserError, visible
 
 SPECIAL_TOKENS = (EOT,)
 # Bump when the training recipe changes, so old caches are not silently reused.
@@ -54,10 +54,25 @@ log = logging.getLogger("andrea_diag.data")
 _unwritable_warned: set[Path] = set()
 
 
+_CACHE_HINT = "unset ANDREA_DIAG_CACHE, or point it at a writable folder"
+
+
 def default_cache_dir() -> Path:
-    """``$ANDREA_DIAG_CACHE`` if set, else ``~/.cache/andrea-diag``."""
+    """``$ANDREA_DIAG_CACHE`` if set, else ``~/.cache/andrea-diag``. A value that cannot be
+    the folder meant is one line, not a folder of that name made in the current folder
+    (blank, or holding a control character such as a pasted newline) or a traceback (a
+    ``~user`` with no such user)."""
     env = os.environ.get("ANDREA_DIAG_CACHE")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "andrea-diag"
+    if env and (not env.strip() or visible(env) != env):
+        raise UserError(
+            f"ANDREA_DIAG_CACHE={env!r} in the environment is not a folder path",
+            hint=_CACHE_HINT,
+        )
+    try:
+        return Path(env).expanduser() if env else Path.home() / ".cache" / "andrea-diag"
+    except RuntimeError:  # pathlib: "Could not determine home directory."
+        where = f"ANDREA_DIAG_CACHE={env!r}" if env else "the cache (~/.cache/andrea-diag)"
+        raise UserError(f"{where}: no home folder to expand ~ to", hint=_CACHE_HINT) from None
 
 
 def data_key(sources: Mapping[str, Source], vocab_size: int = VOCAB_SIZE) -> str:
