@@ -1,5 +1,5 @@
 """Bad input refused in one line before anything is written (review of the CLI's bad input,
-round 21): paths whose bytes are not UTF-8, an ANDREA_DIAG_CACHE that cannot be a folder,
+round 21): paths whose bytes are not UTF-8 (--out, --resume, --source), an ANDREA_DIAG_CACHE that cannot be a folder,
 ..."""
 
 from __future__ import annotations
@@ -83,6 +83,19 @@ def test_an_out_or_resume_path_not_in_utf8_is_refused_before_the_run(
     line = _refused(args, monkeypatch, empty)
     assert flag in line and "UTF-8" in line
     assert "\\xff" in line  # the bytes shown escaped, not as a replacement character
+
+
+@pytest.mark.parametrize("command", ["train", "cascade", "sweep", "ladder"])
+def test_a_source_path_not_in_utf8_is_refused_before_the_run(
+    command: str, monkeypatch: pytest.MonkeyPatch, empty: Path
+) -> None:
+    """A folder of that name, with text in it: it trained, then writing the run's page, which
+    names the path, raised UnicodeEncodeError (a traceback after the whole run)."""
+    folder = os.fsencode(empty.parent) + b"/books-\xff"
+    os.mkdir(folder)
+    Path(os.fsdecode(folder + b"/a.txt")).write_text("some text " * 500)
+    line = _refused([command, "--source", f"gutenberg={os.fsdecode(folder)}"], monkeypatch, empty)
+    assert "--source gutenberg" in line and "UTF-8" in line and "\\xff" in line
 
 
 # ---- 2. ANDREA_DIAG_CACHE that cannot be the folder meant ----

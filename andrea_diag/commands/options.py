@@ -43,7 +43,7 @@ NESTED: dict[str, tuple[type, str | None]] = {
 }
 # What a typed value becomes in the config, where the option's type is not the field's.
 CONVERT: dict[str, Callable[[Any], Any]] = {
-    "sources": lambda v: parse_source_overrides(v or []),
+    "sources": lambda v: _source_overrides(v),
     "inject": lambda v: list(v or []),
 }
 # Fields whose value names a registered class: the registry (not the torch-free config) gives
@@ -153,6 +153,24 @@ def plain_number(text: str, cast: type, option: str) -> Any:
         raise UserError(f"{option} is {len(text.strip())} digits long, past any bound") from None
 
 
+def refuse_non_utf8(path: str, what: str) -> None:
+    """One line for a path whose bytes are not UTF-8 (argv's surrogate escapes): the run
+    trained, then its own files (config, page, parquet) failed to name it, a traceback."""
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        raise UserError(f"{what} {os.fsencode(path)!r} is not a UTF-8 path",
+                        hint="give a path in UTF-8")  from None  # fmt: skip
+
+
+def _source_overrides(specs: list[str] | None) -> dict[str, str]:
+    """``--source NAME=PATH`` items by name, each path in UTF-8."""
+    out = parse_source_overrides(specs or [])
+    for name, path in out.items():
+        refuse_non_utf8(path, f"--source {name}:")
+    return out
+
+
 def check_out_path(path: Path | None, flag: str) -> Path | None:
     """An ``--out`` or ``--resume`` folder, refused in one line before anything is made when
     it cannot be what the user meant: a control character (a pasted newline or ESC: a folder
@@ -163,11 +181,7 @@ def check_out_path(path: Path | None, flag: str) -> Path | None:
     check_path(path, flag)
     if visible(str(path)) != str(path):
         raise UserError(f"{flag} {str(path)!r} holds control characters", hint="give a plain path")
-    try:  # bytes that are not UTF-8 (argv's surrogate escapes): the run's files cannot name it
-        str(path).encode("utf-8")
-    except UnicodeEncodeError:
-        raise UserError(f"{flag} {os.fsencode(path)!r} is not a UTF-8 path",
-                        hint="give a path in UTF-8")  from None  # fmt: skip
+    refuse_non_utf8(str(path), flag)
     for p in (path, *path.parents):  # a dangling link anywhere above it stops mkdir too
         # os.path's tests, not Path's: they answer False where the system refuses to look
         if os.path.islink(p) and not os.path.exists(p):
