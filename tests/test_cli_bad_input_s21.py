@@ -1,6 +1,6 @@
 """Bad input refused in one line before anything is written (review of the CLI's bad input,
-round 21): paths whose bytes are not UTF-8 (--out, --resume, --source), an ANDREA_DIAG_CACHE that cannot be a folder,
-..."""
+round 21): paths whose bytes are not UTF-8 (--out, --resume, --source, --hf-config), an
+ANDREA_DIAG_CACHE that cannot be a folder."""
 
 from __future__ import annotations
 
@@ -96,6 +96,16 @@ def test_a_source_path_not_in_utf8_is_refused_before_the_run(
     Path(os.fsdecode(folder + b"/a.txt")).write_text("some text " * 500)
     line = _refused([command, "--source", f"gutenberg={os.fsdecode(folder)}"], monkeypatch, empty)
     assert "--source gutenberg" in line and "UTF-8" in line and "\\xff" in line
+
+
+def test_an_hf_config_path_not_in_utf8_is_refused_before_the_run(
+    monkeypatch: pytest.MonkeyPatch, empty: Path
+) -> None:
+    """As --source: it trained, then writing the page that names it was a traceback."""
+    config = os.fsencode(empty.parent) + b"/config-\xff.json"
+    Path(os.fsdecode(config)).write_text('{"model_type": "gpt2", "n_layer": 1}')
+    line = _refused(["train", "--hf-config", os.fsdecode(config)], monkeypatch, empty)
+    assert "--hf-config" in line and "UTF-8" in line
 
 
 # ---- 2. ANDREA_DIAG_CACHE that cannot be the folder meant ----

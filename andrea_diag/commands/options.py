@@ -45,6 +45,7 @@ NESTED: dict[str, tuple[type, str | None]] = {
 CONVERT: dict[str, Callable[[Any], Any]] = {
     "sources": lambda v: _source_overrides(v),
     "inject": lambda v: list(v or []),
+    "hf_config": lambda v: _utf8_or_none(v, "--hf-config"),
 }
 # Fields whose value names a registered class: the registry (not the torch-free config) gives
 # their help and checks them, so a new precision is one class and one @register_precision.
@@ -161,6 +162,12 @@ def refuse_non_utf8(path: str, what: str) -> None:
     except UnicodeEncodeError:
         raise UserError(f"{what} {os.fsencode(path)!r} is not a UTF-8 path",
                         hint="give a path in UTF-8")  from None  # fmt: skip
+
+
+def _utf8_or_none(path: str | None, what: str) -> str | None:
+    if path is not None:
+        refuse_non_utf8(path, what)
+    return path
 
 
 def _source_overrides(specs: list[str] | None) -> dict[str, str]:
