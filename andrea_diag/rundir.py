@@ -129,6 +129,9 @@ def open_regular(path: Path, what: str) -> IO[bytes]:
 # a run's largest JSON file is its batch plan, ~300 bytes an update (0.4 MB for 1,500): 1 GiB
 # is 3.5M updates, and a planted 40 GB file is refused before it is read
 MAX_JSON_BYTES = 1 << 30
+# a sweep.csv row is ~300 bytes an arm: 64 MiB is 200,000 arms, and a planted 40 GB file
+# (sparse: it costs its maker nothing) is refused unread; read_csv held 23 GB of memory on it
+MAX_SWEEP_CSV_BYTES = 64 << 20
 
 
 def check_size(

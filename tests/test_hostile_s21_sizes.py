@@ -45,6 +45,20 @@ def test_a_huge_sweep_csv_is_one_line_and_never_read(
     assert "GiB" in one_line_error("report", str(sweep))
 
 
+def test_the_ladders_reader_of_a_huge_sweep_csv_is_one_line_and_never_reads_it(
+    tmp_path: Path, cascade: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``ladder`` reads the sweep's table through its own reader (read_sweep_outputs): the same
+    cap as the sweep page's."""
+    from andrea_diag.experiments.ladder import read_sweep_outputs
+
+    sweep = make_sweep(tmp_path, cascade, "c1")
+    sparse(sweep / "sweep.csv", 40 << 30)
+    monkeypatch.setattr(pd, "read_csv", never_read)
+    with pytest.raises(UserError, match="GiB"):
+        read_sweep_outputs(sweep)
+
+
 def test_a_parquet_that_decodes_past_the_cap_is_one_line_and_never_decoded(
     run: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

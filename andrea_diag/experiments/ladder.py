@@ -47,7 +47,13 @@ from andrea_diag.experiments.thresholds import (
     rung_tests,
 )
 from andrea_diag.record import write_json
-from andrea_diag.rundir import atomic_write_text, read_json, regular_file
+from andrea_diag.rundir import (
+    MAX_SWEEP_CSV_BYTES,
+    atomic_write_text,
+    check_size,
+    read_json,
+    regular_file,
+)
 from andrea_diag.stats import holm
 from andrea_diag.tables import GROUP, csv_text
 
@@ -213,6 +219,7 @@ def read_sweep_outputs(out: Path) -> tuple[dict[str, Any], pd.DataFrame]:
     if not isinstance(sizes, list) or not all(isinstance(x, str) for x in sizes):
         raise UserError(f"{out / 'sweep.json'} has no list of sizes", hint="the file is damaged")
     path = regular_file(out / "sweep.csv", "sweep.csv")
+    check_size(path, "sweep.csv", MAX_SWEEP_CSV_BYTES)  # a planted sparse 40 GB file: unread
     try:
         table = pd.read_csv(path)
     except (ValueError, UnicodeDecodeError, csv.Error, pd.errors.ParserError) as e:

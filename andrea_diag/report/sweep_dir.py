@@ -22,12 +22,9 @@ import pandas as pd
 from andrea_diag.errors import UserError
 from andrea_diag.record import read_cascade_meta
 from andrea_diag.report.html import render_cascade
-from andrea_diag.rundir import check_size, child, read_json, regular_file
+from andrea_diag.rundir import MAX_SWEEP_CSV_BYTES, check_size, child, read_json, regular_file
 from andrea_diag.runread import SWEEP, clean
 
-# a sweep.csv row is ~300 bytes an arm: 64 MiB is 200,000 arms, and a planted 40 GB file
-# (sparse: it costs its maker nothing) is refused unread; read_csv held 23 GB of memory on it
-MAX_SWEEP_CSV_BYTES = 64 << 20
 TEXT = ("cell", "size", "precision", "clip", "lockin", "status", "error")
 FLAGS = ("collapse",)
 
