@@ -9,53 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from typer.testing import CliRunner
+from cli_refusals import empty_fixture, no_work_started, refused, runner  # noqa: F401 (empty)
 
 from andrea_diag.cli import app
-
-runner = CliRunner()
-
-
-def _no_work(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every command's work raises: a test passes only where the refusal came first."""
-
-    def no_work(*a: Any, **k: Any) -> None:
-        raise AssertionError("the work started")
-
-    for target in (
-        "andrea_diag.commands.run.run_cascade",
-        "andrea_diag.experiments.sweep.run_sweep",
-        "andrea_diag.experiments.ladder.run_ladder",
-        "andrea_diag.bench.run_bench",
-        "andrea_diag.bench.train.bench_train",
-        "andrea_diag.experiments.accum_check.run_accum_check",
-    ):
-        monkeypatch.setattr(target, no_work)
-
-
-def _refused(args: list[str], monkeypatch: pytest.MonkeyPatch, cwd: Path) -> str:
-    """The one ``error:`` line (plus at most a hint) of ``args`` run in ``cwd``, which must stay
-    empty: nothing written, no --out folder made."""
-    _no_work(monkeypatch)
-    monkeypatch.chdir(cwd)
-    res = runner.invoke(app, args)
-    lines = [ln for ln in res.output.splitlines() if ln.strip()]
-    assert res.exit_code != 0, res.output
-    assert "Traceback" not in res.output and not isinstance(res.exception, AssertionError), (
-        res.output
-    )
-    assert lines and lines[0].startswith("error:"), res.output
-    assert len(lines) == 1 or (len(lines) == 2 and lines[1].startswith("hint:")), res.output
-    assert sorted(os.listdir(cwd)) == [], f"written before the refusal: {os.listdir(cwd)}"
-    return lines[0]
-
-
-@pytest.fixture
-def empty(tmp_path: Path) -> Path:
-    path = tmp_path / "cwd"
-    path.mkdir()
-    return path
-
 
 # ---- 1. numbers in ASCII digits only ----
 
@@ -80,7 +36,7 @@ def empty(tmp_path: Path) -> Path:
 def test_a_number_int_reads_only_by_its_own_extensions_is_one_line(
     args: list[str], flag: str, monkeypatch: pytest.MonkeyPatch, empty: Path
 ) -> None:
-    assert flag in _refused(args, monkeypatch, empty)
+    assert flag in refused(args, monkeypatch, empty)
 
 
 # ---- 2. one injection per update ----
@@ -94,7 +50,7 @@ def test_two_injections_at_one_update_are_refused_naming_the_update(
     injects: list[str], monkeypatch: pytest.MonkeyPatch, empty: Path
 ) -> None:
     args = ["train", "--steps", "10"] + [a for i in injects for a in ("--inject", i)]
-    line = _refused(args, monkeypatch, empty)
+    line = refused(args, monkeypatch, empty)
     assert "update 5 twice" in line
 
 
@@ -106,13 +62,13 @@ def test_a_non_finite_mixer_sharpness_is_refused_before_the_out_folder(
     value: str, monkeypatch: pytest.MonkeyPatch, empty: Path
 ) -> None:
     args = ["train", "--mixer-sharpness", value, "--out", "o"]
-    assert "--mixer-sharpness must be a finite number" in _refused(args, monkeypatch, empty)
+    assert "--mixer-sharpness must be a finite number" in refused(args, monkeypatch, empty)
 
 
 def test_a_micro_batch_past_the_token_cap_is_refused_before_the_out_folder(
     monkeypatch: pytest.MonkeyPatch, empty: Path
 ) -> None:
-    line = _refused(["train", "--micro-batch", "1048576", "--out", "o"], monkeypatch, empty)
+    line = refused(["train", "--micro-batch", "1048576", "--out", "o"], monkeypatch, empty)
     assert "--micro-batch 1048576" in line and "tokens" in line
 
 
@@ -141,7 +97,7 @@ def test_a_micro_batch_past_the_token_cap_is_refused_before_the_out_folder(
 def test_an_empty_value_is_one_line_not_the_current_folder_or_a_default(
     args: list[str], flag: str, monkeypatch: pytest.MonkeyPatch, empty: Path
 ) -> None:
-    line = _refused(args, monkeypatch, empty)
+    line = refused(args, monkeypatch, empty)
     assert f"{flag} is empty" in line
 
 
@@ -156,10 +112,10 @@ def test_an_empty_value_is_one_line_not_the_current_folder_or_a_default(
         (["accum-check", "--out", "a\x9bb"], "--out"),
     ],
 )
-def test_an_out_or_resume_path_with_control_characters_is_refused(
+def test_an_out_or_resume_path_with_control_characters_isrefused(
     args: list[str], flag: str, monkeypatch: pytest.MonkeyPatch, empty: Path
 ) -> None:
-    line = _refused(args, monkeypatch, empty)
+    line = refused(args, monkeypatch, empty)
     assert flag in line and "control characters" in line
     assert "\x1b" not in line and "\x9b" not in line  # shown escaped
 
@@ -170,7 +126,7 @@ def test_an_out_or_resume_path_with_control_characters_is_refused(
 def test_hf_config_that_exists_but_is_not_a_regular_file_says_so(
     monkeypatch: pytest.MonkeyPatch, empty: Path
 ) -> None:
-    line = _refused(["train", "--hf-config", os.devnull], monkeypatch, empty)
+    line = refused(["train", "--hf-config", os.devnull], monkeypatch, empty)
     assert "is not a regular file" in line and "does not exist" not in line
 
 
@@ -183,7 +139,7 @@ def test_an_out_that_is_a_dangling_symlink_says_so(
 ) -> None:
     link = tmp_path / "link"
     link.symlink_to(tmp_path / "gone")
-    line = _refused([*command, "--out", str(link)], monkeypatch, empty)
+    line = refused([*command, "--out", str(link)], monkeypatch, empty)
     assert "dangling symbolic link" in line
     assert not (tmp_path / "gone").exists()
 
@@ -192,7 +148,7 @@ def test_an_out_below_a_dangling_symlink_says_so(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, empty: Path
 ) -> None:
     (tmp_path / "link").symlink_to(tmp_path / "gone")
-    line = _refused(["train", "--out", str(tmp_path / "link" / "run")], monkeypatch, empty)
+    line = refused(["train", "--out", str(tmp_path / "link" / "run")], monkeypatch, empty)
     assert "dangling symbolic link" in line
 
 
@@ -236,7 +192,7 @@ def test_merge_only_with_no_finished_cell_is_refused_with_no_page(
 def test_bench_kernels_refuses_a_value_listed_twice(
     args: list[str], flag: str, monkeypatch: pytest.MonkeyPatch, empty: Path
 ) -> None:
-    line = _refused(["bench-kernels", "--device", "cpu", *args], monkeypatch, empty)
+    line = refused(["bench-kernels", "--device", "cpu", *args], monkeypatch, empty)
     assert flag in line and "twice" in line
 
 
@@ -264,10 +220,10 @@ def test_bench_kernels_refuses_a_value_listed_twice(
         (["sweep", "--executor", "slurm", "--mps", "on"], "--mps on"),
     ],
 )
-def test_an_option_that_has_no_effect_with_another_is_refused(
+def test_an_option_that_has_no_effect_with_another_isrefused(
     args: list[str], words: str, monkeypatch: pytest.MonkeyPatch, empty: Path
 ) -> None:
-    line = _refused(args, monkeypatch, empty)
+    line = refused(args, monkeypatch, empty)
     assert words in line
 
 
@@ -331,5 +287,5 @@ def test_a_meaningful_sweep_combination_still_reaches_the_sweep(
 def test_a_number_past_ints_digit_limit_is_still_one_line(
     args: list[str], flag: str, monkeypatch: pytest.MonkeyPatch, empty: Path
 ) -> None:
-    line = _refused(args, monkeypatch, empty)
+    line = refused(args, monkeypatch, empty)
     assert flag in line and len(line) < 200

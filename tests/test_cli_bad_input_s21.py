@@ -6,56 +6,11 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
 
 import pytest
-from typer.testing import CliRunner
+from cli_refusals import empty_fixture, no_work_started, refused, runner  # noqa: F401 (empty)
 
 from andrea_diag.cli import app
-
-runner = CliRunner()
-
-
-def _no_work(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every command's work raises: a test passes only where the refusal came first."""
-
-    def no_work(*a: Any, **k: Any) -> None:
-        raise AssertionError("the work started")
-
-    for target in (
-        "andrea_diag.commands.run.run_cascade",
-        "andrea_diag.experiments.sweep.run_sweep",
-        "andrea_diag.experiments.ladder.run_ladder",
-        "andrea_diag.bench.run_bench",
-        "andrea_diag.bench.train.bench_train",
-        "andrea_diag.experiments.accum_check.run_accum_check",
-    ):
-        monkeypatch.setattr(target, no_work)
-
-
-def _refused(args: list[str], monkeypatch: pytest.MonkeyPatch, cwd: Path) -> str:
-    """The one ``error:`` line (plus at most a hint) of ``args`` run in ``cwd``, which must stay
-    empty: nothing written, no --out folder made."""
-    _no_work(monkeypatch)
-    monkeypatch.chdir(cwd)
-    res = runner.invoke(app, args)
-    lines = [ln for ln in res.output.splitlines() if ln.strip()]
-    assert res.exit_code != 0, res.output
-    assert "Traceback" not in res.output and not isinstance(res.exception, AssertionError), (
-        res.output
-    )
-    assert lines and lines[0].startswith("error:"), res.output
-    assert len(lines) == 1 or (len(lines) == 2 and lines[1].startswith("hint:")), res.output
-    assert sorted(os.listdir(cwd)) == [], f"written before the refusal: {os.listdir(cwd)}"
-    return lines[0]
-
-
-@pytest.fixture
-def empty(tmp_path: Path) -> Path:
-    path = tmp_path / "cwd"
-    path.mkdir()
-    return path
-
 
 # ---- 1. a path in bytes that are not UTF-8 ----
 
@@ -80,7 +35,7 @@ def test_an_out_or_resume_path_not_in_utf8_is_refused_before_the_run(
 ) -> None:
     """It trained, then the run's own files could not name the folder: a traceback-free error
     only after the whole run, and the folder left behind."""
-    line = _refused(args, monkeypatch, empty)
+    line = refused(args, monkeypatch, empty)
     assert flag in line and "UTF-8" in line
     assert "\\xff" in line  # the bytes shown escaped, not as a replacement character
 
@@ -94,7 +49,7 @@ def test_a_source_path_not_in_utf8_is_refused_before_the_run(
     folder = os.fsencode(empty.parent) + b"/books-\xff"
     os.mkdir(folder)
     Path(os.fsdecode(folder + b"/a.txt")).write_text("some text " * 500)
-    line = _refused([command, "--source", f"gutenberg={os.fsdecode(folder)}"], monkeypatch, empty)
+    line = refused([command, "--source", f"gutenberg={os.fsdecode(folder)}"], monkeypatch, empty)
     assert "--source gutenberg" in line and "UTF-8" in line and "\\xff" in line
 
 
@@ -104,7 +59,7 @@ def test_an_hf_config_path_not_in_utf8_is_refused_before_the_run(
     """As --source: it trained, then writing the page that names it was a traceback."""
     config = os.fsencode(empty.parent) + b"/config-\xff.json"
     Path(os.fsdecode(config)).write_text('{"model_type": "gpt2", "n_layer": 1}')
-    line = _refused(["train", "--hf-config", os.fsdecode(config)], monkeypatch, empty)
+    line = refused(["train", "--hf-config", os.fsdecode(config)], monkeypatch, empty)
     assert "--hf-config" in line and "UTF-8" in line
 
 
@@ -147,7 +102,7 @@ def test_a_junk_cache_folder_leaves_no_bench_train_out_folder(
 ) -> None:
     """bench-train made its --out folder before it prepared the data that reads the cache."""
     monkeypatch.setenv("ANDREA_DIAG_CACHE", value)
-    assert "ANDREA_DIAG_CACHE" in _refused(["bench-train"], monkeypatch, empty)
+    assert "ANDREA_DIAG_CACHE" in refused(["bench-train"], monkeypatch, empty)
 
 
 def test_an_empty_cache_variable_is_the_default_folder(monkeypatch: pytest.MonkeyPatch) -> None:
