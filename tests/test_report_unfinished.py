@@ -247,3 +247,36 @@ def test_report_after_a_real_sigkill_says_where_the_run_stopped(tmp_path: Path) 
     # without a lock (older runs) the banner cannot tell; with one it says killed
     assert "killed" in banner[0]
     assert banner[1] == "global: never started (no run directory)"
+
+
+@pytest.mark.parametrize(
+    "failures", ["not a list", [1, "x", None], [{"probe": "pollution"}, 7]], ids=str
+)
+def test_a_crash_record_of_an_odd_shape_still_renders_its_banner(
+    cascade: Path, failures: object
+) -> None:
+    """partial_summary.json is untrusted: probe failures that are not a list of objects are
+    dropped (the objects among them kept), never a page refused for them."""
+    _unfinish(cascade / "global")
+    partial = {"status": "crashed", "error": "RuntimeError", "probe_failures": failures}
+    (cascade / "global" / "partial_summary.json").write_text(json.dumps(partial))
+    line = _banner(render_cascade(cascade).read_text())[1]
+    assert line.startswith(f"global: stopped at update {KEPT_ROWS} of {STEPS} — crashed")
+    kept = isinstance(failures, list) and any(isinstance(f, dict) for f in failures)
+    assert ("pollution at close" in line) == kept
+
+
+@pytest.mark.parametrize("steps", ["Infinity", "-Infinity", "NaN", "1e400", "true"])
+def test_a_config_with_steps_past_any_count_renders_the_banner_without_of(
+    cascade: Path, steps: str
+) -> None:
+    """``steps: Infinity`` in config.json (int() of it is an OverflowError) leaves out the
+    banner's "of N", it does not refuse the page."""
+    _unfinish(cascade / "global")
+    config = cascade / "global" / "config.json"
+    text = re.sub(r'"steps": \d+', f'"steps": {steps}', config.read_text())
+    assert text != config.read_text()
+    config.write_text(text)
+    line = _banner(render_cascade(cascade).read_text())[1]
+    assert line.startswith(f"global: stopped at update {KEPT_ROWS} ")
+    assert " of " not in line.split("(")[0]  # no "of N" from a count that is none

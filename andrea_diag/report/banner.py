@@ -18,6 +18,7 @@ An arm's state comes from the files it left, in this order of evidence:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -125,7 +126,9 @@ def _last_update(metrics: pd.DataFrame) -> int | None:
 def _steps(run_dir: Path) -> int | None:
     """The updates the run was started for, from config.json (None when unknown)."""
     steps = (_read_json(run_dir / "config.json") or {}).get("steps")
-    return int(steps) if isinstance(steps, (int, float)) and steps > 0 else None
+    # untrusted: Infinity (int() raises), NaN, true (a bool is an int) read as unknown
+    ok = isinstance(steps, (int, float)) and not isinstance(steps, bool)
+    return int(steps) if ok and math.isfinite(steps) and steps > 0 else None
 
 
 def _lock(run_dir: Path) -> LockInfo | None:
@@ -150,7 +153,10 @@ def arm_status(run_dir: Path, name: str, metrics: pd.DataFrame | None = None) ->
     elif partial is not None and partial.get("status") == "crashed":
         st.state = CRASHED
         st.detail = str(partial.get("error") or "error not recorded; see the run's output")
-        st.probe_failures = list(partial.get("probe_failures") or [])
+        failures = partial.get("probe_failures")  # untrusted: only the objects in a list
+        st.probe_failures = (
+            [f for f in failures if isinstance(f, dict)] if isinstance(failures, list) else []
+        )
     else:
         lock = _lock(run_dir)
         if lock is not None and holder_alive(lock):
