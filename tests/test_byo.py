@@ -267,3 +267,18 @@ def test_a_slurm_sweep_checks_the_hf_config_without_making_its_weights(
     too_short = _tiny_hf_config(tmp_path / "short.json", n_positions=8)
     with pytest.raises(UserError, match="exceeds the 8 positions"):
         _slurm_check(hf_config=str(too_short), seq_len=32)
+
+
+def test_an_unknown_hf_model_type_is_one_short_line_with_the_nearest_names(
+    tmp_path: Path,
+) -> None:
+    """transformers' own message lists every model type it knows (~800, thousands of
+    characters) in what must be one line; ours names the nearest ones instead."""
+    pytest.importorskip("transformers")
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "lama"}))
+    res = CliRunner().invoke(app, ["train", *BASE, "--hf-config", str(path)])
+    assert res.exit_code == 2, res.output
+    error, hint = [ln for ln in res.output.splitlines() if ln.strip()]
+    assert error.startswith("error:") and "'lama' is not one transformers" in error
+    assert len(error) < 200 and "'llama'" in hint

@@ -21,6 +21,7 @@ follow (``andrea_diag.factories``). Needs the ``hf`` extra: ``pip install 'andre
 
 from __future__ import annotations
 
+import difflib
 import json
 from pathlib import Path
 from typing import Any
@@ -76,6 +77,29 @@ def read_config(path: str | Path) -> dict[str, Any]:
     return d
 
 
+def _said(exc: Exception, most: int = 300) -> str:
+    """The library's own words, cut short: its "should contain one of ..." lists run to
+    thousands of characters, and the error is one line."""
+    text = f"{type(exc).__name__}: {exc}"
+    return text if len(text) <= most else text[: most - 1] + "…"
+
+
+def _check_model_type(model_type: str, path: str | Path) -> None:
+    """One line for a ``model_type`` transformers does not know, with the nearest names
+    (transformers' own message lists all ~800)."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    known = list(CONFIG_MAPPING.keys())
+    if model_type in known:
+        return
+    near = difflib.get_close_matches(model_type, known, n=3)
+    raise UserError(
+        f"--hf-config {path}: model_type {model_type!r} is not one transformers "
+        f"{_transformers().__version__} knows",
+        hint=f"did you mean {', '.join(map(repr, near))}?" if near else 'e.g. "llama", "gpt2"',
+    )
+
+
 def hf_config(path: str | Path, preset: ModelConfig, seq_len: int) -> Any:
     """The transformers config of ``--hf-config`` with the toolkit's vocabulary, checked
     against ``seq_len``; no weights are made (a check for a job that trains elsewhere)."""
@@ -86,10 +110,11 @@ def hf_config(path: str | Path, preset: ModelConfig, seq_len: int) -> Any:
     for key in SPECIAL_IDS:  # ids of the config's own tokenizer mean nothing in ours
         if isinstance(kwargs.get(key), int) and kwargs[key] >= preset.vocab_size:
             kwargs[key] = None
+    _check_model_type(d["model_type"], path)
     try:
         config = transformers.AutoConfig.for_model(d["model_type"], **kwargs)
-    except Exception as exc:  # an unknown model_type, a bad field: the library says which
-        raise UserError(f"--hf-config {path}: {type(exc).__name__}: {exc}") from None
+    except Exception as exc:  # a bad field: the library says which
+        raise UserError(f"--hf-config {path}: {_said(exc)}") from None
     check_positions(config, seq_len, str(path))
     return config
 
@@ -100,7 +125,7 @@ def build_hf_model(path: str | Path, preset: ModelConfig, seq_len: int) -> HFCau
     try:
         model = _transformers().AutoModelForCausalLM.from_config(config)
     except Exception as exc:  # a config the model class cannot build: the library says why
-        raise UserError(f"--hf-config {path}: {type(exc).__name__}: {exc}") from None
+        raise UserError(f"--hf-config {path}: {_said(exc)}") from None
     check_positions(model.config, seq_len, str(path))
     return HFCausalLM(model)
 
