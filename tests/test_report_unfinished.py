@@ -266,7 +266,9 @@ def test_a_crash_record_of_an_odd_shape_still_renders_its_banner(
     assert ("pollution at close" in line) == kept
 
 
-@pytest.mark.parametrize("steps", ["Infinity", "-Infinity", "NaN", "1e400", "true"])
+@pytest.mark.parametrize(
+    "steps", ["Infinity", "-Infinity", "NaN", "1e400", "1" + "0" * 400, "1e300", "true"]
+)
 def test_a_config_with_steps_past_any_count_renders_the_banner_without_of(
     cascade: Path, steps: str
 ) -> None:

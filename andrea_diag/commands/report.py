@@ -39,8 +39,8 @@ def report(
         typer.Option(
             parser=typed_path,
             help="One HTML page comparing every run given (labels prefixed by each run's "
-            "folder), written here: never inside a run it reads (nor its cascade or sweep), "
-            "never over a file that is not an HTML page.",
+            "folder), written here: never inside a run it reads, nor over a cascade's or "
+            "sweep's own page or a file that is not an HTML page.",
             show_default="each run's own report.html, inside it",
         ),
     ] = None,
@@ -139,35 +139,52 @@ def given_once(run_dirs: list[Path], hint: str = "give each run once") -> None:
             raise UserError(f"the same run directory was given twice: {both}", hint=hint)
 
 
+# the pages a cascade, sweep or ladder folder holds: `report DIR` writes them again, but a
+# comparison written over one would be taken for it
+FOLDER_PAGES = ("report.html", "sweep.html", "ladder.html")
+HTML_START = (b"<!doctype html", b"<html")
+
+
 def _record_folders(d: Path) -> list[Path]:
-    """The folders above run ``d`` that hold records of it: its cascade (``cascade.json``) and
-    that cascade's sweep (``sweep.json``). A page written there could replace those records."""
+    """``d`` and the folders above it that hold records: a cascade (``cascade.json``) and
+    its sweep (``sweep.json``)."""
     records = ("cascade.json", "sweep.json")
-    return [a for a in _same(d).parents[:2] if any((a / r).exists() for r in records)]
+    up = [_same(d), *_same(d).parents[:2]]
+    return [a for a in up if any((a / r).exists() for r in records)]
+
+
+def _is_page(path: Path) -> bool:
+    """An HTML page (a regular file whose first bytes say so), which a report may replace."""
+    if not path.is_file():  # a FIFO, a folder, a dangling link: never written over
+        return False
+    with open(path, "rb") as f:
+        return f.read(64).lstrip().lower().startswith(HTML_START)
 
 
 def _outside_runs(out: Path, run_dirs: list[Path]) -> None:
-    """``--out`` may not land inside a run this report reads, nor inside the cascade or sweep
-    holding it: over its ``report.html``, its ``metrics.parquet`` or its ``cascade.json`` it
-    would replace what was recorded or a run's own page. Nor may it replace a file that is not
-    an HTML page (a misspelt ``--out data.parquet`` would lose that file)."""
+    """``--out`` may not land inside a run (an arm) this report reads: beside its records it
+    would be taken for one, over them it would replace them. In the cascade or sweep folder
+    holding the runs a new page is fine, but not one of that folder's own pages. Nor may it
+    replace a file that is not an HTML page (``--out C/cascade.json``, a misspelt
+    ``--out data.parquet``: that file would be lost)."""
     real = _written(out)
-    held = [a for d in run_dirs for a in _record_folders(d)]
-    if real in {_written(_own(d)) for d in [*run_dirs, *held]}:  # an arm's cascade's too
+    folders = {a for d in run_dirs for a in _record_folders(d)}
+    arms = [d for d in run_dirs if _same(d) not in folders]
+    pages = {_written(_own(d)) for d in arms} | {f / n for f in folders for n in FOLDER_PAGES}
+    if real in pages:
         raise UserError(f"--out {out} is a run's own report",
                         hint="write the comparison elsewhere, e.g. --out compare.html")  # fmt: skip
-    for d in [*run_dirs, *held]:
+    for d in arms:
         if _same(d) in real.parents:
             raise UserError(
-                f"--out {out} is inside {d}, a run (or the cascade or sweep of one) this "
-                "report reads",
+                f"--out {out} is inside {d}, a run this report reads",
                 hint="write the page outside the runs, e.g. --out compare.html (without "
                 "--out, each run gets its own report.html)",
             )
-    if real.exists() and real.suffix.lower() not in {".html", ".htm"}:
+    if os.path.lexists(real) and not _is_page(real):
         raise UserError(
             f"--out {out} exists and is not an HTML page: the report would replace it",
-            hint="name a new file or an .html page, e.g. --out compare.html",
+            hint="name a new file or an existing page, e.g. --out compare.html",
         )
 
 

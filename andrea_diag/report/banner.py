@@ -26,6 +26,7 @@ from typing import Any
 import pandas as pd
 
 from andrea_diag.errors import UserError
+from andrea_diag.fields import MAX_UPDATES
 from andrea_diag.record import read_jsonl
 from andrea_diag.report.safe import esc
 from andrea_diag.rundir import read_json
@@ -126,9 +127,13 @@ def _last_update(metrics: pd.DataFrame) -> int | None:
 def _steps(run_dir: Path) -> int | None:
     """The updates the run was started for, from config.json (None when unknown)."""
     steps = (_read_json(run_dir / "config.json") or {}).get("steps")
-    # untrusted: Infinity (int() raises), NaN, true (a bool is an int) read as unknown
-    ok = isinstance(steps, (int, float)) and not isinstance(steps, bool)
-    return int(steps) if ok and math.isfinite(steps) and steps > 0 else None
+    # untrusted: Infinity and 10**400 (int() and isfinite() raise), NaN, true (a bool is an
+    # int) are no count
+    if isinstance(steps, bool) or not isinstance(steps, (int, float)):
+        return None
+    if isinstance(steps, float) and not math.isfinite(steps):
+        return None
+    return int(steps) if 0 < steps <= MAX_UPDATES else None
 
 
 def _lock(run_dir: Path) -> LockInfo | None:
