@@ -142,9 +142,15 @@ def check_size(
     size = os.stat(path).st_size
     if size > max_bytes:
         raise UserError(
-            f"{what} {path} is {size / 2**30:.1f} GiB, {said} ({max_bytes / 2**30:g} GiB)",
+            f"{what} {path} is {_bytes(size, '.1f')}, {said} ({_bytes(max_bytes, 'g')})",
             hint="the file is damaged or not from andrea-diag",
         )
+
+
+def _bytes(n: int, spec: str) -> str:
+    """``n`` bytes in GiB, or in MiB below one GiB (a 64 MiB cap is not '0.0625 GiB')."""
+    unit, scale = ("GiB", 2**30) if n >= 2**30 else ("MiB", 2**20)
+    return f"{n / scale:{spec}} {unit}"
 
 
 def read_text(path: Path, what: str, max_bytes: int | None = None) -> str:

@@ -187,7 +187,7 @@ def _check_parquet_size(path: Path, what: str) -> None:
     import pyarrow.parquet as pq
 
     check_size(path, what, MAX_TABLE_BYTES, "more than this reader takes")
-    meta = pq.ParquetFile(path).metadata
+    meta = pq.read_metadata(path)  # the footer only; the file is closed again
     chunks = [meta.row_group(i).column(j) for i in range(meta.num_row_groups)
               for j in range(meta.num_columns)]  # fmt: skip
     values = sum(c.num_values for c in chunks)
