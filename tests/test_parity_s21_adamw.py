@@ -60,7 +60,14 @@ def test_torch_adamws_execution_keywords_are_taken_and_the_step_is_unchanged(kwa
 
 
 def test_amsgrad_false_is_taken_in_torchs_position() -> None:
-    ClippedAdamW(_params(), 1e-3, (0.9, 0.999), 1e-8, 1e-2, False)  # AdamW's sixth argument
+    opt = ClippedAdamW(_params(), 1e-3, (0.9, 0.999), 1e-8, 1e-2, False)  # AdamW's sixth argument
+    group = opt.param_groups[0]
+    assert (group["lr"], group["eps"], group["weight_decay"], group["amsgrad"]) == (
+        1e-3,
+        1e-8,
+        1e-2,
+        False,
+    )
 
 
 REFUSED = [
@@ -128,6 +135,8 @@ def test_a_cpu_state_dict_loads_into_torch_adamw_and_both_carry_on_alike() -> No
 
 
 def test_our_state_dict_round_trips_with_torchs_key_names() -> None:
+    """Saved, loaded into a fresh optimizer over copies of the parameters: the next step of the
+    two is the same, bit for bit."""
     ours = ClippedAdamW(_params(), **HYPER)
     twin = torch.optim.AdamW(_params(), **HYPER)
     _step_both(ours, twin, 0, 1.0)
@@ -136,12 +145,46 @@ def test_our_state_dict_round_trips_with_torchs_key_names() -> None:
         k: set(v) for k, v in torchs["state"].items()
     }
     assert set(saved["param_groups"][0]) == set(torchs["param_groups"][0])
-    again = ClippedAdamW(_params(), **HYPER)
+    copies = [p.detach().clone().requires_grad_() for p in ours.param_groups[0]["params"]]
+    again = ClippedAdamW(copies, **HYPER)
     again.load_state_dict(copy.deepcopy(saved))
-    _step_both(again, twin, 1, 1.0)
-    for p in again.param_groups[0]["params"]:
-        st = again.state[p]
-        assert st["step"].dtype == torch.float32 and float(st["step"]) == 2.0
+    for opt in (ours, again):
+        for p, g in zip(opt.param_groups[0]["params"], _grads(1), strict=True):
+            p.grad = g.clone()
+        opt.step()
+    for p, q in zip(ours.param_groups[0]["params"], copies, strict=True):
+        assert torch.equal(p, q)
+        a, b = ours.state[p], again.state[q]
+        assert b["step"].dtype == torch.float32 and float(b["step"]) == 2.0
+        assert torch.equal(a["exp_avg"], b["exp_avg"]) and torch.equal(
+            a["exp_avg_sq"], b["exp_avg_sq"]
+        )
+
+
+def test_a_state_dict_with_a_tensor_lr_is_refused_before_anything_loads() -> None:
+    """The constructor refused a tensor lr, but a loaded one was taken and read back with a
+    host sync at every step."""
+    theirs = torch.optim.AdamW(_params(), **{**HYPER, "lr": torch.tensor(1e-2)})
+    ours = ClippedAdamW(_params(), **HYPER)
+    with pytest.raises(ValueError, match="a tensor lr"):
+        ours.load_state_dict(theirs.state_dict())
+    assert ours.param_groups[0]["lr"] == HYPER["lr"]
+    with pytest.raises(ValueError, match="a tensor lr"):
+        ours.add_param_group({"params": _params(1), "lr": torch.tensor(1e-3)})
+    assert len(ours.param_groups) == 1
+
+
+def test_a_non_capturable_torch_state_dict_loads_with_our_groups_still_capturable() -> None:
+    """Loading took torch's ``capturable=False`` into our groups, so torch's loader kept each
+    ``step`` on the CPU and the first step had to copy it to the parameter's device."""
+    theirs = torch.optim.AdamW(_params(), **HYPER)
+    ours = ClippedAdamW(_params(), **HYPER)
+    _step_both(ours, theirs, 0, 1.0)
+    saved = theirs.state_dict()
+    assert saved["param_groups"][0]["capturable"] is False
+    ours.load_state_dict(saved)
+    assert ours.param_groups[0]["capturable"] is True
+    assert saved["param_groups"][0]["capturable"] is False  # the caller's dict is not changed
 
 
 def test_step_returns_the_closures_loss_and_zero_grad_sets_none_as_torchs() -> None:

@@ -194,6 +194,8 @@ def _check_flags(group: dict[str, Any]) -> None:
     asked = [why for flag, why in _REFUSED_FLAGS.items() if group.get(flag)]
     if group.get("decoupled_weight_decay") is False and group.get("weight_decay"):
         asked.append("decoupled_weight_decay=False (Adam's L2 decay; this step decays as AdamW)")
+    if isinstance(group.get("lr"), torch.Tensor):  # float() of it would sync every step
+        asked.append("a tensor lr (a float lr needs no host read)")
     if asked:
         raise ValueError(f"ClippedAdamW does not support {', '.join(asked)}; use torch.optim.AdamW")
 
@@ -303,16 +305,17 @@ class ClippedAdamW(torch.optim.Optimizer):
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """torch's; a state dict from a torch AdamW with amsgrad, maximize or differentiable
-        set is refused before anything is loaded (its ``max_exp_avg_sq`` would be ignored)."""
-        for group in state_dict["param_groups"]:
+        set, or a tensor lr, is refused before anything is loaded."""
+        groups = [{**g, "capturable": True} for g in state_dict["param_groups"]]  # see __init__
+        for group in groups:
             _check_flags(group)
-        super().load_state_dict(state_dict)
+        super().load_state_dict({**state_dict, "param_groups": groups})
 
     def state_dict(self) -> dict[str, Any]:
         """torch's, with each group's ``capturable`` set as torch's AdamW can run it: True only
         where every parameter is on a device torch's capturable AdamW takes (CUDA), so the state
         dict of a CPU run loads into ``torch.optim.AdamW`` and steps there. (This optimizer
-        keeps ``capturable=True`` itself: its ``step`` stays a device tensor on load.)"""
+        loads any dict with ``capturable=True``: its ``step`` becomes a device tensor.)"""
         out = super().state_dict()
         for saved, group in zip(out["param_groups"], self.param_groups, strict=True):
             saved["capturable"] = all(
