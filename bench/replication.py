@@ -65,8 +65,11 @@ def verdict(pairs: pd.DataFrame, original: list[float]) -> dict[str, Any]:
         call = (f"replicated: clipping lowered held-out loss by {test.mean:.3f} nats "
                 f"(bootstrap 95% [{test.bca.lo:+.3f}, {test.bca.hi:+.3f}]), "
                 f"one-sided sign-flip p = {p:.2g} over {n} new seeds")  # fmt: skip
+    elif test.mean <= 0:
+        call = (f"not replicated: mean gap {test.mean:+.3f} nats over {n} new seeds (clipping "
+                f"did not lower held-out loss on average), one-sided sign-flip p = {p:.2g}")  # fmt: skip
     else:
-        need = seeds_needed(test.sd, gap=test.mean) if test.mean > 0 else None
+        need = seeds_needed(test.sd, gap=test.mean)
         call = (f"not replicated: mean gap {test.mean:+.3f} nats over {n} new seeds, one-sided "
                 f"sign-flip p = {p:.2g}; a gap of that size would need "
                 f"{need if need else 'more than any feasible number of'} seeds "
@@ -76,13 +79,17 @@ def verdict(pairs: pd.DataFrame, original: list[float]) -> dict[str, Any]:
         c: [bool(e) for e in pairs[f"event_{c}"] if e is not None] for c in ("none", "global")
     }
     pooled = paired_test([*original, *gaps])
-    return {
+    dropped = [f"s{s}" for s, g in zip(pairs["seed"], pairs["gap"], strict=True)
+               if not math.isfinite(g)]  # fmt: skip
+    return _strict({
         "protocol": "reports/ladder/REPLICATION.md",
         "call": call,
         "pairs": n,
-        "p_one_sided": p if math.isfinite(p) else None,
+        "dropped_non_finite": dropped,
+        "p_one_sided": p,
         "alpha": ALPHA,
-        "gaps": {f"s{s}": round(g, 6) for s, g in zip(pairs["seed"], pairs["gap"], strict=True)},
+        "gaps": {f"s{s}": round(g, 6) for s, g in zip(pairs["seed"], pairs["gap"], strict=True)
+                 if math.isfinite(g)},
         "mean": test.mean, "sd": test.sd, "bootstrap_95": [test.bca.lo, test.bca.hi],
         "t_95": [test.t.lo, test.t.hi], "p_two_sided": test.p,
         "collapses": {"none": k_u, "global": k_c, "of": len(pairs),
@@ -92,7 +99,19 @@ def verdict(pairs: pd.DataFrame, original: list[float]) -> dict[str, Any]:
                                "bootstrap_95": [pooled.bca.lo, pooled.bca.hi],
                                "note": "original 8 seeds and the replication together: an "
                                "estimate, not a test (the test of record is the one above)"},
-    }  # fmt: skip
+    })  # fmt: skip
+
+
+def _strict(value: Any) -> Any:
+    """``value`` with every non-finite float as None: json.dumps writes NaN, which is not JSON
+    (a strict reader such as jq or JSON.parse refuses the whole file)."""
+    if isinstance(value, dict):
+        return {k: _strict(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_strict(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
 
 
 def main() -> None:
@@ -107,7 +126,7 @@ def main() -> None:
     _, table = read_sweep_outputs(a.sweep)
     pairs = new_pairs(table, a.size, a.lr, a.precision)
     result = verdict(pairs, original_gaps(a.original, a.size, a.lr, a.precision))
-    text = json.dumps(result, indent=2)
+    text = json.dumps(result, indent=2, allow_nan=False)
     print(text)
     if a.out:
         a.out.write_text(text + "\n")

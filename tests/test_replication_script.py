@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import math
 from pathlib import Path
 
@@ -43,3 +44,21 @@ def test_gaps_of_both_signs_do_not_replicate_and_say_what_would() -> None:
     out = replication.verdict(_pairs(gaps), [])
     assert out["call"].startswith("not replicated") and "seeds" in out["call"]
     assert out["p_one_sided"] >= 0.05 and math.isfinite(out["p_one_sided"])
+
+
+def test_a_mean_gap_below_zero_says_clipping_did_not_help_and_names_no_seed_count() -> None:
+    gaps = [-0.05, 0.01, -0.03, -0.02, 0.01, -0.04, -0.01, 0.02, -0.03, -0.02, 0.0, -0.01]
+    out = replication.verdict(_pairs(gaps), [])
+    assert out["call"].startswith("not replicated") and "did not lower" in out["call"]
+    assert "would need" not in out["call"]
+
+
+def test_the_verdict_is_strict_json_and_names_the_seeds_it_dropped() -> None:
+    """Two pairs, one with a non-finite gap: every statistic that cannot be computed is null
+    (json.dumps wrote a bare NaN, which strict readers refuse), and the dropped seed is named."""
+    out = replication.verdict(_pairs([0.2, math.nan]), [])
+    text = json.dumps(out, allow_nan=False)  # raises on NaN or Infinity
+    back = json.loads(text)
+    assert back["dropped_non_finite"] == ["s9"] and back["gaps"] == {"s8": 0.2}
+    assert back["sd"] is None and back["bootstrap_95"] == [None, None]
+    assert back["call"].startswith("insufficient seeds: 1 finished pairs")
