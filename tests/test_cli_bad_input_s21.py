@@ -74,7 +74,7 @@ JUNK_CACHE = [
 
 
 def _refused_for_real(args: list[str], monkeypatch: pytest.MonkeyPatch, cwd: Path) -> str:
-    """As ``_refused``, with the command's own work left in place (the cache is read there,
+    """As ``cli_refusals.refused``, with the command's own work left in place (the cache is read there,
     before the --out folder is made)."""
     monkeypatch.chdir(cwd)
     res = runner.invoke(app, args)
