@@ -74,8 +74,8 @@ JUNK_CACHE = [
 
 
 def _refused_for_real(args: list[str], monkeypatch: pytest.MonkeyPatch, cwd: Path) -> str:
-    """As ``cli_refusals.refused``, with the command's own work left in place (the cache is read there,
-    before the --out folder is made)."""
+    """As ``cli_refusals.refused``, with the command's own work left in place (the cache is
+    read there, before the --out folder is made)."""
     monkeypatch.chdir(cwd)
     res = runner.invoke(app, args)
     lines = [ln for ln in res.output.splitlines() if ln.strip() and not ln.startswith("prep")]
