@@ -48,6 +48,7 @@ from andrea_diag.monitor_checks import (
     check_probe_config,
     check_prompts,
     checked_loggers,
+    versioned,
 )
 from andrea_diag.probes import ProbeDriver, make_probes
 from andrea_diag.probes.base import UpdateContext
@@ -87,21 +88,6 @@ def _probe_config(
         )
         cfg = dataclasses.replace(cfg, lockin=False)
     return cfg
-
-
-def versioned(out_dir: str | Path) -> Path:
-    """``out_dir``, or when it already holds a run, the first free ``out_dir-2``, ``-3``, ...
-
-    A second run of the same script keeps the first run's directory and gets its own, as
-    TensorBoard and W&B users expect; ``resume=True`` continues ``out_dir`` itself.
-    """
-    path = Path(out_dir)
-    if not path.exists() or not any(path.iterdir()):
-        return path
-    n = 2
-    while (cand := path.with_name(f"{path.name}-{n}")).exists() and any(cand.iterdir()):
-        n += 1
-    return cand
 
 
 class SpikeMonitor:

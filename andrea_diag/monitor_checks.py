@@ -9,6 +9,8 @@ without ``log`` at the first ``after_step``; an ``out_dir`` that is a file as
 ``NotADirectoryError``; a ``tensorboard_dir`` that is a file after the run directory was made;
 ``total_steps=0``, ``seed="a"``, ``vocab_size=0`` and probe options of the wrong type silently.
 
+:func:`versioned` picks the folder a new run goes to (``out_dir``, else ``out_dir-2``, ...).
+
     >>> check_count("total_steps", 0)
     Traceback (most recent call last):
     ...
@@ -209,6 +211,37 @@ def _check_kind(name: str, value: Any, kind: type, what: str) -> None:
         raise TypeError(f"SpikeMonitor: {name} must be {what}, got {_kind(value)}")
 
 
+def versioned(out_dir: str | Path) -> Path:
+    """``out_dir``, or when it already holds a run, the first free ``out_dir-2``, ``-3``, ...
+
+    A second run of the same script keeps the first run's directory and gets its own, as
+    TensorBoard and W&B users expect; ``resume=True`` continues ``out_dir`` itself. A name
+    that is taken by anything but an empty folder (a file, a link, even a dangling one) is
+    skipped: a link planted in a shared runs folder is never written through.
+    """
+    path = Path(out_dir)
+    if not path.exists() or not any(path.iterdir()):
+        return path
+    if path.name in ("", ".", ".."):  # "." has no name to version: its folder's own name
+        path = Path(os.path.abspath(path))
+        if not path.name:
+            raise ValueError(
+                f"SpikeMonitor: out_dir {str(out_dir)!r} holds files and has no name to "
+                "number a new run after: name a folder for the run"
+            )
+    n = 2
+    while not _free(cand := path.with_name(f"{path.name}-{n}")):
+        n += 1
+    return cand
+
+
+def _free(path: Path) -> bool:
+    """Nothing at ``path``, or an empty folder that is not a link."""
+    if path.is_symlink():
+        return False
+    return not path.exists() or (path.is_dir() and not any(path.iterdir()))
+
+
 __all__: list[str] = [
     "check_arguments",
     "check_count",
@@ -218,4 +251,5 @@ __all__: list[str] = [
     "check_prompts",
     "checked_loggers",
     "is_int",
+    "versioned",
 ]
