@@ -132,6 +132,9 @@ MAX_JSON_BYTES = 1 << 30
 # a sweep.csv row is ~300 bytes an arm: 64 MiB is 200,000 arms, and a planted 40 GB file
 # (sparse: it costs its maker nothing) is refused unread; read_csv held 23 GB of memory on it
 MAX_SWEEP_CSV_BYTES = 64 << 20
+# a run's table (JSONL or parquet): 1,500 updates of 100 columns is ~3 MB; past 2 GiB, decoded,
+# it would not fit a laptop's memory
+MAX_TABLE_BYTES = 2 << 30
 
 
 def check_size(

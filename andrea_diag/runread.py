@@ -28,15 +28,12 @@ from typing import Any
 import pandas as pd
 
 from andrea_diag.errors import UserError
-from andrea_diag.rundir import check_size, child, read_json, regular_file
+from andrea_diag.parquet_read import read_parquet
+from andrea_diag.rundir import MAX_TABLE_BYTES, check_size, child, read_json, regular_file
 
 log = logging.getLogger("andrea_diag.record")
 
 MAX_UPDATE = 2**53  # an update number a float holds exactly; past it, a table is damaged
-# a run's JSONL table: 1,500 updates of 100 columns is ~3 MB; past 2 GiB the rows as dicts
-# would not fit a laptop's memory (the reader keeps them all)
-MAX_TABLE_BYTES = 2 << 30
-MAX_TABLE_CELLS = MAX_TABLE_BYTES // 8  # a parquet table's values, as float64s in that size
 NUM, INT, STR, BOOL, LIST, DICT = "num", "int", "str", "bool", "list", "dict"
 _NONFINITE = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan, "NaN": math.nan}
 
@@ -164,40 +161,6 @@ def clean_data(obj: Any, what: str = "data.json") -> dict[str, Any]:
         out["sources"] = cleaned
         return out
     return cleaned
-
-
-def read_parquet(path: Path, what: str = "metrics.parquet") -> pd.DataFrame:
-    """A parquet table from a regular file, or one line when it is not one."""
-    regular_file(path, what)
-    try:
-        _check_parquet_size(path, what)
-        return pd.read_parquet(path)
-    except (ImportError, UserError):
-        raise
-    except Exception as e:  # pyarrow raises several types for a damaged file
-        raise UserError(
-            f"{what} {path} is not a readable parquet file ({type(e).__name__})",
-            hint="the file is damaged; delete it to read metrics.jsonl instead",
-        ) from None
-
-
-def _check_parquet_size(path: Path, what: str) -> None:
-    """Refuse, before decoding, a parquet file whose values would not fit MAX_TABLE_BYTES: a
-    constant column compresses to nothing (3 MB on disk held 22 GB of memory when read)."""
-    import pyarrow.parquet as pq
-
-    check_size(path, what, MAX_TABLE_BYTES, "more than this reader takes")
-    meta = pq.read_metadata(path)  # the footer only; the file is closed again
-    chunks = [meta.row_group(i).column(j) for i in range(meta.num_row_groups)
-              for j in range(meta.num_columns)]  # fmt: skip
-    values = sum(c.num_values for c in chunks)
-    size = sum(c.total_uncompressed_size for c in chunks)
-    if values > MAX_TABLE_CELLS or size > MAX_TABLE_BYTES:
-        raise UserError(
-            f"{what} {path} decodes to more than this reader takes ({values:,} values in "
-            f"{size:,} bytes; at most {MAX_TABLE_CELLS:,} values in {MAX_TABLE_BYTES:,})",
-            hint="the file is damaged or not from andrea-diag; delete it to read metrics.jsonl",
-        )
 
 
 NUMERIC_PREFIXES = (

@@ -9,6 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from hostile_dirs import (  # noqa: F401 (the *_fixture names are fixtures: run, cascade)
     N,
@@ -18,7 +20,7 @@ from hostile_dirs import (  # noqa: F401 (the *_fixture names are fixtures: run,
     run_fixture,
 )
 
-from andrea_diag import runread
+from andrea_diag import parquet_read, runread
 from andrea_diag.errors import UserError
 from andrea_diag.report.sweep_dir import read_sweep_table
 
@@ -64,7 +66,7 @@ def test_a_parquet_that_decodes_past_the_cap_is_one_line_and_never_decoded(
 ) -> None:
     """A constant column compresses to nothing: 3 MB of parquet held 22 GB of memory when
     read. The cap is lowered here to the run's own table, so no bomb is built."""
-    monkeypatch.setattr(runread, "MAX_TABLE_CELLS", 10, raising=False)
+    monkeypatch.setattr(parquet_read, "MAX_TABLE_CELLS", 10)
     monkeypatch.setattr(pd, "read_parquet", never_read)
     with pytest.raises(UserError, match="decodes to more than this reader takes"):
         runread.read_parquet(run / "metrics.parquet")
@@ -73,3 +75,31 @@ def test_a_parquet_that_decodes_past_the_cap_is_one_line_and_never_decoded(
 
 def test_a_parquet_under_the_caps_is_read_as_before(run: Path) -> None:
     assert len(runread.read_parquet(run / "metrics.parquet")) == N
+
+
+def _dictionary_bomb(path: Path, rows: int, text: pa.Array) -> None:
+    """``rows`` rows of one 100 kB string, written as parquet writes text: the string once,
+    in a dictionary, and an index per row (written from a DictionaryArray, never decoded)."""
+    one = pa.DictionaryArray.from_arrays(pa.array([0] * rows, pa.int32()), text)
+    listed = pa.ListArray.from_arrays(pa.array(range(rows + 1), pa.int32()), one)
+    pq.write_table(pa.table({"update": range(rows), "kind": one, "causes": listed}), path)
+
+
+def test_a_text_column_that_decodes_past_the_cap_is_one_line_and_never_decoded(
+    run: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 100 kB string in 30,000 rows is a few hundred kB of parquet, and 6 GB once read: the
+    footer counts the dictionary only, so it passed the footer's check and was decoded."""
+    path = run / "metrics.parquet"
+    _dictionary_bomb(path, 30_000, pa.array(["x" * 100_000]))
+    assert path.stat().st_size < 2 << 20
+    monkeypatch.setattr(pd, "read_parquet", never_read)
+    with pytest.raises(UserError, match="bytes of text"):
+        runread.read_parquet(path)
+    assert "decodes to more than" in one_line_error("report", str(run))
+
+
+def test_text_under_the_cap_reads_as_pandas_reads_it(tmp_path: Path) -> None:
+    path = tmp_path / "events.parquet"
+    _dictionary_bomb(path, 50, pa.array(["spike"]))
+    pd.testing.assert_frame_equal(runread.read_parquet(path), pd.read_parquet(path))
