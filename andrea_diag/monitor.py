@@ -48,6 +48,8 @@ from andrea_diag.monitor_checks import (
     check_probe_config,
     check_prompts,
     checked_loggers,
+    resume_point,
+    set_aside_end_files,
     versioned,
 )
 from andrea_diag.probes import ProbeDriver, make_probes
@@ -118,6 +120,9 @@ class SpikeMonitor:
     ) -> None:
         """``probes`` (or its fields as keywords: ``spike_z=8.0``, ``shadow=False``, ...)
         configures the probes; every default comes from :class:`~andrea_diag.config.ProbeConfig`.
+        ``resume``: continue the SpikeMonitor run in ``out_dir`` (update numbers count on from
+        its last row); the folder is read back and checked first
+        (:func:`~andrea_diag.monitor_checks.resume_point`).
         ``meta``: extra ``config.json`` fields (the framework callbacks say which hook ran).
         ``tensorboard_dir``: also write TensorBoard event files there, live, with the tags of
         ``andrea-diag export --tensorboard`` (:mod:`andrea_diag.tensorboard`).
@@ -160,15 +165,18 @@ class SpikeMonitor:
             "model_shape": {k: shape[k] for k in ("vocab_size", "block_size", "layer_groups")},
             **(meta or {}),
         }
+        start = resume_point(out_dir) if resume else 0  # read back, checked, before any write
         self.recorder = Recorder(out_dir if resume else versioned(out_dir), config, resume=resume)
         self.run_dir = self.recorder.run_dir
+        if resume:  # the earlier segment's rows stay; its end-of-run files are set aside
+            set_aside_end_files(self.run_dir, start)
         if tensorboard_dir is not None:
             self._sinks.append(TensorBoardRun(tensorboard_dir, config))
         shaped = {k: shape[k] for k in ("groups", "vocab_size", "block_size")}
         probe_list = make_probes(model, cfg, total_steps=total_steps, seed=seed, prompts=prompts,
                                  tokenizer=tokenizer, **shaped)  # fmt: skip
         self.probes = ProbeDriver(probe_list, self.recorder)
-        self.update = 0
+        self.update = start  # a resumed run counts on: no update number twice
         self._framework: JsonlWriter | None = None  # framework.jsonl, opened at its first row
         self._framework_last: dict[str, float] = {}
         self.summary: dict[str, Any] | None = None

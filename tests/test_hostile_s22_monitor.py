@@ -83,3 +83,146 @@ def test_a_relative_out_dir_stays_relative(tmp_path, monkeypatch):
     _run("mine")
     assert _run("mine").run_dir == Path("mine-2")
     assert os.path.isdir(tmp_path / "mine-2")
+
+
+# -- resume=True: the folder is read back, as untrusted input, before anything is written -----
+
+
+def _updates(run_dir: Path) -> list[int]:
+    return load_run(run_dir)["metrics"]["update"].tolist()
+
+
+def test_a_resumed_monitor_counts_on_from_the_last_recorded_update(tmp_path):
+    _run(tmp_path / "run", updates=3)
+    _run(tmp_path / "run", updates=2, resume=True)
+    assert _updates(tmp_path / "run") == [1, 2, 3, 4, 5]  # was [1, 2, 3, 1, 2]
+
+
+def test_a_resumed_run_killed_before_close_shows_every_row_not_the_stale_parquet(tmp_path):
+    _run(tmp_path / "run", updates=3)
+    model = _model()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    mon = SpikeMonitor(model, opt, tmp_path / "run", lockin=False, resume=True)
+    monitored_update(mon, opt, model(torch.randint(0, VOCAB, (2, 5))).logsumexp(-1).mean())
+    mon.recorder.flush()  # then killed: no close
+    try:
+        assert _updates(tmp_path / "run") == [1, 2, 3, 4]  # the old parquet said [1, 2, 3]
+        assert not (tmp_path / "run" / "summary.json").exists()  # not read as finished
+        kept = tmp_path / "run" / "summary_to_update_3.json"
+        assert '"n_updates": 3' in kept.read_text()  # the earlier segment's summary kept
+    finally:
+        mon.recorder.release()
+
+
+def test_resume_into_a_training_run_is_refused_and_its_config_is_not_overwritten(tmp_path):
+    run = tmp_path / "train-run"
+    run.mkdir()
+    (run / "config.json").write_text('{"kind": "train", "arm": "clip", "seed": 3}')
+    with pytest.raises(ValueError, match="not a SpikeMonitor run"):
+        _run(run, resume=True)
+    assert (run / "config.json").read_text() == '{"kind": "train", "arm": "clip", "seed": 3}'
+    assert sorted(p.name for p in run.iterdir()) == ["config.json"]
+
+
+@pytest.mark.parametrize(
+    "content, said",
+    [
+        (b"[1, 2]", "holds a list, not a dict"),
+        (b'{"kind": "moni', "is not valid JSON"),
+        (b"\xff\xfe{}", "is not UTF-8 text"),
+        (b'{"kind": NaN}', "not a SpikeMonitor run"),
+        (b'{"kind": ' + b"9" * 5000 + b"}", "is not a run's JSON"),
+    ],
+)
+def test_resume_with_a_damaged_config_is_one_value_error_and_writes_nothing(
+    tmp_path, content, said
+):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_bytes(content)
+    (run / "metrics.jsonl").write_text('{"update": 1, "loss": 2.0}\n')
+    with pytest.raises(ValueError, match=rf"SpikeMonitor: cannot resume .*{said}"):
+        _run(run, resume=True)
+    assert (run / "config.json").read_bytes() == content
+    assert (run / "metrics.jsonl").read_text() == '{"update": 1, "loss": 2.0}\n'
+
+
+def test_resume_into_a_folder_of_other_files_is_refused(tmp_path):
+    (tmp_path / "notes.txt").write_text("mine")
+    with pytest.raises(ValueError, match=r"config.json is missing"):
+        _run(tmp_path, resume=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
+
+
+@pytest.mark.parametrize("table", ["metrics.jsonl", "events.jsonl", "framework.jsonl"])
+def test_a_planted_huge_table_is_refused_by_size_at_resume_not_after_the_run(tmp_path, table):
+    run = _run(tmp_path / "run").run_dir
+    with open(run / table, "ab") as f:  # sparse: costs nothing, reads as 40 GB
+        f.truncate(40 << 30)
+    with pytest.raises(ValueError, match=rf"{table} .* is 40.0 GiB, more than this reader"):
+        _run(run, resume=True)
+    assert (run / table).stat().st_size == 40 << 30  # not cut back by a torn-tail repair
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dir", "link-out"])
+def test_a_table_that_is_not_a_regular_file_of_the_run_is_refused_at_resume(tmp_path, kind):
+    run = _run(tmp_path / "run").run_dir
+    target = run / "framework.jsonl"  # first opened mid-training, at the framework's first log
+    if kind == "fifo":
+        os.mkfifo(target)
+    elif kind == "dir":
+        target.mkdir()
+    else:
+        (tmp_path / "outside.jsonl").write_text('{"update": 1}\n')
+        target.symlink_to(tmp_path / "outside.jsonl")
+    with pytest.raises(ValueError, match=r"SpikeMonitor: cannot resume .*framework.jsonl"):
+        _run(run, resume=True)
+
+
+def test_a_metrics_jsonl_cut_short_with_the_parquet_intact_is_refused_not_wiped(tmp_path):
+    run = _run(tmp_path / "run", updates=3).run_dir
+    lines = (run / "metrics.jsonl").read_text().splitlines(keepends=True)
+    (run / "metrics.jsonl").write_text(lines[0])  # a damaged copy: one row of three left
+    with pytest.raises(ValueError, match=r"metrics.parquet holds 3 rows but metrics.jsonl only 1"):
+        _run(run, resume=True)
+    assert len(load_run(run)["metrics"]) == 3  # the parquet still has every row
+
+
+@pytest.mark.parametrize(
+    "last_row",
+    [
+        b"[1, 2, 3]\n",
+        b'{"update": 4, "loss": 1.0',  # torn by a crash
+        b"\xff\xfe\xfd\n",
+    ],
+)
+def test_a_damaged_last_metrics_row_does_not_break_the_count_or_lose_the_others(tmp_path, last_row):
+    run = _run(tmp_path / "run", updates=2).run_dir
+    (run / "metrics.parquet").unlink()  # killed before close: only the JSONL table
+    with open(run / "metrics.jsonl", "ab") as f:
+        f.write(last_row)
+    _run(run, updates=1, resume=True)
+    assert _updates(run) == [1, 2, 3]
+
+
+@pytest.mark.parametrize("update", [b"1e400", b"null", b"-Infinity"])
+def test_a_row_without_a_valid_update_number_is_one_value_error_and_nothing_is_cut(
+    tmp_path, update
+):
+    run = _run(tmp_path / "run", updates=2).run_dir
+    (run / "metrics.parquet").unlink()
+    with open(run / "metrics.jsonl", "ab") as f:
+        f.write(b'{"update": ' + update + b', "loss": 1.0}\n')
+    before = (run / "metrics.jsonl").read_bytes()
+    with pytest.raises(ValueError, match=r"SpikeMonitor: cannot resume .*no valid update number"):
+        _run(run, resume=True)
+    assert (run / "metrics.jsonl").read_bytes() == before
+
+
+def test_a_recorded_update_past_any_run_is_refused_at_resume(tmp_path):
+    run = _run(tmp_path / "run", updates=1).run_dir
+    (run / "metrics.parquet").unlink()
+    with open(run / "metrics.jsonl", "a") as f:
+        f.write('{"update": 4000000000000000, "loss": 1.0}\n')
+    with pytest.raises(ValueError, match="records update 4000000000000000, more than any run"):
+        _run(run, resume=True)

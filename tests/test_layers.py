@@ -59,6 +59,7 @@ LAYERS: dict[str, int] = {
     "train": 3,
     "probes": 3,
     "monitor": 3,
+    "monitor_checks": 3,  # SpikeMonitor's argument checks and its resume read-back (runread)
     "integrations": 3,  # HF Trainer / Lightning callbacks over monitor
     # 4: experiments, and the benchmarks that drive the trainer like one
     "experiments": 4,
