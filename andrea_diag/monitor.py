@@ -45,9 +45,11 @@ from andrea_diag.config import ProbeConfig
 from andrea_diag.jsonl import JsonlWriter
 from andrea_diag.monitor_checks import (
     check_arguments,
+    check_backward,
     check_probe_config,
     check_prompts,
     checked_loggers,
+    checked_number,
     resume_point,
     set_aside_end_files,
     versioned,
@@ -205,6 +207,8 @@ class SpikeMonitor:
         ``phase`` (your data-mixing phase id) lets the spike probe attribute phase transitions;
         ``example_source`` (source index per example) names the outlier's source.
         """
+        check_backward(per_example_loss, example_source, phase, weights)  # one clear line
+        value = checked_number("after_backward", "loss", loss)  # host sync
         ex = (
             per_example_loss.detach().reshape(-1).float()
             if per_example_loss is not None
@@ -215,7 +219,6 @@ class SpikeMonitor:
             if example_source is not None
             else torch.full((ex.numel(),), -1, dtype=torch.long)
         )
-        value = float(loss.detach() if isinstance(loss, torch.Tensor) else loss)  # host sync
         if self._pending:  # a later microbatch of the same update: accumulate, never overwrite
             prev = self._pending
             n = prev["microbatches"]
@@ -381,4 +384,6 @@ class SpikeMonitor:
             return value
         if value is None:
             return None  # probes read the (unclipped) gradients
+        if checked_number("after_clip", "total_norm_or_clip", value) < 0:  # NaN passes
+            raise ValueError(f"SpikeMonitor.after_clip: a total norm is never negative: {value}")
         return clip_from_total(value, [p.grad.detach() for p in params], norm_type)

@@ -248,6 +248,50 @@ def _free(path: Path) -> bool:
     return not path.exists() or (path.is_dir() and not any(path.iterdir()))
 
 
+def checked_number(where: str, name: str, value: Any) -> float:
+    """A hook's scalar (the loss, the clip's total norm) as a float: a number or a one-element
+    tensor; NaN and inf pass (a diverged update is a finding), an int past a float is refused."""
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1:
+            raise ValueError(f"SpikeMonitor.{where}: {name} must be one number, got a tensor "
+                             f"of shape {tuple(value.shape)}")  # fmt: skip
+        value = value.detach()
+    elif isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"SpikeMonitor.{where}: {name} must be a tensor or a number, got "
+                        f"{_kind(value)}")  # fmt: skip
+    try:
+        return float(value)  # host sync for a tensor
+    except OverflowError:  # a 400-digit int: float() would raise from deep inside the hook
+        bits = int(value).bit_length()  # formatting it as a float would overflow too
+        raise ValueError(
+            f"SpikeMonitor.{where}: {name} is an int of {bits} bits, past a float"
+        ) from None
+
+
+def check_backward(per_example: Any, source: Any, phase: Any, weights: Any) -> None:
+    """``after_backward``'s optional arguments: per-example losses and their source ids as
+    tensors of one length, an int phase (a JSON line holds 64 bits), a dict of weights."""
+    where = "SpikeMonitor.after_backward"
+    for name, value in (("per_example_loss", per_example), ("example_source", source)):
+        if value is not None and not isinstance(value, torch.Tensor):
+            raise TypeError(f"{where}: {name} must be a tensor, got {_kind(value)}")
+    if source is not None:
+        n = per_example.numel() if per_example is not None else 0
+        if source.numel() != n:  # else the outlier would be named after another's source
+            raise ValueError(f"{where}: example_source has {source.numel()} entries for {n} "
+                             "per-example losses")  # fmt: skip
+        if source.is_floating_point() or source.is_complex():
+            raise TypeError(f"{where}: example_source holds {source.dtype}, not integer ids")
+    if phase is not None and not is_int(phase):
+        raise TypeError(f"{where}: phase must be an int or None, got {_kind(phase)}")
+    if phase is not None and not -(2**63) <= phase < 2**63:
+        raise ValueError(
+            f"{where}: phase must fit 64 bits, got an int of {int(phase).bit_length()} bits"
+        )
+    if weights is not None and not isinstance(weights, Mapping):
+        raise TypeError(f"{where}: weights must be a dict, got {_kind(weights)}")
+
+
 # the JSONL tables a resumed monitor appends to (framework.jsonl: the callbacks' own logs)
 RESUMED_TABLES = ("metrics.jsonl", "events.jsonl", "samples.jsonl", "framework.jsonl")
 
@@ -324,12 +368,14 @@ def set_aside_end_files(run_dir: Path, update: int) -> None:
 
 __all__: list[str] = [
     "check_arguments",
+    "check_backward",
     "check_count",
     "check_dir",
     "check_model_and_optimizer",
     "check_probe_config",
     "check_prompts",
     "checked_loggers",
+    "checked_number",
     "is_int",
     "resume_point",
     "set_aside_end_files",

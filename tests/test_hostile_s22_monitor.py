@@ -1,7 +1,14 @@
-"""``SpikeMonitor`` inside the user's loop, fed hostile or damaged input: a runs folder where
-the next ``out_dir-N`` name is a file or a planted link, and ``out_dir`` names without a last
-component (``.``). Each is one clear ``ValueError``/``TypeError`` or a run written in a fresh
-folder of its own, never a raw ``pathlib`` error and never a run written through a link."""
+"""``SpikeMonitor`` inside the user's loop, fed hostile or damaged input. Pinned here:
+
+- the next ``out_dir-N``: a name taken by a file or a planted link is skipped (never a raw
+  ``pathlib`` error, never a run written through a link); ``.`` is numbered after its folder;
+- ``resume=True``: the folder is read back as untrusted input before anything is written (a
+  foreign or damaged ``config.json``, a planted 40 GB or non-regular table, a parquet table
+  with rows the JSONL lacks are one ``ValueError`` each, and nothing is cut or overwritten);
+  update numbers count on, and the earlier segment's summary is kept, not read as this run's;
+- the hooks' arguments (loss, per-example losses, sources, phase, weights, total norm): one
+  clear ``TypeError``/``ValueError`` naming the argument, not ``float()``'s or torch's.
+"""
 
 from __future__ import annotations
 
@@ -226,3 +233,104 @@ def test_a_recorded_update_past_any_run_is_refused_at_resume(tmp_path):
         f.write('{"update": 4000000000000000, "loss": 1.0}\n')
     with pytest.raises(ValueError, match="records update 4000000000000000, more than any run"):
         _run(run, resume=True)
+
+
+# -- the hooks' own arguments: one clear TypeError/ValueError, not float()'s or torch's ----------
+
+
+def _one_backward(tmp_path: Path) -> tuple[SpikeMonitor, torch.Tensor]:
+    model = _model()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    mon = SpikeMonitor(model, opt, tmp_path / "run", lockin=False)
+    loss = model(torch.randint(0, VOCAB, (2, 5))).logsumexp(-1).mean(-1)  # (2,)
+    loss.mean().backward()
+    return mon, loss.detach()
+
+
+@pytest.mark.parametrize(
+    "loss, error, said",
+    [
+        pytest.param(
+            10**400, ValueError, "loss is an int of 1329 bits, past a float", id="int-past-float"
+        ),
+        ("abc", TypeError, "loss must be a tensor or a number, got str"),
+        (None, TypeError, "loss must be a tensor or a number, got NoneType"),
+        (torch.ones(3), ValueError, r"loss must be one number, got a tensor of shape \(3,\)"),
+    ],
+)
+def test_a_loss_that_is_not_one_number_is_one_clear_error(tmp_path, loss, error, said):
+    mon, _ = _one_backward(tmp_path)
+    with pytest.raises(error, match=f"SpikeMonitor.after_backward: {said}"):
+        mon.after_backward(loss)
+    mon.close()
+
+
+@pytest.mark.parametrize(
+    "options, error, said",
+    [
+        ({"per_example_loss": [1.0, 2.0]}, TypeError, "per_example_loss must be a tensor"),
+        (
+            {"per_example_loss": "per", "example_source": torch.zeros(2)},
+            TypeError,
+            "per_example_loss must be a tensor, got str",
+        ),
+        (
+            {"per_example_loss": torch.ones(2), "example_source": torch.zeros(5, dtype=int)},
+            ValueError,
+            "example_source has 5 entries for 2 per-example losses",
+        ),
+        (
+            {"example_source": torch.zeros(2, dtype=int)},
+            ValueError,
+            "example_source has 2 entries for 0 per-example losses",
+        ),
+        (
+            {"per_example_loss": torch.ones(2), "example_source": torch.tensor([0.5, 1.5])},
+            TypeError,
+            "example_source holds torch.float32, not integer ids",
+        ),
+        ({"phase": "a"}, TypeError, "phase must be an int or None, got str"),
+        ({"phase": 10**30}, ValueError, "phase must fit 64 bits, got an int of 100 bits"),
+        ({"weights": [1, 2]}, TypeError, "weights must be a dict, got list"),
+    ],
+)
+def test_bad_per_example_source_phase_or_weights_are_one_clear_error_at_after_backward(
+    tmp_path, options, error, said
+):
+    mon, loss = _one_backward(tmp_path)
+    with pytest.raises(error, match=f"SpikeMonitor.after_backward: {said}"):
+        mon.after_backward(loss.mean(), **options)
+    mon.close()
+
+
+@pytest.mark.parametrize(
+    "total, error, said",
+    [
+        ("abc", TypeError, "total_norm_or_clip must be a tensor or a number, got str"),
+        (torch.ones(3), ValueError, "total_norm_or_clip must be one number, got a tensor"),
+        pytest.param(
+            10**400,
+            ValueError,
+            "total_norm_or_clip is an int of 1329 bits, past a float",
+            id="int-past-float",
+        ),
+        (-1.0, ValueError, "a total norm is never negative: -1.0"),
+    ],
+)
+def test_a_total_norm_that_is_not_one_number_is_one_clear_error_at_after_clip(
+    tmp_path, total, error, said
+):
+    mon, loss = _one_backward(tmp_path)
+    mon.after_backward(loss.mean())
+    with pytest.raises(error, match=f"SpikeMonitor.after_clip: {said}"):
+        mon.after_clip(total)
+    mon.close()
+
+
+def test_a_nan_loss_and_a_nan_total_norm_are_still_recorded_as_a_finding(tmp_path):
+    mon, _ = _one_backward(tmp_path)
+    mon.after_backward(float("nan"))
+    mon.after_clip(torch.tensor(float("nan")))
+    mon.after_step()
+    mon.close()
+    assert load_run(mon.run_dir)["metrics"]["nonfinite"].tolist() == [True]
