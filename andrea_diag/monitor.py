@@ -50,6 +50,7 @@ from andrea_diag.monitor_checks import (
     check_prompts,
     checked_loggers,
     checked_number,
+    framework_number,
     resume_point,
     set_aside_end_files,
     versioned,
@@ -329,7 +330,7 @@ class SpikeMonitor:
             if isinstance(value, torch.Tensor) and value.numel() == 1:
                 value = value.item()  # host sync: at the framework's own log cadence only
             if isinstance(value, (int, float)) and not isinstance(value, bool):
-                row[str(key)] = value
+                row[str(key)] = framework_number(value)
         if not row:
             return
         if self._framework is None:

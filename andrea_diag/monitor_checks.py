@@ -292,6 +292,18 @@ def check_backward(per_example: Any, source: Any, phase: Any, weights: Any) -> N
         raise TypeError(f"{where}: weights must be a dict, got {_kind(weights)}")
 
 
+def framework_number(value: int | float) -> int | float:
+    """A number a framework logged, as a JSON line holds it: an int past 64 bits (orjson's
+    limit, raised from the flush inside the framework's own ``on_log``) becomes a float, or
+    inf past a float, rather than failing the user's training."""
+    if isinstance(value, float) or -(2**63) <= value < 2**63:
+        return value
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
+
+
 # the JSONL tables a resumed monitor appends to (framework.jsonl: the callbacks' own logs)
 RESUMED_TABLES = ("metrics.jsonl", "events.jsonl", "samples.jsonl", "framework.jsonl")
 
@@ -376,6 +388,7 @@ __all__: list[str] = [
     "check_prompts",
     "checked_loggers",
     "checked_number",
+    "framework_number",
     "is_int",
     "resume_point",
     "set_aside_end_files",

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -334,3 +335,18 @@ def test_a_nan_loss_and_a_nan_total_norm_are_still_recorded_as_a_finding(tmp_pat
     mon.after_step()
     mon.close()
     assert load_run(mon.run_dir)["metrics"]["nonfinite"].tolist() == [True]
+
+
+@pytest.mark.parametrize(
+    "value, kept",
+    [(10**30, 1e30), (-(10**30), -1e30), (10**400, "inf"), (2**63 - 1, 2**63 - 1)],
+    ids=["past-64-bits", "negative-past-64-bits", "past-a-float", "int64-max"],
+)
+def test_a_framework_log_of_an_int_past_64_bits_is_kept_not_a_crash_in_on_log(
+    tmp_path, value, kept
+):
+    mon, _ = _one_backward(tmp_path)
+    mon.log_framework({"tokens_seen": value, "loss": 1.5})  # was orjson's TypeError
+    mon.close()
+    line = (mon.run_dir / "framework.jsonl").read_text()
+    assert json.loads(line) == {"update": 0, "tokens_seen": kept, "loss": 1.5}
