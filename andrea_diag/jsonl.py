@@ -31,6 +31,7 @@ from andrea_diag.errors import UserError
 from andrea_diag.rundir import atomic_write_text, open_append_file, unshare
 
 TAIL_CHUNK = 1 << 16  # bytes read at a time, backwards, to find a JSONL file's last line
+MAX_ROW_BYTES = 1 << 20  # a row is a few kB: a longer last line without its newline is torn
 
 
 def _jsonable(value: Any) -> Any:
@@ -162,27 +163,48 @@ def _open_rw(path: Path) -> int | None:
 
 
 def _drop_torn_tail(path: Path) -> None:
-    """Cut a file back to its last complete line (a crash can leave half a row)."""
+    """Cut a file back to its last complete line (a crash can leave half a row). A last row
+    that is whole but has no newline (cut right before it, or written by another tool) is
+    kept and given one: cutting it lost a recorded row, and a file of one such row went to 0
+    bytes."""
     fd = _open_rw(path)
     if fd is None:
         return
     try:
-        end = pos = os.fstat(fd).st_size
-        while pos > 0:  # backwards in chunks: only the last line is read
-            start = max(0, pos - TAIL_CHUNK)
-            chunk = os.pread(fd, pos - start, start)
-            if start + len(chunk) == end and chunk.endswith(b"\n"):
-                return  # ends with a complete line
-            nl = chunk.rfind(b"\n")
-            if nl >= 0:
-                os.ftruncate(fd, start + nl + 1)
-                return
-            pos = start
-        os.ftruncate(fd, 0)  # one torn line and nothing before it
+        end = os.fstat(fd).st_size
+        cut = _after_last_newline(fd, end)
+        if cut == end:
+            return  # ends with a complete line
+        if end - cut <= MAX_ROW_BYTES and _whole_row(os.pread(fd, end - cut, cut)):
+            os.pwrite(fd, b"\n", end)
+        else:
+            os.ftruncate(fd, cut)
     except OSError as e:
         raise UserError(f"cannot repair {path}: {e.strerror}") from None
     finally:
         os.close(fd)
+
+
+def _after_last_newline(fd: int, end: int) -> int:
+    """The offset just past the last newline of the file's first ``end`` bytes (0: none),
+    read backwards in chunks, so that only the last line is read."""
+    pos = end
+    while pos > 0:
+        start = max(0, pos - TAIL_CHUNK)
+        nl = os.pread(fd, pos - start, start).rfind(b"\n")
+        if nl >= 0:
+            return start + nl + 1
+        pos = start
+    return 0
+
+
+def _whole_row(data: bytes) -> bool:
+    """Whether ``data`` is one complete JSON object (a torn row never is: its closing brace
+    is the last byte written)."""
+    try:
+        return isinstance(json.loads(data), dict)
+    except (ValueError, RecursionError):  # not JSON, not UTF-8, a 5000-digit number
+        return False
 
 
 def _write_failed(path: Path, exc: OSError) -> UserError:

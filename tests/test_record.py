@@ -129,3 +129,31 @@ def test_a_batch_of_rows_is_the_walks_lines_with_tensors_nested_infs_and_none_am
         "r": [2.0, "-inf"]
     }
     assert json.loads(lines[1]) == {"loss": 0.5, "g": 2.0}
+
+
+@pytest.mark.parametrize(
+    "text",
+    ['{"update": 1}\n{"update": 2}', '{"update": 1, "loss": 2.5}'],
+    ids=["after-other-rows", "the-only-row"],
+)
+def test_a_whole_last_row_without_its_newline_is_kept_when_appending(
+    tmp_path: Path, text: str
+) -> None:
+    """It was cut as if torn: a recorded row lost, and a file of that one row went to 0 bytes."""
+    path = tmp_path / "m.jsonl"
+    path.write_text(text)
+    before = read_jsonl(path)["update"].tolist()
+    w = JsonlWriter(path)
+    w.write({"update": 9})
+    w.close()
+    assert read_jsonl(path)["update"].tolist() == [*before, 9]
+
+
+@pytest.mark.parametrize("tail", ['{"update": 2', "[1, 2]", '{"a": ' + "1" * 5000 + "}", "\xff"])
+def test_a_last_line_that_is_not_a_whole_row_is_still_cut(tmp_path: Path, tail: str) -> None:
+    path = tmp_path / "m.jsonl"
+    path.write_bytes(b'{"update": 1}\n' + tail.encode("latin-1"))
+    w = JsonlWriter(path)
+    w.write({"update": 3})
+    w.close()
+    assert path.read_bytes() == b'{"update": 1}\n{"update":3}\n'
