@@ -19,6 +19,7 @@ import json
 import math
 import os
 import stat
+import sys
 from concurrent import futures
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -31,6 +32,7 @@ from andrea_diag.errors import UserError
 from andrea_diag.rundir import atomic_write_text, open_append_file, unshare
 
 TAIL_CHUNK = 1 << 16  # bytes read at a time, backwards, to find a JSONL file's last line
+_I64, _U64, _FLOAT_MAX = -(2**63), 2**64, int(sys.float_info.max)
 MAX_ROW_BYTES = 1 << 20  # a row is a few kB: a longer last line without its newline is torn
 
 
@@ -40,6 +42,9 @@ def _jsonable(value: Any) -> Any:
         value = value.item() if value.numel() == 1 else value.tolist()
     if hasattr(value, "item") and not isinstance(value, (list, dict, str)):
         value = value.item()
+    if isinstance(value, int) and not isinstance(value, bool) and not _I64 <= value < _U64:
+        # orjson writes 64-bit ints only ("Integer exceeds 64-bit range" lost the batch)
+        value = float(value) if abs(value) < _FLOAT_MAX else (math.inf if value > 0 else -math.inf)
     if isinstance(value, float) and not math.isfinite(value):
         return None if math.isnan(value) else ("inf" if value > 0 else "-inf")
     if isinstance(value, dict):

@@ -146,8 +146,8 @@ class Recorder:
         """Write the waiting metric rows (their tensors reach the host here, all at once)."""
         for hook in self.before_flush:
             hook()
-        rows, self._pending = self._pending, []
-        self._metrics.write_many(rows)
+        self._metrics.write_many(self._pending)  # kept when it fails: nothing recorded lost
+        self._pending = []
 
     def event(self, row: dict[str, Any]) -> None:
         self._events.write(row)

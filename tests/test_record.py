@@ -157,3 +157,36 @@ def test_a_last_line_that_is_not_a_whole_row_is_still_cut(tmp_path: Path, tail: 
     w.write({"update": 3})
     w.close()
     assert path.read_bytes() == b'{"update": 1}\n{"update":3}\n'
+
+
+def test_an_int_past_64_bits_is_written_as_a_float_and_the_batch_is_kept(tmp_path: Path) -> None:
+    """orjson writes 64-bit ints only: ``10**30`` in one row raised at the flush and took the
+    batch's other rows with it."""
+    rec = Recorder(tmp_path / "run", {"a": 1}, flush_every=3)
+    rec.log({"update": 1, "x": 2**64 - 1})
+    rec.log({"update": 2, "x": 10**30})
+    rec.log({"update": 3, "x": -(10**400)})
+    rec.close()
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()]
+    assert [r["x"] for r in rows] == [2**64 - 1, 1e30, "-inf"]
+
+
+def test_rows_whose_write_fails_wait_for_the_next_flush(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A failed write (a full disk) dropped every waiting row: the recorder had already let
+    go of them."""
+    rec = Recorder(tmp_path / "run", {"a": 1}, flush_every=2)
+    real = JsonlWriter.write_many
+
+    def full_disk(self: JsonlWriter, rows: list) -> None:
+        raise UserError("cannot write (no space left on the device)")
+
+    monkeypatch.setattr(JsonlWriter, "write_many", full_disk)
+    rec.log({"update": 1})
+    with pytest.raises(UserError, match="no space"):
+        rec.log({"update": 2})
+    monkeypatch.setattr(JsonlWriter, "write_many", real)
+    rec.log({"update": 3})
+    rec.close()
+    assert read_jsonl(tmp_path / "run" / "metrics.jsonl")["update"].tolist() == [1, 2, 3]
