@@ -50,7 +50,7 @@ from andrea_diag.monitor_checks import (
     check_prompts,
     checked_loggers,
     checked_number,
-    framework_number,
+    framework_row,
     resume_point,
     set_aside_end_files,
     versioned,
@@ -325,12 +325,7 @@ class SpikeMonitor:
         After :meth:`close` (an ``evaluate()`` after ``train()``) there is no run to add to."""
         if self.summary is not None:
             return
-        row: dict[str, Any] = {}
-        for key, value in values.items():
-            if isinstance(value, torch.Tensor) and value.numel() == 1:
-                value = value.item()  # host sync: at the framework's own log cadence only
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                row[str(key)] = framework_number(value)
+        row = framework_row(values)
         if not row:
             return
         if self._framework is None:

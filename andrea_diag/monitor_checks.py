@@ -292,16 +292,20 @@ def check_backward(per_example: Any, source: Any, phase: Any, weights: Any) -> N
         raise TypeError(f"{where}: weights must be a dict, got {_kind(weights)}")
 
 
-def framework_number(value: int | float) -> int | float:
-    """A number a framework logged, as a JSON line holds it: an int past 64 bits (orjson's
-    limit, raised from the flush inside the framework's own ``on_log``) becomes a float, or
-    inf past a float, rather than failing the user's training."""
-    if isinstance(value, float) or -(2**63) <= value < 2**63:
-        return value
-    try:
-        return float(value)
-    except OverflowError:
-        return math.inf if value > 0 else -math.inf
+def framework_row(values: Mapping[str, Any]) -> dict[str, Any]:
+    """The numbers of what a framework logged: floats, ints (past 64 bits, written as floats
+    by jsonl), numpy scalars and one-element tensors (NaN too: a diverged eval is a finding);
+    anything else dropped. A key ``update`` is kept as ``logged/update``: it would overwrite
+    the monitor's own update number in ``framework.jsonl``."""
+    row: dict[str, Any] = {}
+    for key, value in values.items():
+        if isinstance(value, torch.Tensor) and value.numel() == 1:
+            value = value.item()  # host sync: at the framework's own log cadence only
+        elif isinstance(value, numbers.Number) and hasattr(value, "item"):
+            value = value.item()  # np.int64 is no int: it was dropped
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            row["logged/update" if str(key) == "update" else str(key)] = value
+    return row
 
 
 # the JSONL tables a resumed monitor appends to (framework.jsonl: the callbacks' own logs)
@@ -388,7 +392,7 @@ __all__: list[str] = [
     "check_prompts",
     "checked_loggers",
     "checked_number",
-    "framework_number",
+    "framework_row",
     "is_int",
     "resume_point",
     "set_aside_end_files",

@@ -16,6 +16,7 @@ import json
 import os
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from monitor_helpers import monitored_update
@@ -350,3 +351,15 @@ def test_a_framework_log_of_an_int_past_64_bits_is_kept_not_a_crash_in_on_log(
     mon.close()
     line = (mon.run_dir / "framework.jsonl").read_text()
     assert json.loads(line) == {"update": 0, "tokens_seen": kept, "loss": 1.5}
+
+
+def test_numpy_numbers_in_a_framework_log_are_kept_and_its_update_key_kept_apart(tmp_path):
+    """np.int64 is no Python int: it was dropped without a word; a logged key ``update``
+    overwrote the monitor's own update number in the row."""
+    mon, _ = _one_backward(tmp_path)
+    mon.log_framework(
+        {"step": np.int64(7), "lr": np.float32(0.5), "update": 99, "flag": np.bool_(True)}
+    )
+    mon.close()
+    line = (mon.run_dir / "framework.jsonl").read_text()
+    assert json.loads(line) == {"update": 0, "step": 7, "lr": 0.5, "logged/update": 99}
