@@ -58,7 +58,8 @@ from andrea_diag.monitor_checks import (
 from andrea_diag.probes import ProbeDriver, make_probes
 from andrea_diag.probes.base import UpdateContext
 from andrea_diag.probes.shape import model_shape
-from andrea_diag.record import Recorder, load_run
+from andrea_diag.record import Recorder
+from andrea_diag.runread import read_events
 from andrea_diag.tensorboard import TensorBoardRun, writer_backend
 
 
@@ -354,14 +355,23 @@ class SpikeMonitor:
             self.recorder.close()
             self.recorder.write("partial_summary.json", summary)
             self.recorder.release()
-        if self._sinks:  # spike events as the export writes them: read back, filtered
-            events = load_run(self.run_dir)["events"]
+        self.summary = summary  # recorded: a second close() does not write it again
+        if self._sinks:
+            self._close_sinks(summary)
+        return summary
+
+    def _close_sinks(self, summary: dict[str, Any]) -> None:
+        """Spike events as the export sends them (read back, filtered), then each sink closed
+        even when that fails: a damaged events.jsonl in a resumed folder (load_run read every
+        side file too) left the W&B/MLflow runs open."""
+        try:
+            events, _ = read_events(self.run_dir)
             for sink in self._sinks:
                 sink.events(events)
                 sink.summary(summary)
+        finally:
+            for sink in self._sinks:
                 sink.close()
-        self.summary = summary
-        return summary
 
     def __enter__(self) -> SpikeMonitor:
         return self

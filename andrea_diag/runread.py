@@ -301,6 +301,22 @@ def _opt_json(run_dir: Path, name: str, spec: dict[str, Any] | None) -> Any:
     return clean(value, spec, str(p)) if spec is not None else value
 
 
+def read_events(run_dir: Path) -> tuple[pd.DataFrame, list[dict[str, Any]]]:
+    """``events.jsonl`` as (spike events, probe-failure warnings): the file holds both
+    (probes/driver.py), and only the first are events."""
+    events = clean_table(read_jsonl(run_dir / "events.jsonl"), "events", run_dir / "events.jsonl")
+    failures: list[dict[str, Any]] = []
+    if "kind" in events:
+        failed = events["kind"] == "probe_failure"
+        failure_cols = ["kind", "probe", "hook", "error", "close_error"]
+        failures = [
+            {k: v for k, v in r.items() if k in ("update", *failure_cols) and pd.notna(v)}
+            for r in events[failed].to_dict("records")
+        ]
+        events = events[~failed].drop(columns=failure_cols, errors="ignore")
+    return events, failures
+
+
 def load_run(run_dir: str | Path) -> dict[str, Any]:
     """Everything the report needs from a run directory, each file checked for the shape its
     readers expect (:mod:`andrea_diag.runread`): a damaged file is one UserError line."""
@@ -317,17 +333,7 @@ def load_run(run_dir: str | Path) -> dict[str, Any]:
         table = run_dir / "metrics.jsonl"
         metrics = read_jsonl(table)
     metrics = clean_table(metrics, "metrics", table)
-    events = clean_table(read_jsonl(run_dir / "events.jsonl"), "events", run_dir / "events.jsonl")
-    # events.jsonl holds spike events and, rarely, probe-failure warnings (probes/driver.py)
-    failures: list[dict[str, Any]] = []
-    if "kind" in events:
-        failed = events["kind"] == "probe_failure"
-        failure_cols = ["kind", "probe", "hook", "error", "close_error"]
-        failures = [
-            {k: v for k, v in r.items() if k in ("update", *failure_cols) and pd.notna(v)}
-            for r in events[failed].to_dict("records")
-        ]
-        events = events[~failed].drop(columns=failure_cols, errors="ignore")
+    events, failures = read_events(run_dir)
     samples = read_jsonl(run_dir / "samples.jsonl")
     return {
         "dir": run_dir,

@@ -363,3 +363,55 @@ def test_numpy_numbers_in_a_framework_log_are_kept_and_its_update_key_kept_apart
     mon.close()
     line = (mon.run_dir / "framework.jsonl").read_text()
     assert json.loads(line) == {"update": 0, "step": 7, "lr": 0.5, "logged/update": 99}
+
+
+class _ClosedSink:
+    """A metric sink that says whether it was closed; ``fail`` makes its events() raise."""
+
+    def __init__(self, fail: bool = False) -> None:
+        self.fail, self.closed, self.got_events = fail, False, None
+
+    def log(self, row):
+        pass
+
+    def events(self, events):
+        if self.fail:
+            raise RuntimeError("the service refused the table")
+        self.got_events = events
+
+    def summary(self, summary):
+        pass
+
+    def close(self):
+        self.closed = True
+
+
+def _monitored_with(tmp_path, sinks):
+    model = _model()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    mon = SpikeMonitor(model, opt, tmp_path / "run", lockin=False, loggers=sinks)
+    model(torch.randint(0, VOCAB, (2, 5))).logsumexp(-1).mean().backward()
+    mon.after_backward(1.0)
+    mon.after_clip(None)
+    mon.after_step()
+    return mon
+
+
+def test_a_damaged_side_file_in_the_run_does_not_stop_the_sinks_getting_their_events(tmp_path):
+    """close() read the whole run back (load_run) for its events: a damaged data.json in the
+    folder raised there, after summary.json, and no sink was given events or closed."""
+    sink = _ClosedSink()
+    mon = _monitored_with(tmp_path, [sink])
+    (mon.run_dir / "data.json").write_bytes(b"\xff{not json")
+    mon.close()
+    assert sink.closed and sink.got_events is not None
+
+
+def test_every_sink_is_closed_when_one_fails_at_close(tmp_path):
+    first, second = _ClosedSink(fail=True), _ClosedSink()
+    mon = _monitored_with(tmp_path, [first, second])
+    with pytest.raises(RuntimeError, match="refused the table"):
+        mon.close()
+    assert first.closed and second.closed
+    assert (mon.run_dir / "summary.json").is_file()
+    assert mon.close() == mon.summary  # recorded once: a second close() writes nothing again
