@@ -44,8 +44,9 @@ from andrea_diag.clip.from_total import clip_from_total
 from andrea_diag.config import ProbeConfig
 from andrea_diag.jsonl import JsonlWriter
 from andrea_diag.monitor_checks import (
-    check_arguments,
     check_backward,
+    check_model_and_optimizer,
+    check_options,
     check_probe_config,
     check_prompts,
     checked_loggers,
@@ -72,7 +73,7 @@ def _plain_groups(optimizer: torch.optim.Optimizer) -> list[dict[str, Any]]:
     ]
 
 
-def _probe_config(
+def probe_config(
     probes: ProbeConfig | None, options: dict[str, Any], steps: int | None, unknown: str
 ) -> ProbeConfig:
     """The resolved probe settings; lock-in off, with one warning, when ``unknown`` says what
@@ -141,7 +142,8 @@ class SpikeMonitor:
         probe is then skipped with one warning rather than guessed).
         """
         # every argument checked before the run dir is made (monitor_checks.py)
-        check_arguments(model, optimizer, out_dir, dict(
+        check_model_and_optimizer(model, optimizer)
+        check_options(out_dir, dict(
             probes=probes, total_steps=total_steps, seed=seed, resume=resume, meta=meta,
             tensorboard_dir=tensorboard_dir, layer_groups=layer_groups, tokenizer=tokenizer,
             vocab_size=vocab_size, block_size=block_size))  # fmt: skip
@@ -154,7 +156,7 @@ class SpikeMonitor:
         self._params = [p for _, p in named]
         shape = model_shape(model, layer_groups, vocab_size, block_size)
         check_prompts(prompts, shape["vocab_size"])
-        cfg = _probe_config(probes, probe_options, total_steps, shape["unknown"])
+        cfg = probe_config(probes, probe_options, total_steps, shape["unknown"])
         config = {
             "kind": "monitor",
             "arm": "monitor",

@@ -184,11 +184,10 @@ def checked_loggers(loggers: Any) -> list[Any]:
     return out
 
 
-def check_arguments(model: Any, optimizer: Any, out_dir: Any, options: Mapping[str, Any]) -> None:
-    """Everything ``SpikeMonitor.__init__`` can check before it reads the model's shape.
-    ``options``: its keyword arguments by name (the probe options are checked on the
-    resolved :class:`ProbeConfig`, the prompts once the vocabulary is known)."""
-    check_model_and_optimizer(model, optimizer)
+def check_options(out_dir: Any, options: Mapping[str, Any]) -> None:
+    """What ``SpikeMonitor.__init__`` (and a framework callback, when it is made) can check
+    without the model. ``options``: its keyword arguments by name (the probe options are
+    checked on the resolved :class:`ProbeConfig`, the prompts once the vocabulary is known)."""
     check_dir("out_dir", out_dir)
     if options["tensorboard_dir"] is not None:
         check_dir("tensorboard_dir", options["tensorboard_dir"])
@@ -383,11 +382,11 @@ def set_aside_end_files(run_dir: Path, update: int) -> None:
 
 
 __all__: list[str] = [
-    "check_arguments",
     "check_backward",
     "check_count",
     "check_dir",
     "check_model_and_optimizer",
+    "check_options",
     "check_probe_config",
     "check_prompts",
     "checked_loggers",

@@ -21,6 +21,7 @@ import pytest
 import torch
 from monitor_helpers import monitored_update
 
+from andrea_diag.integrations.callback import MonitorCallback
 from andrea_diag.monitor import SpikeMonitor
 from andrea_diag.record import load_run
 
@@ -415,3 +416,34 @@ def test_every_sink_is_closed_when_one_fails_at_close(tmp_path):
     assert first.closed and second.closed
     assert (mon.run_dir / "summary.json").is_file()
     assert mon.close() == mon.summary  # recorded once: a second close() writes nothing again
+
+
+@pytest.mark.parametrize(
+    "options, error, said",
+    [
+        ({"spike_zz": 3.0}, TypeError, "spike_zz"),
+        ({"seed": -1}, ValueError, "seed must be a whole number"),
+        ({"total_steps": 5}, TypeError, "taken from the trainer's max_steps"),
+        ({"loggers": 3}, TypeError, "loggers must be a list"),
+        ({"meta": [1]}, TypeError, "meta must be a dict"),
+    ],
+    ids=["misspelt-probe-option", "negative-seed", "total-steps", "loggers", "meta"],
+)
+def test_a_callbacks_bad_option_is_refused_when_it_is_made(tmp_path, options, error, said):
+    """They were checked at the framework's first event, inside trainer.fit, after the user's
+    setup; total_steps there was Python's 'got multiple values for keyword argument'."""
+    with pytest.raises(error, match=said):
+        MonitorCallback(tmp_path / "run", **options)
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_callbacks_meta_is_kept_beside_the_frameworks_own(tmp_path):
+    """meta= given to a callback met the callback's own meta= at the start of training:
+    'got multiple values for keyword argument'."""
+    callback = MonitorCallback(tmp_path / "run", meta={"team": "a"}, lockin=False)
+    model = _model()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    callback._start(model, opt, total_steps=3, framework=("hf", "9.9", {}), settings={})
+    config = json.loads((callback.monitor.run_dir / "config.json").read_text())
+    assert config["team"] == "a" and config["steps"] == 3
+    callback._close_monitor()

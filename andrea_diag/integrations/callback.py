@@ -9,13 +9,32 @@ sit at different points of each framework's loop) and calls :meth:`MonitorCallba
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from andrea_diag.integrations.capture import UpdateCapture, monitor_meta, probe_params
-from andrea_diag.monitor import SpikeMonitor
+from andrea_diag.monitor import SpikeMonitor, probe_config
+from andrea_diag.monitor_checks import check_options, checked_loggers
+
+
+def checked_options(owner: str, out_dir: Any, options: dict[str, Any]) -> dict[str, Any]:
+    """The callback's keywords, checked when it is made: they were checked only at the
+    framework's first event, after the user's setup (a misspelt option, a bad seed or a
+    ``total_steps`` given twice then failed inside ``trainer.fit``). Loggers become a list (a
+    generator is read once)."""
+    known = {n for n, p in inspect.signature(SpikeMonitor).parameters.items()
+             if p.kind is p.KEYWORD_ONLY}  # fmt: skip
+    if "total_steps" in options:
+        raise TypeError(f"{owner}: total_steps is taken from the trainer's max_steps; omit it")
+    check_options(out_dir, {**{n: None for n in known}, "seed": 0, "resume": False, **options})
+    probe_options = {k: v for k, v in options.items() if k not in known}
+    probe_config(options.get("probes"), probe_options, None, "")  # an unknown keyword: a TypeError
+    if options.get("loggers") is not None:
+        options = {**options, "loggers": checked_loggers(options["loggers"])}
+    return options
 
 
 class MonitorCallback:
@@ -26,8 +45,10 @@ class MonitorCallback:
     """
 
     def __init__(self, out_dir: str | Path, **monitor_options: Any) -> None:
+        options = checked_options(type(self).__name__, out_dir, monitor_options)
+        self.meta: dict[str, Any] = dict(options.pop("meta", None) or {})  # beside the callback's
+        self.options = options
         self.out_dir = Path(out_dir)
-        self.options = monitor_options
         self.monitor: SpikeMonitor | None = None
         self.capture: UpdateCapture | None = None
 
@@ -49,7 +70,7 @@ class MonitorCallback:
             optimizer,
             self.out_dir,
             total_steps=total_steps,
-            meta={**monitor_meta(name, version, hooks), **settings},
+            meta={**self.meta, **monitor_meta(name, version, hooks), **settings},
             **self.options,
         )
         self.capture = UpdateCapture(
