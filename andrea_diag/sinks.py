@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -125,8 +126,7 @@ class MLflowSink:
         exp = self._client.get_experiment_by_name(experiment)
         exp_id = exp.experiment_id if exp else self._client.create_experiment(experiment)
         self._run_id = self._client.create_run(exp_id, run_name=name).info.run_id
-        flat = {k: json.dumps(v, default=str)[:500] for k, v in (config or {}).items()}
-        for key, value in flat.items():
+        for key, value in mlflow_params(config or {}).items():
             self._client.log_param(self._run_id, key, value)
         self._mlflow = mlflow
         self._folders = folder_tags()
@@ -153,6 +153,24 @@ class MLflowSink:
 
     def close(self) -> None:
         self._client.set_terminated(self._run_id)
+
+
+def mlflow_params(config: Mapping[str, Any]) -> dict[str, str]:
+    """A run's config as MLflow params, each key as MLflow takes one: a character it refuses
+    (a slash, a bracket, a newline) becomes ``_``, and past 250 characters it is cut. A key in
+    a user's ``meta`` such as ``"schedule (cosine)"``, or a planted ``"../x"``, refused the
+    whole export; a key that meets an earlier one once changed is left out.
+
+    >>> mlflow_params({"lr": 0.001, "schedule (cosine)": True, "../x": [1]})
+    {'lr': '0.001', 'schedule _cosine_': 'true', '__x': '[1]'}
+    """
+    out: dict[str, str] = {}
+    for key, value in config.items():
+        # '..' anywhere and '.' alone: names MLflow's file store refuses as paths
+        name = re.sub(r"\.\.+|[^\w\-. :]", "_", str(key))[:250]
+        name = "_" if name in ("", ".") else name
+        out.setdefault(name, json.dumps(value, default=str)[:500])
+    return out
 
 
 SinkFactory = Callable[[str, Mapping[str, Any]], MetricSink]  # (run's name, its config) -> sink
@@ -192,4 +210,11 @@ def export_to_sinks(paths: list[Path], make_sink: SinkFactory) -> list[tuple[Pat
     return done
 
 
-__all__ = ["MLflowSink", "MetricSink", "TensorBoardRun", "WandbSink", "export_to_sinks"]
+__all__ = [
+    "MLflowSink",
+    "MetricSink",
+    "TensorBoardRun",
+    "WandbSink",
+    "export_to_sinks",
+    "mlflow_params",
+]

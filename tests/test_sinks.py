@@ -91,3 +91,19 @@ def test_mlflow_file_store_holds_the_metrics(tmp_path):
         dict(zip(metrics["update"], metrics["loss"], strict=True))
     )
     assert run.info.status == "FINISHED"
+
+
+def test_mlflow_takes_config_keys_it_would_refuse_under_names_it_accepts(tmp_path):
+    """A meta key such as "schedule (cosine)", or a "../x" planted in an exported run's
+    config.json, was refused by MLflow and with it the whole export."""
+    mlflow = pytest.importorskip("mlflow")
+    uri = (tmp_path / "mlruns").as_uri()
+    config = {"lr": 1e-3, "schedule (cosine)": True, "../../x": 1, "": 2, "a" * 300: 3}
+    sink = MLflowSink(experiment="t", tracking_uri=uri, config=config)
+    sink.close()
+    client = mlflow.MlflowClient(tracking_uri=uri)
+    run = client.search_runs([client.get_experiment_by_name("t").experiment_id])[0]
+    assert run.data.params == {
+        "lr": "0.001", "schedule _cosine_": "true", "____x": "1", "_": "2", "a" * 250: "3"
+    }  # fmt: skip
+    assert [p.name for p in tmp_path.iterdir()] == ["mlruns"]
