@@ -19,7 +19,6 @@ import json
 import math
 import os
 import stat
-import sys
 from concurrent import futures
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -32,7 +31,6 @@ from andrea_diag.errors import UserError
 from andrea_diag.rundir import atomic_write_text, open_append_file, unshare
 
 TAIL_CHUNK = 1 << 16  # bytes read at a time, backwards, to find a JSONL file's last line
-_I64, _U64, _FLOAT_MAX = -(2**63), 2**64, int(sys.float_info.max)
 MAX_ROW_BYTES = 1 << 20  # a row is a few kB: a longer last line without its newline is torn
 
 
@@ -42,9 +40,6 @@ def _jsonable(value: Any) -> Any:
         value = value.item() if value.numel() == 1 else value.tolist()
     if hasattr(value, "item") and not isinstance(value, (list, dict, str)):
         value = value.item()
-    if isinstance(value, int) and not isinstance(value, bool) and not _I64 <= value < _U64:
-        # orjson writes 64-bit ints only ("Integer exceeds 64-bit range" lost the batch)
-        value = float(value) if abs(value) < _FLOAT_MAX else (math.inf if value > 0 else -math.inf)
     if isinstance(value, float) and not math.isfinite(value):
         return None if math.isnan(value) else ("inf" if value > 0 else "-inf")
     if isinstance(value, dict):
@@ -92,8 +87,18 @@ def encode_rows(rows: list[dict[str, Any]]) -> bytes:
         lines.append(line)
     if slow:
         for i, row in zip(slow, rows_to_host([rows[i] for i in slow]), strict=True):
-            lines[i] = orjson.dumps(_jsonable(row), option=_NEWLINE)
+            lines[i] = _dumps(_jsonable(row))
     return b"".join(lines)
+
+
+def _dumps(row: dict[str, Any]) -> bytes:
+    """One walked row's line. orjson writes 64-bit ints only: an int past them (``10**30``
+    from a user's column) raised at the flush and lost the batch with it. The standard
+    library writes it exactly, and anything else it does not know (a set) as its ``str``."""
+    try:
+        return orjson.dumps(row, option=_NEWLINE)
+    except TypeError:
+        return (json.dumps(row, default=str) + "\n").encode()
 
 
 def _finite(row: dict[str, Any], line: bytes) -> bool:

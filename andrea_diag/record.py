@@ -146,8 +146,10 @@ class Recorder:
         """Write the waiting metric rows (their tensors reach the host here, all at once)."""
         for hook in self.before_flush:
             hook()
-        self._metrics.write_many(self._pending)  # kept when it fails: nothing recorded lost
-        self._pending = []
+        # let go of the rows before the write: one that fails (a full disk) keeps their bytes
+        # in the file's buffer, written with the next batch; sent again, they were doubled
+        rows, self._pending = self._pending, []
+        self._metrics.write_many(rows)
 
     def event(self, row: dict[str, Any]) -> None:
         self._events.write(row)

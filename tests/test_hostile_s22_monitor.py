@@ -341,7 +341,7 @@ def test_a_nan_loss_and_a_nan_total_norm_are_still_recorded_as_a_finding(tmp_pat
 
 @pytest.mark.parametrize(
     "value, kept",
-    [(10**30, 1e30), (-(10**30), -1e30), (10**400, "inf"), (2**63 - 1, 2**63 - 1)],
+    [(10**30, 10**30), (-(10**30), -(10**30)), (10**400, 10**400), (2**63 - 1, 2**63 - 1)],
     ids=["past-64-bits", "negative-past-64-bits", "past-a-float", "int64-max"],
 )
 def test_a_framework_log_of_an_int_past_64_bits_is_kept_not_a_crash_in_on_log(
