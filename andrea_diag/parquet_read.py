@@ -73,7 +73,9 @@ def _check_text(path: Path, what: str, leaves: list[str]) -> None:
     (a plain-encoded column is read as one too: its dictionary is then no larger than it)."""
     import pyarrow.parquet as pq
 
-    columns = sorted({leaf.split(".")[0] for leaf in leaves})
+    # a top-level name may hold dots itself ("data.src"): match leaves against the names
+    names = pq.read_schema(path).names
+    columns = [n for n in names if any(leaf == n or leaf.startswith(n + ".") for leaf in leaves)]
     table = pq.read_table(path, columns=columns, read_dictionary=leaves)
     size = sum(_decoded_bytes(chunk) for col in table.columns for chunk in col.chunks)
     if size > MAX_TABLE_BYTES:

@@ -103,3 +103,21 @@ def test_text_under_the_cap_reads_as_pandas_reads_it(tmp_path: Path) -> None:
     path = tmp_path / "events.parquet"
     _dictionary_bomb(path, 50, pa.array(["spike"]))
     pd.testing.assert_frame_equal(runread.read_parquet(path), pd.read_parquet(path))
+
+
+def test_a_text_column_with_a_dot_in_its_name_is_read_and_measured(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The check took "data.src" for a field "src" of a column "data": a table with such a
+    column (SpikeMonitor.add_columns(**{"data.src": ...})) was refused as unreadable, and a
+    bomb in "a.b" beside a column "a" was measured as "a" and decoded."""
+    fine = tmp_path / "fine.parquet"
+    pq.write_table(pa.table({"update": [1, 2], "data.src": ["wiki", "code"]}), fine)
+    assert runread.read_parquet(fine)["data.src"].tolist() == ["wiki", "code"]
+    bomb = tmp_path / "bomb.parquet"
+    rows = 30_000
+    one = pa.DictionaryArray.from_arrays(pa.array([0] * rows, pa.int32()), pa.array(["x" * 10**5]))
+    pq.write_table(pa.table({"a": range(rows), "a.b": one}), bomb)
+    monkeypatch.setattr(pd, "read_parquet", never_read)
+    with pytest.raises(UserError, match="bytes of text"):
+        runread.read_parquet(bomb)
