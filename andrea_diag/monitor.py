@@ -61,6 +61,7 @@ from andrea_diag.probes.base import UpdateContext
 from andrea_diag.probes.shape import model_shape
 from andrea_diag.record import Recorder
 from andrea_diag.runread import read_events
+from andrea_diag.sinks import close_sinks
 from andrea_diag.tensorboard import TensorBoardRun, writer_backend
 
 
@@ -350,30 +351,19 @@ class SpikeMonitor:
             self._framework.close()
             summary["framework_logs"] = dict(self._framework_last)
         summary.update(self.probes.close(self.run_dir))
-        if crashed is None:
-            self.recorder.close(summary)
-        else:
-            summary.update(status="crashed", error=type(crashed).__name__)
-            self.recorder.close()
-            self.recorder.write("partial_summary.json", summary)
-            self.recorder.release()
-        self.summary = summary  # recorded: a second close() does not write it again
-        if self._sinks:
-            self._close_sinks(summary)
-        return summary
-
-    def _close_sinks(self, summary: dict[str, Any]) -> None:
-        """Spike events as the export sends them (read back, filtered), then each sink closed
-        even when that fails: a damaged events.jsonl in a resumed folder (load_run read every
-        side file too) left the W&B/MLflow runs open."""
+        self.summary = summary  # a second close() does not write it again
         try:
-            events, _ = read_events(self.run_dir)
-            for sink in self._sinks:
-                sink.events(events)
-                sink.summary(summary)
-        finally:
-            for sink in self._sinks:
-                sink.close()
+            if crashed is None:
+                self.recorder.close(summary)
+            else:
+                summary.update(status="crashed", error=type(crashed).__name__)
+                self.recorder.close()
+                self.recorder.write("partial_summary.json", summary)
+                self.recorder.release()
+        finally:  # the sinks are closed even when the recorder's close failed
+            if self._sinks:  # spike events as the export sends them: read back, filtered
+                close_sinks(self._sinks, lambda: read_events(self.run_dir)[0], summary)
+        return summary
 
     def __enter__(self) -> SpikeMonitor:
         return self

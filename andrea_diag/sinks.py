@@ -155,6 +155,29 @@ class MLflowSink:
         self._client.set_terminated(self._run_id)
 
 
+def close_sinks(
+    sinks: list[MetricSink], events: Callable[[], pd.DataFrame], summary: Mapping[str, Any]
+) -> None:
+    """Give each sink the run's ``events()`` and ``summary``, then close every one, even when
+    one of them (or reading the events) fails; the first error is raised at the end. A W&B
+    or MLflow run left open on one sink's error was never marked finished."""
+    first: Exception | None = None
+    try:
+        table = events()
+        for sink in sinks:
+            sink.events(table)
+            sink.summary(summary)
+    except Exception as exc:
+        first = exc
+    for sink in sinks:
+        try:
+            sink.close()
+        except Exception as exc:
+            first = first or exc
+    if first is not None:
+        raise first
+
+
 def mlflow_params(config: Mapping[str, Any]) -> dict[str, str]:
     """A run's config as MLflow params, each key as MLflow takes one: a character it refuses
     (a slash, a bracket, a newline) becomes ``_``, and past 250 characters it is cut. A key in
@@ -215,6 +238,7 @@ __all__ = [
     "MetricSink",
     "TensorBoardRun",
     "WandbSink",
+    "close_sinks",
     "export_to_sinks",
     "mlflow_params",
 ]

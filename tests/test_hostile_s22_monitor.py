@@ -367,10 +367,11 @@ def test_numpy_numbers_in_a_framework_log_are_kept_and_its_update_key_kept_apart
 
 
 class _ClosedSink:
-    """A metric sink that says whether it was closed; ``fail`` makes its events() raise."""
+    """A metric sink that says whether it was closed; ``fail`` makes its events() raise,
+    ``fail_close`` its close()."""
 
-    def __init__(self, fail: bool = False) -> None:
-        self.fail, self.closed, self.got_events = fail, False, None
+    def __init__(self, fail: bool = False, fail_close: bool = False) -> None:
+        self.fail, self.fail_close, self.closed, self.got_events = fail, fail_close, False, None
 
     def log(self, row):
         pass
@@ -385,6 +386,8 @@ class _ClosedSink:
 
     def close(self):
         self.closed = True
+        if self.fail_close:
+            raise ConnectionError("the service went away")
 
 
 def _monitored_with(tmp_path, sinks):
@@ -447,3 +450,23 @@ def test_a_callbacks_meta_is_kept_beside_the_frameworks_own(tmp_path):
     config = json.loads((callback.monitor.run_dir / "config.json").read_text())
     assert config["team"] == "a" and config["steps"] == 3
     callback._close_monitor()
+
+
+def test_every_sink_is_closed_when_one_fails_to_close_or_the_recorder_fails(tmp_path, monkeypatch):
+    """The first close() that raised left the sinks after it open, and a recorder whose own
+    close() failed (a full disk at the parquet) closed none."""
+    first, second = _ClosedSink(fail_close=True), _ClosedSink()
+    mon = _monitored_with(tmp_path, [first, second])
+    with pytest.raises(ConnectionError):
+        mon.close()
+    assert first.closed and second.closed and second.got_events is not None
+    sink = _ClosedSink()
+    mon = _monitored_with(tmp_path / "b", [sink])
+
+    def full_disk(summary=None):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(mon.recorder, "close", full_disk)
+    with pytest.raises(OSError, match="No space"):
+        mon.close()
+    assert sink.closed
