@@ -52,10 +52,9 @@ from andrea_diag.monitor_checks import (
     checked_loggers,
     checked_number,
     framework_row,
-    resume_point,
-    set_aside_end_files,
     versioned,
 )
+from andrea_diag.monitor_resume import resume_point, set_aside_end_files
 from andrea_diag.probes import ProbeDriver, make_probes
 from andrea_diag.probes.base import UpdateContext
 from andrea_diag.probes.shape import model_shape
@@ -128,7 +127,7 @@ class SpikeMonitor:
         configures the probes; every default comes from :class:`~andrea_diag.config.ProbeConfig`.
         ``resume``: continue the SpikeMonitor run in ``out_dir`` (update numbers count on from
         its last row); the folder is read back and checked first
-        (:func:`~andrea_diag.monitor_checks.resume_point`).
+        (:func:`~andrea_diag.monitor_resume.resume_point`).
         ``meta``: extra ``config.json`` fields (the framework callbacks say which hook ran).
         ``tensorboard_dir``: also write TensorBoard event files there, live, with the tags of
         ``andrea-diag export --tensorboard`` (:mod:`andrea_diag.tensorboard`).

@@ -9,8 +9,8 @@ without ``log`` at the first ``after_step``; an ``out_dir`` that is a file as
 ``NotADirectoryError``; a ``tensorboard_dir`` that is a file after the run directory was made;
 ``total_steps=0``, ``seed="a"``, ``vocab_size=0`` and probe options of the wrong type silently.
 
-:func:`versioned` picks the folder a new run goes to (``out_dir``, else ``out_dir-2``, ...).
-:func:`resume_point` reads back the run ``resume=True`` continues, as untrusted input.
+:func:`versioned` picks the folder a new run goes to (``out_dir``, else ``out_dir-2``, ...);
+:mod:`andrea_diag.monitor_resume` reads back the run ``resume=True`` continues.
 
     >>> check_count("total_steps", 0)
     Traceback (most recent call last):
@@ -30,13 +30,8 @@ from typing import Any
 
 import torch
 
-from andrea_diag.errors import UserError
 from andrea_diag.fields import MAX_SEED, MAX_UPDATES, cli_of
 from andrea_diag.probe_config import ProbeConfig
-from andrea_diag.rundir import check_size, read_json, regular_file, remove_file
-
-# runread owns the validated table readers and their size cap (reused, not duplicated)
-from andrea_diag.runread import MAX_TABLE_BYTES, clean_table, read_jsonl, read_parquet
 
 # what SpikeMonitor calls on every logger (andrea_diag.sinks.MetricSink)
 SINK_METHODS = ("log", "events", "summary", "close")
@@ -307,80 +302,6 @@ def framework_row(values: Mapping[str, Any]) -> dict[str, Any]:
     return row
 
 
-# the JSONL tables a resumed monitor appends to (framework.jsonl: the callbacks' own logs)
-RESUMED_TABLES = ("metrics.jsonl", "events.jsonl", "samples.jsonl", "framework.jsonl")
-
-
-def resume_point(out_dir: str | Path) -> int:
-    """The last update the run in ``out_dir`` recorded, for ``resume=True`` (0: nothing
-    there yet). The folder is untrusted and read before anything is written to it:
-
-    - it must hold a SpikeMonitor's run (``config.json`` a dict of ``"kind": "monitor"``),
-      else the resume would overwrite another run's config, or write into any folder;
-    - each table appended to must be a regular file within the readers' size cap: one that
-      is not is refused now, not after the user's whole run at :meth:`SpikeMonitor.close`;
-    - ``metrics.parquet`` may not hold more rows than ``metrics.jsonl`` (a table cut short or
-      damaged): the resume rewrites the parquet from the JSONL, and would lose the rest.
-
-    A refusal is one ``ValueError`` naming the file; nothing is written."""
-    path = Path(out_dir)
-    if not path.is_dir() or not any(path.iterdir()):
-        return 0
-    try:
-        config = read_json(path / "config.json", "config.json", kind=dict)
-        if config.get("kind") != "monitor":
-            raise UserError(
-                f"config.json says kind {config.get('kind')!r}, not a SpikeMonitor run",
-                hint="resume=True continues a folder SpikeMonitor wrote",
-            )
-        for name in RESUMED_TABLES:
-            table = path / name
-            if table.exists() or table.is_symlink():
-                regular_file(table, name)
-                check_size(table, name, MAX_TABLE_BYTES, "more than this reader takes")
-        jsonl = path / "metrics.jsonl"
-        updates = clean_table(read_jsonl(jsonl), "metrics", jsonl).get("update")
-        _check_parquet_rows(path, 0 if updates is None else len(updates))
-    except UserError as e:
-        hint = f" ({e.hint})" if e.hint else ""
-        raise ValueError(f"SpikeMonitor: cannot resume {path}: {e.message}{hint}") from None
-    last = 0 if updates is None or updates.isna().all() else int(updates.max())
-    if last > MAX_UPDATES:  # a float past 2**53 or a damaged row: counting on would overflow
-        raise ValueError(
-            f"SpikeMonitor: cannot resume {path}: metrics.jsonl records update {last}, "
-            f"more than any run ({MAX_UPDATES})"
-        )
-    return last
-
-
-def _check_parquet_rows(run_dir: Path, jsonl_rows: int) -> None:
-    """Refuse a ``metrics.parquet`` with rows that ``metrics.jsonl`` no longer holds."""
-    table = run_dir / "metrics.parquet"
-    if not (table.exists() or table.is_symlink()):
-        return
-    rows = len(read_parquet(table))
-    if rows > jsonl_rows:
-        raise UserError(
-            f"metrics.parquet holds {rows} rows but metrics.jsonl only {jsonl_rows}: the resume "
-            "rewrites the parquet table from metrics.jsonl and would lose the rest",
-            hint="restore metrics.jsonl, or resume into a copy",
-        )
-
-
-def set_aside_end_files(run_dir: Path, update: int) -> None:
-    """Before a resumed monitor's first update: the earlier segment's end-of-run files. The
-    metrics table and eval.csv are copies of ``metrics.jsonl`` (rewritten at close; a stale
-    parquet would hide every resumed row from the report if the run were killed); the summary
-    is the earlier segment's own (its spike counts are not carried on), so it is kept as
-    ``summary_to_update_<N>.json`` rather than read as this run's, or deleted."""
-    for name in ("metrics.parquet", "eval.csv"):
-        remove_file(run_dir / name, "the stale end-of-run file")
-    for name in ("summary.json", "partial_summary.json"):
-        old = run_dir / name
-        if old.is_symlink() or old.is_file():  # a link is renamed itself, never followed
-            os.replace(old, run_dir / f"{old.stem}_to_update_{update}.json")
-
-
 __all__: list[str] = [
     "check_backward",
     "check_count",
@@ -393,7 +314,5 @@ __all__: list[str] = [
     "checked_number",
     "framework_row",
     "is_int",
-    "resume_point",
-    "set_aside_end_files",
     "versioned",
 ]

@@ -46,6 +46,18 @@ def read_parquet(path: Path, what: str = "metrics.parquet") -> pd.DataFrame:
         ) from None
 
 
+def parquet_rows(path: Path) -> int | None:
+    """The rows a parquet file's footer says it holds, read without decoding a page; None
+    when the file is not a readable parquet file."""
+    import pyarrow.parquet as pq
+
+    try:
+        regular_file(path, path.name)
+        return pq.read_metadata(path).num_rows
+    except Exception:  # UserError, or pyarrow's several types for a damaged file
+        return None
+
+
 def _check_footer(path: Path, what: str) -> list[str]:
     """Refuse a table whose footer says its values would not fit; return its text columns'
     paths (``kind``, ``causes.list.element``), whose decoded size the footer does not tell."""

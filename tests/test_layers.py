@@ -59,7 +59,8 @@ LAYERS: dict[str, int] = {
     "train": 3,
     "probes": 3,
     "monitor": 3,
-    "monitor_checks": 3,  # SpikeMonitor's argument checks and its resume read-back (runread)
+    "monitor_checks": 3,  # SpikeMonitor's argument checks
+    "monitor_resume": 3,  # its resume read-back (runread)
     "integrations": 3,  # HF Trainer / Lightning callbacks over monitor
     # 4: experiments, and the benchmarks that drive the trainer like one
     "experiments": 4,
