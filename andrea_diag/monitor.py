@@ -97,6 +97,21 @@ def probe_config(
     return cfg
 
 
+def _run_config(
+    model: torch.nn.Module, optimizer: Any, params: list[torch.Tensor], shape: dict[str, Any]
+) -> dict[str, Any]:
+    """What ``config.json`` says of the user's model and optimizer."""
+    return {
+        "kind": "monitor",
+        "arm": "monitor",
+        "model": type(model).__name__,
+        "n_params": sum(p.numel() for p in params),
+        "optimizer": type(optimizer).__name__,
+        "param_groups": _plain_groups(optimizer),
+        "model_shape": {k: shape[k] for k in ("vocab_size", "block_size", "layer_groups")},
+    }
+
+
 class SpikeMonitor:
     """Spike attribution, Adam-state pollution and lock-in probes for a user's loop.
 
@@ -158,17 +173,11 @@ class SpikeMonitor:
         check_prompts(prompts, shape["vocab_size"])
         cfg = probe_config(probes, probe_options, total_steps, shape["unknown"])
         config = {
-            "kind": "monitor",
-            "arm": "monitor",
+            **_run_config(model, optimizer, self._params, shape),
             "probes": dataclasses.asdict(cfg),
             "steps": total_steps,
             "seed": seed,
             "prompts": sorted(prompts or {}),
-            "model": type(model).__name__,
-            "n_params": sum(p.numel() for p in self._params),
-            "optimizer": type(optimizer).__name__,
-            "param_groups": _plain_groups(optimizer),
-            "model_shape": {k: shape[k] for k in ("vocab_size", "block_size", "layer_groups")},
             **(meta or {}),
         }
         start = resume_point(out_dir) if resume else 0  # read back, checked, before any write
@@ -323,8 +332,10 @@ class SpikeMonitor:
 
     def log_framework(self, values: Mapping[str, Any], update: int | None = None) -> None:
         """What the framework itself logged (HF's ``logs``, Lightning's ``callback_metrics``):
-        one row of ``framework.jsonl`` (``update`` defaults to the monitor's count). Numbers and
-        0-dim tensors are kept (NaN too: a diverged eval is a finding), anything else dropped.
+        one row of ``framework.jsonl`` (``update`` defaults to the monitor's count). Numbers,
+        numpy scalars and one-element tensors are kept (NaN too: a diverged eval is a finding),
+        anything else dropped; a key ``update`` as ``logged/update``
+        (:func:`~andrea_diag.monitor_checks.framework_row`).
         After :meth:`close` (an ``evaluate()`` after ``train()``) there is no run to add to."""
         if self.summary is not None:
             return

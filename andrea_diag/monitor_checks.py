@@ -287,8 +287,8 @@ def check_backward(per_example: Any, source: Any, phase: Any, weights: Any) -> N
 
 
 def framework_row(values: Mapping[str, Any]) -> dict[str, Any]:
-    """The numbers of what a framework logged: floats, ints (past 64 bits, written as floats
-    by jsonl), numpy scalars and one-element tensors (NaN too: a diverged eval is a finding);
+    """The numbers of what a framework logged: floats, ints (past 64 bits too: jsonl writes
+    them exactly), numpy scalars and one-element tensors (NaN too: a diverged eval is a finding);
     anything else dropped. A key ``update`` is kept as ``logged/update``: it would overwrite
     the monitor's own update number in ``framework.jsonl``."""
     row: dict[str, Any] = {}

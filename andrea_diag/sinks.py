@@ -179,20 +179,24 @@ def close_sinks(
 
 
 def mlflow_params(config: Mapping[str, Any]) -> dict[str, str]:
-    """A run's config as MLflow params, each key as MLflow takes one: a character it refuses
-    (a slash, a bracket, a newline) becomes ``_``, and past 250 characters it is cut. A key in
-    a user's ``meta`` such as ``"schedule (cosine)"``, or a planted ``"../x"``, refused the
-    whole export; a key that meets an earlier one once changed is left out.
+    """A run's config as MLflow params, each key one MLflow takes: a character outside
+    letters, digits, ``_-. :`` becomes ``_`` (a slash too, so that no key is a path), so does
+    ``..``, and past 250 characters it is cut; a key that meets an earlier one once changed
+    gets ``_2``, ``_3``. A key in a user's ``meta`` such as ``"schedule (cosine)"``, or a
+    planted ``"../x"``, refused the whole export.
 
-    >>> mlflow_params({"lr": 0.001, "schedule (cosine)": True, "../x": [1]})
-    {'lr': '0.001', 'schedule _cosine_': 'true', '__x': '[1]'}
+    >>> mlflow_params({"lr": 0.001, "schedule (cosine)": True, "../x": [1], "__x": 2})
+    {'lr': '0.001', 'schedule _cosine_': 'true', '__x': '[1]', '__x_2': '2'}
     """
     out: dict[str, str] = {}
     for key, value in config.items():
-        # '..' anywhere and '.' alone: names MLflow's file store refuses as paths
-        name = re.sub(r"\.\.+|[^\w\-. :]", "_", str(key))[:250]
+        name = re.sub(r"\.\.+|[^\w\-. :]", "_", str(key))[:246]
         name = "_" if name in ("", ".") else name
-        out.setdefault(name, json.dumps(value, default=str)[:500])
+        unique, n = name, 1
+        while unique in out:
+            n += 1
+            unique = f"{name}_{n}"
+        out[unique] = json.dumps(value, default=str)[:500]
     return out
 
 
