@@ -233,7 +233,9 @@ def test_a_recorded_update_past_any_run_is_refused_at_resume(tmp_path):
     (run / "metrics.parquet").unlink()
     with open(run / "metrics.jsonl", "a") as f:
         f.write('{"update": 4000000000000000, "loss": 1.0}\n')
-    with pytest.raises(ValueError, match=r"records update 4000000000000000, outside any run's 0 to"):
+    with pytest.raises(
+        ValueError, match=r"records update 4000000000000000, outside any run's 0 to"
+    ):
         _run(run, resume=True)
 
 
