@@ -25,11 +25,12 @@ def checked_options(owner: str, out_dir: Any, options: dict[str, Any]) -> dict[s
     framework's first event, after the user's setup (a misspelt option, a bad seed or a
     ``total_steps`` given twice then failed inside ``trainer.fit``). Loggers become a list (a
     generator is read once)."""
-    known = {n for n, p in inspect.signature(SpikeMonitor).parameters.items()
-             if p.kind is p.KEYWORD_ONLY}  # fmt: skip
+    defaults = {n: p.default for n, p in inspect.signature(SpikeMonitor).parameters.items()
+                if p.kind is p.KEYWORD_ONLY}  # fmt: skip
     if "total_steps" in options:
         raise TypeError(f"{owner}: total_steps is taken from the trainer's max_steps; omit it")
-    check_options(out_dir, {**{n: None for n in known}, "seed": 0, "resume": False, **options})
+    check_options(out_dir, {**defaults, **options})
+    known = defaults.keys()
     probe_options = {k: v for k, v in options.items() if k not in known}
     probe_config(options.get("probes"), probe_options, None, "")  # an unknown keyword: a TypeError
     if options.get("loggers") is not None:
