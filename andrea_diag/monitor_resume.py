@@ -21,8 +21,10 @@ from andrea_diag.runread import clean_table, read_jsonl
 
 # the JSONL tables a resumed monitor appends to (framework.jsonl: the callbacks' own logs)
 RESUMED_TABLES = ("metrics.jsonl", "events.jsonl", "samples.jsonl", "framework.jsonl")
-# the earlier segment's end-of-run files: the first two removed, the summaries kept aside
-END_FILES = ("metrics.parquet", "eval.csv", "summary.json", "partial_summary.json")
+# the earlier segment's end-of-run files: copies of metrics.jsonl (removed) and its summaries
+# (kept aside)
+STALE_COPIES = ("metrics.parquet", "eval.csv")
+SUMMARIES = ("summary.json", "partial_summary.json")
 
 
 def resume_point(out_dir: str | Path) -> int:
@@ -52,7 +54,9 @@ def resume_point(out_dir: str | Path) -> int:
             if table.exists() or table.is_symlink():
                 regular_file(table, name)
                 check_size(table, name, MAX_TABLE_BYTES, "more than this reader takes")
-        for name in END_FILES:  # set aside after the folder is taken: a folder there fails
+        for name in (
+            STALE_COPIES + SUMMARIES
+        ):  # set aside after the folder is taken: a folder there fails
             if (path / name).is_dir() and not (path / name).is_symlink():
                 raise UserError(f"{name} is a folder, not the file a run writes there")
         jsonl = path / "metrics.jsonl"
@@ -91,9 +95,9 @@ def set_aside_end_files(run_dir: Path, update: int) -> None:
     parquet would hide every resumed row from the report if the run were killed); the summary
     is the earlier segment's own (its spike counts are not carried on), so it is kept as
     ``summary_to_update_<N>.json`` rather than read as this run's, or deleted."""
-    for name in END_FILES[:2]:
+    for name in STALE_COPIES:
         remove_file(run_dir / name, "the stale end-of-run file")
-    for name in END_FILES[2:]:
+    for name in SUMMARIES:
         old = run_dir / name
         if old.is_symlink() or old.is_file():  # a link is renamed itself, never followed
             kept, n = run_dir / f"{old.stem}_to_update_{update}.json", 1

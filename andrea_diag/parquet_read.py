@@ -33,9 +33,9 @@ def read_parquet(path: Path, what: str = "metrics.parquet") -> pd.DataFrame:
     """A parquet table from a regular file, or one line when it is not one or is a bomb."""
     regular_file(path, what)
     try:
-        text = _check_footer(path, what)
-        if text:
-            _check_text(path, what, text)
+        columns, leaves = _check_footer(path, what)
+        if leaves:
+            _check_text(path, what, columns, leaves)
         return pd.read_parquet(path)
     except (ImportError, UserError):
         raise
@@ -58,9 +58,10 @@ def parquet_rows(path: Path) -> int | None:
         return None
 
 
-def _check_footer(path: Path, what: str) -> list[str]:
-    """Refuse a table whose footer says its values would not fit; return its text columns'
-    paths (``kind``, ``causes.list.element``), whose decoded size the footer does not tell."""
+def _check_footer(path: Path, what: str) -> tuple[list[str], list[str]]:
+    """Refuse a table whose footer says its values would not fit; return the top-level columns
+    that hold text and the text leaves' paths (``kind``, ``causes.list.element``), whose
+    decoded size the footer does not tell."""
     import pyarrow.parquet as pq
 
     check_size(path, what, MAX_TABLE_BYTES, "more than this reader takes")
@@ -76,18 +77,19 @@ def _check_footer(path: Path, what: str) -> list[str]:
             hint=_HINT,
         )
     schema = meta.schema
-    return [schema.column(i).path for i in range(meta.num_columns)
-            if schema.column(i).physical_type == "BYTE_ARRAY"]  # fmt: skip
+    leaves = [schema.column(i).path for i in range(meta.num_columns)
+              if schema.column(i).physical_type == "BYTE_ARRAY"]  # fmt: skip
+    # a top-level name may hold dots itself ("data.src"): match leaves against the names
+    names = schema.to_arrow_schema().names
+    columns = [n for n in names if any(leaf == n or leaf.startswith(n + ".") for leaf in leaves)]
+    return columns, leaves
 
 
-def _check_text(path: Path, what: str, leaves: list[str]) -> None:
+def _check_text(path: Path, what: str, columns: list[str], leaves: list[str]) -> None:
     """Refuse a table whose text would decode past the cap, from the text read as dictionaries
     (a plain-encoded column is read as one too: its dictionary is then no larger than it)."""
     import pyarrow.parquet as pq
 
-    # a top-level name may hold dots itself ("data.src"): match leaves against the names
-    names = pq.read_schema(path).names
-    columns = [n for n in names if any(leaf == n or leaf.startswith(n + ".") for leaf in leaves)]
     table = pq.read_table(path, columns=columns, read_dictionary=leaves)
     size = sum(_decoded_bytes(chunk) for col in table.columns for chunk in col.chunks)
     if size > MAX_TABLE_BYTES:
