@@ -17,6 +17,7 @@ Fields not declared here pass unchanged: a reader of one must check its type its
 
 from __future__ import annotations
 
+import csv
 import json
 import logging
 import math
@@ -29,7 +30,14 @@ import pandas as pd
 
 from andrea_diag.errors import UserError
 from andrea_diag.parquet_read import read_parquet
-from andrea_diag.rundir import MAX_TABLE_BYTES, check_size, child, read_json, regular_file
+from andrea_diag.rundir import (
+    MAX_SWEEP_CSV_BYTES,
+    MAX_TABLE_BYTES,
+    check_size,
+    child,
+    read_json,
+    regular_file,
+)
 
 log = logging.getLogger("andrea_diag.record")
 
@@ -299,6 +307,18 @@ def _opt_json(run_dir: Path, name: str, spec: dict[str, Any] | None) -> Any:
     if name == "data.json":
         return clean_data(value, str(p))
     return clean(value, spec, str(p)) if spec is not None else value
+
+
+def read_sweep_csv(out: Path, **read_csv: Any) -> pd.DataFrame:
+    """A sweep's ``sweep.csv`` under ``out``, as untrusted input: a link, FIFO or file past
+    ``MAX_SWEEP_CSV_BYTES`` (a planted sparse 40 GB file) is refused unread, and one that is
+    not a table is one line. ``read_csv``: pandas' options for the caller's parsing."""
+    path = regular_file(out / "sweep.csv", "sweep.csv")
+    check_size(path, "sweep.csv", MAX_SWEEP_CSV_BYTES)
+    try:
+        return pd.read_csv(path, **read_csv)
+    except (ValueError, UnicodeDecodeError, csv.Error, pd.errors.ParserError) as e:
+        raise UserError(f"sweep.csv {path} is not a readable table ({type(e).__name__})") from None
 
 
 def read_events(run_dir: Path) -> tuple[pd.DataFrame, list[dict[str, Any]]]:

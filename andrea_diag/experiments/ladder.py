@@ -24,7 +24,6 @@ The default ladder is the seeds' recipe (v1, lr 3e-4) on the toolkit's real-text
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import math
 from dataclasses import dataclass, field
@@ -48,12 +47,10 @@ from andrea_diag.experiments.thresholds import (
 )
 from andrea_diag.record import write_json
 from andrea_diag.rundir import (
-    MAX_SWEEP_CSV_BYTES,
     atomic_write_text,
-    check_size,
     read_json,
-    regular_file,
 )
+from andrea_diag.runread import read_sweep_csv
 from andrea_diag.stats import holm
 from andrea_diag.tables import GROUP, csv_text
 
@@ -218,12 +215,8 @@ def read_sweep_outputs(out: Path) -> tuple[dict[str, Any], pd.DataFrame]:
     sizes = meta.get("sizes")
     if not isinstance(sizes, list) or not all(isinstance(x, str) for x in sizes):
         raise UserError(f"{out / 'sweep.json'} has no list of sizes", hint="the file is damaged")
-    path = regular_file(out / "sweep.csv", "sweep.csv")
-    check_size(path, "sweep.csv", MAX_SWEEP_CSV_BYTES)  # a planted sparse 40 GB file: unread
-    try:
-        table = pd.read_csv(path)
-    except (ValueError, UnicodeDecodeError, csv.Error, pd.errors.ParserError) as e:
-        raise UserError(f"sweep.csv {path} is not a readable table ({type(e).__name__})") from None
+    path = out / "sweep.csv"
+    table = read_sweep_csv(out)
     missing = [c for c in ("cell", "size", "clip", "status") if c not in table]
     if missing:
         raise UserError(f"sweep.csv {path} has no {', '.join(missing)} column", hint="damaged")

@@ -12,7 +12,6 @@ cell named ``../victim`` is refused before anything is read or written.
 
 from __future__ import annotations
 
-import csv
 import math
 from pathlib import Path
 from typing import Any
@@ -22,8 +21,8 @@ import pandas as pd
 from andrea_diag.errors import UserError
 from andrea_diag.record import read_cascade_meta
 from andrea_diag.report.html import render_cascade
-from andrea_diag.rundir import MAX_SWEEP_CSV_BYTES, check_size, child, read_json, regular_file
-from andrea_diag.runread import SWEEP, clean
+from andrea_diag.rundir import child, read_json
+from andrea_diag.runread import SWEEP, clean, read_sweep_csv
 
 TEXT = ("cell", "size", "precision", "clip", "lockin", "status", "error")
 FLAGS = ("collapse",)
@@ -53,12 +52,8 @@ def _number(v: Any) -> float:
 
 def read_sweep_table(out: Path) -> pd.DataFrame:
     """sweep.csv with text columns as text, number columns as numbers (a bad value: NaN)."""
-    path = regular_file(out / "sweep.csv", "sweep.csv")
-    check_size(path, "sweep.csv", MAX_SWEEP_CSV_BYTES)
-    try:
-        table = pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[""])
-    except (ValueError, UnicodeDecodeError, csv.Error, pd.errors.ParserError) as e:
-        raise UserError(f"sweep.csv {path} is not a readable table ({type(e).__name__})") from None
+    path = out / "sweep.csv"
+    table = read_sweep_csv(out, dtype=str, keep_default_na=False, na_values=[""])
     if "cell" not in table or "clip" not in table or table.empty:
         raise UserError(f"sweep.csv {path} has no cell/clip rows", hint="the file is damaged")
     for col in table.columns:
