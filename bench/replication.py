@@ -5,7 +5,8 @@
 
 Reads the replication sweep's ``sweep.csv`` (as ``ladder`` reads its own: untrusted, through
 ``read_sweep_outputs``), pairs each seed's unclipped and clipped final held-out loss, and
-applies the protocol fixed before the runs: the one-sided exact sign-flip test (clipping helps)
+applies the protocol fixed before the runs: the exact sign-flip test on the side the protocol
+named (``--alternative``: greater, clipping helps, for replications 1 and 2; two-sided for 3)
 over the new seeds only, at alpha 0.05; fewer than ``MIN_REPLICATION_PAIRS`` finished pairs is
 "insufficient seeds" and no test. Beside it, descriptive only: the new seeds' intervals,
 collapses (Fisher), pollution events, and the estimate pooled with the original ladder's gaps
@@ -54,26 +55,15 @@ def original_gaps(path: Path, size: str, lr: float, precision: str) -> list[floa
     return [float(x.split(":")[1]) for x in str(row.iloc[0]["gaps"]).split(";")] if len(row) else []
 
 
-def verdict(pairs: pd.DataFrame, original: list[float]) -> dict[str, Any]:
+def verdict(pairs: pd.DataFrame, original: list[float],
+            alternative: str = "greater") -> dict[str, Any]:  # fmt: skip
+    """The protocol's call and its statistics. ``alternative`` is the primary test's side, fixed
+    in the protocol: "greater" (clipping lowers held-out loss), "less" (it raises it) or
+    "two-sided" (either; a sign that differs from the original seeds' is said so)."""
     gaps = [g for g in pairs["gap"] if math.isfinite(g)]
     test = paired_test(gaps)
     n = len(gaps)
-    p = sign_flip_p(gaps, alternative="greater") if n >= MIN_REPLICATION_PAIRS else math.nan
-    if n < MIN_REPLICATION_PAIRS:
-        call = f"insufficient seeds: {n} finished pairs, fewer than {MIN_REPLICATION_PAIRS}"
-    elif p < ALPHA:
-        call = (f"replicated: clipping lowered held-out loss by {test.mean:.3f} nats "
-                f"(bootstrap 95% [{test.bca.lo:+.3f}, {test.bca.hi:+.3f}]), "
-                f"one-sided sign-flip p = {p:.2g} over {n} new seeds")  # fmt: skip
-    elif test.mean <= 0:
-        call = (f"not replicated: mean gap {test.mean:+.3f} nats over {n} new seeds (clipping "
-                f"did not lower held-out loss on average), one-sided sign-flip p = {p:.2g}")  # fmt: skip
-    else:
-        need = seeds_needed(test.sd, gap=test.mean)
-        call = (f"not replicated: mean gap {test.mean:+.3f} nats over {n} new seeds, one-sided "
-                f"sign-flip p = {p:.2g}; a gap of that size would need "
-                f"{need if need else 'more than any feasible number of'} seeds "
-                "(80% power, two-sided paired t)")  # fmt: skip
+    p = sign_flip_p(gaps, alternative=alternative) if n >= MIN_REPLICATION_PAIRS else math.nan
     k_u, k_c = int(pairs["collapsed_none"].sum()), int(pairs["collapsed_global"].sum())
     events = {
         c: [bool(e) for e in pairs[f"event_{c}"] if e is not None] for c in ("none", "global")
@@ -83,10 +73,11 @@ def verdict(pairs: pd.DataFrame, original: list[float]) -> dict[str, Any]:
                if not math.isfinite(g)]  # fmt: skip
     return _strict({
         "protocol": "reports/ladder/REPLICATION.md",
-        "call": call,
+        "call": _call(test, p, n, alternative, original),
         "pairs": n,
         "dropped_non_finite": dropped,
-        "p_one_sided": p,
+        "alternative": alternative,
+        "p_primary": p,
         "alpha": ALPHA,
         "gaps": {f"s{s}": round(g, 6) for s, g in zip(pairs["seed"], pairs["gap"], strict=True)
                  if math.isfinite(g)},
@@ -100,6 +91,34 @@ def verdict(pairs: pd.DataFrame, original: list[float]) -> dict[str, Any]:
                                "note": "original 8 seeds and the replication together: an "
                                "estimate, not a test (the test of record is the one above)"},
     })  # fmt: skip
+
+
+def _call(test: Any, p: float, n: int, alternative: str, original: list[float]) -> str:
+    """The protocol's outcome rule in one sentence (REPLICATION.md)."""
+    if n < MIN_REPLICATION_PAIRS:
+        return f"insufficient seeds: {n} finished pairs, fewer than {MIN_REPLICATION_PAIRS}"
+    side = "two-sided" if alternative == "two-sided" else "one-sided"
+    tested = f"{side} sign-flip p = {p:.2g} over {n} new seeds"
+    # the gap is unclipped minus clipped held-out loss: > 0 means clipping lowered it
+    moved = "lowered" if test.mean > 0 else "raised"
+    if p < ALPHA:
+        effect = (f"clipping {moved} held-out loss by {abs(test.mean):.3f} nats "
+                  f"(bootstrap 95% [{test.bca.lo:+.3f}, {test.bca.hi:+.3f}]), {tested}")  # fmt: skip
+        first = sum(original) / len(original) if original else math.nan
+        if alternative == "two-sided" and math.isfinite(first) and (first > 0) != (test.mean > 0):
+            return f"opposite sign to the original seeds' {first:+.3f} nats: {effect}"
+        return f"replicated: {effect}"
+    claimed = {"greater": "lower", "less": "raise"}.get(alternative)
+    wrong_side = claimed is not None and (test.mean > 0) != (alternative == "greater")
+    if wrong_side or test.mean == 0:
+        which = f"clipping did not {claimed or 'move'} held-out loss on average"
+        return (
+            f"not replicated: mean gap {test.mean:+.3f} nats over {n} new seeds ({which}), {tested}"
+        )
+    need = seeds_needed(test.sd, gap=abs(test.mean))
+    return (f"not replicated: mean gap {test.mean:+.3f} nats over {n} new seeds, {tested}; "
+            f"a gap of that size would need {need if need else 'more than any feasible number of'}"
+            " seeds (80% power, two-sided paired t)")  # fmt: skip
 
 
 def _strict(value: Any) -> Any:
@@ -121,11 +140,14 @@ def main() -> None:
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--precision", default="fp16")
     ap.add_argument("--original", type=Path, default=Path("reports/ladder/gaps.csv"))
+    ap.add_argument("--alternative", choices=("greater", "less", "two-sided"), default="greater",
+                    help="the primary test's side, as the protocol fixed it (greater: clipping "
+                    "lowers held-out loss)")  # fmt: skip
     ap.add_argument("--out", type=Path)
     a = ap.parse_args()
     _, table = read_sweep_outputs(a.sweep)
     pairs = new_pairs(table, a.size, a.lr, a.precision)
-    result = verdict(pairs, original_gaps(a.original, a.size, a.lr, a.precision))
+    result = verdict(pairs, original_gaps(a.original, a.size, a.lr, a.precision), a.alternative)
     text = json.dumps(result, indent=2, allow_nan=False)
     print(text)
     if a.out:

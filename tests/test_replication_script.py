@@ -1,6 +1,7 @@
 """bench/replication.py applies REPLICATION.md's fixed rule: fewer than 12 finished pairs is
-"insufficient seeds" with no test; otherwise the one-sided sign-flip p against 0.05 decides
-"replicated" or "not replicated" (with the seeds a gap of that size would need)."""
+"insufficient seeds" with no test; otherwise the sign-flip p on the protocol's side against 0.05
+decides "replicated" or "not replicated" (with the seeds a gap of that size would need), and a
+two-sided test whose sign differs from the original seeds' says so."""
 
 from __future__ import annotations
 
@@ -28,13 +29,13 @@ def _pairs(gaps: list[float]) -> pd.DataFrame:
 
 def test_fewer_than_twelve_pairs_is_insufficient_and_untested() -> None:
     out = replication.verdict(_pairs([0.3] * 11), [])
-    assert out["call"].startswith("insufficient seeds") and out["p_one_sided"] is None
+    assert out["call"].startswith("insufficient seeds") and out["p_primary"] is None
 
 
 def test_sixteen_positive_gaps_replicate_at_one_in_65536() -> None:
     out = replication.verdict(_pairs([0.1 + 0.01 * i for i in range(16)]), [0.2] * 8)
     assert out["call"].startswith("replicated")
-    assert out["p_one_sided"] == pytest.approx(1 / 2**16)
+    assert out["p_primary"] == pytest.approx(1 / 2**16)
     assert out["pooled_descriptive"]["pairs"] == 24
     assert out["pollution_events"] == {"none": "16/16", "global": "0/16"}
 
@@ -43,7 +44,7 @@ def test_gaps_of_both_signs_do_not_replicate_and_say_what_would() -> None:
     gaps = [0.05, -0.04, 0.03, -0.02, 0.04, -0.05, 0.01, 0.02, -0.03, 0.02, 0.0, 0.01]
     out = replication.verdict(_pairs(gaps), [])
     assert out["call"].startswith("not replicated") and "seeds" in out["call"]
-    assert out["p_one_sided"] >= 0.05 and math.isfinite(out["p_one_sided"])
+    assert out["p_primary"] >= 0.05 and math.isfinite(out["p_primary"])
 
 
 def test_a_mean_gap_below_zero_says_clipping_did_not_help_and_names_no_seed_count() -> None:
@@ -62,3 +63,40 @@ def test_the_verdict_is_strict_json_and_names_the_seeds_it_dropped() -> None:
     assert back["dropped_non_finite"] == ["s9"] and back["gaps"] == {"s8": 0.2}
     assert back["sd"] is None and back["bootstrap_95"] == [None, None]
     assert back["call"].startswith("insufficient seeds: 1 finished pairs")
+
+
+def test_the_one_sided_default_is_named_in_the_verdict() -> None:
+    out = replication.verdict(_pairs([0.1 + 0.01 * i for i in range(16)]), [])
+    assert out["alternative"] == "greater" and "one-sided" in out["call"]
+
+
+def test_a_two_sided_test_replicates_a_harm_with_the_originals_sign() -> None:
+    """Replication 3's shape: the original 120m seeds said clipping raised held-out loss; 16 new
+    negative gaps replicate it, two-sided p = 2 / 2**16, and the call says "raised"."""
+    gaps = [-0.01 - 0.001 * i for i in range(16)]
+    out = replication.verdict(_pairs(gaps), [-0.01] * 8, alternative="two-sided")
+    assert out["call"].startswith("replicated: clipping raised held-out loss by 0.018 nats")
+    assert "two-sided" in out["call"] and out["p_primary"] == pytest.approx(2 / 2**16)
+
+
+def test_a_two_sided_test_whose_sign_flips_says_opposite_sign_not_replicated() -> None:
+    gaps = [0.01 + 0.001 * i for i in range(16)]
+    out = replication.verdict(_pairs(gaps), [-0.014] * 8, alternative="two-sided")
+    assert out["call"].startswith(
+        "opposite sign to the original seeds' -0.014 nats: clipping lowered"
+    )
+    assert not out["call"].startswith("replicated")
+
+
+def test_a_one_sided_harm_test_with_a_positive_mean_says_clipping_did_not_raise_it() -> None:
+    gaps = [0.05, -0.01, 0.03, 0.02, -0.01, 0.04, 0.01, -0.02, 0.03, 0.02, 0.0, 0.01]
+    out = replication.verdict(_pairs(gaps), [], alternative="less")
+    assert out["call"].startswith("not replicated") and "did not raise" in out["call"]
+    assert "would need" not in out["call"]
+
+
+def test_a_two_sided_miss_names_the_seeds_its_gap_would_need() -> None:
+    gaps = [-0.05, 0.04, -0.03, 0.02, -0.04, 0.05, -0.01, -0.02, 0.03, -0.02, 0.01, -0.01]
+    out = replication.verdict(_pairs(gaps), [-0.014] * 8, alternative="two-sided")
+    assert out["call"].startswith("not replicated") and "would need" in out["call"]
+    assert out["p_primary"] >= 0.05
