@@ -21,6 +21,8 @@ norm to decide whether to raise.
 
 from __future__ import annotations
 
+import contextlib
+import decimal
 import functools
 import logging
 import math
@@ -77,8 +79,9 @@ def _notice_once(key: str, message: str) -> None:
 
 
 def check_max_norm(max_norm: object, *, allow_zero: bool = True) -> float:
-    """``max_norm`` as a float: a real number (a one-element real tensor too), not a bool, not
-    NaN, not negative; ``inf`` measures and never clips. The one check of the drop-in, the stats
+    """``max_norm`` as a float: a real number (a one-element real tensor, a 0-dim numpy array
+    and a ``Decimal`` too, as torch's ``float()`` reads them), not a bool, not NaN, not
+    negative; ``inf`` measures and never clips. The one check of the drop-in, the stats
     variant and :class:`~andrea_diag.clip.fused_adamw.ClippedAdamW` (``allow_zero=False``: an
     optimizer whose every update is zero trains nothing).
 
@@ -86,14 +89,20 @@ def check_max_norm(max_norm: object, *, allow_zero: bool = True) -> float:
     NaN makes every gradient NaN, a negative bound flips every gradient's sign. Here each is
     refused at the call: ``TypeError`` for what is not a number, ``ValueError`` for the rest.
     """
-    if isinstance(max_norm, torch.Tensor) and max_norm.numel() == 1:
-        ok = not (max_norm.dtype == torch.bool or max_norm.is_complex())
-    else:
-        ok = isinstance(max_norm, numbers.Real) and not isinstance(max_norm, bool)
+    probe = max_norm
+    if getattr(max_norm, "ndim", None) == 0 and not isinstance(max_norm, torch.Tensor):
+        # np.array(1.0) (a config read through numpy): torch's float() reads it and ours refused
+        # it as "not a real number"; checked as the 0-dim tensor it is (np.array(True) is not)
+        with contextlib.suppress(TypeError, ValueError, RuntimeError):
+            probe = torch.as_tensor(max_norm)
+    if isinstance(probe, torch.Tensor) and probe.numel() == 1:
+        ok = not (probe.dtype == torch.bool or probe.is_complex())
+    else:  # Decimal is no numbers.Real, but float() reads it exactly as torch does
+        ok = isinstance(probe, (numbers.Real, decimal.Decimal)) and not isinstance(probe, bool)
     if not ok:
         raise TypeError(f"max_norm must be a real number, got {type(max_norm).__name__} "
                         f"{max_norm!r}"[:200])  # fmt: skip
-    value = float(max_norm)  # type: ignore[arg-type]  (a one-element tensor: a host read)
+    value = float(probe)  # type: ignore[arg-type]  (a one-element tensor: a host read)
     if math.isnan(value):
         raise ValueError("max_norm must be a number, got NaN (it would make every gradient NaN)")
     if value < 0 or (value == 0 and not allow_zero):
@@ -102,16 +111,40 @@ def check_max_norm(max_norm: object, *, allow_zero: bool = True) -> float:
     return value
 
 
+class SparseGradientError(TypeError, NotImplementedError):
+    """A sparse gradient: a TypeError naming it, and a NotImplementedError as torch's own
+    ``clip_grad_norm_`` raises for it (so code written against torch's still catches it)."""
+
+
 def _grads(parameters: torch.Tensor | Iterable[torch.Tensor]) -> list[torch.Tensor]:
     if isinstance(parameters, torch.Tensor):
         parameters = [parameters]
-    return [p.grad for p in parameters if p.grad is not None]
+    grads = [p.grad for p in parameters if p.grad is not None]
+    # torch refuses these too (no sparse vector_norm), but ours failed deep in the chunked
+    # stages with "reshape is not implemented for sparse tensors"
+    if any(g.layout != torch.strided for g in grads):
+        raise SparseGradientError(
+            "clip_grad_norm_ does not support sparse gradients (torch's does not either); "
+            "densify them first (p.grad = p.grad.to_dense())"
+        )
+    return grads
+
+
+def _promoted_dtype(grads: list[torch.Tensor]) -> torch.dtype:
+    """The dtype torch's norm (and the drop-in's return value) has: the grads' promoted one."""
+    return functools.reduce(torch.promote_types, (g.dtype for g in grads))
 
 
 def resolve_impl(impl: str, grads: list[torch.Tensor]) -> str:
     """Pick the implementation that will actually run for these gradients."""
     if impl not in IMPLS:
         raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
+    devices = {g.device for g in grads}  # a set of device objects: no string per update
+    if len(devices) > 1:  # every stage (and the per-tensor stack) gathers on one device
+        raise ValueError(
+            f"the gradients must be on one device, got {', '.join(sorted(map(str, devices)))} "
+            "(andrea_diag.clip_grad_norm_ hands several devices to torch's own function)"
+        )
     on_cuda = bool(grads) and grads[0].is_cuda
     if impl == "cuda":
         if not on_cuda:
@@ -153,6 +186,10 @@ def clip_grad_norm_with_stats(
     ``mode="global"`` scales every gradient by ``min(1, max_norm / (total + 1e-6))``;
     ``mode="per-tensor"`` scales each gradient by its own ``min(1, max_norm / (norm_i + 1e-6))``;
     ``mode="none"`` measures only (no gradient is changed).
+
+    ``error_if_nonfinite`` raises torch's error, before any gradient changes, when the total is
+    non-finite in float32/float64 or in the gradients' own dtype (torch's norm of fp16
+    gradients past 65504 is inf, and torch raises, though the float32 total here is finite).
     """
     if mode not in ("global", "per-tensor", "none"):
         raise ValueError(f"mode must be global, per-tensor or none, got {mode!r}")
@@ -194,7 +231,9 @@ def clip_grad_norm_with_stats(
             grads, max_norm, norm_type, acc_dtype=reference.acc_dtype(grads), apply=apply_now
         )
     # host sync: deciding whether to raise needs the flag on the host (torch does the same)
-    if error_if_nonfinite and bool(nonfinite):
+    if error_if_nonfinite and (
+        bool(nonfinite) or not bool(torch.isfinite(total.to(_promoted_dtype(grads))))
+    ):
         raise RuntimeError(
             f"The total norm of order {norm_type} for gradients from `parameters` is "
             "non-finite, so it cannot be clipped. To disable this error and scale the "
@@ -244,8 +283,8 @@ def clip_grad_norm_(
     raises torch's message before any gradient changes. Like torch's, it runs under
     ``torch.no_grad()``: gradients that require grad (``backward(create_graph=True)``) are
     scaled in place without recording autograd history. ``norm_type`` <= 0 (0 counts
-    nonzeros, -inf is a minimum: neither is a sum the chunked stages can split) and complex
-    gradients run torch's own function, so they match exactly.
+    nonzeros, -inf is a minimum: neither is a sum the chunked stages can split), complex
+    gradients and gradients on several devices run torch's own function, so they match exactly.
 
     Remaining differences, all deliberate:
 
@@ -255,12 +294,14 @@ def clip_grad_norm_(
       the gradients and ``inf`` never clips, as in torch;
     - the norm is accumulated in float32 (float64 for float64 gradients) over fixed chunks
       and, for bf16/fp16 gradients, only rounded to their dtype at the end; torch's bf16/fp16
-      norm can differ in the last bits;
+      norm can differ in the last bits. An fp16 norm past 65504 is returned as inf, as torch's,
+      and ``error_if_nonfinite`` raises for it, but otherwise the gradients are scaled by the
+      finite float32 coefficient, where torch's inf norm zeroes them;
     - bf16/fp16 gradients are scaled in float32 by the float32 coefficient and rounded once;
       torch multiplies by the coefficient rounded to the gradients' dtype;
     - ``foreach`` is accepted for signature compatibility and ignored (every implementation
       here is multi-tensor; torch raises for ``foreach=True`` where it has no foreach kernels);
-    - on CUDA all gradients must share one device (torch groups them by device);
+    - gradients on several devices run torch's own function (it groups them by device);
     - with nothing to clip (scale exactly 1) the gradients are not rewritten, where torch
       multiplies them by 1: the same values, one pass less;
     - an empty (zero-size) gradient has norm 0 for every ``norm_type``, where torch refuses
@@ -279,16 +320,19 @@ def clip_grad_norm_(
             "`parameters` is an empty generator, no gradient clipping will occur.", stacklevel=3
         )
     norm_type = float(norm_type)
-    complex_grads = any(g.is_complex() for g in _grads(params))
-    if not reference.norm_type_ok(norm_type) or complex_grads:
+    grads = _grads(params)
+    complex_grads = any(g.is_complex() for g in grads)
+    # several devices (CPU-offloaded and CUDA parameters): torch groups them by device, the
+    # three stages cannot (ours failed in torch.cat with "not on the expected device")
+    several = len({g.device for g in grads}) > 1
+    if not reference.norm_type_ok(norm_type) or complex_grads or several:
         return torch.nn.utils.clip_grad_norm_(
             params, max_norm, norm_type, error_if_nonfinite=error_if_nonfinite
         )
     total = clip_grad_norm_with_stats(
         params, max_norm, norm_type, impl=impl, error_if_nonfinite=error_if_nonfinite
     ).total_norm
-    grads = _grads(params)
     if not grads:
         return total
-    dtype = functools.reduce(torch.promote_types, (g.dtype for g in grads))
+    dtype = _promoted_dtype(grads)
     return total if total.dtype == dtype else total.to(dtype)

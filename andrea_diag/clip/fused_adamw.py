@@ -39,6 +39,7 @@ from typing import Any
 import torch
 
 from andrea_diag.clip import reference
+from andrea_diag.clip.adamw_args import check_adamw_hyper
 from andrea_diag.clip.api import ClipResult, check_max_norm
 
 IMPLS = ("auto", "cuda", "reference")
@@ -255,14 +256,7 @@ class ClippedAdamW(torch.optim.Optimizer):
         del foreach, capturable, fused  # how torch runs its step; this one is fused and sync-free
         if isinstance(lr, torch.Tensor):
             raise ValueError("ClippedAdamW takes a float lr (a tensor lr would need a host read)")
-        if not 0.0 <= lr:
-            raise ValueError(f"invalid learning rate: {lr}")
-        if not 0.0 <= eps:
-            raise ValueError(f"invalid epsilon: {eps}")
-        if not (0.0 <= betas[0] < 1.0 and 0.0 <= betas[1] < 1.0):
-            raise ValueError(f"invalid betas: {betas}")
-        if not 0.0 <= weight_decay:
-            raise ValueError(f"invalid weight_decay: {weight_decay}")
+        check_adamw_hyper(lr, betas, eps, weight_decay)  # torch's words ("Invalid learning rate")
         max_norm = check_max_norm(max_norm, allow_zero=False)  # one rule with the drop-in's
         reference.check_norm_type(norm_type)
         if impl not in IMPLS:

@@ -91,8 +91,12 @@ def grad_norm_final(
     """Stage 2: (total_norm, per_tensor_norm, scale, nonfinite), all on ``partials.device``."""
     device, dtype = partials.device, partials.dtype
     n_tensors = len(counts)
+    # output_size: the length is known on the host; without it repeat_interleave reads the
+    # counts back (a sync on CUDA) and has no meta kernel, so tracing on "meta" crashed.
     seg = torch.repeat_interleave(
-        torch.arange(n_tensors, device=device), torch.tensor(counts, device=device)
+        torch.arange(n_tensors, device=device),
+        torch.tensor(counts, device=device),
+        output_size=sum(counts),
     )
     per = torch.zeros(n_tensors, dtype=dtype, device=device)
     if math.isinf(norm_type):
