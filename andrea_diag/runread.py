@@ -49,7 +49,8 @@ CONFIG: dict[str, Any] = {
     "size": STR, "recipe": STR, "clip": STR, "arm": STR, "precision": STR, "device": STR,
     "max_norm": NUM, "lr": NUM, "steps": INT, "micro_batch": INT, "accum": INT,
     "seq_len": INT, "seed": INT, "replicas": INT, "eval_every": INT, "boundary_k": INT,
-    "probes": {"boundary_k": INT}, "clip_params": DICT, "model_config": {"n_params": INT},
+    "probes": {"boundary_k": INT}, "clip_params": DICT,
+    "model_config": {"n_params": INT, "vocab_size": INT},  # vocab: the report's lock-in verdict
     "effective_batch": {"m": INT, "A": INT, "D": INT, "examples": INT, "tokens": INT},
 }  # fmt: skip
 ENV: dict[str, Any] = {
@@ -77,7 +78,7 @@ SUMMARY: dict[str, Any] = {
         "shadow_bytes": INT, "has_moments": BOOL, "shadow": BOOL,
     },
     "lockin": {"verdict": STR, "reason": STR, "reasons": LIST, "thresholds": DICT,
-               "collapse": BOOL},
+               "collapse": BOOL, "unigram_entropy": NUM},
 }  # fmt: skip
 CASCADE: dict[str, Any] = {
     "size": STR, "seed": INT, "status": STR, "command": STR, "arms": LIST,

@@ -93,7 +93,7 @@ def cascade(
         console.print(
             f"  {arm:<11} final loss {s.get('final_loss') or float('nan'):.3f}  "
             f"max |g| {s.get('max_grad_norm') or float('nan'):.2f}  "
-            f"clipped {s.get('pct_clipped', 0):.0f}% of updates"
+            f"clipped {s.get('pct_clipped') or 0:.0f}% of updates"  # null: not measured
             + (f", skipped {s['pct_skipped']:.1f}%" if s.get("pct_skipped") else "")
         )
     console.print(f"batches identical across arms: {res.hashes_identical}")

@@ -27,8 +27,9 @@ from andrea_diag.config import RUNTIME_KEYS, RunConfig  # RUNTIME_KEYS: what a r
 from andrea_diag.errors import UserError
 from andrea_diag.experiments.saved_config import saved_config
 from andrea_diag.record import read_cascade_meta
-from andrea_diag.rundir import child, read_json
+from andrea_diag.rundir import MAX_TABLE_BYTES, check_size, child, read_json
 from andrea_diag.runlock import holder_alive, read_lock
+from andrea_diag.runread import SUMMARY, clean
 from andrea_diag.train.checkpoint import (
     FOLDER,
     UnreadableCheckpoint,
@@ -37,6 +38,8 @@ from andrea_diag.train.checkpoint import (
     read_checkpoint,
     run_identity,
 )
+
+TABLES = ("metrics.jsonl", "events.jsonl", "samples.jsonl")  # the Recorder's (record.py)
 
 
 def move_aside(path: Path) -> Path:
@@ -66,8 +69,9 @@ def arm_state(
 
     With ``cfg``, a checkpoint is read and checked before it is chosen (see the module
     docstring); ``warn`` hears about a torn newest checkpoint that was passed over."""
-    if (arm_dir / "summary.json").exists():
-        return "done", read_json(arm_dir / "summary.json", "the arm's summary", kind=dict)
+    if (arm_dir / "summary.json").exists():  # the run's word: a field of the wrong type dropped
+        path = arm_dir / "summary.json"
+        return "done", clean(read_json(path, "the arm's summary", kind=dict), SUMMARY, str(path))
     if os.path.lexists(arm_dir / FOLDER):  # linked out of the run: refused before any read
         child(arm_dir, FOLDER, "the checkpoints folder")
     found = checkpoints(arm_dir)
@@ -94,6 +98,10 @@ def check_rows(arm_dir: Path, ckpt: Path, positions: Any) -> None:
     rows; truncate() would pad it with NUL bytes): one line, nothing changed."""
     if not isinstance(positions, dict):
         raise UserError(f"checkpoint {ckpt} holds no recorder position", hint="it is damaged")
+    for name in dict.fromkeys([*TABLES, *map(str, positions)]):
+        path = child(arm_dir, name, "a table of the checkpoint")
+        if path.is_file():  # a planted 40 GB sparse file: its tail is read on reopening
+            check_size(path, name, MAX_TABLE_BYTES, "more than this reader takes")
     for name, size in positions.items():
         path = child(arm_dir, str(name), "a table of the checkpoint")
         have = path.stat().st_size if path.is_file() else 0

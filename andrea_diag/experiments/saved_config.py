@@ -80,8 +80,12 @@ def saved_config(path: Path, arm: str | None = None) -> RunConfig:
         )
     try:
         cfg = RunConfig.from_dict(d)
-    except UserError:
-        raise
+        cfg.resolve()  # every bound (steps -1, seq_len past the block), said of this file
+    except UserError as exc:  # not of an option the user never typed ("--steps must be ...")
+        raise UserError(
+            f"{path} holds a value no run takes: {exc.message}",
+            hint="the file is damaged or edited; restore it, or start the run again",
+        ) from None
     except (TypeError, ValueError, KeyError, AttributeError) as exc:
         raise UserError(f"{path} is not a run config ({type(exc).__name__}: {exc})") from None
     if arm is not None and cfg.arm != arm:

@@ -106,7 +106,7 @@ def rejudged(
         return summary  # unfinished (no summary) or never logged: the page says so
     stored = summary.get("lockin") or {}
     vocab = (config.get("model_config") or {}).get("vocab_size")
-    if not vocab:
+    if not vocab or vocab < 2:  # config.json's type is checked (runread.py), not its range
         return summary  # a foreign model of unknown vocabulary: keep what its run recorded
     unigram = stored.get("unigram_entropy")
     fresh = judge_tables(metrics, samples, int(vocab), unigram)
