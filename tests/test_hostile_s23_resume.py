@@ -12,18 +12,15 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from pathlib import Path
 
 import pytest
+from test_hostile_resume import ARGS, _stopped  # the same stopped cascade
 from typer.testing import CliRunner
 
 from andrea_diag.cli import app
 
 pytestmark = pytest.mark.slow  # each trains a tiny cascade's last updates
-
-ARGS = ["cascade", "--clip", "none,global", "--steps", "6", "--checkpoint-every", "2",
-        "--flush-every", "1", "--lr", "3e-3"]  # fmt: skip
 
 
 def _invoke(*args: str) -> tuple[int, str]:
@@ -37,17 +34,6 @@ def finished(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("ref") / "c"
     code, output = _invoke(*ARGS, "--out", str(out))
     assert code == 0, output
-    return out
-
-
-def _stopped(finished: Path, dest: Path) -> Path:
-    """The finished cascade with arm ``none`` made to look stopped after its update 6."""
-    out = dest / "c"
-    shutil.copytree(finished, out)
-    for name in ("summary.json", "metrics.parquet", "schedule.json"):
-        (out / "none" / name).unlink()
-    meta = json.loads((out / "cascade.json").read_text())
-    (out / "cascade.json").write_text(json.dumps({**meta, "status": "running"}))
     return out
 
 
