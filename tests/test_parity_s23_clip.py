@@ -99,8 +99,11 @@ def test_a_0dim_numpy_max_norm_clips_as_torch_does(max_norm: np.ndarray) -> None
     ours, theirs = _params([[3.0, 4.0], [1.0, 2.0, 2.0]]), _params([[3.0, 4.0], [1.0, 2.0, 2.0]])
     a = clip_grad_norm_(ours, max_norm)
     b = torch.nn.utils.clip_grad_norm_(theirs, max_norm)
-    assert torch.equal(a, b)
-    assert all(torch.equal(x.grad, y.grad) for x, y in zip(ours, theirs, strict=True))
+    # Equal to float32 rounding, not bit for bit: torch takes the norm of per-tensor norms, ours
+    # sums squares chunk by chunk, and the two round differently in the last bit.
+    torch.testing.assert_close(a, b)
+    for x, y in zip(ours, theirs, strict=True):
+        torch.testing.assert_close(x.grad, y.grad)
 
 
 def test_a_decimal_max_norm_clips_as_torch_does() -> None:
