@@ -31,6 +31,7 @@ import types
 import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import NoReturn
 
 import torch
 
@@ -127,7 +128,20 @@ def _grads(parameters: torch.Tensor | Iterable[torch.Tensor]) -> list[torch.Tens
             "clip_grad_norm_ does not support sparse gradients (torch's does not either); "
             "densify them first (p.grad = p.grad.to_dense())"
         )
+    for g in grads:
+        if not (g.is_floating_point() or g.is_complex()):
+            _refuse_like_torch(g.dtype)
     return grads
+
+
+def _refuse_like_torch(dtype: torch.dtype) -> NoReturn:
+    """torch's own RuntimeError for a gradient of a dtype it cannot take the norm of (an
+    integer or bool ``.grad`` set by hand). Ours returned an integer norm and truncated the
+    gradients; the message is torch's, read off a one-element CPU tensor (no device work)."""
+    torch.linalg.vector_norm(torch.zeros(1, dtype=dtype))  # raises torch's own RuntimeError
+    raise RuntimeError(  # a torch that takes such a norm: still refused, nothing scaled
+        f"linalg.vector_norm: Expected a floating point or complex tensor as input. Got {dtype}"
+    )
 
 
 def _promoted_dtype(grads: list[torch.Tensor]) -> torch.dtype:

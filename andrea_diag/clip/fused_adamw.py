@@ -40,6 +40,7 @@ import torch
 
 from andrea_diag.clip import reference
 from andrea_diag.clip.adamw_args import check_adamw_hyper
+from andrea_diag.clip.adamw_state import AdamWPickling
 from andrea_diag.clip.api import ClipResult, check_max_norm
 
 IMPLS = ("auto", "cuda", "reference")
@@ -219,7 +220,7 @@ def _capturable_devices() -> tuple[str, ...]:
     return tuple(_get_capturable_supported_devices())
 
 
-class ClippedAdamW(torch.optim.Optimizer):
+class ClippedAdamW(AdamWPickling, torch.optim.Optimizer):  # pickling: adamw_state.py
     """AdamW whose step first clips the global gradient norm, on the device, without a sync.
 
     Hyper-parameters and defaults are torch.optim.AdamW's, plus ``max_norm`` and ``norm_type``

@@ -38,6 +38,12 @@ def checked_options(owner: str, out_dir: Any, options: dict[str, Any]) -> dict[s
     return options
 
 
+class TrainingRestarted(RuntimeError):
+    """Recorded as a run's ``error`` when the framework began training again before it ended
+    that run: an exception it did not report to callbacks, or a retry (``transformers``'
+    ``auto_find_batch_size`` reruns its loop after an out-of-memory error)."""
+
+
 class MonitorCallback:
     """The run directory, the monitor options, and the monitor and capture once training starts.
 
@@ -65,6 +71,11 @@ class MonitorCallback:
     ) -> UpdateCapture:
         """Start the monitor on ``model``'s trainable parameters; ``framework``: its name,
         version and hooks (``config.json`` records them, then ``settings``)."""
+        if self.monitor is not None and self.monitor.summary is None:
+            # the last run never ended: closed as crashed (its lock released, the rows kept
+            # as a partial run) and its hooks removed, or a retry would record every forward
+            # twice into the new run
+            self.close(crashed=TrainingRestarted("training began again before this run ended"))
         name, version, hooks = framework
         self.monitor = SpikeMonitor(
             model,
@@ -79,6 +90,11 @@ class MonitorCallback:
         )
         return self.capture
 
-    def _close_monitor(self) -> dict[str, Any] | None:
+    def close(self, crashed: BaseException | None = None) -> dict[str, Any] | None:
+        """Write the run's summary; ``crashed``: the exception that ended training (the run is
+        then kept as a partial one, as ``SpikeMonitor``'s ``with`` block keeps it)."""
+        return self._close_monitor(crashed)
+
+    def _close_monitor(self, crashed: BaseException | None = None) -> dict[str, Any] | None:
         """The run's summary, written by the monitor (None before training started)."""
-        return self.monitor.close() if self.monitor is not None else None
+        return self.monitor.close(crashed) if self.monitor is not None else None

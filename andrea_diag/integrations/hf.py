@@ -112,15 +112,16 @@ class AndreaDiagCallback(MonitorCallback, TrainerCallback):
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self.close()
 
-    def close(self) -> dict[str, Any] | None:
-        """Remove the hooks and write the run's summary (``on_train_end`` calls it)."""
+    def close(self, crashed: BaseException | None = None) -> dict[str, Any] | None:
+        """Remove the hooks and write the run's summary (``on_train_end`` calls it; a second
+        ``on_train_begin`` first closes a run that never ended, with ``crashed`` set)."""
         if self._forward_hook is not None:
             self._forward_hook.remove()
             self._forward_hook = None
         if self._norms is not None:
             self._norms.remove()
             self._norms = None
-        return self._close_monitor()
+        return self._close_monitor(crashed)
 
     # -- hooks -----------------------------------------------------------------------------
     def _on_forward(

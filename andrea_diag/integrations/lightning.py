@@ -114,6 +114,8 @@ class AndreaDiagCallback(MonitorCallback, Callback):
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
         self.close()
 
-    def close(self) -> dict[str, Any] | None:
-        """Write the run's summary (``on_train_end`` calls it)."""
-        return self._close_monitor()
+    def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
+        """Lightning's hook for a run that failed (Ctrl-C included: Lightning then exits); its
+        loggers finalize as "failed" here. The run is closed as crashed: its rows kept as a
+        partial run and its lock released, as ``SpikeMonitor``'s ``with`` block does."""
+        self.close(crashed=exception)
