@@ -8,6 +8,7 @@ resolve_device("auto")   # cuda when present, else cpu
 
 from __future__ import annotations
 
+import re
 from typing import ClassVar
 
 import torch
@@ -28,7 +29,23 @@ def resolve_device(name: str) -> torch.device:
         )
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda:"):
+        _check_ordinal(name)
     return torch.device(name)
+
+
+def _check_ordinal(name: str) -> None:
+    """``cuda:N``: N in ASCII digits and below the GPU count. torch.device raised a
+    RuntimeError traceback for ``cuda:abc`` or ``cuda:``, and ``cuda:7`` on one GPU failed only
+    at the first allocation ("invalid device ordinal"), after the output folder was made."""
+    index, count = name.partition(":")[2], torch.cuda.device_count()
+    if not re.fullmatch(r"[0-9]{1,6}", index):  # int() also takes "٤", "1_0" and " 1"
+        raise UserError(f"--device {name!r} does not name a GPU",
+                        hint="write cuda:N with N a GPU's index, e.g. cuda:0")  # fmt: skip
+    if int(index) >= count:
+        hint = f"give an index from 0 to {count - 1}" if count else "use --device cpu"
+        raise UserError(f"--device {name}: there is no GPU {int(index)} ({count} visible)",
+                        hint=hint)  # fmt: skip
 
 
 class HostCopy:

@@ -111,6 +111,8 @@ def load_factory(spec: str, option: str) -> Callable[..., Any]:
         raise UserError(
             f"{option} {spec!r}: importing {module_name!r} raised {type(exc).__name__}: {exc}"
         ) from None
+    except SystemExit as exc:  # not an Exception: it ended the command, the reason unsaid
+        raise UserError(f"{option} {spec!r}: importing {module_name!r} {_exited(exc)}") from None
     for part in attr.strip().split("."):
         if not hasattr(obj, part):
             raise UserError(f"{option} {spec!r}: {module_name!r} has no attribute {attr!r}")
@@ -148,6 +150,14 @@ def _call(factory: Callable[..., Any], option: str, spec: str, *args: Any) -> An
         raise UserError(
             f"{option} {spec!r}: the factory raised {type(exc).__name__}: {exc}"
         ) from None
+    except SystemExit as exc:  # `--model sys:exit` printed the size preset and exited 1
+        raise UserError(f"{option} {spec!r}: the factory {_exited(exc)}") from None
+
+
+def _exited(exc: SystemExit) -> str:
+    """A factory's (or its module's) ``sys.exit(...)``, said: its code, cut short."""
+    code = repr(exc.code)
+    return f"called sys.exit({code if len(code) <= 80 else code[:77] + '...'})"
 
 
 def build_model(cfg: RunConfig) -> torch.nn.Module:

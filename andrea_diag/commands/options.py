@@ -29,6 +29,7 @@ import typer
 from rich.markup import escape
 
 from andrea_diag.clip_params import MODE_PARAMS, ClipParams
+from andrea_diag.commands.hf_config_file import check_hf_config
 from andrea_diag.config import ProbeConfig, RunConfig
 from andrea_diag.data.corpus import parse_source_overrides
 from andrea_diag.errors import UserError, visible
@@ -164,17 +165,29 @@ def refuse_non_utf8(path: str, what: str) -> None:
                         hint="give a path in UTF-8")  from None  # fmt: skip
 
 
+def refuse_unknown_home(path: str, what: str) -> None:
+    """One line for ``~user/...`` naming no user here: the loaders' ``expanduser`` raised
+    pathlib's RuntimeError ("Could not determine home directory"), a traceback."""
+    try:
+        Path(path).expanduser()
+    except RuntimeError:
+        raise UserError(f"{what} {path!r}: no home folder to expand {path.split('/')[0]} to",
+                        hint="give the folder's full path") from None  # fmt: skip
+
+
 def _utf8_or_none(path: str | None, what: str) -> str | None:
     if path is not None:
         refuse_non_utf8(path, what)
+        refuse_unknown_home(path, what)
     return path
 
 
 def _source_overrides(specs: list[str] | None) -> dict[str, str]:
-    """``--source NAME=PATH`` items by name, each path in UTF-8."""
+    """``--source NAME=PATH`` items by name, each path in UTF-8 and under a known home."""
     out = parse_source_overrides(specs or [])
     for name, path in out.items():
         refuse_non_utf8(path, f"--source {name}:")
+        refuse_unknown_home(path, f"--source {name}:")
     return out
 
 
@@ -282,7 +295,7 @@ def checked(cfg: RunConfig) -> RunConfig:
         raise UserError(f"--mixer-sharpness shapes the seeded mixer only, not --mixer {cfg.mixer}",
                         hint="drop --mixer-sharpness, or use --mixer seeded")  # fmt: skip
     if cfg.hf_config is not None:
-        _check_hf_config(cfg.hf_config)
+        check_hf_config(cfg.hf_config)
     _check_microbatch_tokens(resolved)
     return cfg
 
@@ -298,21 +311,6 @@ def _check_microbatch_tokens(cfg: RunConfig) -> None:
             f"a microbatch of --micro-batch {cfg.micro_batch} x --seq-len {cfg.seq_len} is "
             f"{tokens:,} tokens, more than one forward takes ({MAX_FORWARD_TOKENS:,})",
             hint="lower --micro-batch and raise --accum (the same batch, in more microbatches)",
-        )
-
-
-def _check_hf_config(path: str) -> None:
-    """``--hf-config`` names something that is there but cannot be read as a config: said as
-    such here (a missing one is the loader's "does not exist")."""
-    p = Path(path).expanduser()
-    if os.path.isdir(p):
-        p = p / "config.json"
-    if os.path.islink(p) and not os.path.exists(p):
-        raise UserError(f"--hf-config: {str(p)!r} is a dangling symbolic link")
-    if os.path.exists(p) and not os.path.isfile(p):
-        raise UserError(
-            f"--hf-config: {str(p)!r} is not a regular file",
-            hint="give a model's config.json or the folder holding it",
         )
 
 

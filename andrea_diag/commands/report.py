@@ -80,6 +80,8 @@ def report(
             f"({run_dirs[0] / 'sweep.html'})",
             hint="drop --out, or pass cells of the sweep to compare them on one page",
         )
+    if title is not None and out is None:
+        _refuse_unused_title(run_dirs)
     with damaged_run_dir(run_dirs):
         if out is not None:
             _said(_render(run_dirs, out, title, images), images)
@@ -96,6 +98,18 @@ def report(
 
 def _is_sweep(d: Path) -> bool:
     return (d / "sweep.json").exists()
+
+
+def _refuse_unused_title(run_dirs: list[Path]) -> None:
+    """``--title`` without ``--out`` for a cascade or a sweep: their own pages keep their own
+    titles, so it was dropped without a word (a run's own page takes it)."""
+    for d in run_dirs:
+        kind = "sweep" if _is_sweep(d) else "cascade" if (d / "cascade.json").exists() else None
+        if kind:
+            raise UserError(
+                f"--title is not used for a {kind}'s own page ({d}), which keeps its own title",
+                hint="drop --title, or add --out compare.html: one page of them with that title",
+            )
 
 
 def _sweep_pages(sweep: Path, images: list[str]) -> None:

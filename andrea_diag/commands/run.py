@@ -13,6 +13,7 @@ import typer
 from rich.console import Console
 
 from andrea_diag.clip.modes import CLIPPERS, clip_modes
+from andrea_diag.clip_params import MODE_PARAMS
 from andrea_diag.commands.executor_options import check_mps_device, executor_options
 from andrea_diag.commands.options import (
     BY_NAME,
@@ -66,12 +67,19 @@ def _arms(clip: str) -> list[str]:
 
 def refuse_unused_max_norm(arms: list[str], typed: frozenset[str]) -> None:
     """``--max-norm`` typed for arms none of which reads it (none and the adaptive modes
-    measure with their own rule): one line, not a threshold silently ignored."""
+    measure with their own rule), or an adaptive mode's parameter (``--zclip-z``) with no arm
+    of that mode: one line, not a setting silently ignored."""
     if "max_norm" in typed and all(CLIPPERS[a].kernel_mode == "none" for a in arms):
         raise UserError(
             f"--max-norm is used by --clip global or per-tensor only, not {','.join(arms)}",
             hint="drop --max-norm, or add a global or per-tensor arm",
         )
+    for mode, params in MODE_PARAMS.items():
+        unused = [f.name for f in dataclasses.fields(params) if f.name in typed]
+        if unused and mode not in arms:
+            flag = BY_NAME[unused[0]].flag
+            raise UserError(f"{flag} is used by --clip {mode} only, not {','.join(arms)}",
+                            hint=f"drop {flag}, or add a {mode} arm")  # fmt: skip
 
 
 @run_options(one_cell=True)

@@ -35,6 +35,7 @@ from andrea_diag.config import SOURCE_NAMES
 from andrea_diag.data.generators import dialogue_documents, narrative_documents
 from andrea_diag.data.pinned import pinned_source
 from andrea_diag.data.real_sources import RealText, real_text
+from andrea_diag.data.whole_file import TEXT_COPIES, read_whole
 from andrea_diag.errors import UserError
 
 EOT = "<|endoftext|>"  # document separator in the streams; keep in sync with tokenizer.py
@@ -276,7 +277,7 @@ def _source_text(path: Path, name: str) -> str:
     try:
         if not path.is_file():
             raise UserError(f"source {name}: {str(path)!r} is not a regular file")
-        data = path.read_bytes()
+        data = read_whole(path, name, TEXT_COPIES)  # too large for memory: one line
     except OSError as exc:
         raise UserError(f"source {name}: cannot read {str(path)!r} ({exc.strerror})") from None
     if b"\0" in data:

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from andrea_diag.data.whole_file import TOKEN_COPIES, read_whole
 from andrea_diag.errors import UserError
 
 TOKEN_SUFFIXES = (".bin", ".npy")
@@ -81,7 +82,7 @@ def _read_bytes(p: Path, name: str) -> bytes:
         if not p.is_file():
             what = "does not exist" if not p.exists() else "is not a regular file"
             raise UserError(f"source {name}: {str(p)!r} {what}")
-        return p.read_bytes()
+        return read_whole(p, name, TOKEN_COPIES)  # too large for memory: one line
     except OSError as exc:
         raise UserError(f"source {name}: cannot read {str(p)!r} ({exc.strerror})") from None
 
