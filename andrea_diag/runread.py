@@ -197,7 +197,8 @@ def _numeric_name(col: str) -> bool:
     return col.startswith(NUMERIC_PREFIXES)
 
 
-def _to_float(v: Any) -> float:
+def to_float(v: Any) -> float:
+    """A cell as a float: text and numbers read, anything else (a bool, past the float range) NaN."""
     if isinstance(v, str):
         v = _NONFINITE.get(v, v)
         try:
@@ -250,7 +251,7 @@ def clean_table(df: pd.DataFrame, kind: str, path: Path) -> pd.DataFrame:
         elif pd.api.types.is_bool_dtype(s) or pd.api.types.is_numeric_dtype(s):
             continue
         elif _numeric_name(col) or not s.map(lambda v: isinstance(v, str) or v is None).all():
-            df[col] = s.map(_to_float).astype("float64")  # a wrong value is a gap, not a crash
+            df[col] = s.map(to_float).astype("float64")  # a wrong value is a gap, not a crash
     if "update" in df:
         u = df["update"]
         bad = u.isna() | (u != u.round()) | (u.abs() > MAX_UPDATE)  # inf is above it too

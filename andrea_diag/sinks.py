@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import posixpath
 import re
 import time
 from collections.abc import Callable, Mapping
@@ -130,14 +131,22 @@ class MLflowSink:
             self._client.log_param(self._run_id, key, value)
         self._mlflow = mlflow
         self._folders = folder_tags()
+        self._keys: dict[str, str] = {}  # tag -> its MLflow name, fixed at its first row
+
+    def _key(self, tag: str) -> str:
+        """The MLflow name of ``tag`` (:func:`mlflow_metric_key`), the same for every row."""
+        if tag not in self._keys:
+            # eval/loss beside eval/loss/<source>: a file store keeps each as a file named by
+            # its path, and one name cannot be both a file and a folder
+            self._keys[tag] = free_key(f"{tag}/all" if tag in self._folders else tag,
+                                       set(self._keys.values()))  # fmt: skip
+        return self._keys[tag]
 
     def log(self, row: Mapping[str, Any]) -> None:
         # the row's own time (tensorboard.row_walltime), else now; MLflow wants epoch ms
         step, stamp = int(row[STEP_COLUMN]), int((row_walltime(row) or time.time()) * 1000)
-        # eval/loss beside eval/loss/<source>: a file store keeps each as a file named by its
-        # path, and one name cannot be both a file and a folder
-        metrics = [self._mlflow.entities.Metric(key=f"{k}/all" if k in self._folders else k,
-                                                value=v, timestamp=stamp, step=step)
+        metrics = [self._mlflow.entities.Metric(key=self._key(k), value=v, timestamp=stamp,
+                                                step=step)
                    for k, v in _scalars(row, keep_nonfinite=False).items()]  # fmt: skip
         if metrics:
             self._client.log_batch(self._run_id, metrics=metrics)
@@ -200,6 +209,42 @@ def mlflow_params(config: Mapping[str, Any]) -> dict[str, str]:
     return out
 
 
+MLFLOW_KEY_MAX = 250  # MLflow's MAX_ENTITY_KEY_LENGTH
+
+
+def mlflow_metric_key(tag: str) -> str:
+    """``tag`` as a metric name MLflow takes, as :func:`mlflow_params` does for a param: a
+    character outside letters, digits, ``_-. :/`` becomes ``_``, so does a path part that is
+    empty or dots only (``a//b``, ``a/``, ``../x``), and a leading ``..`` (``..x``); past 250
+    characters it is cut, and a cut that ends in ``/`` or dots loses the name's slashes.
+    A metrics column named so, in a damaged table, refused the whole export in the middle.
+
+    >>> [mlflow_metric_key(t) for t in ["loss/train", "../../x", "a//b/", "misc/a?b"]]
+    ['loss/train', '_/_/x', 'a/_/b/_', 'misc/a_b']
+    """
+    parts = [re.sub(r"[^\w\-. :]", "_", p) for p in str(tag).split("/")]
+    key = "/".join("_" if set(p) <= {"."} else p for p in parts)[:MLFLOW_KEY_MAX]
+    if posixpath.normpath(key) != key:  # the cut left a trailing "/" or a part of dots
+        key = key.replace("/", "_")
+    return "_" + key[1:] if key.startswith("..") else key
+
+
+def free_key(tag: str, used: set[str]) -> str:
+    """:func:`mlflow_metric_key` of ``tag``, made unlike every name in ``used`` (``_2``, ``_3``)
+    and neither the folder of one of them nor inside one as a folder: two columns that meet
+    once cleaned, or ``x`` beside ``x/y``, would have one name or be a file and a folder."""
+
+    def clash(k: str) -> bool:
+        return k in used or any(u.startswith(k + "/") or k.startswith(u + "/") for u in used)
+
+    key, n = mlflow_metric_key(tag), 1
+    flat = key.replace("/", "_")[: MLFLOW_KEY_MAX - 12]
+    while clash(key):
+        n += 1
+        key = f"{flat}_{n}"
+    return key
+
+
 SinkFactory = Callable[[str, Mapping[str, Any]], MetricSink]  # (run's name, its config) -> sink
 
 
@@ -209,11 +254,34 @@ def _recorded(row: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in row.items() if k in keep or not (v is None or v != v)}
 
 
-def export_to_sinks(paths: list[Path], make_sink: SinkFactory) -> list[tuple[Path, str]]:
+def _in_update_order(run: Path, metrics: pd.DataFrame, one_row_per_step: bool) -> pd.DataFrame:
+    """The rows by update (a table out of order, hand-merged or damaged, kept every row in
+    TensorBoard and MLflow but only those past the last step so far in W&B, which dropped the
+    rest without a word). ``one_row_per_step`` (W&B): an update given twice, or one below 0,
+    is refused, as W&B would keep one row of the two, or none."""
+    rows = metrics.sort_values(STEP_COLUMN, kind="stable")
+    steps = rows[STEP_COLUMN]
+    bad = steps[steps.duplicated() | (steps < 0)] if one_row_per_step else steps[:0]
+    if len(bad):
+        u = int(bad.iloc[0])
+        said = f"update {u} twice" if u >= 0 else f"update {u}, below 0"
+        raise UserError(
+            f"cannot export {run} to W&B: its metrics table holds {said}, and W&B keeps one "
+            "row per step from 0",
+            hint="the run dir is damaged; --tensorboard and --mlflow keep every row",
+        )
+    return rows
+
+
+def export_to_sinks(
+    paths: list[Path], make_sink: SinkFactory, one_row_per_step: bool = False
+) -> list[tuple[Path, str]]:
     """Every run under ``paths`` (a run, a cascade's arms, a sweep's cells) through its own
     sink, ``make_sink(name, config)``: each row at its update, then events, summary, close.
     ``name`` is the TensorBoard export's folder name (``cascade-x/none``). Returns (run
-    directory, name) pairs; runs without a metric row are skipped, none at all is a UserError."""
+    directory, name) pairs; runs without a metric row are skipped, none at all is a UserError.
+    ``one_row_per_step``: the back end keeps one row per step (W&B): a table with an update
+    twice is refused before any sink is made."""
     from andrea_diag.record import load_run
 
     if not paths:
@@ -223,11 +291,13 @@ def export_to_sinks(paths: list[Path], make_sink: SinkFactory) -> list[tuple[Pat
     todo = {run: r for run, r in loaded.items() if not r["metrics"].empty}
     if not todo:
         raise UserError("no metric rows in any of these runs: nothing to export")
+    # every run checked before the first sink: no half an export of a refused one
+    rows = {run: _in_update_order(run, r["metrics"], one_row_per_step) for run, r in todo.items()}
     done = []
     for run, r in todo.items():
         sink = make_sink(names[run], r["config"] or {})
         try:
-            for row in with_row_times(r["metrics"], r["env"]).to_dict("records"):
+            for row in with_row_times(rows[run], r["env"]).to_dict("records"):
                 sink.log(_recorded(row))
             sink.events(r["events"])
             sink.summary(run_summary(run, r))

@@ -36,6 +36,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import os
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -127,13 +128,18 @@ def nan_measured(row: Mapping[str, Any]) -> list[str]:
     ]
 
 
+# 9999-12-31: no row was recorded later. A damaged table's 1e308 is finite, but not in epoch
+# milliseconds (MLflow's): int() of that overflowed and refused the whole export
+MAX_WALLTIME = 253402300800.0
+
+
 def row_walltime(row: Mapping[str, Any]) -> float | None:
     """The row's own time (seconds since the epoch), or None (the writer then uses now)."""
     t = row.get(TIME_COLUMN)
     if hasattr(t, "item"):
         t = t.item()
-    if isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t) and t > 0:
-        return float(t)
+    if isinstance(t, (int, float)) and not isinstance(t, bool) and 0 < t < MAX_WALLTIME:
+        return float(t)  # NaN fails the comparison too
     return None
 
 
@@ -220,7 +226,8 @@ def with_row_times(metrics: pd.DataFrame, env: Mapping[str, Any] | None) -> pd.D
 def run_summary(run: Path, loaded: Mapping[str, Any]) -> dict[str, Any] | None:
     """summary.json, else (a run that stopped) its checked partial_summary.json, else None."""
     summary = loaded["summary"]
-    if summary is None and (run / "partial_summary.json").exists():
+    # lexists: a dangling link or a loop there is read_json's one line, not a summary skipped
+    if summary is None and os.path.lexists(run / "partial_summary.json"):
         partial = read_json(run / "partial_summary.json", "partial_summary.json", kind=dict)
         summary = clean(partial, SUMMARY, str(run / "partial_summary.json"))
     return summary
@@ -235,9 +242,13 @@ def find_runs(path: Path) -> list[Path]:
     if (path / "cascade.json").exists():
         from andrea_diag.record import read_cascade_meta
 
-        # arm names are checked there to stay inside the cascade (a run dir is untrusted)
-        arms = [child(path, str(a), "cascade.json: arm") for a in read_cascade_meta(path)["arms"]]
-        return [a for a in arms if (a / "config.json").exists()]
+        # arm names are checked there to stay inside the cascade (a run dir is untrusted); an
+        # arm listed twice is one run, exported once
+        arms = [child(path, str(a), "cascade.json: arm")
+                for a in dict.fromkeys(read_cascade_meta(path)["arms"])]  # fmt: skip
+        # an arm that never started has no config.json; a dangling link or a loop in its place
+        # is damage, said by load_run, not an arm left out without a word
+        return [a for a in arms if os.path.lexists(a / "config.json")]
     if (path / "sweep.json").exists():  # a cell linked out of the sweep is refused (child)
         cells = [
             child(path, c.parent.name, "sweep cell") for c in sorted(path.glob("*/cascade.json"))
@@ -256,8 +267,13 @@ def folder_names(args: list[Path]) -> dict[Path, str]:
     runs = [
         (r, r.resolve().relative_to(a.resolve().parent).parts) for a in args for r in find_runs(a)
     ]
-    if len({r.resolve() for r, _ in runs}) < len(runs):
-        raise UserError("the same run directory was given twice")
+    seen: dict[Path, Path] = {}
+    for r, _ in runs:  # an arm linked to its sibling is that sibling: the line names both
+        first = seen.setdefault(r.resolve(), r)
+        if first is not r:
+            both = str(r) if first == r else f"{first} and {r}"
+            raise UserError(f"the same run directory was given twice: {both}",
+                            hint="give each run once; a link in a run dir to another is damage")  # fmt: skip
     full = {r: r.resolve().parts for r, _ in runs}
     extra = 0
     while True:  # ends: distinct resolved paths differ in some suffix

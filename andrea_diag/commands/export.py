@@ -138,6 +138,7 @@ def _wandb(run_dirs: list[Path], target: Path, project: str) -> None:
                 lambda name, config: WandbSink(
                     project, name=name, config=config, mode="offline", dir=target
                 ),
+                one_row_per_step=True,  # W&B drops a second row at a step: refused up front
             )
         finally:
             # finish() returns before W&B's service has written the run files; stopping the

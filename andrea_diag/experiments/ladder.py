@@ -50,7 +50,7 @@ from andrea_diag.rundir import (
     atomic_write_text,
     read_json,
 )
-from andrea_diag.runread import read_sweep_csv
+from andrea_diag.runread import SWEEP, clean, log, read_sweep_csv, to_float
 from andrea_diag.stats import holm
 from andrea_diag.tables import GROUP, csv_text
 
@@ -210,14 +210,60 @@ def run_ladder(
 
 def read_sweep_outputs(out: Path) -> tuple[dict[str, Any], pd.DataFrame]:
     """The sweep's ``sweep.json`` and ``sweep.csv`` under ``out``, read as untrusted input: a
-    link, FIFO or damaged file is one :class:`UserError` line, never a hang or a traceback."""
-    meta = read_json(out / "sweep.json", "the sweep's sweep.json", kind=dict)
+    link, FIFO or damaged file is one :class:`UserError` line, never a hang or a traceback; a
+    field or cell of the wrong type is dropped with a warning, as the sweep page drops it, so
+    the ladder's statements are stated from what is left (``report`` on someone's ladder)."""
+    path = out / "sweep.json"
+    meta = clean(read_json(path, "the sweep's sweep.json", kind=dict), SWEEP, str(path))
     sizes = meta.get("sizes")
     if not isinstance(sizes, list) or not all(isinstance(x, str) for x in sizes):
-        raise UserError(f"{out / 'sweep.json'} has no list of sizes", hint="the file is damaged")
-    path = out / "sweep.csv"
-    table = read_sweep_csv(out)
-    missing = [c for c in ("cell", "size", "clip", "status") if c not in table]
+        raise UserError(f"{path} has no list of sizes", hint="the file is damaged")
+    table = read_sweep_csv(out)  # a link, FIFO or sparse 40 GB file first: refused unread
+    unknown = [s for s in sizes if s not in MODEL_PRESETS]
+    if unknown:
+        raise UserError(f"{path} lists size {unknown[0]!r}, which is no model size here",
+                        hint=f"the file is damaged; sizes: {', '.join(MODEL_PRESETS)}")  # fmt: skip
+    for key in ("lrs", "max_norms", "seeds"):  # the page formats each as a number
+        meta[key] = [v for v in meta.get(key) or [] if isinstance(v, (int, float))
+                     and not isinstance(v, bool) and math.isfinite(v)]  # fmt: skip
+    return meta, _ladder_table(out / "sweep.csv", table, sizes)
+
+
+TABLE_KEYS = ["cell", "size", "clip", "status", "lr", "max_norm", "seed"]  # an arm's place
+TABLE_TEXT = ["cell", "size", "clip", "status", "precision", "lockin"]
+TABLE_NUMBERS = ["lr", "max_norm", "seed", "final_eval_loss", "final_v_share"]
+
+
+def _ladder_table(path: Path, table: pd.DataFrame, sizes: list[str]) -> pd.DataFrame:
+    """``sweep.csv`` with the columns the statements compute on made text or numbers (a wrong
+    number is a gap, and a row without its lr, max_norm or integer seed has no cell and is
+    left out, with a warning); a size that is no rung of the ladder, or an arm listed twice,
+    is one line: the statements would mix cells of another ladder or count a seed twice."""
+    missing = [c for c in TABLE_KEYS if c not in table]
     if missing:
         raise UserError(f"sweep.csv {path} has no {', '.join(missing)} column", hint="damaged")
-    return meta, table
+    table = table.copy()
+    for col in [c for c in TABLE_TEXT if c in table]:
+        table[col] = table[col].map(lambda v: v if v is None or v != v else str(v))
+    for col in [c for c in TABLE_NUMBERS if c in table]:
+        table[col] = table[col].map(to_float).astype("float64")  # a 400-digit int too
+    seed = table["seed"]
+    # an integer a float holds exactly (inf and a 400-digit seed are not one)
+    placed = table[["lr", "max_norm"]].notna().all(axis=1) & (seed == seed.round())
+    placed &= seed.abs() < 2**53
+    if not placed.all():
+        log.warning("%s: %d row(s) without a number in lr, max_norm or seed left out", path,
+                    int((~placed).sum()))  # fmt: skip
+        table = table[placed].copy()
+    table["seed"] = table["seed"].astype("int64")
+    if table["size"].isna().any():
+        raise UserError(f"sweep.csv {path} has a row without a size", hint="the file is damaged")
+    other = sorted(set(table["size"]) - set(sizes))
+    if other:
+        raise UserError(f"sweep.csv {path} holds a row of size {other[0]!r}, not one of the "
+                        f"ladder's sizes in sweep.json ({', '.join(sizes)})",
+                        hint="the file is damaged, or mixes cells of another sweep")  # fmt: skip
+    arm = [c for c in ("size", "lr", "max_norm", "precision", "seed", "clip") if c in table]
+    if table.duplicated(subset=arm).any():
+        raise UserError(f"sweep.csv {path} lists the same arm twice", hint="the file is damaged")
+    return table.reset_index(drop=True)
