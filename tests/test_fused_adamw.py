@@ -12,6 +12,7 @@ gives the same bits on every run.
 
 from __future__ import annotations
 
+import copy
 import math
 
 import pytest
@@ -344,3 +345,29 @@ def test_kernel_skips_nonfinite_step(grad_dtype: torch.dtype) -> None:
     assert all(torch.equal(p, q) for p, q in zip(good[0], bad[0], strict=True))
     for key in ("exp_avg", "exp_avg_sq", "step"):
         assert all(torch.equal(a, b) for a, b in zip(good[2][key], bad[2][key], strict=True))
+
+
+@pytest.mark.cuda
+@needs_cuda
+def test_cuda_a_deepcopied_optimizer_steps_on_the_kernels_as_the_original() -> None:
+    """The copy (adamw_state.py) keeps ``impl="cuda"`` and its state on the device: both take
+    the same next steps through the fused kernels, bit for bit, and the copy's ``step``
+    stays a device tensor (an int or host step would have sent it down another path)."""
+    params = make_params(SHAPES, torch.float32, "cuda")
+    opt = ClippedAdamW(params, **HYPER, max_norm=0.5, impl="cuda")
+    seq = make_grad_seq(SHAPES, 4, scale=3.0)
+    for p, g in zip(params, seq[0], strict=True):
+        p.grad = g.to("cuda", torch.float32)
+    opt.step()
+    twin = copy.deepcopy(opt)
+    for o in (opt, twin):
+        for grads in seq[1:]:
+            for p, g in zip(o.param_groups[0]["params"], grads, strict=True):
+                p.grad = g.to("cuda", torch.float32)
+            o.step()
+        assert o.last_impl == "cuda"
+    pairs = zip(opt.param_groups[0]["params"], twin.param_groups[0]["params"], strict=True)
+    for p, q in pairs:
+        assert torch.equal(p, q)
+        assert twin.state[q]["step"].device == q.device
+        assert torch.equal(opt.state[p]["exp_avg_sq"], twin.state[q]["exp_avg_sq"])
