@@ -236,6 +236,10 @@ def test_an_option_that_has_no_effect_with_another_isrefused(
         ["cascade", "--clip", "none,per-tensor", "--max-norm", "2", "--lr", "1e-3"],
         ["cascade", "--clip", "none,zclip"],  # --max-norm's default is not typed
         ["train", "--micro-batch", "64"],
+        # an adaptive mode's parameter with its arm (s24: without one it is refused)
+        ["cascade", "--clip", "none,zclip", "--zclip-z", "3"],
+        ["train", "--clip", "spam", "--spam-theta", "3", "--spam-reset", "400"],
+        ["cascade", "--clip", "none,agc,skip", "--agc-lambda", "0.02", "--skip-z", "4"],
     ],
 )
 def test_a_meaningful_combination_still_reaches_training(

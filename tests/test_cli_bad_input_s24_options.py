@@ -73,28 +73,6 @@ def test_an_adaptive_modes_parameter_with_no_arm_of_that_mode_is_refused(
     assert line.startswith(f"error: {flag} is used by --clip ")
 
 
-@pytest.mark.parametrize(
-    "args",
-    [
-        ["cascade", "--clip", "none,zclip", "--zclip-z", "3"],
-        ["train", "--clip", "spam", "--spam-theta", "3", "--spam-reset", "400"],
-        ["cascade", "--clip", "none,agc,skip", "--agc-lambda", "0.02", "--skip-z", "4"],
-    ],
-)
-def test_an_adaptive_modes_parameter_with_its_arm_still_reaches_training(
-    args: list[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    seen: dict[str, Any] = {}
-
-    def fake_run(spec: Any, console: Any) -> None:
-        seen["spec"] = spec
-        raise SystemExit(0)
-
-    monkeypatch.setattr("andrea_diag.commands.run.run_cascade", fake_run)
-    res = runner.invoke(app, args)
-    assert "spec" in seen, res.output
-
-
 # ---- 3. report --title for a page that keeps its own ----
 
 
