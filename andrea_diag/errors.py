@@ -7,6 +7,8 @@ hint, and exits non-zero.
 A message or hint may quote a name read from someone else's run dir (an arm, a cell, a path),
 so :func:`visible` shows every control character in it as an escape (``\\x1b``): printed raw,
 an ESC would drive the user's terminal (set its title, clear the line that said "error:").
+:func:`error_text` also cuts a message or hint past :data:`MOST_SHOWN` characters to its head
+and tail: a value echoed back (a 1 MB ``--out``, a config's whole field) buried its own line.
 """
 
 from __future__ import annotations
@@ -22,16 +24,48 @@ def visible(text: str) -> str:
     return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
+# the longest error text shown whole: far past any message of the toolkit's own (a long path,
+# a list of choices), short enough that the line ending in a 1 MB value is still read
+MOST_SHOWN = 1000
+
+
+def _width(char: str) -> int:
+    """Characters ``char`` takes once shown: 4 for a control character (``\\x1b``), else 1."""
+    return 4 if _CONTROL.match(char) else 1
+
+
+def _fits(chars: str, budget: int) -> int:
+    """How many of ``chars``, from the start, fit in ``budget`` shown characters."""
+    used = 0
+    for n, char in enumerate(chars):
+        used += _width(char)
+        if used > budget:
+            return n
+    return len(chars)
+
+
+def error_text(text: str, most: int = MOST_SHOWN) -> str:
+    """``text`` as an error line shows it: :func:`visible`, and past ``most`` shown characters
+    its head and tail around a note of how much was cut (the tail kept: a path's file name,
+    the end of a value). Cut on characters, not escapes, so no ``\\xNN`` is split."""
+    if len(text) <= most // 4 or len(visible(text)) <= most:  # the common case: whole
+        return visible(text)
+    head = _fits(text[:most], most * 2 // 3)
+    tail = _fits(text[: -most - 1 : -1], most // 3)  # the last ``most`` characters, reversed
+    end = len(text) - tail
+    return f"{visible(text[:head])} … [{end - head:,} characters cut] … {visible(text[end:])}"
+
+
 class UserError(Exception):
     """An error the user can fix: bad input, missing file, no GPU, no compiler."""
 
     def __init__(self, message: str, hint: str | None = None, exit_code: int = 2) -> None:
         # escaped here, not only where the CLI prints it: every other reader of a UserError
         # (a sweep's "page not rendered" line, a resume warning) shows the same safe text
-        message = visible(str(message))
+        message = error_text(str(message))
         super().__init__(message)
         self.message = message
-        self.hint = visible(str(hint)) if hint else hint
+        self.hint = error_text(str(hint)) if hint else hint
         self.exit_code = exit_code
 
 
