@@ -11,6 +11,8 @@
 
 Every arm becomes one run of the tool, with the tags of :mod:`andrea_diag.tensorboard`, written
 through the sinks of :mod:`andrea_diag.sinks` (the ones ``SpikeMonitor(loggers=[...])`` uses).
+The run directories are untrusted input: a damaged one is one line, and a refused export takes
+back the empty folders it made (never a folder the user had, nor one holding a file).
 """
 
 from __future__ import annotations
@@ -24,8 +26,7 @@ from typing import Annotated
 import typer
 
 from andrea_diag.commands.given import check_project, mlflow_uri, typed_path
-from andrea_diag.commands.report import damaged_run_dir, say
-from andrea_diag.console_text import shown
+from andrea_diag.commands.report import damaged_run_dir, one_line, say
 from andrea_diag.errors import UserError
 from andrea_diag.rundir import OUT_LINK, check_path, child, make_out_dir
 
@@ -89,13 +90,70 @@ def export(
     check_project(project, wandb)
     uri = mlflow_uri(mlflow) if mlflow is not None else None
     _backends_present(tensorboard, wandb, uri)  # a missing extra: one line, nothing written
-    with damaged_run_dir(run_dirs):  # run dirs are untrusted: any surprise is one line
-        if tensorboard:
-            _tensorboard(run_dirs, out or _default_out(run_dirs[0], "tensorboard"))
-        if wandb:
-            _wandb(run_dirs, out or _default_out(run_dirs[0], "wandb"), project)
-        if uri is not None:
-            _mlflow(run_dirs, uri, project)
+    # run dirs are untrusted: any surprise is one line
+    with damaged_run_dir(run_dirs, doing="export"):
+        tb = (out or _default_out(run_dirs[0], "tensorboard")) if tensorboard else None
+        wb = (out or _default_out(run_dirs[0], "wandb")) if wandb else None
+        made = [f for f in (tb, wb and wb / "wandb", wb) if f is not None]
+        with _none_left_empty(made):
+            if tb is not None:
+                _tensorboard(run_dirs, tb)
+            if wb is not None:
+                _wandb(run_dirs, wb, project)
+            if uri is not None:
+                _mlflow(run_dirs, uri, project)
+
+
+@contextlib.contextmanager
+def _none_left_empty(folders: list[Path]) -> Iterator[None]:
+    """On a refusal (a damaged run, W&B refusing an update given twice), each of ``folders``
+    that this export made is removed again, with the parents it made for it, while empty: a
+    refused export leaves no empty --out behind. A folder the user had, or one holding any
+    file, stays as it is: nothing but an empty folder is ever removed."""
+    made = [_absent_chain(f) for f in folders]  # before anything is written
+    try:
+        yield
+    except BaseException:
+        for chain in made:
+            _remove_empty(chain)
+        raise
+
+
+def _absent(path: Path) -> bool:
+    """Nothing at ``path``, not even a link (``lstat``)."""
+    try:
+        os.lstat(path)
+    except FileNotFoundError:
+        return True
+    except OSError:  # unreadable: it may be the user's, so it is never ours to remove
+        return False
+    return False
+
+
+def _absent_chain(folder: Path) -> list[Path]:
+    """``folder`` and its parents that do not exist yet, deepest first (what a
+    ``mkdir(parents=True)`` of it would make)."""
+    chain, path = [], Path(folder)
+    while _absent(path) and path.parent != path:
+        chain.append(path)
+        path = path.parent
+    return chain
+
+
+def _remove_empty(chain: list[Path]) -> None:
+    """The folders of ``chain`` (made by this export), with the empty folders the export
+    made inside the first, removed bottom-up; a folder holding a file stops it there."""
+    if not chain or not chain[0].is_dir() or chain[0].is_symlink():
+        return
+    for root, dirs, _files in os.walk(chain[0], topdown=False):  # never follows a link
+        for d in dirs:
+            with contextlib.suppress(OSError):  # not empty, or a link: not ours to remove
+                os.rmdir(os.path.join(root, d))
+    for path in chain:
+        try:
+            os.rmdir(path)
+        except OSError:  # holds something: it and its parents stay
+            return
 
 
 def _default_out(first_run: Path, name: str) -> Path:
@@ -120,8 +178,8 @@ def _tensorboard(run_dirs: list[Path], target: Path) -> None:
     from andrea_diag.tensorboard import export_tensorboard
 
     for run, folder in export_tensorboard(run_dirs, target):
-        say(f"[bold green]tensorboard:[/] {shown(run)} -> {shown(folder)}")
-    say(f"view: tensorboard --logdir {shown(target)}")
+        say(f"[bold green]tensorboard:[/] {one_line(run)} -> {one_line(folder)}")
+    say(f"view: tensorboard --logdir {one_line(target)}")
 
 
 def _wandb(run_dirs: list[Path], target: Path, project: str) -> None:
@@ -145,8 +203,8 @@ def _wandb(run_dirs: list[Path], target: Path, project: str) -> None:
             # service waits for them, so they are complete when the command says so
             __import__("wandb").teardown()
     for run, name in done:
-        say(f"[bold green]wandb:[/] {shown(run)} -> {shown(name)} (offline)")
-    say(f"upload when you choose: wandb sync {shown(target / 'wandb')}/offline-run-*")
+        say(f"[bold green]wandb:[/] {one_line(run)} -> {one_line(name)} (offline)")
+    say(f"upload when you choose: wandb sync {one_line(target / 'wandb')}/offline-run-*")
 
 
 @contextlib.contextmanager
@@ -187,5 +245,5 @@ def _mlflow(run_dirs: list[Path], uri: str, experiment: str) -> None:
         first = (str(e).strip().splitlines() or [type(e).__name__])[0]
         raise UserError(f"MLflow refused the export to {uri}: {first[:300]}") from None
     for run, name in done:
-        say(f"[bold green]mlflow:[/] {shown(run)} -> {shown(name)}")
-    say(f"view: mlflow ui --backend-store-uri {shown(uri)}")
+        say(f"[bold green]mlflow:[/] {one_line(run)} -> {one_line(name)}")
+    say(f"view: mlflow ui --backend-store-uri {one_line(uri)}")

@@ -17,6 +17,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
@@ -48,12 +49,20 @@ def compared_name(table: pd.DataFrame) -> str:
     return "held-out loss" if has_eval else "final training loss"
 
 
+def _by_precision(table: pd.DataFrame) -> pd.DataFrame:
+    """``table`` with ``size`` as "tiny bf16" when the sweep mixed precisions: never pooled.
+    Applied once, where a page section starts (twice would label "tiny bf16 bf16", and the
+    rows would no longer match their own cell)."""
+    if "precision" in table and table["precision"].nunique() > 1:
+        return table.assign(size=table["size"] + " " + table["precision"])
+    return table
+
+
 def _agg(table: pd.DataFrame) -> pd.DataFrame:
-    """Mean / min / max over seeds for each (size, lr, max_norm, clip)."""
+    """Mean / min / max over seeds for each (size, lr, max_norm, clip) of a table already
+    labelled :func:`_by_precision`."""
     keys = ["size", "lr", "max_norm", "clip"]
     table = table.assign(compared=compared_column(table))
-    if "precision" in table and table["precision"].nunique() > 1:  # never pool precisions
-        table = table.assign(size=table["size"] + " " + table["precision"])
     g = table.groupby(keys, sort=True)
     out = g.agg(
         final_loss=("compared", "mean"),
@@ -69,6 +78,7 @@ def _agg(table: pd.DataFrame) -> pd.DataFrame:
 
 def regime_figure(table: pd.DataFrame) -> go.Figure:
     """Per size: final loss and spike count against lr, one line per clip arm."""
+    table = _by_precision(table)
     agg = _agg(table)
     sizes = list(dict.fromkeys(table["size"]))
     fig = make_subplots(
@@ -103,8 +113,7 @@ def findings(table: pd.DataFrame) -> list[str]:
                        "it is left out of every comparison below.")  # fmt: skip
         table = table[table["status"].fillna("done") == "done"]
     what = compared_name(table)
-    if "precision" in table and table["precision"].nunique() > 1:
-        table = table.assign(size=table["size"] + " " + table["precision"])
+    table = _by_precision(table)
     agg = _agg(table)
     for (size, lr, mn), d in agg.groupby(["size", "lr", "max_norm"]):
         by = d.set_index("clip")
@@ -114,7 +123,8 @@ def findings(table: pd.DataFrame) -> list[str]:
             u, c = by.loc["none"], by.loc[clip]
             seeds = int(min(u["seeds"], c["seeds"]))
             where = f"{size} lr {lr:g} (max_norm {mn:g}, {seeds} seed{'s' * (seeds > 1)})"
-            spikes = f"spikes {u['n_spikes']:.0f} unclipped vs {c['n_spikes']:.0f} {clip}"
+            n_u, n_c = _num(u["n_spikes"], ".0f"), _num(c["n_spikes"], ".0f")
+            spikes = f"spikes {n_u} unclipped vs {n_c} {clip}"
             cell = table[(table["size"] == size) & (table["lr"] == lr) & (table["max_norm"] == mn)]
             paired = cell.assign(v=compared_column(cell)).pivot_table("v", "seed", "clip")
             both = "none" in paired and clip in paired  # an arm with no finite loss has none
@@ -144,6 +154,10 @@ def _pair_finding(at: str, pair: tuple[float, float, str, str], diffs: list[floa
     the sign-flip test decides; below, the gap is reported (when above ``MATTERS``), never
     called."""
     u, c, clip, what = pair
+    if not (math.isfinite(u) and math.isfinite(c)):  # a gap, or inf - inf: nothing to call
+        pairs = insufficient({at: len(diffs)}, "a call")
+        return (f"no finite {what} to compare ({_num(u, '.2f')} unclipped vs "
+                f"{_num(c, '.2f')} {clip}); {pairs}")  # fmt: skip
     gap = u - c
     if len(diffs) < MIN_PAIRS:
         short = insufficient({at: len(diffs)}, "a call")
@@ -158,6 +172,12 @@ def _pair_finding(at: str, pair: tuple[float, float, str, str], diffs: list[floa
            "seeds_for_target": t.seeds_for_target}  # fmt: skip
     return (f"{gap_call(row, at)}: paired {what} gap {t.mean:+.3f} nats, 95% t "
             f"[{t.t.lo:+.3f}, {t.t.hi:+.3f}] (mean {u:.2f} unclipped vs {c:.2f} {clip})")  # fmt: skip
+
+
+def _num(v: float, fmt: str) -> str:
+    """A number of the table as text: a gap (a value sweep.csv lacks or holds as text) as "-",
+    as the page shows every missing value, never "nan"."""
+    return "-" if math.isnan(v) else format(v, fmt)
 
 
 def collapsed(table: pd.DataFrame) -> pd.Series:
@@ -231,7 +251,10 @@ def _busy_note(tp: dict[str, Any]) -> str:
 
 def intervals_section(table: pd.DataFrame) -> str:
     """Every cell's collapse and pollution-event rates and paired held-out gap, with intervals."""
-    arms, gaps = arm_rates(table), paired_gaps(table)
+    # an arm's loss may be inf (sweep.csv: "inf"): inf - inf is a NaN gap, which paired_gaps
+    # leaves out by design, so numpy's warning about it would be noise on the console
+    with np.errstate(invalid="ignore"):
+        arms, gaps = arm_rates(table), paired_gaps(table)
     if gaps.empty:
         return ""
     lines = interval_findings(arms, gaps)
