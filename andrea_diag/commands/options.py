@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
-import math
 import os
 import re
 import types
@@ -33,9 +32,10 @@ from andrea_diag.commands.hf_config_file import check_hf_config
 from andrea_diag.config import ProbeConfig, RunConfig
 from andrea_diag.data.corpus import parse_source_overrides
 from andrea_diag.errors import UserError, visible
+from andrea_diag.experiments.config_checks import check_config
 from andrea_diag.fields import Cli, cli_fields, cli_of
 from andrea_diag.rundir import check_path
-from andrea_diag.train.components import check_precision, precision_help
+from andrea_diag.train.components import precision_help
 
 # The config's nested dataclasses whose CLI fields are options too, and their help panels.
 NESTED: dict[str, tuple[type, str | None]] = {
@@ -49,10 +49,9 @@ CONVERT: dict[str, Callable[[Any], Any]] = {
     "hf_config": lambda v: _utf8_or_none(v, "--hf-config"),
 }
 # Fields whose value names a registered class: the registry (not the torch-free config) gives
-# their help and checks them, so a new precision is one class and one @register_precision.
-REGISTRIES: dict[str, tuple[Callable[[], str], Callable[[str], None]]] = {
-    "precision": (precision_help, check_precision),
-}
+# their help (and checks them: experiments/config_checks.REGISTERED), so a new precision is one class and
+# one @register_precision.
+REGISTRIES: dict[str, Callable[[], str]] = {"precision": precision_help}
 
 
 @dataclass(frozen=True)
@@ -105,7 +104,7 @@ def _options() -> list[ConfigOption]:
                     for g, m in cli_fields(cls)]  # fmt: skip
         elif (meta := cli_of(f)) is not None:
             if f.name in REGISTRIES:
-                meta = dataclasses.replace(meta, help=REGISTRIES[f.name][0]())
+                meta = dataclasses.replace(meta, help=REGISTRIES[f.name]())
             out.append(ConfigOption(f.name, None, hints[f.name], _default(f), meta, None))
     return out
 
@@ -282,36 +281,22 @@ def run_options(
     return decorate
 
 
+def flag_of(field: str) -> str:
+    """A config field (dotted when nested: ``clip_params.zclip_z``) as its option's flag."""
+    leaf = field.rpartition(".")[2]
+    return BY_NAME[leaf].flag if leaf in BY_NAME else field
+
+
 def checked(cfg: RunConfig) -> RunConfig:
-    """``cfg`` itself, once it resolves: bad options fail before any work starts."""
-    for name, (_, check) in REGISTRIES.items():
-        check(getattr(cfg, name))
-    resolved = cfg.resolve()
-    for opt in OPTIONS:  # nan passes every bound (nan < lo and nan > hi are both False)
-        value = opt.get(cfg)
-        if isinstance(value, float) and not math.isfinite(value):
-            raise UserError(f"{opt.flag} must be a finite number, got {value}")
+    """``cfg`` itself, once it resolves: bad options fail before any work starts (the checks
+    a saved config passes too are experiments/config_checks.py's; these are the command line's own)."""
+    check_config(cfg, flag_of)
     if cfg.mixer == "exp3" and cfg.mixer_sharpness is not None:  # None: not typed
         raise UserError(f"--mixer-sharpness shapes the seeded mixer only, not --mixer {cfg.mixer}",
                         hint="drop --mixer-sharpness, or use --mixer seeded")  # fmt: skip
     if cfg.hf_config is not None:
         check_hf_config(cfg.hf_config)
-    _check_microbatch_tokens(resolved)
     return cfg
-
-
-def _check_microbatch_tokens(cfg: RunConfig) -> None:
-    """One microbatch is one forward: past accum-check's cap on a forward it would only exhaust
-    the memory, after the run's folder was made."""
-    from andrea_diag.experiments.accum_check import MAX_FORWARD_TOKENS
-
-    tokens = cfg.micro_batch * cfg.seq_len  # type: ignore[operator]  (resolved: both set)
-    if tokens > MAX_FORWARD_TOKENS:
-        raise UserError(
-            f"a microbatch of --micro-batch {cfg.micro_batch} x --seq-len {cfg.seq_len} is "
-            f"{tokens:,} tokens, more than one forward takes ({MAX_FORWARD_TOKENS:,})",
-            hint="lower --micro-batch and raise --accum (the same batch, in more microbatches)",
-        )
 
 
 def resumed(run: RunArgs, clip: str) -> tuple[RunConfig, str]:

@@ -9,22 +9,27 @@ that reads (a torn newest one falls back to the one before it, with a line sayin
 after it are cut, so none is duplicated); rows but no checkpoint (killed before the first one)
 → the partial arm is moved aside, never deleted, and the arm starts again.
 
-The run directory is untrusted input: every arm name resolves inside it, every file is checked
-for its shape, a checkpoint must belong to this arm (arm, clip mode and its parameters, seed,
-lr, size, precision) and its metrics file must still hold every row the checkpoint counts, else
-one line and nothing changed. The caller holds the cascade's lock (``cascade.py``) before
+The run directory is untrusted input: every arm name resolves inside it and is a clip mode,
+every file is checked for its shape, a saved config.json passes every check a typed option
+would (a value it refuses is said of the file: :func:`said_of`), a checkpoint must belong to
+this arm (arm, clip mode and its parameters, seed, lr, size, precision) and fit its model and
+optimizer before its tensors are read, and its metrics file must still hold every row the
+checkpoint counts, else one line and nothing changed. The caller holds the cascade's lock (``cascade.py``) before
 anything is moved, and an arm whose own lock is held by a live process is never touched.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from andrea_diag.clip.modes import CLIPPERS
 from andrea_diag.config import RUNTIME_KEYS, RunConfig  # RUNTIME_KEYS: what a resume may change
 from andrea_diag.errors import UserError
+from andrea_diag.experiments.config_checks import check_config
 from andrea_diag.experiments.saved_config import saved_config
 from andrea_diag.record import read_cascade_meta
 from andrea_diag.rundir import MAX_TABLE_BYTES, check_size, child, read_json
@@ -33,11 +38,11 @@ from andrea_diag.runread import SUMMARY, clean
 from andrea_diag.train.checkpoint import (
     FOLDER,
     UnreadableCheckpoint,
-    check_identity,
     checkpoints,
     read_checkpoint,
     run_identity,
 )
+from andrea_diag.train.checkpoint_fit import need_for
 
 TABLES = ("metrics.jsonl", "events.jsonl", "samples.jsonl")  # the Recorder's (record.py)
 
@@ -75,22 +80,25 @@ def arm_state(
     if os.path.lexists(arm_dir / FOLDER):  # linked out of the run: refused before any read
         child(arm_dir, FOLDER, "the checkpoints folder")
     found = checkpoints(arm_dir)
-    if found and cfg is None:
+    if not found:
+        return ("restart", None) if arm_dir.exists() else ("new", None)
+    if cfg is None:
         return "checkpoint", found[-1]
+    # what the arm's model and optimizer hold: a checkpoint's header is checked against it
+    # (sizes, dtypes, shapes) and its identity against the arm's before its tensors are read
+    need, expect = need_for(cfg), run_identity(cfg.to_dict())
     for i, ckpt in enumerate(reversed(found)):
         try:
-            state = read_checkpoint(ckpt)
+            state = read_checkpoint(ckpt, need, expect)
         except UnreadableCheckpoint as exc:
             if i == len(found) - 1:  # the oldest kept one too: nothing to fall back to
                 raise
             if warn is not None:
                 warn(f"{exc.message}; continuing from the checkpoint before it")
             continue
-        assert cfg is not None
-        check_identity(state, ckpt, run_identity(cfg.to_dict()))
         check_rows(arm_dir, ckpt, state.get("recorder"))
         return "checkpoint", ckpt
-    return ("restart", None) if arm_dir.exists() else ("new", None)
+    raise AssertionError("unreachable: the oldest checkpoint's failure is raised above")
 
 
 def check_rows(arm_dir: Path, ckpt: Path, positions: Any) -> None:
@@ -137,7 +145,36 @@ def cascade_arms(out_dir: Path, meta: dict[str, Any]) -> list[str]:
         raise UserError(f"{out_dir / 'cascade.json'} lists an arm twice")
     for arm in arms:
         child(out_dir, arm, "arm")
+        if arm not in CLIPPERS:  # each arm is a clip mode (--clip): said of the file
+            raise UserError(
+                f"{out_dir / 'cascade.json'} lists arm {arm!r}, which is no clip mode "
+                f"(choose from {', '.join(CLIPPERS)})",
+                hint="the file is damaged or edited; restore it, or start the run again",
+            )
     return arms
+
+
+@contextlib.contextmanager
+def said_of(path: Path) -> Iterator[None]:
+    """A value a check refuses, said of the saved file it came from, not of an option the user
+    never typed ("unknown precision 'fp8'", "--lr must be ..."): the run's own word."""
+    try:
+        yield
+    except UserError as exc:
+        if str(path) in exc.message:  # saved_config's own line already names it
+            raise
+        why = f"{exc.message} ({exc.hint})" if exc.hint else exc.message
+        raise UserError(
+            f"{path} holds a value no run takes: {why}",
+            hint="the file is damaged or edited; restore it, or start the run again",
+        ) from None
+
+
+def check_saved(cfg: RunConfig) -> None:
+    """What a typed config is checked for beyond ``RunConfig.resolve`` (config_checks.py, the
+    same checks as the command line's), the fields named as the file names them. Run inside
+    :func:`said_of` for a saved config."""
+    check_config(cfg, name=lambda field: field)
 
 
 def run_configs(out_dir: Path) -> tuple[dict[str, Any], list[RunConfig]]:
@@ -149,7 +186,10 @@ def run_configs(out_dir: Path) -> tuple[dict[str, Any], list[RunConfig]]:
         path = child(out_dir, arm, "arm") / "config.json"
         if os.path.lexists(path):  # a FIFO or a link too: refused by saved_config, not skipped
             try:
-                configs.append(saved_config(path, arm))
+                with said_of(path):
+                    cfg = saved_config(path, arm)
+                    check_saved(cfg)
+                configs.append(cfg)
             except UserError as exc:  # said as before: which kind of trouble, then where
                 raise UserError(f"a run file is corrupt: {exc.message}", hint=exc.hint) from None
     return meta, configs

@@ -13,7 +13,9 @@ The file is a safetensors file, not a torch pickle (the ``.pt`` name is kept so 
 scripts that list checkpoints still find them): the tensors as safetensors, everything else as
 one JSON document (``train/state_codec.py``) stored as a uint8 tensor, and a CRC-32 of every
 tensor's bytes in the header's metadata. Reading one runs no code, whoever wrote it. The old
-pickle format is refused with one line, never unpickled.
+pickle format is refused with one line, never unpickled. Nor is a tensor read before the file's
+size, its header's names, dtypes and shapes and its identity are checked against the run it is
+to fill (``train/checkpoint_fit.py``): a header may declare 40 GiB over a sparse file.
 
 A checkpoint carries the identity of the arm that wrote it (arm, clip mode and its parameters,
 seed, lr, size, precision, batch shape: :data:`RUN_IDENTITY_KEYS`, from the run's own
@@ -44,13 +46,20 @@ import torch
 from andrea_diag.errors import UserError
 from andrea_diag.record import _jsonable
 from andrea_diag.rundir import child, file_mode, read_json, regular_file, remove_file
+from andrea_diag.train.checkpoint_fit import (
+    STATE_KEY,
+    Header,
+    Need,
+    check_file_size,
+    check_layout,
+    expected_need,
+)
 from andrea_diag.train.state_codec import StateFormatError, decode, encode
 
 FORMAT = "andrea-diag-checkpoint/2"  # /1 was a torch pickle: refused, never loaded
 KEEP = 2  # the newest two: if the newest is somehow unreadable, the one before still is
 EVERY_SECONDS = 600.0  # at least this often, whatever the update cadence
 FOLDER = "checkpoints"
-STATE_KEY = "state"  # the JSON document's tensor
 # config.json keys a checkpoint must share with the run resuming from it (steps may grow)
 RUN_IDENTITY_KEYS = ("arm", "clip", "max_norm", "clip_params", "seed", "lr", "size", "recipe",
                      "precision", "micro_batch", "accum", "seq_len", "corpus_seed", "mixer",
@@ -216,37 +225,66 @@ def _old_format(path: Path) -> bool:
     return head.startswith(b"PK\x03\x04") or head[:1] == b"\x80"
 
 
-def read_checkpoint(path: Path) -> dict[str, Any]:
+def _document(f: Any) -> tuple[Any, Exception | None]:
+    """The JSON document (its size checked with the header), or the error parsing it: said
+    only once the CRC holds (a torn document is a torn file, not a hostile one)."""
+    if STATE_KEY not in f.keys():  # noqa: SIM118 - not a dict
+        return None, None
+    try:
+        return json.loads(bytes(f.get_tensor(STATE_KEY).numpy()).decode("utf-8")), None
+    except (ValueError, RecursionError) as exc:
+        return None, exc
+
+
+def read_checkpoint(
+    path: Path, need: Need | None = None, expect: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """The state in a checkpoint file; :class:`UnreadableCheckpoint` if it cannot be read, a
-    :class:`UserError` for the old pickle format (never unpickled)."""
+    :class:`UserError` for the old pickle format (never unpickled).
+
+    Before any tensor data is read (``checkpoint_fit.py``): the file's size against the memory
+    free and ``need`` (what the model and optimizer it is to fill hold), its header's names,
+    the identity in its JSON document against ``expect`` (:func:`check_identity`), and each
+    model and optimizer tensor's dtype and shape against ``need``."""
     regular_file(path, "checkpoint")
     unreadable = UnreadableCheckpoint(
         f"checkpoint {path} cannot be read",
         hint="it is torn or damaged; delete it to resume from the one before (two are kept)",
     )
     try:
-        if _old_format(path):
-            raise UserError(
-                f"checkpoint {path} is in the old pickle format, which is never loaded "
-                "(reading it could run code)",
-                hint=OLD_HINT.format(folder=path.parent),
-            )
+        old = _old_format(path)
+    except OSError:
+        raise unreadable from None
+    if old:
+        raise UserError(
+            f"checkpoint {path} is in the old pickle format, which is never loaded "
+            "(reading it could run code)",
+            hint=OLD_HINT.format(folder=path.parent),
+        )
+    check_file_size(path, need)  # by stat: safetensors maps the whole file when it opens it
+    try:
         with safetensors.safe_open(str(path), framework="pt") as f:
-            meta = f.metadata() or {}
-            tensors = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 - not a dict
+            head = Header.of(f, path)
+            tree, bad = _document(f)
+            ours = isinstance(tree, dict) and tree.get("format") == FORMAT
+            if head.meta.get("format") != FORMAT or (bad is None and not ours):
+                raise UserError(f"{path} is not an andrea-diag checkpoint of format {FORMAT}")
+            if bad is None and expect is not None:
+                check_identity(tree, path, expect)
+            if bad is None and need is not None:
+                check_layout(path, head, tree, need)
+            tensors = {k: f.get_tensor(k) for k in head.specs}
     except UserError:
         raise
     except Exception:  # SafetensorError, OSError, a truncated header: all "cannot be read"
         raise unreadable from None
-    if meta.get("format") != FORMAT:
-        raise UserError(f"{path} is not an andrea-diag checkpoint of format {FORMAT}")
-    doc = tensors.pop(STATE_KEY, None)
-    if meta.get("crc32") != _crc({**tensors, STATE_KEY: doc} if doc is not None else tensors):
+    if head.meta.get("crc32") != _crc(tensors):
         raise unreadable
+    tensors.pop(STATE_KEY, None)
     try:
-        tree = json.loads(bytes(doc.numpy()).decode("utf-8")) if doc is not None else None
-        order = sorted(tensors)
-        state = decode(tree, [tensors[k] for k in order])
+        if bad is not None:  # a document that does not parse under a CRC that holds: crafted
+            raise bad
+        state = decode(tree, [tensors[f"t{i:06d}"] for i in range(len(tensors))])
     except (ValueError, RecursionError, StateFormatError) as exc:
         raise UserError(f"checkpoint {path} holds {exc}", hint="it is not one we wrote") from None
     if not isinstance(state, dict) or state.get("format") != FORMAT:
@@ -269,12 +307,15 @@ def check_identity(state: Mapping[str, Any], path: Path, expect: Mapping[str, An
             )
 
 
-def load_checkpoint(path: Path, expect: dict[str, Any]) -> dict[str, Any]:
+def load_checkpoint(path: Path, expect: dict[str, Any], need: Need | None = None) -> dict[str, Any]:
     """Read a checkpoint and check it belongs to this run: ``expect`` (the trainer's identity:
     size, vocab, n_params ...) and the arm's identity in the run's config.json (written by this
-    process before it restores). Every failure is one clear ``UserError``, never a traceback."""
-    state = read_checkpoint(path)
+    process before it restores), and that it fits ``need`` (the trainer's model and optimizer;
+    by default the toolkit GPT's from that config.json, else a budget from ``n_params``), all
+    before its tensors are read. Every failure is one clear ``UserError``, never a traceback."""
     config = path.parent.parent / "config.json"
-    run = run_identity(read_json(config, "the run's config", kind=dict)) if config.exists() else {}
-    check_identity(state, path, {**expect, **run})
-    return state
+    cfg = read_json(config, "the run's config", kind=dict) if config.exists() else None
+    run = run_identity(cfg) if cfg is not None else {}
+    if need is None:
+        need = expected_need(cfg, expect)
+    return read_checkpoint(path, need, {**expect, **run})

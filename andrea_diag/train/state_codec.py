@@ -2,6 +2,8 @@
 
     tree, tensors = encode(state)          # tree: JSON-able; tensors: CPU tensors by index
     state = decode(tree, tensors)          # the same values, bit for bit
+    pairs = encoded_items(tree["model"])   # the tree walked before any tensor is read
+    i = tensor_ref(pairs[0][1])            # {"$tensor": i} -> i
 
 A run directory is untrusted input (someone else's sweep, a CI artifact), and a pickle can run
 anything while it is read. So a checkpoint holds tensors in safetensors and everything else as
@@ -147,6 +149,8 @@ class _Decoder:
             return float(v)
         if tag == "$tensor":
             t = self.tensor(v)
+            if x.get("grad") and not (t.is_floating_point() or t.is_complex()):
+                raise StateFormatError(f"an integer tensor ({t.dtype}) that requires a gradient")
             t = torch.nn.Parameter(t, requires_grad=bool(x.get("grad"))) if x.get("param") else t
             return t.requires_grad_() if x.get("grad") and not t.requires_grad else t
         if tag == "$ndarray":
@@ -193,5 +197,30 @@ def decode(tree: Any, tensors: list[torch.Tensor]) -> Any:
         return _Decoder(tensors)(tree)
     except StateFormatError:
         raise
-    except (TypeError, ValueError, KeyError, RecursionError) as exc:  # unhashable keys, ...
+    # unhashable keys, a value past its numpy scalar or deque maxlen (OverflowError), a
+    # Parameter torch refuses (RuntimeError): one line, never a traceback
+    except (TypeError, ValueError, KeyError, RecursionError, ArithmeticError, RuntimeError) as exc:
         raise StateFormatError(f"a malformed entry ({type(exc).__name__}: {exc})") from None
+
+
+def tensor_ref(entry: Any) -> int | None:
+    """The index an encoded ``{"$tensor": i}`` or ``{"$ndarray": i}`` refers to, else None:
+    read before the tensors are (``checkpoint_fit.py`` checks their specs first)."""
+    if not isinstance(entry, dict):
+        return None
+    i = entry.get("$tensor", entry.get("$ndarray"))
+    return i if type(i) is int and i >= 0 else None
+
+
+def encoded_items(entry: Any) -> list[tuple[Any, Any]] | None:
+    """The (key, value) pairs of an encoded mapping (plain, ``$dict`` or ``$odict``), keys and
+    values as encoded (plain JSON keys are themselves); None if ``entry`` is no mapping."""
+    if not isinstance(entry, dict):
+        return None
+    pairs = entry.get("$odict", entry.get("$dict"))
+    if pairs is None:
+        tagged = any(k.startswith("$") for k in entry)
+        return None if tagged else list(entry.items())
+    if not isinstance(pairs, list) or not all(isinstance(p, list) and len(p) == 2 for p in pairs):
+        return None
+    return [(k, v) for k, v in pairs]
