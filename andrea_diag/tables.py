@@ -83,3 +83,13 @@ def csv_text(table: pd.DataFrame) -> str:
     for col in text_columns:
         safe[col] = safe[col].map(_defused)
     return safe.to_csv(index=False)
+
+
+def placed_rows(table: pd.DataFrame) -> pd.Series:
+    """Per row of a sweep.csv (numbers already read), whether it has a place in the grid: a
+    number in ``lr`` and ``max_norm`` and an integer ``seed`` a float holds exactly (inf, or
+    a 400-digit seed, is not one). Grouping drops a row without one silently, so both the
+    sweep page and the ladder leave such rows out with a warning instead."""
+    seed = table["seed"]
+    placed = table[["lr", "max_norm"]].notna().all(axis=1) & (seed == seed.round())
+    return placed & (seed.abs() < 2**53)

@@ -52,7 +52,7 @@ from andrea_diag.rundir import (
 )
 from andrea_diag.runread import SWEEP, clean, log, read_sweep_csv, to_float
 from andrea_diag.stats import holm
-from andrea_diag.tables import GROUP, csv_text
+from andrea_diag.tables import GROUP, csv_text, placed_rows
 
 LADDER_SIZES = ["12m", "30m", "60m", "120m"]
 LADDER_LRS = [3e-4]  # the seeds' recipe; add a stress lr with --lr
@@ -247,10 +247,7 @@ def _ladder_table(path: Path, table: pd.DataFrame, sizes: list[str]) -> pd.DataF
         table[col] = table[col].map(lambda v: v if v is None or v != v else str(v))
     for col in [c for c in TABLE_NUMBERS if c in table]:
         table[col] = table[col].map(to_float).astype("float64")  # a 400-digit int too
-    seed = table["seed"]
-    # an integer a float holds exactly (inf and a 400-digit seed are not one)
-    placed = table[["lr", "max_norm"]].notna().all(axis=1) & (seed == seed.round())
-    placed &= seed.abs() < 2**53
+    placed = placed_rows(table)
     if not placed.all():
         log.warning("%s: %d row(s) without a number in lr, max_norm or seed left out", path,
                     int((~placed).sum()))  # fmt: skip

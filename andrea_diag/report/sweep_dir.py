@@ -25,6 +25,7 @@ from andrea_diag.record import read_cascade_meta
 from andrea_diag.report.html import render_cascade
 from andrea_diag.rundir import child, read_json
 from andrea_diag.runread import SWEEP, clean, log, read_sweep_csv, to_float
+from andrea_diag.tables import placed_rows
 
 TEXT = ("cell", "size", "precision", "clip", "lockin", "status", "error")
 FLAGS = ("collapse",)
@@ -90,9 +91,7 @@ def read_sweep_table(out: Path) -> pd.DataFrame:
 def _placed(path: Path, table: pd.DataFrame) -> pd.DataFrame:
     """The rows with a number in lr and max_norm and an integer seed: the page places an arm by
     them, and pandas' grouping would drop a row without one silently (the ladder's rule)."""
-    seed = table["seed"]
-    placed = table[["lr", "max_norm"]].notna().all(axis=1) & (seed == seed.round())
-    placed &= seed.abs() < 2**53  # an integer a float holds exactly (inf is not one)
+    placed = placed_rows(table)
     if not placed.any():
         raise UserError(f"sweep.csv {path} has no row with a number in lr, max_norm and seed",
                         hint="the file is damaged")  # fmt: skip
