@@ -6,7 +6,8 @@ hint, and exits non-zero.
 
 A message or hint may quote a name read from someone else's run dir (an arm, a cell, a path),
 so :func:`visible` shows every control character in it as an escape (``\\x1b``): printed raw,
-an ESC would drive the user's terminal (set its title, clear the line that said "error:").
+an ESC would drive the user's terminal (set its title, clear the line that said "error:"); a
+line separator or a bidi override (``\\u2028``, ``\\u202e``) would split or reorder the line.
 :func:`error_text` also cuts a message or hint past :data:`MOST_SHOWN` characters to its head
 and tail: a value echoed back (a 1 MB ``--out``, a config's whole field) buried its own line.
 """
@@ -14,14 +15,27 @@ and tail: a value echoed back (a 1 MB ``--out``, a config's whole field) buried 
 from __future__ import annotations
 
 import re
+import unicodedata
 
 # C0 (newline and tab included: the error is one line), DEL and C1 (0x9b is a one-byte CSI)
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+# Unicode's line and paragraph separators (U+2028, U+2029: a second line) and its invisible
+# format characters (a bidi override U+202E reorders the line on screen, a zero-width space
+# hides in a name): past ASCII, so a plain name costs no lookup
+_INVISIBLE = ("Zl", "Zp", "Cf")
+
+
+def _unicode_escape(char: str) -> str:
+    if unicodedata.category(char) not in _INVISIBLE:
+        return char
+    return f"\\u{ord(char):04x}" if ord(char) <= 0xFFFF else f"\\U{ord(char):08x}"
 
 
 def visible(text: str) -> str:
-    """``text`` with every C0, DEL and C1 control character as a visible ``\\xNN`` escape."""
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+    """``text`` with every C0, DEL and C1 control character as a visible ``\\xNN`` escape, and
+    every Unicode separator or format character as ``\\uNNNN``: one line, shown as it is."""
+    text = _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+    return text if text.isascii() else "".join(map(_unicode_escape, text))
 
 
 # the longest error text shown whole: far past any message of the toolkit's own (a long path,
@@ -30,8 +44,8 @@ MOST_SHOWN = 1000
 
 
 def _width(char: str) -> int:
-    """Characters ``char`` takes once shown: 4 for a control character (``\\x1b``), else 1."""
-    return 4 if _CONTROL.match(char) else 1
+    """Characters ``char`` takes once shown: 4 for ``\\x1b``, 6 for ``\\u2028``, else 1."""
+    return len(visible(char))
 
 
 def _fits(chars: str, budget: int) -> int:

@@ -36,7 +36,7 @@ def check_component(name: str, what: str) -> str:
     """``name`` as one safe path component (no separator, not ``.``/``..``, not too long)."""
     if not isinstance(name, str) or not name or name in (".", "..") or "/" in name or "\0" in name:
         raise UserError(f"{what} {name!r} is not a plain name", hint="names are one path component")
-    if visible(name) != name:  # a C0, DEL or C1 character (errors.visible owns the set)
+    if visible(name) != name:  # a control or invisible character (errors.visible owns the set)
         # no name the toolkit writes has one; printed, an ESC would drive the user's terminal
         raise UserError(f"{what} {name!r} holds control characters", hint="not a run's name")
     if len(name.encode("utf-8", "surrogateescape")) > NAME_MAX:

@@ -60,3 +60,19 @@ def test_a_huge_value_with_newlines_prints_as_one_short_line_at_the_command_line
     line = refused(["train", "--hf-config", value], monkeypatch, empty)
     assert len(line) <= len("error: ") + MOST_SHOWN + SLACK
     assert "--hf-config" in line and "characters cut" in line and "config.json" in line
+
+
+@pytest.mark.parametrize("char", ["\u2028", "\u2029", "\u202e", "\u200b", "\U000e0001"])
+def test_an_error_quoting_a_line_separator_or_format_character_shows_it_escaped(
+    char: str,
+) -> None:
+    """errors.visible escaped C0 and C1 only: a name with U+2028 split the ``error:`` line in
+    two, a bidi override (U+202E) reordered it on screen; only report's echo lines escaped
+    them. Now every UserError, echo line and name check shares the one set."""
+    from andrea_diag.console_text import shown
+    from andrea_diag.errors import visible
+
+    escaped = f"\\u{ord(char):04x}" if ord(char) <= 0xFFFF else f"\\U{ord(char):08x}"
+    e = UserError(f"cell a{char}b is damaged", hint=f"delete a{char}b")
+    assert e.message == f"cell a{escaped}b is damaged" and e.hint == f"delete a{escaped}b"
+    assert shown(f"x{char}y") == f"x{escaped}y" and visible("plain é") == "plain é"

@@ -26,7 +26,8 @@ from typing import Annotated
 import typer
 
 from andrea_diag.commands.given import check_project, mlflow_uri, typed_path
-from andrea_diag.commands.report import damaged_run_dir, one_line, say
+from andrea_diag.commands.report import damaged_run_dir, say
+from andrea_diag.console_text import shown
 from andrea_diag.errors import UserError
 from andrea_diag.rundir import OUT_LINK, check_path, child, make_out_dir
 
@@ -178,8 +179,8 @@ def _tensorboard(run_dirs: list[Path], target: Path) -> None:
     from andrea_diag.tensorboard import export_tensorboard
 
     for run, folder in export_tensorboard(run_dirs, target):
-        say(f"[bold green]tensorboard:[/] {one_line(run)} -> {one_line(folder)}")
-    say(f"view: tensorboard --logdir {one_line(target)}")
+        say(f"[bold green]tensorboard:[/] {shown(run)} -> {shown(folder)}")
+    say(f"view: tensorboard --logdir {shown(target)}")
 
 
 def _wandb(run_dirs: list[Path], target: Path, project: str) -> None:
@@ -203,8 +204,8 @@ def _wandb(run_dirs: list[Path], target: Path, project: str) -> None:
             # service waits for them, so they are complete when the command says so
             __import__("wandb").teardown()
     for run, name in done:
-        say(f"[bold green]wandb:[/] {one_line(run)} -> {one_line(name)} (offline)")
-    say(f"upload when you choose: wandb sync {one_line(target / 'wandb')}/offline-run-*")
+        say(f"[bold green]wandb:[/] {shown(run)} -> {shown(name)} (offline)")
+    say(f"upload when you choose: wandb sync {shown(target / 'wandb')}/offline-run-*")
 
 
 @contextlib.contextmanager
@@ -245,5 +246,5 @@ def _mlflow(run_dirs: list[Path], uri: str, experiment: str) -> None:
         first = (str(e).strip().splitlines() or [type(e).__name__])[0]
         raise UserError(f"MLflow refused the export to {uri}: {first[:300]}") from None
     for run, name in done:
-        say(f"[bold green]mlflow:[/] {one_line(run)} -> {one_line(name)}")
-    say(f"view: mlflow ui --backend-store-uri {one_line(uri)}")
+        say(f"[bold green]mlflow:[/] {shown(run)} -> {shown(name)}")
+    say(f"view: mlflow ui --backend-store-uri {shown(uri)}")

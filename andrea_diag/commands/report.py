@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shlex
-import unicodedata
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated
@@ -21,27 +20,8 @@ from andrea_diag.rundir import check_path
 console = Console(stderr=True)
 
 
-# Unicode's own line and paragraph separators (U+2028, U+2029) and its invisible format
-# characters (a bidi override U+202E, a zero-width space): visible() escapes C0 and C1 only, so
-# a folder named with one printed as two lines, or reordered on the screen
-_BREAKS = ("Zl", "Zp", "Cf")
-
-
-def one_line(value: object) -> str:
-    """A name from a run directory (a path, a cell) as literal console text on one line:
-    :func:`~andrea_diag.console_text.shown`, and the separators and format characters it
-    leaves as they are escaped too (``\\u2028``), so the line echoing it stays one line."""
-    text = "".join(
-        (f"\\u{ord(ch):04x}" if ord(ch) <= 0xFFFF else f"\\U{ord(ch):08x}")
-        if unicodedata.category(ch) in _BREAKS
-        else ch
-        for ch in str(value)
-    )
-    return shown(text)
-
-
 def say(line: str) -> None:
-    """One line of rich markup whose names went through :func:`one_line`, unwrapped (a path
+    """One line of rich markup whose names went through :func:`shown`, unwrapped (a path
     stays one line to copy) and unhighlighted."""
     console.print(line, highlight=False, soft_wrap=True)
 
@@ -113,7 +93,7 @@ def report(
                 _said(_render([d], None, title, images), images)
         if len(run_dirs) > 1:
             given = " ".join(shlex.quote(str(d)) for d in run_dirs)
-            say(f"one page comparing them: andrea-diag report {one_line(given)} --out compare.html")
+            say(f"one page comparing them: andrea-diag report {shown(given)} --out compare.html")
 
 
 def _is_sweep(d: Path) -> bool:
@@ -142,10 +122,10 @@ def _sweep_pages(sweep: Path, images: list[str]) -> None:
             "--png/--svg draw the charts of run and cascade reports, not of the sweep page",
             hint=f"pass one cell, e.g. andrea-diag report --png {sweep}/<cell>",
         )
-    say(f"[bold green]sweep:[/] {one_line(render_sweep_dir(sweep))}")
+    say(f"[bold green]sweep:[/] {shown(render_sweep_dir(sweep))}")
     ladder = rejudge_ladder(sweep, console)
     if ladder is not None:
-        say(f"[bold green]ladder:[/] {one_line(ladder)}")
+        say(f"[bold green]ladder:[/] {shown(ladder)}")
 
 
 def _same(d: Path) -> Path:
@@ -276,8 +256,8 @@ def where_of(run_dirs: list[Path]) -> str:
 
 
 def _said(path: Path, images: list[str]) -> None:
-    """Print the page, and where its images went, each on one line (:func:`one_line`)."""
-    say(f"[bold green]report:[/] {one_line(path)}")
+    """Print the page, and where its images went, each on one line (:func:`shown`)."""
+    say(f"[bold green]report:[/] {shown(path)}")
     for fmt in images:
-        where = one_line(f"{path.with_name(path.stem)}-<chart>.{fmt}")
+        where = shown(f"{path.with_name(path.stem)}-<chart>.{fmt}")
         say(f"[bold green]{fmt}:[/] {where}")
