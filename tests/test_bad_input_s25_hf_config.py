@@ -1,6 +1,6 @@
 """An ``--hf-config`` the loader cannot use is one line, from the CLI and from Python alike
 (review of bad input, round 25): ``integrations/hf_model.read_config`` owns every check, and
-``commands/hf_config_file.check_hf_config`` (the CLI's pre-flight) calls it.
+``commands/options.checked`` (the CLI's pre-flight) calls it.
 
 Before, the pre-flight alone caught a deeply nested file, a 5000-digit integer and a sparse
 40 GiB file; ``read_config`` called from Python raised RecursionError, ValueError or read the

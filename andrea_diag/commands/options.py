@@ -28,12 +28,12 @@ import typer
 from rich.markup import escape
 
 from andrea_diag.clip_params import MODE_PARAMS, ClipParams
-from andrea_diag.commands.hf_config_file import check_hf_config
 from andrea_diag.config import ProbeConfig, RunConfig
 from andrea_diag.data.corpus import parse_source_overrides
 from andrea_diag.errors import UserError, visible
 from andrea_diag.experiments.config_checks import check_config
 from andrea_diag.fields import Cli, cli_fields, cli_of
+from andrea_diag.integrations.hf_model import read_config
 from andrea_diag.rundir import check_path
 from andrea_diag.train.components import precision_help
 
@@ -288,14 +288,14 @@ def flag_of(field: str) -> str:
 
 
 def checked(cfg: RunConfig) -> RunConfig:
-    """``cfg`` itself, once it resolves: bad options fail before any work starts (the checks
-    a saved config passes too are experiments/config_checks.py's; these are the command line's own)."""
+    """``cfg`` itself, once it resolves: bad options fail before any work starts (the checks a
+    saved config passes too are experiments/config_checks.py's; these are the command line's)."""
     check_config(cfg, flag_of)
     if cfg.mixer == "exp3" and cfg.mixer_sharpness is not None:  # None: not typed
         raise UserError(f"--mixer-sharpness shapes the seeded mixer only, not --mixer {cfg.mixer}",
                         hint="drop --mixer-sharpness, or use --mixer seeded")  # fmt: skip
-    if cfg.hf_config is not None:
-        check_hf_config(cfg.hf_config)
+    if cfg.hf_config is not None:  # the loader's own checks, before the run's folder is made
+        read_config(cfg.hf_config)
     return cfg
 
 

@@ -19,7 +19,7 @@ config file per rung of a ladder. ``--seq-len`` must fit the config's positions
 MiB, JSON that does not parse (nested too deeply, an integer past 4300 digits), no
 ``model_type``, or a size field (``n_layer``, ``n_head``, ``hidden_size``, ...) that is not a
 whole number in range are each one line naming the file (and the field), for the CLI's
-pre-flight check (``commands/hf_config_file.py``) and for Python callers alike.
+pre-flight check (``commands/options.checked``) and for Python callers alike.
 
 The wrapper's ``forward(ids)`` returns ``.logits`` (B, T, V), the protocol ``--model`` factories
 follow (``andrea_diag.factories``). Needs the ``hf`` extra: ``pip install 'andrea-diag[hf]'``.
