@@ -225,13 +225,13 @@ def _old_format(path: Path) -> bool:
     return head.startswith(b"PK\x03\x04") or head[:1] == b"\x80"
 
 
-def _document(f: Any) -> tuple[Any, Exception | None]:
-    """The JSON document (its size checked with the header), or the error parsing it: said
-    only once the CRC holds (a torn document is a torn file, not a hostile one)."""
-    if STATE_KEY not in f.keys():  # noqa: SIM118 - not a dict
+def _document(doc: torch.Tensor | None) -> tuple[Any, Exception | None]:
+    """The JSON document's tree (its size checked with the header), or the error parsing it:
+    said only once the CRC holds (a torn document is a torn file, not a hostile one)."""
+    if doc is None:
         return None, None
     try:
-        return json.loads(bytes(f.get_tensor(STATE_KEY).numpy()).decode("utf-8")), None
+        return json.loads(bytes(doc.numpy()).decode("utf-8")), None
     except (ValueError, RecursionError) as exc:
         return None, exc
 
@@ -265,7 +265,8 @@ def read_checkpoint(
     try:
         with safetensors.safe_open(str(path), framework="pt") as f:
             head = Header.of(f, path)
-            tree, bad = _document(f)
+            doc = f.get_tensor(STATE_KEY) if STATE_KEY in head.specs else None  # read once
+            tree, bad = _document(doc)
             ours = isinstance(tree, dict) and tree.get("format") == FORMAT
             if head.meta.get("format") != FORMAT or (bad is None and not ours):
                 raise UserError(f"{path} is not an andrea-diag checkpoint of format {FORMAT}")
@@ -273,14 +274,13 @@ def read_checkpoint(
                 check_identity(tree, path, expect)
             if bad is None and need is not None:
                 check_layout(path, head, tree, need)
-            tensors = {k: f.get_tensor(k) for k in head.specs}
+            tensors = {k: f.get_tensor(k) for k in head.specs if k != STATE_KEY}
     except UserError:
         raise
     except Exception:  # SafetensorError, OSError, a truncated header: all "cannot be read"
         raise unreadable from None
-    if head.meta.get("crc32") != _crc(tensors):
+    if head.meta.get("crc32") != _crc({**tensors, STATE_KEY: doc} if doc is not None else tensors):
         raise unreadable
-    tensors.pop(STATE_KEY, None)
     try:
         if bad is not None:  # a document that does not parse under a CRC that holds: crafted
             raise bad
