@@ -160,12 +160,13 @@ def _exited(exc: SystemExit) -> str:
     return f"called sys.exit({code if len(code) <= 80 else code[:77] + '...'})"
 
 
-def build_model(cfg: RunConfig) -> torch.nn.Module:
+def build_model(cfg: RunConfig, *, checked: bool = True) -> torch.nn.Module:
     """The arm's model: the toolkit GPT, ``--hf-config``'s model, or ``--model``'s factory.
 
     Called right after ``torch.manual_seed(cfg.seed)``: what the factory draws is the same in
     every arm. The model's forward is checked on a small batch (under a forked RNG, so the
-    check draws nothing from the run's stream).
+    check draws nothing from the run's stream); ``checked=False`` builds it only (on the meta
+    device, where no forward runs: a resume's checkpoint check, experiments/resume.py).
     """
     if cfg.hf_config:
         from andrea_diag.integrations.hf_model import build_hf_model
@@ -183,6 +184,8 @@ def build_model(cfg: RunConfig) -> torch.nn.Module:
         from andrea_diag.model import GPT
 
         return GPT(cfg.model)
+    if not checked:
+        return model
     # the trainer optimises what requires a gradient: with nothing, it failed deep in training
     # (an unpack error, or backward's "does not require grad"), after the run dir was written
     if not any(p.requires_grad for p in model.parameters()):

@@ -26,11 +26,14 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from andrea_diag.clip.modes import CLIPPERS
 from andrea_diag.config import RUNTIME_KEYS, RunConfig  # RUNTIME_KEYS: what a resume may change
 from andrea_diag.errors import UserError
 from andrea_diag.experiments.config_checks import check_config
 from andrea_diag.experiments.saved_config import saved_config
+from andrea_diag.factories import build_model
 from andrea_diag.record import read_cascade_meta
 from andrea_diag.rundir import MAX_TABLE_BYTES, check_size, child, read_json
 from andrea_diag.runlock import holder_alive, read_lock
@@ -42,7 +45,7 @@ from andrea_diag.train.checkpoint import (
     read_checkpoint,
     run_identity,
 )
-from andrea_diag.train.checkpoint_fit import need_for
+from andrea_diag.train.checkpoint_fit import Need, need_for, need_of
 
 TABLES = ("metrics.jsonl", "events.jsonl", "samples.jsonl")  # the Recorder's (record.py)
 
@@ -86,7 +89,7 @@ def arm_state(
         return "checkpoint", found[-1]
     # what the arm's model and optimizer hold: a checkpoint's header is checked against it
     # (sizes, dtypes, shapes) and its identity against the arm's before its tensors are read
-    need, expect = need_for(cfg), run_identity(cfg.to_dict())
+    need, expect = arm_need(cfg), run_identity(cfg.to_dict())
     for i, ckpt in enumerate(reversed(found)):
         try:
             state = read_checkpoint(ckpt, need, expect)
@@ -99,6 +102,22 @@ def arm_state(
         check_rows(arm_dir, ckpt, state.get("recorder"))
         return "checkpoint", ckpt
     raise AssertionError("unreachable: the oldest checkpoint's failure is raised above")
+
+
+def arm_need(cfg: RunConfig) -> Need | None:
+    """What the arm's model and optimizer hold, built on the meta device (no memory): the
+    toolkit GPT from ``cfg``, a ``--model`` or ``--hf-config`` one by the trainer's own builder.
+    Only what this command line typed is built: a factory named by the run's config.json alone
+    is refused by ``factories.load_factory``, an --hf-config by ``commands/options.py``."""
+    if not (cfg.model_factory or cfg.hf_config):
+        return need_for(cfg)
+    try:
+        with torch.device("meta"):
+            model = build_model(cfg, checked=False)
+    except Exception:  # a factory that cannot build on meta (it loads weights, or moves its
+        # model to a device): the trainer checks the checkpoint against the model it builds
+        return None
+    return need_of(model, cfg)
 
 
 def check_rows(arm_dir: Path, ckpt: Path, positions: Any) -> None:

@@ -13,9 +13,10 @@ are few: a header declaring a tensor of many GiB over a sparse file (which costs
 nothing) was mapped and read whole at ``--resume``, until the memory ran out; a tensor of the
 wrong shape was read whole before ``load_state_dict`` refused it, and one of another dtype was
 cast without a word. :class:`Need` is what the model and optimizer being resumed hold, from the
-live objects (:meth:`Need.of`) or, for the toolkit GPT, built on the meta device from the run's
-config (:func:`need_for`, no memory); a model only a factory can build is known by its
-parameter count alone (:meth:`Need.of_count`, a byte budget). The file's size bounds its
+live objects (:meth:`Need.of`: the trainer's, or a ``--model``/``--hf-config`` one built on the
+meta device by ``experiments/resume.py``) or, for the toolkit GPT, built on the meta device from
+the run's config (:func:`need_for`, no memory); a model that cannot be built so is known by its
+parameter count alone (:meth:`Need.of_count`, a byte budget) until the trainer's check. The file's size bounds its
 declared tensors too: safetensors refuses a file its header does not cover exactly.
 """
 
@@ -112,6 +113,11 @@ def need_for(cfg: RunConfig) -> Need | None:
         return None
     with torch.device("meta"):
         model = GPT(cfg.model)
+    return need_of(model, cfg)
+
+
+def need_of(model: torch.nn.Module, cfg: RunConfig) -> Need:
+    """``model``'s need with the optimizer the trainer builds for it (its parameter order)."""
     lr = cfg.lr if cfg.lr is not None else cfg.recipe_cfg.lr
     return Need.of(model, build_optimizer(model, cfg.recipe_cfg, lr, torch.device("cpu")))
 

@@ -51,6 +51,7 @@ from andrea_diag.train import heap
 from andrea_diag.train.accumulation import IGNORE, GroupResult
 from andrea_diag.train.checkpoint import (
     Checkpointer,
+    Need,
     fitting,
     load_checkpoint,
     rng_state,
@@ -302,13 +303,9 @@ class Trainer:
             return {}
         self.recorder.flush()  # summarize reads metrics.jsonl
         summary = summarize(self.recorder, self.cfg, wall_s=wall_s)
-        summary["run_sheet"] = run_sheet(
-            self.cfg,
-            self.device,
-            self.state.tokens,
-            precision=self.precision.describe(self.cfg.matmul_precision, self.device),
-            replicas=self.reducer.world_size,
-        )
+        precision = self.precision.describe(self.cfg.matmul_precision, self.device)
+        summary["run_sheet"] = run_sheet(self.cfg, self.device, self.state.tokens,
+                                         precision=precision, replicas=self.reducer.world_size)  # fmt: skip
         summary["run_sheet"]["checkpoint_bytes"] = self.checkpointer.last_bytes
         summary["run_sheet"].update(run_sheet_origins(self.cfg, self.model, self.data))
         graphs = self.groups.describe() | self.steps.describe() | self.pipeline.describe()
@@ -316,14 +313,9 @@ class Trainer:
         summary.update(self.evaluator.summary(wall_s))
         summary.update(self.probes.close(self.run_dir))
         mixer = self.plan.mixer
-        self.recorder.write(
-            "schedule.json",
-            {
-                "batch_hashes": self.state.batch_hashes,
-                "phases": self.state.phases,
-                "mixer": mixer.describe() if mixer is not None else "replayed",
-            },
-        )
+        schedule = {"batch_hashes": self.state.batch_hashes, "phases": self.state.phases,
+                    "mixer": mixer.describe() if mixer is not None else "replayed"}  # fmt: skip
+        self.recorder.write("schedule.json", schedule)
         self.recorder.close(summary)
         return summary
 
@@ -365,8 +357,9 @@ class Trainer:
         }
 
     def restore(self, path: Path) -> None:
-        """Continue from the checkpoint at ``path``: rows written after it are cut."""
-        state = load_checkpoint(path, expect=self.identity())
+        """Continue from the checkpoint at ``path``: rows written after it are cut. It is
+        checked against the live model and optimizer (a --model's too) before it is read."""
+        state = load_checkpoint(path, self.identity(), Need.of(self.model, self.optimizer))
         with fitting(path):  # all of it, before any table is cut back
             for key, part in self.components().items():
                 part.load_state_dict(state["trainer"][key])
@@ -389,11 +382,14 @@ def train_arm(
 ) -> dict[str, Any]:
     """Train one arm for ``cfg.steps`` updates, recording into ``run_dir``; returns the summary.
 
-    ``data`` is a ``PreparedData`` (tokenizer, streams, source metadata) and ``plan`` a
-    ``BatchPlan`` whose ``batch(update)`` gives the same tokens to every arm of a cascade.
-    ``resume_from``: a checkpoint of this arm to continue from (``--resume``).
-    """
+    ``data`` is a ``PreparedData`` (tokenizer, streams, source metadata), ``plan`` a ``BatchPlan``
+    whose ``batch(update)`` gives every arm of a cascade the same tokens, and ``resume_from`` a
+    checkpoint of this arm to continue from (``--resume``)."""
     trainer = Trainer(cfg, run_dir, data, plan, resume=resume_from is not None)
-    if resume_from is not None:
-        trainer.restore(resume_from)
+    try:
+        if resume_from is not None:
+            trainer.restore(resume_from)
+    except BaseException:  # a checkpoint refused (nothing was written): the arm's lock goes too
+        trainer.recorder.release()
+        raise
     return trainer.run(progress)
