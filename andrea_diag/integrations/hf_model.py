@@ -19,7 +19,9 @@ config file per rung of a ladder. ``--seq-len`` must fit the config's positions
 MiB, JSON that does not parse (nested too deeply, an integer past 4300 digits), no
 ``model_type``, or a size field (``n_layer``, ``n_head``, ``hidden_size``, ...) that is not a
 whole number in range are each one line naming the file (and the field), for the CLI's
-pre-flight check (``commands/options.checked``) and for Python callers alike.
+pre-flight check (``commands/options.checked``) and for Python callers alike. Fields in range
+that add up to more weights than the memory free holds are one line before the model is built
+(:func:`check_memory`, counted on the meta device).
 
 The wrapper's ``forward(ids)`` returns ``.logits`` (B, T, V), the protocol ``--model`` factories
 follow (``andrea_diag.factories``). Needs the ``hf`` extra: ``pip install 'andrea-diag[hf]'``.
@@ -36,11 +38,13 @@ from typing import Any
 import torch
 
 from andrea_diag.config import ModelConfig
+from andrea_diag.data.whole_file import available_memory
 from andrea_diag.errors import UserError
 
 POSITION_KEYS = ("max_position_embeddings", "n_positions", "n_ctx")
 SPECIAL_IDS = ("bos_token_id", "eos_token_id", "pad_token_id")
 STORAGE_DTYPES = ("torch_dtype", "dtype")  # the checkpoint's, dropped: see hf_config
+WEIGHT_BYTES = 4  # per parameter as the model is made: fp32 (the trainer's precision casts later)
 
 # a model's config.json is a few kB; a long one (token maps) a few hundred
 MAX_HF_CONFIG_BYTES = 16 << 20
@@ -234,12 +238,35 @@ def _our_id(value: Any, vocab_size: int) -> Any:
 def build_hf_model(path: str | Path, preset: ModelConfig, seq_len: int) -> HFCausalLM:
     """The config's model with the toolkit's vocabulary, wrapped to return logits."""
     config = hf_config(path, preset, seq_len)
-    try:
-        model = _transformers().AutoModelForCausalLM.from_config(config)
-    except Exception as exc:  # a config the model class cannot build: the library says why
-        raise UserError(f"--hf-config {path}: {_said(exc)}") from None
+    with torch.device("meta"):  # counted first, in no memory (check_memory)
+        check_memory(_from_config(config, path), path)
+    model = _from_config(config, path)
     check_positions(model.config, seq_len, str(path))
     return HFCausalLM(model)
+
+
+def _from_config(config: Any, path: str | Path) -> torch.nn.Module:
+    try:
+        return _transformers().AutoModelForCausalLM.from_config(config)
+    except Exception as exc:  # a config the model class cannot build: the library says why
+        raise UserError(f"--hf-config {path}: {_said(exc)}") from None
+
+
+def check_memory(model: torch.nn.Module, path: str | Path) -> None:
+    """The model's weights, as they are made (fp32), must fit the memory free, or one line
+    before they are made. Each size field in range can still add up to more than the host
+    has (GPT-2 with n_layer 100 and n_embd 8192 is 80 billion parameters): the build then ran
+    for minutes of page faults until the kernel killed the process without a word. The
+    weights alone are counted (gradients and Adam's moments may live on a GPU), so a refusal
+    is certain; a model that passes may still not train here."""
+    n = sum(p.numel() for p in model.parameters())
+    need, free = n * WEIGHT_BYTES, available_memory()
+    if free is not None and need > free:
+        raise UserError(
+            f"--hf-config {path}: its model has {n:,} parameters, {need / 2**30:,.1f} GiB of "
+            f"fp32 weights, more than the {free / 2**30:,.1f} GiB of memory free",
+            hint="check the config's widths and depths (n_layer, hidden_size, ...)",
+        )
 
 
 def check_positions(cfg: Any, seq_len: int, path: str) -> None:
