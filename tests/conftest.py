@@ -19,6 +19,9 @@ Gradient clipping, the same cases and tolerance table for the CPU reference
 Trainers on CPU (test_precision.py, test_adaptive_clip.py, ...):
     ``make_trainer``      ``make_trainer(cfg, run_dir, data)``: a Trainer on the usual BatchPlan
 
+The ``--resume`` tests (tests/test_hostile*_resume.py):
+    ``finished_cascade``  tests/stopped_cascade.py's tiny cascade, trained once per session
+
 Test tiers: ``pytest -m "not slow"`` is the quick tier (under 2 minutes on two cores). A test is
 ``slow`` when it trains end to end or takes more than ~20 s; mark it with ``@pytest.mark.slow``
 (or ``pytestmark`` for a whole module), or list its module in ``SLOW_MODULES`` below. CI and the
@@ -33,7 +36,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from stopped_cascade import ARGS as STOPPED_CASCADE_ARGS
 from synthetic_runs import _boundary_updates, _make_run
+from typer.testing import CliRunner
 
 from andrea_diag import clip_grad_norm_, clip_grad_norm_with_stats
 from andrea_diag.clip import reference
@@ -94,6 +99,21 @@ def make_trainer() -> Callable[..., object]:
         return Trainer(cfg, run_dir, data, plan)
 
     return make
+
+
+# ---- the --resume tests' cascade: tests/stopped_cascade.py ----
+
+
+@pytest.fixture(scope="session")
+def finished_cascade(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An uninterrupted tiny cascade (checkpoints at updates 2 and 4 kept in each arm). Read
+    only: a test stops a copy of it (``stopped_cascade.stopped``)."""
+    from andrea_diag.cli import app  # the CLI's import is the slow part: only when asked for
+
+    out = tmp_path_factory.mktemp("finished-cascade") / "c"
+    res = CliRunner().invoke(app, [*STOPPED_CASCADE_ARGS, "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    return out
 
 
 # ---- synthetic run directories (the report tests): tests/synthetic_runs.py ----

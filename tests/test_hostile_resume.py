@@ -22,6 +22,7 @@ import pandas as pd
 import pytest
 import torch
 from parked_child import PARKED_CHILD
+from stopped_cascade import ARGS, stopped
 from typer.testing import CliRunner
 
 from andrea_diag.cli import app
@@ -29,8 +30,6 @@ from andrea_diag.errors import UserError
 from andrea_diag.record import WALL_CLOCK_COLUMNS
 
 ROOT = Path(__file__).resolve().parent.parent
-ARGS = ["cascade", "--clip", "none,global", "--steps", "6", "--checkpoint-every", "2",
-        "--flush-every", "1", "--lr", "3e-3"]  # fmt: skip
 
 
 def _invoke(*args: str) -> tuple[int, str]:
@@ -41,15 +40,6 @@ def _invoke(*args: str) -> tuple[int, str]:
 
 def _metrics(arm_dir: Path) -> pd.DataFrame:
     return pd.read_parquet(arm_dir / "metrics.parquet").drop(columns=list(WALL_CLOCK_COLUMNS))
-
-
-@pytest.fixture(scope="module")
-def finished(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """An uninterrupted tiny cascade: checkpoints at updates 2 and 4 are kept in each arm."""
-    out = tmp_path_factory.mktemp("ref") / "c"
-    code, output = _invoke(*ARGS, "--out", str(out))
-    assert code == 0, output
-    return out
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
@@ -65,17 +55,6 @@ def finished_sub(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("ref-sub") / "c"
     res = _cli(*ARGS, "--out", str(out))
     assert res.returncode == 0, res.stderr[-2000:]
-    return out
-
-
-def _stopped(finished: Path, dest: Path) -> Path:
-    """The finished cascade with arm ``none`` made to look stopped after its update 6."""
-    out = dest / "c"
-    shutil.copytree(finished, out)
-    for name in ("summary.json", "metrics.parquet", "schedule.json"):
-        (out / "none" / name).unlink()
-    meta = json.loads((out / "cascade.json").read_text())
-    (out / "cascade.json").write_text(json.dumps({**meta, "status": "running"}))
     return out
 
 
@@ -106,9 +85,9 @@ class Payload:
 
 @pytest.mark.slow
 def test_a_pickled_checkpoint_is_refused_and_its_payload_never_runs(
-    finished: Path, tmp_path: Path
+    finished_cascade: Path, tmp_path: Path
 ) -> None:
-    out = _stopped(finished, tmp_path)
+    out = stopped(finished_cascade, tmp_path)
     marker = tmp_path / "pwned"
     newest = out / "none" / "checkpoints" / "ckpt-0000005.pt"
     for data in (pickle.dumps(Payload(marker)), None):
@@ -126,9 +105,9 @@ def test_a_pickled_checkpoint_is_refused_and_its_payload_never_runs(
 
 @pytest.mark.slow
 def test_resume_never_imports_a_factory_module_shipped_in_the_run(
-    finished: Path, tmp_path: Path
+    finished_cascade: Path, tmp_path: Path
 ) -> None:
-    out = _stopped(finished, tmp_path)
+    out = stopped(finished_cascade, tmp_path)
     marker = tmp_path / "imported"
     for where in (out, out / "none"):
         (where / "payload.py").write_text(f"open({str(marker)!r}, 'w')\ndef make(cfg): pass\n")
@@ -158,11 +137,11 @@ def test_resume_never_imports_a_factory_module_shipped_in_the_run(
     ("field", "spec"), [("model_factory", "os:abort"), ("data_factory", "sys:exit")]
 )
 def test_an_installed_function_named_by_the_run_is_never_called_at_resume(
-    finished: Path, tmp_path: Path, field: str, spec: str
+    finished_cascade: Path, tmp_path: Path, field: str, spec: str
 ) -> None:
     """``os:abort`` would kill the process, ``sys:exit`` end it quietly: named only by the run's
     config.json, neither is called; one line says how to give it if the user trusts it."""
-    out = _stopped(finished, tmp_path)
+    out = stopped(finished_cascade, tmp_path)
     _set_config(out, **{field: spec})
     before = _snapshot(out)
     res = subprocess.run([sys.executable, "-m", "andrea_diag.cli", "cascade", "--resume", str(out)],
@@ -175,9 +154,9 @@ def test_an_installed_function_named_by_the_run_is_never_called_at_resume(
 
 @pytest.mark.slow
 def test_a_run_whose_config_asks_for_a_thousand_replicas_is_refused_before_any_fork(
-    finished: Path, tmp_path: Path
+    finished_cascade: Path, tmp_path: Path
 ) -> None:
-    out = _stopped(finished, tmp_path)
+    out = stopped(finished_cascade, tmp_path)
     _set_config(out, replicas=1000)
     before = _snapshot(out)
     code, output = _invoke("cascade", "--resume", str(out))
@@ -187,9 +166,9 @@ def test_a_run_whose_config_asks_for_a_thousand_replicas_is_refused_before_any_f
 
 @pytest.mark.slow
 def test_resume_through_a_symlinked_table_leaves_the_outside_file_unchanged(
-    finished: Path, tmp_path: Path
+    finished_cascade: Path, tmp_path: Path
 ) -> None:
-    out = _stopped(finished, tmp_path)
+    out = stopped(finished_cascade, tmp_path)
     outside = tmp_path / "victim.txt"
     outside.write_text("keep me\n" * 100)
     (out / "none" / "events.jsonl").unlink()
@@ -201,9 +180,9 @@ def test_resume_through_a_symlinked_table_leaves_the_outside_file_unchanged(
 
 @pytest.mark.parametrize("name", ["eval.csv", "summary.json", "metrics.parquet"])
 def test_a_directory_where_a_rewritten_file_belongs_is_one_line_and_kept(
-    finished: Path, tmp_path: Path, name: str
+    finished_cascade: Path, tmp_path: Path, name: str
 ) -> None:
-    out = _stopped(finished, tmp_path)
+    out = stopped(finished_cascade, tmp_path)
     planted = out / "none" / name
     planted.unlink(missing_ok=True)
     planted.mkdir()
@@ -229,9 +208,9 @@ def test_an_appended_table_never_follows_a_link(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_a_symlinked_json_file_is_replaced_not_written_through(
-    finished: Path, tmp_path: Path
+    finished_cascade: Path, tmp_path: Path
 ) -> None:
-    out = _stopped(finished, tmp_path)
+    out = stopped(finished_cascade, tmp_path)
     outside = tmp_path / "victim.json"
     outside.write_text("keep me")
     (out / "none" / "env.json").unlink()
@@ -297,9 +276,9 @@ REFUSED = [
 @pytest.mark.slow
 @pytest.mark.parametrize(("damage", "says"), REFUSED)
 def test_a_tampered_run_is_refused_at_resume_and_left_unchanged(
-    finished: Path, tmp_path: Path, damage: Callable[[Path, Path], Path], says: list[str]
+    finished_cascade: Path, tmp_path: Path, damage: Callable[[Path, Path], Path], says: list[str]
 ) -> None:
-    out = _stopped(finished, tmp_path)
+    out = stopped(finished_cascade, tmp_path)
     kept = damage(out, tmp_path)
     before = _snapshot(kept)
     code, output = _invoke("cascade", "--resume", str(out))
@@ -309,26 +288,26 @@ def test_a_tampered_run_is_refused_at_resume_and_left_unchanged(
 
 @pytest.mark.slow
 def test_a_torn_newest_checkpoint_falls_back_to_the_one_before(
-    finished: Path, tmp_path: Path
+    finished_cascade: Path, tmp_path: Path
 ) -> None:
-    out = _stopped(finished, tmp_path)
+    out = stopped(finished_cascade, tmp_path)
     newest = out / "none" / "checkpoints" / "ckpt-0000004.pt"
     newest.write_bytes(newest.read_bytes()[: newest.stat().st_size // 2])
     code, output = _invoke("cascade", "--resume", str(out))
     assert code == 0, output
     assert "ckpt-0000004.pt cannot be read; continuing from the checkpoint before it" in output
     assert "none: continuing from ckpt-0000002.pt" in output
-    pd.testing.assert_frame_equal(_metrics(out / "none"), _metrics(finished / "none"))
+    pd.testing.assert_frame_equal(_metrics(out / "none"), _metrics(finished_cascade / "none"))
 
 
 @pytest.mark.slow
 def test_a_bit_flip_in_a_checkpoint_is_caught_by_its_checksum(
-    finished: Path, tmp_path: Path
+    finished_cascade: Path, tmp_path: Path
 ) -> None:
     from andrea_diag.train.checkpoint import UnreadableCheckpoint, read_checkpoint
 
     path = tmp_path / "ckpt-0000004.pt"
-    data = bytearray((finished / "none" / "checkpoints" / path.name).read_bytes())
+    data = bytearray((finished_cascade / "none" / "checkpoints" / path.name).read_bytes())
     data[len(data) // 2] ^= 0x01
     path.write_bytes(bytes(data))
     with pytest.raises(UnreadableCheckpoint, match="cannot be read"):
@@ -337,11 +316,11 @@ def test_a_bit_flip_in_a_checkpoint_is_caught_by_its_checksum(
 
 @pytest.mark.slow
 def test_a_second_resume_waits_for_the_lock_before_moving_anything(
-    finished: Path, tmp_path: Path
+    finished_cascade: Path, tmp_path: Path
 ) -> None:
     """An arm with rows but no checkpoint is moved aside by a resume: never while another
     live process holds the cascade."""
-    out = _stopped(finished, tmp_path)
+    out = stopped(finished_cascade, tmp_path)
     shutil.rmtree(out / "none" / "checkpoints")
     holder = subprocess.Popen(
         [sys.executable, "-c", "import sys, time; from andrea_diag.runlock import RunLock\n"
@@ -385,8 +364,10 @@ DAMAGE = {
 
 @pytest.mark.slow
 @pytest.mark.parametrize("damage", list(DAMAGE))
-def test_a_damaged_saved_file_is_one_line(finished: Path, tmp_path: Path, damage: str) -> None:
-    out = _stopped(finished, tmp_path)
+def test_a_damaged_saved_file_is_one_line(
+    finished_cascade: Path, tmp_path: Path, damage: str
+) -> None:
+    out = stopped(finished_cascade, tmp_path)
     make, message = DAMAGE[damage]
     make(out)
     code, output = _invoke("cascade", "--resume", str(out))
@@ -456,7 +437,7 @@ def _umount(path: Path) -> None:
 
 @pytest.mark.slow
 def test_a_full_disk_stops_the_run_in_one_line_and_resume_finishes_it(
-    finished: Path, tmp_path: Path
+    finished_cascade: Path, tmp_path: Path
 ) -> None:
     disk = tmp_path / "disk"
     _mount_tmpfs(disk, "12m")  # rows and a first checkpoint fit; not the second arm's
@@ -473,17 +454,17 @@ def test_a_full_disk_stops_the_run_in_one_line_and_resume_finishes_it(
         code, output = _invoke("cascade", "--resume", str(out))
         assert code == 0, output
         for arm in ("none", "global"):
-            pd.testing.assert_frame_equal(_metrics(out / arm), _metrics(finished / arm))
+            pd.testing.assert_frame_equal(_metrics(out / arm), _metrics(finished_cascade / arm))
     finally:
         _umount(disk)
 
 
 @pytest.mark.slow
-def test_a_read_only_run_dir_is_one_line_for_resume(finished: Path, tmp_path: Path) -> None:
+def test_a_read_only_run_dir_is_one_line_for_resume(finished_cascade: Path, tmp_path: Path) -> None:
     disk = tmp_path / "disk"
     _mount_tmpfs(disk, "64m")
     try:
-        out = _stopped(finished, disk)
+        out = stopped(finished_cascade, disk)
         subprocess.run(["mount", "-o", "remount,ro", str(disk)], check=True)
         code, output = _invoke("cascade", "--resume", str(out))
         assert code != 0 and "Read-only file system" in output, output
@@ -535,11 +516,11 @@ def test_a_signal_stops_the_cascade_like_ctrl_c_and_resume_finishes_it(
 
 @pytest.mark.parametrize("table", ["events.jsonl", "metrics.jsonl", "samples.jsonl"])
 def test_a_resume_never_changes_a_file_hard_linked_into_the_run(
-    finished: Path, tmp_path: Path, table: str
+    finished_cascade: Path, tmp_path: Path, table: str
 ) -> None:
     """The tables are cut back to the checkpoint and appended to in place: a hard link planted
     there (or a run copied with ``cp -al``) must not carry those writes to the other name."""
-    out = _stopped(finished, tmp_path)
+    out = stopped(finished_cascade, tmp_path)
     victim = tmp_path / "victim.txt"
     victim.write_bytes(b"precious\nline2\n")
     (out / "none" / table).unlink()
@@ -549,24 +530,24 @@ def test_a_resume_never_changes_a_file_hard_linked_into_the_run(
 
 
 def test_resuming_a_cp_al_copy_leaves_the_original_run_as_it_was(
-    finished: Path, tmp_path: Path
+    finished_cascade: Path, tmp_path: Path
 ) -> None:
-    original = _stopped(finished, tmp_path / "a")
+    original = stopped(finished_cascade, tmp_path / "a")
     copy = tmp_path / "copy"
     subprocess.run(["cp", "-al", str(original), str(copy)], check=True)
     before = _snapshot(original)
     code, output = _invoke("cascade", "--resume", str(copy))
     assert code == 0, output
     assert _snapshot(original) == before
-    assert _metrics(copy / "none").equals(_metrics(finished / "none"))
+    assert _metrics(copy / "none").equals(_metrics(finished_cascade / "none"))
 
 
 def test_a_source_path_named_only_by_the_runs_config_is_not_read_on_resume(
-    finished: Path, tmp_path: Path
+    finished_cascade: Path, tmp_path: Path
 ) -> None:
     """A planted ``sources`` entry would make the resume train on (and checkpoint) files of
     the user's: refused in one line, nothing changed, until the user types the path again."""
-    out = _stopped(finished, tmp_path)
+    out = stopped(finished_cascade, tmp_path)
     secret = tmp_path / "secret"
     secret.mkdir()
     (secret / "notes.txt").write_text("TOP SECRET hunter2 " * 400)
@@ -619,9 +600,9 @@ def _bad_rng(s: dict) -> None:
 @pytest.mark.parametrize("mutate", [_wrong_shape, _bad_rng, lambda s: s.pop("trainer")],
                          ids=["wrong-shape", "bad-rng", "no-trainer"])  # fmt: skip
 def test_a_checkpoint_that_does_not_fit_is_one_line_and_cuts_no_table(
-    finished: Path, tmp_path: Path, mutate: Callable[[dict], None]
+    finished_cascade: Path, tmp_path: Path, mutate: Callable[[dict], None]
 ) -> None:
-    out = _stopped(finished, tmp_path)
+    out = stopped(finished_cascade, tmp_path)
     from andrea_diag.train.checkpoint import latest_checkpoint
 
     ckpt = latest_checkpoint(out / "none")
@@ -636,23 +617,23 @@ def test_a_checkpoint_that_does_not_fit_is_one_line_and_cuts_no_table(
 
 @pytest.mark.parametrize("value", [1e308, 150.0])
 def test_a_mixer_sharpness_past_its_bound_is_one_line_typed_or_read_from_the_run(
-    finished: Path, tmp_path: Path, value: float
+    finished_cascade: Path, tmp_path: Path, value: float
 ) -> None:
     code, output = _invoke(*ARGS, "--mixer-sharpness", str(value), "--out", str(tmp_path / "o"))
     assert code == 2 and "--mixer-sharpness must be at most 100" in output
-    out = _stopped(finished, tmp_path)
+    out = stopped(finished_cascade, tmp_path)
     _set_config(out, mixer_sharpness=value)
     code, output = _invoke("cascade", "--resume", str(out))
     assert code == 2 and output.count("error:") == 1, output
 
 
 def test_a_kept_row_with_an_integer_past_the_float_range_is_a_gap_not_a_traceback(
-    finished: Path, tmp_path: Path
+    finished_cascade: Path, tmp_path: Path
 ) -> None:
     """The rows a resume keeps are the run dir's word; the close (summary, parquet) cleans
     them as the report does. The row is rewritten to its own byte length, so the checkpoint's
     table positions still hold."""
-    out = _stopped(finished, tmp_path)
+    out = stopped(finished_cascade, tmp_path)
     path = out / "none" / "metrics.jsonl"
     lines = path.read_bytes().split(b"\n")
     row = json.loads(lines[0])
@@ -664,4 +645,4 @@ def test_a_kept_row_with_an_integer_past_the_float_range_is_a_gap_not_a_tracebac
     code, output = _invoke("cascade", "--resume", str(out))
     assert code == 0, output
     m = pd.read_parquet(out / "none" / "metrics.parquet")
-    assert math.isnan(m["grad_norm"].iloc[0]) and len(m) == len(_metrics(finished / "none"))
+    assert math.isnan(m["grad_norm"].iloc[0]) and len(m) == len(_metrics(finished_cascade / "none"))

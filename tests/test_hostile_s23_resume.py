@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 
 import pytest
-from test_hostile_resume import ARGS, _stopped  # the same stopped cascade
+from stopped_cascade import stopped  # the same stopped cascade
 from typer.testing import CliRunner
 
 from andrea_diag.cli import app
@@ -29,14 +29,6 @@ def _invoke(*args: str) -> tuple[int, str]:
     return res.exit_code, out
 
 
-@pytest.fixture(scope="module")
-def finished(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("ref") / "c"
-    code, output = _invoke(*ARGS, "--out", str(out))
-    assert code == 0, output
-    return out
-
-
 @pytest.mark.parametrize(
     "fields",
     [{"final_loss": "8.1"}, {"max_grad_norm": 10**400}, {"pct_clipped": None},
@@ -44,9 +36,9 @@ def finished(tmp_path_factory: pytest.TempPathFactory) -> Path:
     ids=["str", "past-float", "null", "list", "dict"],
 )  # fmt: skip
 def test_a_kept_arms_summary_of_the_wrong_types_never_ends_the_resume_in_a_traceback(
-    finished: Path, tmp_path: Path, fields: dict
+    finished_cascade: Path, tmp_path: Path, fields: dict
 ) -> None:
-    out = _stopped(finished, tmp_path)
+    out = stopped(finished_cascade, tmp_path)
     path = out / "global" / "summary.json"
     path.write_text(json.dumps({**json.loads(path.read_text()), **fields}))
     code, output = _invoke("cascade", "--resume", str(out))
@@ -56,9 +48,9 @@ def test_a_kept_arms_summary_of_the_wrong_types_never_ends_the_resume_in_a_trace
 
 
 def test_a_kept_arm_with_a_bad_vocab_size_still_gets_its_page_at_resume(
-    finished: Path, tmp_path: Path
+    finished_cascade: Path, tmp_path: Path
 ) -> None:
-    out = _stopped(finished, tmp_path)
+    out = stopped(finished_cascade, tmp_path)
     path = out / "global" / "config.json"
     config = json.loads(path.read_text())
     config["model_config"]["vocab_size"] = [8449]
@@ -70,9 +62,9 @@ def test_a_kept_arm_with_a_bad_vocab_size_still_gets_its_page_at_resume(
 
 @pytest.mark.parametrize("table", ["events.jsonl", "samples.jsonl", "metrics.jsonl"])
 def test_a_huge_sparse_table_is_refused_by_size_at_resume_and_left_as_it_was(
-    finished: Path, tmp_path: Path, table: str
+    finished_cascade: Path, tmp_path: Path, table: str
 ) -> None:
-    out = _stopped(finished, tmp_path)
+    out = stopped(finished_cascade, tmp_path)
     path = out / "none" / table
     path.unlink()
     with open(path, "wb") as f:
@@ -96,9 +88,9 @@ def _snapshot(folder: Path) -> dict[str, bytes]:
     ids=["steps", "eval-every", "seq-len", "zclip-alpha", "inject"],
 )  # fmt: skip
 def test_a_value_out_of_range_in_a_saved_config_is_said_of_the_file_not_of_an_option(
-    finished: Path, tmp_path: Path, fields: dict
+    finished_cascade: Path, tmp_path: Path, fields: dict
 ) -> None:
-    out = _stopped(finished, tmp_path)
+    out = stopped(finished_cascade, tmp_path)
     path = out / "none" / "config.json"
     path.write_text(json.dumps({**json.loads(path.read_text()), **fields}))
     before = _snapshot(out)

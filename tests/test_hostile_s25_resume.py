@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 import safetensors
 import torch
-from test_hostile_resume import ARGS, _stopped  # the same stopped cascade
+from stopped_cascade import stopped  # the same stopped cascade
 from typer.testing import CliRunner
 
 from andrea_diag.cli import app
@@ -114,24 +114,16 @@ def _recraft(ckpt: Path, mutate: Callable[[dict], None]) -> None:
 # ---- a checkpoint checked before its tensor data is read (slow: a trained tiny cascade)
 
 
-@pytest.fixture(scope="module")
-def finished(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("ref") / "c"
-    code, output = _invoke(*ARGS, "--out", str(out))
-    assert code == 0, output
-    return out
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("shape", "size"), [([2**28], "1.0 GiB"), ([10 * 2**30], "40.0 GiB")], ids=["1GiB", "40GiB"]
 )
 def test_a_checkpoint_declaring_tensors_past_the_models_need_is_refused_by_size_unread(
-    finished: Path, tmp_path: Path, shape: list[int], size: str
+    finished_cascade: Path, tmp_path: Path, shape: list[int], size: str
 ) -> None:
     """Before: mapped and read whole, then passed over as "cannot be read" for the one before
     (or, past the memory free, mapped until the kernel refused)."""
-    out = _stopped(finished, tmp_path)
+    out = stopped(finished_cascade, tmp_path)
     ckpt = latest_checkpoint(out / "none")
     assert ckpt is not None
     _plant(ckpt, {"t000000": ("F32", shape)})
@@ -164,12 +156,12 @@ def _extra_model_tensor(s: dict) -> None:
     ids=["dtype", "moment-shape", "extra-tensor"],
 )  # fmt: skip
 def test_a_checkpoint_whose_tensors_do_not_match_the_model_is_one_line_before_it_is_read(
-    finished: Path, tmp_path: Path, mutate: Callable[[dict], None], says: str
+    finished_cascade: Path, tmp_path: Path, mutate: Callable[[dict], None], says: str
 ) -> None:
     """Before: a float64 weight was cast into the model without a word, a moment of another
     shape failed at the first update, a planted tensor was read before load_state_dict said
     so."""
-    out = _stopped(finished, tmp_path)
+    out = stopped(finished_cascade, tmp_path)
     ckpt = latest_checkpoint(out / "none")
     assert ckpt is not None
     _recraft(ckpt, mutate)
@@ -182,10 +174,10 @@ def test_a_checkpoint_whose_tensors_do_not_match_the_model_is_one_line_before_it
 
 @pytest.mark.slow
 def test_the_trainers_own_load_checks_a_checkpoint_against_its_run_config_before_reading(
-    finished: Path, tmp_path: Path
+    finished_cascade: Path, tmp_path: Path
 ) -> None:
     """load_checkpoint (the trainer's restore) builds the need from the run's config.json."""
-    out = _stopped(finished, tmp_path)
+    out = stopped(finished_cascade, tmp_path)
     ckpt = latest_checkpoint(out / "none")
     assert ckpt is not None
     _recraft(ckpt, _wte_float64)

@@ -11,12 +11,13 @@ python -m pytest -q tests/test_hostile_s26_resume.py
 from __future__ import annotations
 
 import json
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import torch
+from stopped_cascade import ARGS as CASCADE
+from stopped_cascade import stopped
 from test_byo import make_model
 from test_hostile_s25_resume import _error_line, _invoke, _recraft, _snapshot
 
@@ -25,8 +26,7 @@ from andrea_diag.runlock import LOCK_NAME
 from andrea_diag.train.checkpoint import latest_checkpoint
 
 MODEL = ("--model", "test_byo:make_model")  # PairModel: emb, mix, head (tests/test_byo.py)
-ARGS = ["cascade", "--clip", "none,global", "--steps", "6", "--checkpoint-every", "2",
-        "--flush-every", "1", "--lr", "3e-3", *MODEL]  # fmt: skip
+ARGS = [*CASCADE, *MODEL]  # the --resume tests' cascade, of the user's model
 
 
 @pytest.fixture(scope="module")
@@ -34,17 +34,6 @@ def finished(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("byo-ref") / "c"
     code, output = _invoke(*ARGS, "--out", str(out))
     assert code == 0, output
-    return out
-
-
-def _stopped(finished: Path, dest: Path) -> Path:
-    """The finished cascade with arm ``none`` made to look stopped after its update 6."""
-    out = dest / "c"
-    shutil.copytree(finished, out)
-    for name in ("summary.json", "metrics.parquet", "schedule.json"):
-        (out / "none" / name).unlink()
-    meta = json.loads((out / "cascade.json").read_text())
-    (out / "cascade.json").write_text(json.dumps({**meta, "status": "running"}))
     return out
 
 
@@ -71,7 +60,7 @@ def _missing_model_tensor(s: dict) -> None:
 def test_a_user_models_checkpoint_that_does_not_match_it_is_one_line_before_it_is_read(
     finished: Path, tmp_path: Path, mutate: Callable[[dict], None], says: str
 ) -> None:
-    out = _stopped(finished, tmp_path)
+    out = stopped(finished, tmp_path)
     ckpt = latest_checkpoint(out / "none")
     assert ckpt is not None
     _recraft(ckpt, mutate)
@@ -87,7 +76,7 @@ def test_a_user_models_untouched_checkpoint_still_resumes_to_the_end(
     finished: Path, tmp_path: Path
 ) -> None:
     """The control: the live model's need admits the checkpoint its own run wrote."""
-    out = _stopped(finished, tmp_path)
+    out = stopped(finished, tmp_path)
     code, output = _invoke("cascade", "--resume", str(out), *MODEL)
     assert code == 0, output
     summary = json.loads((out / "none" / "summary.json").read_text())
@@ -133,7 +122,7 @@ def test_a_checkpoint_the_trainer_refuses_gives_the_arms_lock_back(tmp_path: Pat
     ref = tmp_path / "ref" / "c"
     code, output = _invoke(*ARGS[:-2], *shy, "--out", str(ref))
     assert code == 0, output
-    out = _stopped(ref, tmp_path)
+    out = stopped(ref, tmp_path)
     ckpt = latest_checkpoint(out / "none")
     assert ckpt is not None
     _recraft(ckpt, _missing_model_tensor)
