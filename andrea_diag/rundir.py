@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from andrea_diag.errors import UserError, visible
+from andrea_diag.host_memory import available_memory
 
 NAME_MAX = 255  # a path component longer than this is refused by every Linux filesystem
 
@@ -129,6 +130,10 @@ def open_regular(path: Path, what: str) -> IO[bytes]:
 # a run's largest JSON file is its batch plan, ~300 bytes an update (0.4 MB for 1,500): 1 GiB
 # is 3.5M updates, and a planted 40 GB file is refused before it is read
 MAX_JSON_BYTES = 1 << 30
+# memory a parsed JSON file takes per byte of its text, at most: 19x for a list of {"a":0}
+# (a dict per 8 bytes), 16x for one of [], 25x for one of {} (measured with tracemalloc); a
+# 1 GiB file of them, under MAX_JSON_BYTES, parsed into more memory than a laptop has
+JSON_EXPANSION = 32
 # a sweep.csv row is ~300 bytes an arm: 64 MiB is 200,000 arms, and a planted 40 GB file
 # (sparse: it costs its maker nothing) is refused unread; read_csv held 23 GB of memory on it
 MAX_SWEEP_CSV_BYTES = 64 << 20
@@ -156,12 +161,14 @@ def _bytes(n: int, spec: str) -> str:
     return f"{n / scale:{spec}} {unit}"
 
 
-def read_text(path: Path, what: str, max_bytes: int | None = None) -> str:
-    """The UTF-8 text of a regular file (at most ``max_bytes``), or one line."""
+def read_text(
+    path: Path, what: str, max_bytes: int | None = None, said: str = "more than any run writes"
+) -> str:
+    """The UTF-8 text of a regular file (at most ``max_bytes``, or one line ``said`` of it)."""
     regular_file(path, what)
     try:
         if max_bytes is not None:
-            check_size(path, what, max_bytes)
+            check_size(path, what, max_bytes, said)
         return Path(path).read_text(encoding="utf-8")
     except UnicodeDecodeError:
         raise UserError(f"{what} {path} is not UTF-8 text") from None
@@ -170,10 +177,16 @@ def read_text(path: Path, what: str, max_bytes: int | None = None) -> str:
 
 
 def read_json(path: Path, what: str, kind: type | None = None) -> Any:
-    """Parsed JSON of a regular file; with ``kind``, refused unless the top level is one."""
-    text = read_text(path, what, MAX_JSON_BYTES)
+    """Parsed JSON of a regular file; with ``kind``, refused unless the top level is one, and
+    unread when parsing it could take more memory than is free (``JSON_EXPANSION``)."""
+    free = available_memory()
+    cap = MAX_JSON_BYTES if free is None else min(MAX_JSON_BYTES, free // JSON_EXPANSION)
+    text = read_text(path, what, cap, "more than any run writes or the memory free can parse")
     try:
         value = json.loads(text)
+    except MemoryError:  # an address-space limit (ulimit -v) the free memory does not show
+        raise UserError(f"{what} {path} is {_bytes(len(text), '.1f')} of JSON, more than this "
+                        "process can parse", hint="the file is damaged or not from andrea-diag") from None  # fmt: skip
     except json.JSONDecodeError as e:
         raise UserError(f"{what} {path} is not valid JSON ({e.msg}, line {e.lineno})") from None
     except ValueError as e:  # int()'s own digit limit (4300): no JSONDecodeError, no e.msg

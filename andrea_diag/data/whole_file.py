@@ -11,31 +11,16 @@ line.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from andrea_diag.errors import UserError
+from andrea_diag.host_memory import available_memory
 
 # Copies of a file's size held at once while it becomes a source: text is the bytes, the
 # decoded str (up to 4 bytes a character for non-ASCII) and its documents; token ids are the
 # bytes, the array and its int64 copy (4x a uint16 file's size).
 TEXT_COPIES = 3
 TOKEN_COPIES = 6
-
-
-def available_memory() -> int | None:
-    """Bytes of memory free for a new allocation (Linux's MemAvailable), or None if unknown."""
-    try:
-        with open("/proc/meminfo", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    try:  # other Unixes: free pages only (an underestimate: the page cache is not counted)
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return None
 
 
 def _too_big(path: Path, name: str, size: int, need: int, free: int | None) -> UserError:

@@ -38,8 +38,8 @@ from typing import Any
 import torch
 
 from andrea_diag.config import ModelConfig
-from andrea_diag.data.whole_file import available_memory
 from andrea_diag.errors import UserError
+from andrea_diag.host_memory import available_memory
 
 POSITION_KEYS = ("max_position_embeddings", "n_positions", "n_ctx")
 SPECIAL_IDS = ("bos_token_id", "eos_token_id", "pad_token_id")

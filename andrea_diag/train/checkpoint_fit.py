@@ -31,8 +31,8 @@ from typing import Any
 import torch
 
 from andrea_diag.config import RunConfig
-from andrea_diag.data.whole_file import available_memory
 from andrea_diag.errors import UserError
+from andrea_diag.host_memory import available_memory
 from andrea_diag.model import GPT
 from andrea_diag.rundir import check_size
 from andrea_diag.train.optim import build_optimizer
