@@ -39,10 +39,10 @@ from andrea_diag.tables import csv_text
 from andrea_diag.tensorboard import (
     STEP_COLUMN,
     TensorBoardRun,
-    folder_names,
     nan_measured,
     row_walltime,
     run_summary,
+    runs_to_export,
     scalar_tags,
     tensorboard_tag,
     with_row_times,
@@ -279,18 +279,11 @@ def export_to_sinks(
     """Every run under ``paths`` (a run, a cascade's arms, a sweep's cells) through its own
     sink, ``make_sink(name, config)``: each row at its update, then events, summary, close.
     ``name`` is the TensorBoard export's folder name (``cascade-x/none``). Returns (run
-    directory, name) pairs; runs without a metric row are skipped, none at all is a UserError.
+    directory, name) pairs; runs without a metric row are left out with a warning
+    (``tensorboard.runs_to_export``).
     ``one_row_per_step``: the back end keeps one row per step (W&B): a table with an update
     twice is refused before any sink is made."""
-    from andrea_diag.record import load_run
-
-    if not paths:
-        raise UserError("no run directories given", hint="pass one or more run directories")
-    names = folder_names(paths)
-    loaded = {run: load_run(run) for run in names}
-    todo = {run: r for run, r in loaded.items() if not r["metrics"].empty}
-    if not todo:
-        raise UserError("no metric rows in any of these runs: nothing to export")
+    names, todo = runs_to_export(paths)
     # every run checked before the first sink: no half an export of a refused one
     rows = {run: _in_update_order(run, r["metrics"], one_row_per_step) for run, r in todo.items()}
     done = []

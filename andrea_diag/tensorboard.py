@@ -46,7 +46,7 @@ import pandas as pd
 from andrea_diag import metrics
 from andrea_diag.errors import UserError
 from andrea_diag.rundir import child, descend, make_out_dir, read_json
-from andrea_diag.runread import SUMMARY, clean
+from andrea_diag.runread import SUMMARY, clean, log
 
 INSTALL_HINT = 'pip install tensorboardX (the "tensorboard" extra; about 3 MB installed)'
 
@@ -283,10 +283,11 @@ def folder_names(args: list[Path]) -> dict[Path, str]:
         extra += 1
 
 
-def export_tensorboard(paths: list[Path], out: Path) -> list[tuple[Path, Path]]:
-    """Write event files for every run under ``paths`` into ``out/<folder>``; returns (run
-    directory, event folder) pairs. Runs without a metric row are skipped; none at all, a path
-    that is no run, or a folder that already holds event files is a UserError."""
+def runs_to_export(paths: list[Path]) -> tuple[dict[Path, str], dict[Path, dict[str, Any]]]:
+    """Every run under ``paths`` with its folder name (:func:`folder_names`), and those holding
+    a metric row, loaded. A run without one (killed before its first row, or every row torn)
+    is left out with a warning naming it, so an export of two runs that writes one says so;
+    no run at all, or none with a row, is a UserError. Shared by every export's back end."""
     from andrea_diag.record import load_run
 
     if not paths:
@@ -298,6 +299,16 @@ def export_tensorboard(paths: list[Path], out: Path) -> list[tuple[Path, Path]]:
     todo = {run: r for run, r in loaded.items() if not r["metrics"].empty}
     if not todo:
         raise UserError("no metric rows in any of these runs: nothing to export")
+    for run in (run for run in names if run not in todo):
+        log.warning("%s: no metric rows; not exported", run)
+    return names, todo
+
+
+def export_tensorboard(paths: list[Path], out: Path) -> list[tuple[Path, Path]]:
+    """Write event files for every run under ``paths`` into ``out/<folder>``; returns (run
+    directory, event folder) pairs. Runs without a metric row are left out (:func:`runs_to_export`);
+    a folder that already holds event files is a UserError."""
+    names, todo = runs_to_export(paths)
     # --out may hold someone's folders: a link planted at any depth is refused, up front
     targets = {run: descend(out, names[run], "--out: folder") for run in todo}
     for target in targets.values():

@@ -107,17 +107,30 @@ def export(
 
 @contextlib.contextmanager
 def _none_left_empty(folders: list[Path]) -> Iterator[None]:
-    """On a refusal (a damaged run, W&B refusing an update given twice), each of ``folders``
-    that this export made is removed again, with the parents it made for it, while empty: a
-    refused export leaves no empty --out behind. A folder the user had, or one holding any
-    file, stays as it is: nothing but an empty folder is ever removed."""
+    """On a refusal (a damaged run, W&B refusing an update given twice, a full disk), each of
+    ``folders`` that this export made is removed again, with the parents it made for it, while
+    empty, and so is each empty folder it made inside one the user had (a run's TensorBoard
+    folder in an existing --out): a refused export leaves no empty folder behind. A folder the
+    user had, or one holding any file, stays as it is: nothing but an empty folder is removed."""
     made = [_absent_chain(f) for f in folders]  # before anything is written
+    had = {f: _entries(f) for f, chain in zip(folders, made, strict=True) if not chain}
     try:
         yield
     except BaseException:
         for chain in made:
             _remove_empty(chain)
+        for folder, before in had.items():
+            for name in sorted(_entries(folder) - before):
+                _remove_empty([Path(folder) / name])
         raise
+
+
+def _entries(folder: Path) -> set[str]:
+    """The names in ``folder`` (none where it is no folder, or cannot be listed)."""
+    try:
+        return set(os.listdir(folder)) if os.path.isdir(folder) else set()
+    except OSError:
+        return set()
 
 
 def _absent(path: Path) -> bool:
