@@ -4,13 +4,16 @@
         --precision fp16 --original reports/ladder/gaps.csv --out reports/ladder-replication/replication.json
 
 Reads the replication sweep's ``sweep.csv`` (as ``ladder`` reads its own: untrusted, through
-``read_sweep_outputs``), pairs each seed's unclipped and clipped final held-out loss, and
+``read_sweep_outputs``), pairs each seed's unclipped and clipped final held-out loss (or, with
+``--measure train``, the final training loss: the mean of the last 10 updates' loss on the
+mixer's batches, the same batches in both arms; replication 4), and
 applies the protocol fixed before the runs: the exact sign-flip test on the side the protocol
 named (``--alternative``: greater, clipping helps, for replications 1 and 2; two-sided for 3)
 over the new seeds only, at alpha 0.05; fewer than ``MIN_REPLICATION_PAIRS`` finished pairs is
 "insufficient seeds" and no test. Beside it, descriptive only: the new seeds' intervals,
 collapses (Fisher), pollution events, and the estimate pooled with the original ladder's gaps
-(parsed from its ``gaps.csv``), which is not a test.
+(parsed from its ``gaps.csv``, or computed from an earlier sweep's folder), which is not a
+test.
 """
 
 from __future__ import annotations
@@ -31,34 +34,51 @@ MIN_REPLICATION_PAIRS = 12  # fixed in REPLICATION.md before the runs
 ALPHA = 0.05  # the same: one-sided, one hypothesis
 
 
-def new_pairs(table: pd.DataFrame, size: str, lr: float, precision: str) -> pd.DataFrame:
-    """Per seed: the unclipped and clipped arms' held-out loss, collapse and event flags."""
+# the loss a gap is taken of: sweep.csv's column, and how the verdict names it
+MEASURES = {"eval": ("final_eval_loss", "held-out loss"),
+            "train": ("final_loss", "training loss")}  # fmt: skip
+
+
+def new_pairs(
+    table: pd.DataFrame, size: str, lr: float, precision: str, measure: str = "eval"
+) -> pd.DataFrame:
+    """Per seed: the unclipped and clipped arms' loss gap (``measure``), collapse and event
+    flags."""
     t = finished(table)
     t = t[(t["size"] == size) & (t["precision"] == precision) & ((t["lr"] - lr).abs() < 1e-12)]
+    t = t.assign(loss=pd.to_numeric(t.get(MEASURES[measure][0]), errors="coerce"))
     arms = {c: t[t["clip"] == c].set_index("seed") for c in ("none", "global")}
     seeds = sorted(set(arms["none"].index) & set(arms["global"].index))
     return pd.DataFrame(
         {
             "seed": seeds,
-            "gap": [arms["none"].at[s, "eval"] - arms["global"].at[s, "eval"] for s in seeds],
+            "gap": [arms["none"].at[s, "loss"] - arms["global"].at[s, "loss"] for s in seeds],
             **{f"collapsed_{c}": [bool(arms[c].at[s, "collapsed"]) for s in seeds] for c in arms},
             **{f"event_{c}": [arms[c].at[s, "event"] for s in seeds] for c in arms},
         }
     )
 
 
-def original_gaps(path: Path, size: str, lr: float, precision: str) -> list[float]:
-    """The ladder's published per-seed gaps of the same cell ("s0:+0.382;s1:...")."""
+def original_gaps(
+    path: Path, size: str, lr: float, precision: str, measure: str = "eval"
+) -> list[float]:
+    """The ladder's published per-seed gaps of the same cell ("s0:+0.382;s1:...") from its
+    ``gaps.csv``, or an earlier sweep's gaps of ``measure`` from its folder."""
+    if path.is_dir():
+        gaps = new_pairs(read_sweep_outputs(path)[1], size, lr, precision, measure)["gap"]
+        return [float(g) for g in gaps if math.isfinite(g)]
+    if measure != "eval":
+        raise SystemExit("--original: a gaps.csv holds held-out gaps; give a sweep folder")
     g = pd.read_csv(path)
     row = g[(g["size"] == size) & (g["precision"] == precision) & ((g["lr"] - lr).abs() < 1e-12)]
     row = row[row["clip"] == "global"]
     return [float(x.split(":")[1]) for x in str(row.iloc[0]["gaps"]).split(";")] if len(row) else []
 
 
-def verdict(pairs: pd.DataFrame, original: list[float],
-            alternative: str = "greater") -> dict[str, Any]:  # fmt: skip
+def verdict(pairs: pd.DataFrame, original: list[float], alternative: str = "greater",
+            measure: str = "eval") -> dict[str, Any]:  # fmt: skip
     """The protocol's call and its statistics. ``alternative`` is the primary test's side, fixed
-    in the protocol: "greater" (clipping lowers held-out loss), "less" (it raises it) or
+    in the protocol: "greater" (clipping lowers the loss), "less" (it raises it) or
     "two-sided" (either; a sign that differs from the original seeds' is said so)."""
     gaps = [g for g in pairs["gap"] if math.isfinite(g)]
     test = paired_test(gaps)
@@ -73,7 +93,8 @@ def verdict(pairs: pd.DataFrame, original: list[float],
                if not math.isfinite(g)]  # fmt: skip
     return _strict({
         "protocol": "reports/ladder/REPLICATION.md",
-        "call": _call(test, p, n, alternative, original),
+        "call": _call(test, p, n, alternative, original, MEASURES[measure][1]),
+        "measure": MEASURES[measure][0],
         "pairs": n,
         "dropped_non_finite": dropped,
         "alternative": alternative,
@@ -93,8 +114,10 @@ def verdict(pairs: pd.DataFrame, original: list[float],
     })  # fmt: skip
 
 
-def _call(test: Any, p: float, n: int, alternative: str, original: list[float]) -> str:
-    """The protocol's outcome rule in one sentence (REPLICATION.md)."""
+def _call(test: Any, p: float, n: int, alternative: str, original: list[float],
+          loss: str = "held-out loss") -> str:  # fmt: skip
+    """The protocol's outcome rule in one sentence (REPLICATION.md); ``loss`` names the
+    measure."""
     if n < MIN_REPLICATION_PAIRS:
         return f"insufficient seeds: {n} finished pairs, fewer than {MIN_REPLICATION_PAIRS}"
     side = "two-sided" if alternative == "two-sided" else "one-sided"
@@ -102,7 +125,7 @@ def _call(test: Any, p: float, n: int, alternative: str, original: list[float]) 
     # the gap is unclipped minus clipped held-out loss: > 0 means clipping lowered it
     moved = "lowered" if test.mean > 0 else "raised"
     if p < ALPHA:
-        effect = (f"clipping {moved} held-out loss by {abs(test.mean):.3f} nats "
+        effect = (f"clipping {moved} {loss} by {abs(test.mean):.3f} nats "
                   f"(bootstrap 95% [{test.bca.lo:+.3f}, {test.bca.hi:+.3f}]), {tested}")  # fmt: skip
         first = sum(original) / len(original) if original else math.nan
         if alternative == "two-sided" and math.isfinite(first) and (first > 0) != (test.mean > 0):
@@ -111,7 +134,7 @@ def _call(test: Any, p: float, n: int, alternative: str, original: list[float]) 
     claimed = {"greater": "lower", "less": "raise"}.get(alternative)
     wrong_side = claimed is not None and (test.mean > 0) != (alternative == "greater")
     if wrong_side or test.mean == 0:
-        which = f"clipping did not {claimed or 'move'} held-out loss on average"
+        which = f"clipping did not {claimed or 'move'} {loss} on average"
         return (
             f"not replicated: mean gap {test.mean:+.3f} nats over {n} new seeds ({which}), {tested}"
         )
@@ -143,11 +166,15 @@ def main() -> None:
     ap.add_argument("--alternative", choices=("greater", "less", "two-sided"), default="greater",
                     help="the primary test's side, as the protocol fixed it (greater: clipping "
                     "lowers held-out loss)")  # fmt: skip
+    ap.add_argument("--measure", choices=tuple(MEASURES), default="eval",
+                    help="the loss the gap is taken of: eval (final held-out loss) or train "
+                    "(final training loss, the last 10 updates' mean)")  # fmt: skip
     ap.add_argument("--out", type=Path)
     a = ap.parse_args()
     _, table = read_sweep_outputs(a.sweep)
-    pairs = new_pairs(table, a.size, a.lr, a.precision)
-    result = verdict(pairs, original_gaps(a.original, a.size, a.lr, a.precision), a.alternative)
+    pairs = new_pairs(table, a.size, a.lr, a.precision, a.measure)
+    original = original_gaps(a.original, a.size, a.lr, a.precision, a.measure)
+    result = verdict(pairs, original, a.alternative, a.measure)
     text = json.dumps(result, indent=2, allow_nan=False)
     print(text)
     if a.out:
