@@ -100,3 +100,29 @@ def test_a_two_sided_miss_names_the_seeds_its_gap_would_need() -> None:
     out = replication.verdict(_pairs(gaps), [-0.014] * 8, alternative="two-sided")
     assert out["call"].startswith("not replicated") and "would need" in out["call"]
     assert out["p_primary"] >= 0.05
+
+
+def _sweep_table(train: dict[str, list[float]], held_out: dict[str, list[float]]) -> pd.DataFrame:
+    """A sweep.csv of 120m seeds 24.. with the given losses per arm."""
+    rows = []
+    for clip in ("none", "global"):
+        for i, (t, e) in enumerate(zip(train[clip], held_out[clip], strict=True)):
+            rows.append({"cell": f"c{i}", "size": "120m", "lr": 3e-4, "max_norm": 1.0,
+                         "seed": 24 + i, "precision": "fp32", "clip": clip, "status": "done",
+                         "final_loss": t, "final_eval_loss": e, "lockin": "healthy"})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def test_the_train_measure_pairs_final_training_loss_and_names_it() -> None:
+    """Replication 4: the gap of ``final_loss`` (not the held-out loss beside it), and the call
+    says "training loss"."""
+    n = 12
+    table = _sweep_table({"none": [4.2] * n, "global": [4.0 - 0.001 * i for i in range(n)]},
+                         {"none": [5.0] * n, "global": [5.0] * n})  # fmt: skip
+    pairs = replication.new_pairs(table, "120m", 3e-4, "fp32", measure="train")
+    assert pairs["gap"].tolist() == pytest.approx([0.2 + 0.001 * i for i in range(n)])
+    out = replication.verdict(pairs, [0.17] * 16, alternative="two-sided", measure="train")
+    assert out["measure"] == "final_loss"
+    assert out["call"].startswith("replicated: clipping lowered training loss by 0.20")
+    held = replication.new_pairs(table, "120m", 3e-4, "fp32")  # the default: held-out
+    assert held["gap"].tolist() == [0.0] * n
