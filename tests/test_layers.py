@@ -38,6 +38,7 @@ LAYERS: dict[str, int] = {
     "tables": 0,  # column names of the stats tables, shared by experiments and report
     "rundir": 0,  # the one reader/writer of run-directory files (data's cache uses it too)
     "signals": 0,
+    "host_memory": 0,  # the memory free, for the size checks of rundir, data and train
     # 1: data, model, clip, and the device they run on
     "": 1,  # andrea_diag/__init__.py re-exports the clip API
     "data": 1,
