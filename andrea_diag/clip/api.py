@@ -305,7 +305,8 @@ def clip_grad_norm_(
     - ``max_norm`` is checked (:func:`check_max_norm`): NaN (torch makes every gradient NaN) and
       a negative bound (torch flips every gradient's sign) are a ``ValueError``; a bool or a
       string such as ``"1"`` (torch reads it with ``float()``) a ``TypeError``. ``0`` zeroes
-      the gradients and ``inf`` never clips, as in torch;
+      the gradients and ``inf`` never clips, as in torch. A NaN ``norm_type`` is a
+      ``ValueError`` too (torch makes every gradient NaN), before any gradient changes;
     - the norm is accumulated in float32 (float64 for float64 gradients) over fixed chunks
       and, for bf16/fp16 gradients, only rounded to their dtype at the end; torch's bf16/fp16
       norm can differ in the last bits. An fp16 norm past 65504 is returned as inf, as torch's,
@@ -334,6 +335,8 @@ def clip_grad_norm_(
             "`parameters` is an empty generator, no gradient clipping will occur.", stacklevel=3
         )
     norm_type = float(norm_type)
+    if math.isnan(norm_type):  # torch's own function would make every gradient NaN
+        raise ValueError("norm_type must be a number, got nan (it would make every gradient NaN)")
     grads = _grads(params)
     complex_grads = any(g.is_complex() for g in grads)
     # several devices (CPU-offloaded and CUDA parameters): torch groups them by device, the
