@@ -66,8 +66,11 @@ def export(
         ),
     ] = None,
     project: Annotated[
-        str, typer.Option(help="W&B project / MLflow experiment the runs go into.")
-    ] = "andrea-diag",
+        str | None,
+        typer.Option(
+            help="W&B project / MLflow experiment the runs go into [default: andrea-diag]."
+        ),
+    ] = None,
     out: Annotated[
         Path | None,
         typer.Option(
@@ -83,6 +86,7 @@ def export(
             "choose an export format",
             hint="andrea-diag export --tensorboard | --wandb | --mlflow STORE RUN_DIR",
         )
+    given, project = project, "andrea-diag" if project is None else project
     for d in [*run_dirs, *([out] if out is not None else [])]:
         check_path(d)
     if out is not None and out.exists() and not out.is_dir():
@@ -91,6 +95,7 @@ def export(
     check_project(project, wandb)
     uri = mlflow_uri(mlflow) if mlflow is not None else None
     _backends_present(tensorboard, wandb, uri)  # a missing extra: one line, nothing written
+    _refuse_unused(given, out, tensorboard, wandb, mlflow is not None)
     # run dirs are untrusted: any surprise is one line
     with damaged_run_dir(run_dirs, doing="export"):
         tb = (out or _default_out(run_dirs[0], "tensorboard")) if tensorboard else None
@@ -103,6 +108,19 @@ def export(
                 _wandb(run_dirs, wb, project)
             if uri is not None:
                 _mlflow(run_dirs, uri, project)
+
+
+def _refuse_unused(
+    project: str | None, out: Path | None, tensorboard: bool, wandb: bool, mlflow: bool
+) -> None:
+    """An option no chosen format reads was dropped without a word (exit 0): --project names a
+    W&B project or MLflow experiment, and --out holds TensorBoard and W&B files only."""
+    if project is not None and not (wandb or mlflow):
+        raise UserError("--project is not used by --tensorboard (it names a W&B project or an "
+                        "MLflow experiment)", hint="drop --project, or add --wandb or --mlflow")  # fmt: skip
+    if out is not None and not (tensorboard or wandb):
+        raise UserError("--out is not used by --mlflow, which writes into its STORE",
+                        hint="drop --out: the runs go into the --mlflow store")  # fmt: skip
 
 
 @contextlib.contextmanager

@@ -14,7 +14,7 @@ from rich.console import Console
 
 from andrea_diag.commands.given import typed_path
 from andrea_diag.console_text import shown
-from andrea_diag.errors import UserError
+from andrea_diag.errors import UserError, visible
 from andrea_diag.rundir import check_path
 
 console = Console(stderr=True)
@@ -80,6 +80,8 @@ def report(
             f"({run_dirs[0] / 'sweep.html'})",
             hint="drop --out, or pass cells of the sweep to compare them on one page",
         )
+    if title is not None:
+        _check_title(title)
     if title is not None and out is None:
         _refuse_unused_title(run_dirs)
     with damaged_run_dir(run_dirs):
@@ -98,6 +100,16 @@ def report(
 
 def _is_sweep(d: Path) -> bool:
     return (d / "sweep.json").exists()
+
+
+def _check_title(title: str) -> None:
+    """A blank --title made an empty heading, and a pasted newline or ESC was written into the
+    page as it was (``report`` judges its own blanks: cli.OwnBlanks)."""
+    if not title.strip():
+        raise UserError("--title is empty", hint="give the page a title, or drop --title")
+    if visible(title) != title:
+        raise UserError(f"--title '{visible(title)}' holds control characters",
+                        hint="give the title as one line of plain text")  # fmt: skip
 
 
 def _refuse_unused_title(run_dirs: list[Path]) -> None:

@@ -56,6 +56,7 @@ from andrea_diag.rundir import (
     read_json,
     remove_file,
 )
+from andrea_diag.train.distributed import check_one_process
 
 EXECUTORS = ("local", "slurm", "submitit-local")
 ERROR_FILE = "error.json"  # written by a failing cell's process into its cell directory
@@ -90,6 +91,7 @@ class ExecutorConfig:
         if self.time_min < 1 or self.gpus < 0:
             raise UserError("--slurm-time must be at least 1 minute and --slurm-gpus 0 or more")
         check_mode(self.mps)
+        check_one_process("sweep")  # the ladder's cells too: each is a sweep's
         if self.kind != "local" and not self.merge_only:  # a merge submits nothing
             _check_submitit(self.kind)
 

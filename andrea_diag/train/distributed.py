@@ -135,6 +135,17 @@ def env_world_size() -> int:
     return _world_size()
 
 
+def check_one_process(command: str) -> None:
+    """``command`` starts its cells' processes itself: under a launcher (``WORLD_SIZE`` above 1,
+    torchrun or ``--nproc``) each rank would run the whole grid, and the first cell's
+    rendezvous waited for ranks that run something else, forever, after its folder was made."""
+    world = _world_size()
+    if world > 1:
+        raise UserError(f"{command} runs as one process, not under a launcher (WORLD_SIZE={world})",
+                        hint="run it directly: --jobs N runs cells side by side, --nproc D gives "
+                        "each cell D replicas")  # fmt: skip
+
+
 def env_rank() -> int:
     """This process's rank (0: the one that writes), with every check of :func:`env_world`."""
     return env_world().rank
