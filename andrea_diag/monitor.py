@@ -49,6 +49,8 @@ from andrea_diag.monitor_checks import (
     check_options,
     check_probe_config,
     check_prompts,
+    checked_columns,
+    checked_flag,
     checked_loggers,
     checked_number,
     framework_row,
@@ -309,13 +311,15 @@ class SpikeMonitor:
         self._stepped = False
 
     def add_columns(self, **columns: Any) -> None:
-        """Extra columns for this update's row, between ``after_clip`` and ``after_step``."""
+        """Extra columns for this update's row, between ``after_clip`` and ``after_step``; not
+        the monitor's own (``update``, ``loss``, ...: :func:`~.monitor_checks.checked_columns`)."""
         if self._ctx is None or self._stepped:
             raise RuntimeError("SpikeMonitor.add_columns called outside an update")
-        self._ctx.row.update(columns)
+        self._ctx.row.update(checked_columns(columns))  # all checked before any is written
 
     def after_step(self, applied: bool | None = None) -> None:
         """After ``optimizer.step()``; ``applied=False`` when your loop skipped the step."""
+        applied = checked_flag("after_step", "applied", applied)  # before the update is counted
         if self._pending:  # after_clip skipped: measure now (no update snapshot)
             self.after_clip(None)
         ctx = self._ctx
@@ -337,10 +341,8 @@ class SpikeMonitor:
         anything else dropped; a key ``update`` as ``logged/update``
         (:func:`~andrea_diag.monitor_checks.framework_row`).
         After :meth:`close` (an ``evaluate()`` after ``train()``) there is no run to add to."""
-        if self.summary is not None:
-            return
-        row = framework_row(values)
-        if not row:
+        row = framework_row(values, update)  # checked first: a wrong call fails after close too
+        if self.summary is not None or not row:
             return
         if self._framework is None:
             self._framework = JsonlWriter(self.run_dir / "framework.jsonl")

@@ -28,8 +28,10 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
+from andrea_diag import metrics
 from andrea_diag.fields import MAX_SEED, MAX_UPDATES, cli_of
 from andrea_diag.probe_config import ProbeConfig
 
@@ -46,15 +48,17 @@ def is_int(value: Any) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
-def check_count(name: str, value: Any, lo: int = 1, hi: int = MAX_UPDATES) -> None:
-    """``value`` is a whole number from ``lo`` to ``hi``."""
+def check_count(
+    name: str, value: Any, lo: int = 1, hi: int = MAX_UPDATES, where: str = "SpikeMonitor"
+) -> None:
+    """``value`` is a whole number from ``lo`` to ``hi``; ``where``: the call that took it."""
     if not is_int(value):
-        raise TypeError(f"SpikeMonitor: {name} must be an int, got {_kind(value)} {value!r}")
+        raise TypeError(f"{where}: {name} must be an int, got {_kind(value)} {value!r}")
     if not lo <= value <= hi:
         raise ValueError(
-            f"SpikeMonitor: {name} must be a whole number of at least {lo}, got {value}"
+            f"{where}: {name} must be a whole number of at least {lo}, got {value}"
             if value < lo
-            else f"SpikeMonitor: {name} must be at most {hi}, got {value}"
+            else f"{where}: {name} must be at most {hi}, got {value}"
         )
 
 
@@ -286,11 +290,17 @@ def check_backward(per_example: Any, source: Any, phase: Any, weights: Any) -> N
         raise TypeError(f"{where}: weights must be a dict, got {_kind(weights)}")
 
 
-def framework_row(values: Mapping[str, Any]) -> dict[str, Any]:
+def framework_row(values: Any, update: Any = None) -> dict[str, Any]:
     """The numbers of what a framework logged: floats, ints (past 64 bits too: jsonl writes
     them exactly), numpy scalars and one-element tensors (NaN too: a diverged eval is a finding);
     anything else dropped. A key ``update`` is kept as ``logged/update``: it would overwrite
-    the monitor's own update number in ``framework.jsonl``."""
+    the monitor's own update number in ``framework.jsonl``. ``values``: a mapping; ``update``: a
+    whole number from 0 (``1.7`` and ``-5`` were written as updates 1 and -5)."""
+    where = "SpikeMonitor.log_framework"
+    if not isinstance(values, Mapping):
+        raise TypeError(f"{where}: values must be a dict of name -> number, got {_kind(values)}")
+    if update is not None:  # 0: before the first update (an evaluation before training)
+        check_count("update", update, 0, where=where)
     row: dict[str, Any] = {}
     for key, value in values.items():
         if isinstance(value, torch.Tensor) and value.numel() == 1:
@@ -302,6 +312,76 @@ def framework_row(values: Mapping[str, Any]) -> dict[str, Any]:
     return row
 
 
+# What SpikeMonitor computes itself in a row (the recorder stamps unix_time_s); with the probes'
+# columns (metrics.owner_of) refused to add_columns: a user's "update" replaced the monitor's.
+# The loop's other columns (tokens, loss_<source>) are the user's loop's facts; microbatches,
+# grad_norm_post and clip_coef too, though the monitor writes them: a loop corrects them (one
+# after_backward for a group, a clip after after_clip), as integrations/capture.py does.
+MONITOR_COLUMNS = frozenset(
+    c.name
+    for c in (metrics.UPDATE, metrics.LOSS, metrics.LR, metrics.GRAD_NORM, metrics.PHASE,
+              metrics.NONFINITE, metrics.APPLIED, metrics.UNIX_TIME_S)
+)  # fmt: skip
+_HOLDS = {float: "number", int: "number", bool: "flag", str: "text"}  # a schema kind's cell
+
+
+def _cell(value: Any) -> str | None:
+    """What a metrics cell reads ``value`` as: number, flag, text or gap (None); ``None`` for
+    what no cell holds (a list, a dict, a tensor of many elements: a gap on reading, or at
+    the flush an error that lost the rows waiting with it)."""
+    if value is None or isinstance(value, str):
+        return "text" if value is not None else "gap"
+    if isinstance(value, torch.Tensor):
+        n, dt = value.numel(), value.dtype
+        kind = "b" if dt == torch.bool else "c" if dt.is_complex else "f"
+    elif isinstance(value, (np.ndarray, np.generic)):
+        n, kind = value.size, value.dtype.kind
+    else:  # bool before int: True is no number
+        n = 1
+        kind = "b" if isinstance(value, bool) else "f" if isinstance(value, (int, float)) else "?"
+    return {"b": "flag", "i": "number", "u": "number", "f": "number"}.get(kind) if n == 1 else None
+
+
+def _writer(name: str) -> str | None:
+    """``""`` when the monitor writes column ``name`` itself, `` (probe 'spikes')`` when one of
+    its probes does, None when it is the user's to give (the loop's, the evaluator's, a new one)."""
+    if name in MONITOR_COLUMNS:
+        return ""
+    owner = metrics.owner_of(name)
+    return None if owner in (None, metrics.LOOP, metrics.EVALUATOR) else f" (probe {owner!r})"
+
+
+def checked_columns(columns: dict[str, Any]) -> dict[str, Any]:
+    """``add_columns``' columns: none of the monitor's own (:data:`MONITOR_COLUMNS`, a probe's),
+    each a value a cell holds, of its schema kind when the schema declares the name (a text
+    ``eval_loss`` failed the lock-in probe at close)."""
+    where = "SpikeMonitor.add_columns"
+    taken = {n: w for n in columns if (w := _writer(n)) is not None}
+    if taken:  # every such name in one line, before any column is written
+        said, first = ", ".join(f"{n!r}{w}" for n, w in taken.items()), next(iter(taken))
+        raise ValueError(f"{where}: the monitor writes {said} itself: a value of yours would "
+                         f"replace its own; choose another name, e.g. 'my/{first}'")  # fmt: skip
+    for name, value in columns.items():
+        col, cell = metrics.lookup(name), _cell(value)
+        if cell is None:
+            raise TypeError(f"{where}: column {name!r} must be a number, a bool, a str, None or "
+                            f"a one-element tensor, got {_kind(value)}")  # fmt: skip
+        if col is not None and cell not in (_HOLDS.get(col.kind), "gap"):
+            raise TypeError(f"{where}: column {name!r} holds a {_HOLDS.get(col.kind)} in the "
+                            f"schema ({col.meaning}), got {_kind(value)} {value!r}")  # fmt: skip
+    return columns
+
+
+def checked_flag(where: str, name: str, value: Any) -> bool | None:
+    """A hook's yes/no as a bool (a one-element bool tensor too; None passed): ``after_step``'s
+    ``applied="no"`` was an applied update to the probes (truthy) and a skipped one on disk."""
+    if value is None:
+        return None
+    if _cell(value) != "flag":
+        raise TypeError(f"SpikeMonitor.{where}: {name} must be a bool, got {_kind(value)}")
+    return bool(value)  # host sync for a tensor
+
+
 __all__: list[str] = [
     "check_backward",
     "check_count",
@@ -310,6 +390,8 @@ __all__: list[str] = [
     "check_options",
     "check_probe_config",
     "check_prompts",
+    "checked_columns",
+    "checked_flag",
     "checked_loggers",
     "checked_number",
     "framework_row",
