@@ -275,3 +275,21 @@ def test_a_plan_whose_seed_or_shape_is_not_the_runs_is_a_user_error(
     path.write_text(json.dumps(d))
     with pytest.raises(UserError, match=why):
         BatchPlan.load(path, data, like=rec)
+
+
+@pytest.mark.parametrize(
+    "update",
+    [float("inf"), 1.7, "1", None, 0, True],
+    ids=["inf", "float", "str", "null", "0", "bool"],
+)
+def test_a_recorded_update_that_is_no_whole_number_from_one_is_one_line(data, tmp_path, update):
+    """Before: Infinity raised OverflowError (a traceback at --resume), 1.7 was read as 1 and
+    "1" as 1."""
+    rec = plan(data)
+    rec.batch(1)
+    path = rec.save(tmp_path / "p.json")
+    d = json.loads(path.read_text())
+    d["records"][0]["update"] = update
+    path.write_text(json.dumps(d))
+    with pytest.raises(UserError, match="a record without a whole update number from 1"):
+        BatchPlan.load(path, data)

@@ -8,18 +8,11 @@
 Modules: ``corpus`` (sources, overrides), ``generators`` (seeded prose and dialogue),
 ``tokenizer`` (training + cache), ``token_ids`` (pre-tokenized sources: ``.bin``/``.npy`` ids
 with a declared vocabulary, no tokenizer), ``prepare`` (one-call pipeline), ``bandit`` (phases
-and weights), ``batches`` (per-update batches, record/replay, outlier injection).
+and weights), ``batches`` (per-update batches, record/replay), ``injection`` (--inject's outlier).
 """
 
 from andrea_diag.data.bandit import MIXER_POLICIES, PHASE_LENGTHS, Mixer, Phase
-from andrea_diag.data.batches import (
-    Batch,
-    BatchPlan,
-    batch_seed,
-    make_outlier_batch,
-    outlier_generator,
-    tokens_hash,
-)
+from andrea_diag.data.batches import Batch, BatchPlan, batch_seed, tokens_hash
 from andrea_diag.data.corpus import (
     EOT,
     Source,
@@ -27,6 +20,7 @@ from andrea_diag.data.corpus import (
     load_override,
     parse_source_overrides,
 )
+from andrea_diag.data.injection import make_outlier_batch, outlier_generator
 from andrea_diag.data.prepare import PreparedData, prepare_data
 from andrea_diag.data.token_ids import TokenSource, load_token_file
 from andrea_diag.data.tokenizer import default_cache_dir

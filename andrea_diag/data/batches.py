@@ -354,47 +354,19 @@ class BatchPlan:
         if head != want:
             raise UserError(f"batch plan {str(p)!r} was recorded for {head}, not {want}",
                             hint="replay a plan recorded by this run's first arm")  # fmt: skip
+        records = d.get("records")
+        # an update number as written: int() took 1.7 as 1 and "5" as 5, and Infinity raised
+        # OverflowError (a traceback at --resume)
+        if not isinstance(records, list) or not all(
+            isinstance(r, dict) and type(r.get("update")) is int and r["update"] >= 1
+            for r in records
+        ):
+            raise UserError(f"batch plan {str(p)!r} is damaged (a record without a whole "
+                            "update number from 1)", hint="it is not one this toolkit wrote")  # fmt: skip
         try:
             plan = cls(data, None, **head)
-            plan.records = {int(r["update"]): r for r in d["records"]}
         except (KeyError, TypeError, ValueError) as exc:
             raise UserError(f"batch plan {str(p)!r} is damaged ({type(exc).__name__})") from None
+        plan.records = {r["update"]: r for r in records}
         plan.replaying = True
         return plan
-
-
-# --------------------------------------------------------------------------------------------
-# injection: --inject outlier@UPDATE
-# --------------------------------------------------------------------------------------------
-
-
-def outlier_generator(seed: int, update: int) -> torch.Generator:
-    """The private generator an injection at ``update`` should use (same in every arm)."""
-    return torch.Generator().manual_seed(batch_seed(seed, update, tag="outlier"))
-
-
-def make_outlier_batch(
-    batch: Batch,
-    rng: torch.Generator,
-    vocab_size: int,
-    rare_ids: torch.Tensor | None = None,
-    n_sequences: int = 1,
-) -> Batch:
-    """A copy of ``batch`` where ``n_sequences`` sequences of one microbatch are rare tokens.
-
-    The seeds' first spike source is "one sequence with a very rare token combination": the
-    replaced sequences are i.i.d. draws from ``rare_ids`` (pass
-    ``PreparedData.rare_token_ids()``); without it, the top 256 ids, which byte-level BPE
-    assigns to its last, least frequent merges. The microbatch is chosen by ``rng``.
-    """
-    a_dim, m_dim, t1 = batch.tokens.shape
-    n = max(1, min(n_sequences, m_dim))
-    pool = rare_ids if rare_ids is not None else torch.arange(max(1, vocab_size - 256), vocab_size)
-    pool = pool.to(torch.int64)
-    a = int(torch.randint(a_dim, (1,), generator=rng))
-    picks = torch.randint(pool.numel(), (n, t1), generator=rng)  # (n, T+1)
-    tokens = batch.tokens.clone()
-    tokens[a, :n] = pool[picks]
-    injected = batch.injected.clone()
-    injected[a, :n] = True
-    return dataclasses.replace(batch, tokens=tokens, hash=tokens_hash(tokens), injected=injected)

@@ -41,7 +41,7 @@ from andrea_diag import __version__
 from andrea_diag.clip.api import ClipResult
 from andrea_diag.clip.modes import make_clipper
 from andrea_diag.config import RunConfig, parse_injections
-from andrea_diag.data.batches import make_outlier_batch, outlier_generator
+from andrea_diag.data.injection import make_outlier_batch, outlier_generator
 from andrea_diag.device import resolve_device
 from andrea_diag.errors import UserError
 from andrea_diag.factories import build_model, config_record, run_sheet_origins
