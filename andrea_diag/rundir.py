@@ -147,7 +147,10 @@ def check_size(
 ) -> None:
     """Refuse, unread, a file larger than ``max_bytes``: a planted 40 GB file would be read
     whole before any check of its content."""
-    size = os.stat(path).st_size
+    _check_bytes(path, what, os.stat(path).st_size, max_bytes, said)
+
+
+def _check_bytes(path: Path, what: str, size: int, max_bytes: int, said: str) -> None:
     if size > max_bytes:
         raise UserError(
             f"{what} {path} is {_bytes(size, '.1f')}, {said} ({_bytes(max_bytes, 'g')})",
@@ -164,12 +167,17 @@ def _bytes(n: int, spec: str) -> str:
 def read_text(
     path: Path, what: str, max_bytes: int | None = None, said: str = "more than any run writes"
 ) -> str:
-    """The UTF-8 text of a regular file (at most ``max_bytes``, or one line ``said`` of it)."""
-    regular_file(path, what)
+    """The UTF-8 text of a regular file (at most ``max_bytes``, or one line ``said`` of it),
+    sized and read through one descriptor (:func:`open_regular`): a file swapped for a FIFO
+    after the check hung the reader, one swapped for a larger file was read whole."""
     try:
-        if max_bytes is not None:
-            check_size(path, what, max_bytes, said)
-        return Path(path).read_text(encoding="utf-8")
+        with open_regular(path, what) as f:
+            if max_bytes is not None:
+                _check_bytes(path, what, os.fstat(f.fileno()).st_size, max_bytes, said)
+            raw = f.read() if max_bytes is None else f.read(max_bytes + 1)
+        if max_bytes is not None:  # grown since the fstat: still never more than the cap
+            _check_bytes(path, what, len(raw), max_bytes, said)
+        return raw.decode("utf-8")
     except UnicodeDecodeError:
         raise UserError(f"{what} {path} is not UTF-8 text") from None
     except OSError as e:

@@ -1,0 +1,59 @@
+"""A run's file swapped between the check and the read (round 26, from a hostile-dir audit):
+``rundir.read_text`` (every JSON side file: summary.json, config.json, cascade.json, ...)
+checked the path with a ``stat`` and then opened it with a blocking ``open``. A file swapped
+for a FIFO in between hung ``report`` forever (reproduced with a loop of atomic renames). It now
+sizes and reads what it opened (``O_NONBLOCK``, ``fstat``).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from andrea_diag import rundir
+from andrea_diag.errors import UserError
+
+
+@pytest.fixture
+def no_hang() -> Iterator[None]:
+    """A read that blocks fails the test after 10 s instead of hanging the suite."""
+
+    def timed_out(*args: object) -> None:
+        raise TimeoutError("the read blocked")
+
+    old = signal.signal(signal.SIGALRM, timed_out)
+    signal.alarm(10)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, old)
+
+
+def _swap_after_the_check(monkeypatch: pytest.MonkeyPatch, swap) -> None:
+    real = rundir.regular_file
+
+    def checked_then_swapped(path: Path, what: str) -> Path:
+        out = real(path, what)
+        swap(Path(path))
+        return out
+
+    monkeypatch.setattr(rundir, "regular_file", checked_then_swapped)
+
+
+def test_a_file_swapped_for_a_fifo_after_its_check_is_refused_not_waited_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_hang: None
+) -> None:
+    path = tmp_path / "summary.json"
+    path.write_text("{}")
+
+    def to_fifo(p: Path) -> None:
+        fifo = p.with_name("fifo")
+        os.mkfifo(fifo)
+        os.replace(fifo, p)
+
+    _swap_after_the_check(monkeypatch, to_fifo)
+    with pytest.raises(UserError, match="is not a regular file"):
+        rundir.read_json(path, "the arm's summary")
