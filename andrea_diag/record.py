@@ -194,7 +194,9 @@ class Recorder:
                 buf = io.BytesIO()
                 try:
                     df.to_parquet(buf, index=False)
-                except (ValueError, TypeError, OverflowError):  # pyarrow's ArrowInvalid is one
+                # pyarrow's ArrowInvalid is a ValueError; ArrowNotImplementedError (a cell of
+                # {}: a struct of no field) a NotImplementedError
+                except (ValueError, TypeError, OverflowError, NotImplementedError):
                     # a resumed run's kept rows are the run dir's word: one of the wrong type
                     # (an integer past int64) is cleaned as the report cleans it, not fatal
                     path = self.run_dir / "metrics.jsonl"
