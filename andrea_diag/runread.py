@@ -29,6 +29,7 @@ from typing import Any
 import pandas as pd
 
 from andrea_diag.errors import UserError
+from andrea_diag.given_checks import given_path
 from andrea_diag.parquet_read import read_parquet
 from andrea_diag.rundir import (
     MAX_SWEEP_CSV_BYTES,
@@ -341,9 +342,15 @@ def read_events(run_dir: Path) -> tuple[pd.DataFrame, list[dict[str, Any]]]:
 
 def load_run(run_dir: str | Path) -> dict[str, Any]:
     """Everything the report needs from a run directory, each file checked for the shape its
-    readers expect (:mod:`andrea_diag.runread`): a damaged file is one UserError line."""
-    run_dir = Path(run_dir)
-    if not (run_dir / "config.json").exists():
+    readers expect (:mod:`andrea_diag.runread`): a damaged file is one UserError line, and so
+    is a ``run_dir`` that names no folder (``""`` is not the working folder, as on the command
+    line: :func:`andrea_diag.given_checks.given_path`); one not a str or a path, a TypeError."""
+    run_dir = given_path(run_dir, "load_run: run_dir")
+    try:
+        is_run = (run_dir / "config.json").exists()
+    except OSError as e:  # past PATH_MAX in all, each part short: ENAMETOOLONG from pathlib
+        raise UserError(f"cannot look up {run_dir}: {e.strerror or e}") from None
+    if not is_run:
         raise UserError(
             f"{run_dir} is not a run directory (no config.json)",
             hint="pass a directory written by `andrea-diag train` or `cascade`",

@@ -21,31 +21,41 @@ from pathlib import Path
 import pandas as pd
 
 from andrea_diag.errors import UserError
+from andrea_diag.given_checks import given_path
 from andrea_diag.record import load_run, read_cascade_meta
 from andrea_diag.rundir import child
 
 
 def _arm_dirs(path: Path) -> list[tuple[str, Path]]:
-    if (path / "config.json").is_file():
+    try:
+        is_run, is_cascade = (path / "config.json").is_file(), (path / "cascade.json").is_file()
+    except OSError as e:  # a path past PATH_MAX in all: pathlib raises ENAMETOOLONG
+        raise UserError(f"cannot look up {path}: {e.strerror or e}") from None
+    if is_run:
         cfg = load_run(path)["config"] or {}
         return [(str(cfg.get("arm") or cfg.get("clip") or path.name), path)]
-    if (path / "cascade.json").is_file():
+    if is_cascade:
         meta = read_cascade_meta(path)
         return [(str(arm), child(path, str(arm), "arm")) for arm in meta["arms"]]
     raise UserError(f"{path} is not a run or cascade directory (no config.json or cascade.json)")
 
 
 def _as_paths(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> list[Path]:
-    """One path (a ``str`` or a path) as a list of one: a ``str`` iterated is its characters."""
+    """One path (a ``str`` or a path) as a list of one: a ``str`` iterated is its characters.
+    Each through :func:`given_path`, as the command line's: ``""`` is not the working folder."""
     if isinstance(paths, (str, os.PathLike)):
-        return [Path(paths)]
+        return [given_path(paths, "load_runs: paths")]
     if isinstance(paths, bytes) or not isinstance(paths, Iterable):
         raise TypeError(f"load_runs takes a path or a list of paths, not {type(paths).__name__}")
-    out = list(paths)
-    bad = next((p for p in out if not isinstance(p, (str, os.PathLike))), None)
-    if bad is not None:
-        raise TypeError(f"load_runs takes run directories as str or paths, not {bad!r}")
-    return [Path(p) for p in out]
+    out = []
+    for n, path in enumerate(paths):
+        try:
+            out.append(given_path(path, f"load_runs: paths[{n}]"))
+        except TypeError:  # None too: a search for "the first bad one" must not use None
+            raise TypeError(
+                f"load_runs takes run directories as str or paths, not {path!r} (paths[{n}])"
+            ) from None
+    return out
 
 
 def _check_once(seen: dict[Path, Path], path: Path, what: str) -> None:

@@ -34,6 +34,7 @@ from typing import Any, Protocol
 import pandas as pd
 
 from andrea_diag.errors import UserError
+from andrea_diag.given_checks import check_project, given_path, mlflow_uri, writable_folder
 from andrea_diag.metrics import folder_tags
 from andrea_diag.tables import csv_text
 from andrea_diag.tensorboard import (
@@ -83,6 +84,20 @@ def need(module: str, extra: str) -> Any:
         ) from None
 
 
+MLFLOW_EXAMPLE_API = "e.g. tracking_uri='file:./mlruns' (a folder) or 'http://host:5000'"
+
+
+def wandb_dir(dir: str | os.PathLike[str] | None) -> str | None:
+    """``WandbSink(dir=)`` as wandb.init takes it: None stays W&B's own choice; a path must
+    name a folder that is there or can be made (a file there, or above it, made W&B write
+    the run to the temp folder instead)."""
+    if dir is None:
+        return None
+    folder = given_path(dir, "WandbSink: dir")
+    hint = "W&B writes the run into this folder; give one that is or can be made"
+    return str(writable_folder(folder, "WandbSink: dir", str(folder), hint))
+
+
 class WandbSink:
     """Weights & Biases: one W&B run per andrea-diag run; offline by default.
 
@@ -92,9 +107,16 @@ class WandbSink:
     def __init__(self, project: str = "andrea-diag", *, name: str | None = None,
                  config: Mapping[str, Any] | None = None, mode: str = "offline",
                  dir: str | Path | None = None) -> None:  # fmt: skip
+        """``dir``: the folder W&B writes its ``wandb/`` folder into; None: W&B's own choice
+        (``$WANDB_DIR``, else the working folder). A bad ``project`` or ``dir`` is refused
+        here, before wandb is imported or anything is made (:func:`wandb_dir`)."""
+        # the export's rules (given_checks); W&B itself refuses a name only once the run
+        # starts, and a dir it cannot use sends the run to the temp folder without a word
+        check_project(project, wandb=True, what="WandbSink: project", example="project='mine'")
+        root = wandb_dir(dir)
         wandb = need("wandb", "wandb")
         self._run = wandb.init(project=project, name=name, config=dict(config or {}),
-                               mode=mode, dir=str(dir) if dir else None, reinit="create_new")  # fmt: skip
+                               mode=mode, dir=root, reinit="create_new")  # fmt: skip
         self._wandb = wandb
 
     def log(self, row: Mapping[str, Any]) -> None:
@@ -117,7 +139,14 @@ class MLflowSink:
 
     def __init__(self, experiment: str = "andrea-diag", *, name: str | None = None,
                  config: Mapping[str, Any] | None = None,
-                 tracking_uri: str = "file:./mlruns") -> None:  # fmt: skip
+                 tracking_uri: str | os.PathLike[str] = "file:./mlruns") -> None:  # fmt: skip
+        """``tracking_uri``: a folder (a path, or a ``str`` without a scheme, or a ``file:``
+        URI: a file store) or another MLflow URI (``http://host:5000``). An empty
+        ``experiment`` or a store that is a file is refused here, before MLflow is imported
+        or the store is made, as ``export --mlflow`` refuses it (:mod:`given_checks`)."""
+        check_project(experiment, wandb=False, what="MLflowSink: experiment",
+                      example="experiment='mine'")  # fmt: skip
+        tracking_uri = mlflow_uri(tracking_uri, "MLflowSink: tracking_uri", MLFLOW_EXAMPLE_API)
         mlflow = need("mlflow", "mlflow")
         if tracking_uri.startswith("file:"):
             # MLflow 3.x keeps its file store in maintenance mode behind this switch; a file

@@ -1,0 +1,160 @@
+"""What a caller gives, checked where it is given: the one owner of each rule that both the
+Python API and the command line apply.
+
+    run_dir = given_path(run_dir, "load_run: run_dir")        # "" refused, never read as "."
+    check_project(project, wandb=True, what="WandbSink: project", example="project='mine'")
+    uri = mlflow_uri(tracking_uri, "MLflowSink: tracking_uri", MLFLOW_EXAMPLE_API)
+    folder = writable_folder(dir, "WandbSink: dir", hint=...)  # not a file, nor inside one
+
+``commands/given.py`` calls these with the option's name (``--project``, ``--mlflow``);
+``runread.load_run``, ``runs.load_runs`` and the sinks (``WandbSink``, ``MLflowSink``) with the
+argument's. Before, the Python side had none of them: an empty path read the working folder,
+a file as MLflow's store was ``NotADirectoryError`` 14 frames inside MLflow, and a file as
+W&B's ``dir`` sent the run to the temp folder without a word.
+
+A wrong type is a ``TypeError``; a value that cannot be used is a :class:`BadArgument`, both a
+:class:`~andrea_diag.errors.UserError` (the CLI's one line) and a ``ValueError`` (what Python
+code catches). Nothing here creates a file or a folder: a refused call leaves none behind.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+from urllib.request import url2pathname
+
+from andrea_diag.errors import UserError, visible
+from andrea_diag.rundir import check_path
+
+
+class BadArgument(UserError, ValueError):
+    """A value of the right type that cannot be used (an empty path, a file for a folder)."""
+
+
+def _kind(value: Any) -> str:
+    return type(value).__name__
+
+
+EMPTY_PATH = "an empty path names no file or folder"
+
+
+def given_path(value: Any, what: str | None = None) -> Path:
+    """``value`` as a path: a ``str`` or ``os.PathLike`` (else ``TypeError``), not empty (``""``
+    is ``Path(".")``: an unset variable would silently mean the working folder), without a NUL
+    (no system call takes one) and with no component the system refuses to look up
+    (:func:`andrea_diag.rundir.check_path`). ``what``: the argument or option, for the line."""
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if not isinstance(value, str):  # bytes too: every reader here joins str paths
+        raise TypeError(f"{what or 'a path'} must be a str or a path, got {_kind(value)} {value!r}")
+    if value == "":
+        raise BadArgument(f"{what}: {EMPTY_PATH}" if what else EMPTY_PATH)
+    if "\0" in value:
+        raise BadArgument(f"{what or 'a path'} {value!r} holds a NUL character, which no path can")
+    try:
+        return check_path(Path(value), what)
+    except UserError as e:
+        raise BadArgument(e.message, e.hint) from None
+
+
+def writable_folder(path: Path, what: str, said: str, hint: str) -> Path:
+    """``path``, a folder that is there or can be made by the tool that writes into it: the
+    nearest of it and its parents that exists is a folder this user may write in. ``said``:
+    ``path`` as the caller gave it, for the line. Nothing is created here."""
+    for place in (path, *path.parents):
+        if not os.path.lexists(place):
+            continue
+        if not place.is_dir():
+            kind = "a file" if place.is_file() else "not a folder"
+            if place == path:
+                where = "is a file, not a folder" if place.is_file() else "is not a folder"
+            else:
+                where = f"is inside {place}, which is {kind}"
+            raise BadArgument(f"{what} {said} {where}", hint)
+        # W&B and MLflow make the folder there; where they cannot, W&B quietly writes to the
+        # temp folder instead and MLflow fails deep inside
+        need = os.W_OK | os.X_OK | (os.R_OK if place == path else 0)
+        if not os.access(place, need):
+            raise BadArgument(f"{what} {said}: {place} is not writable", hint)
+        return path
+    return path
+
+
+# W&B's own rule for a project name (wandb/sdk/wandb_settings.py, validate_project): refused
+# there only when the run starts, after the output folder was made
+WANDB_BAD_CHARS = "/\\#?%:"
+WANDB_MAX_LEN = 128
+
+
+def check_project(
+    project: Any, wandb: bool, what: str = "--project", example: str = "--project mine"
+) -> None:
+    """A W&B project (``wandb``) or MLflow experiment name that the tool will take."""
+    if not isinstance(project, str):
+        raise TypeError(f"{what} must be a str, got {_kind(project)} {project!r}")
+    if not project.strip():
+        raise BadArgument(f"{what} is empty", hint=f"name the runs' project, e.g. {example}")
+    if visible(project) != project:
+        raise BadArgument(f"{what} {project!r} holds control characters")
+    if not wandb:
+        return  # MLflow takes any other experiment name (its own refusals are one line too)
+    bad = "".join(c for c in WANDB_BAD_CHARS if c in project)
+    if bad:
+        raise BadArgument(
+            f"{what} {project!r}: a W&B project name cannot hold {' '.join(bad)}",
+            hint=f"W&B refuses any of {' '.join(WANDB_BAD_CHARS)}; e.g. {example}",
+        )
+    if len(project) > WANDB_MAX_LEN:
+        raise BadArgument(f"{what} is {len(project)} characters; W&B takes at most "
+                          f"{WANDB_MAX_LEN}")  # fmt: skip
+    _wandb_says(project, what)
+
+
+def _wandb_says(project: str, what: str) -> None:
+    """The installed wandb's own check too, where it is there: a rule added after ours."""
+    try:
+        from wandb.sdk.wandb_settings import Settings
+    except ImportError:
+        return  # no wandb: the missing extra is said next, in its own line
+    try:
+        Settings(project=project)
+    except Exception as e:  # wandb's UsageError (or pydantic's, if it ever wraps it)
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise BadArgument(f"{what}: W&B refuses it: {first[:300]}") from None
+
+
+MLFLOW_EXAMPLE = "e.g. --mlflow runs/mlruns (a folder) or --mlflow http://host:5000"
+
+
+def mlflow_uri(store: Any, what: str = "--mlflow", example: str = MLFLOW_EXAMPLE) -> str:
+    """A tracking store as a URI: a folder (a ``str`` without a scheme, a path, or a ``file:``
+    URI) becomes an absolute ``file://`` URI; any other scheme (``http:``, ``sqlite:``...) is
+    MLflow's to judge. ``what``/``example``: the option or argument, for the line."""
+    if isinstance(store, os.PathLike):  # a path is a folder, whatever its name looks like
+        text = str(given_path(store, what))
+        return _file_store(text, text, what, example)
+    if not isinstance(store, str):
+        raise TypeError(f"{what} must be a str (a tracking URI or a folder) or a path, "
+                        f"got {_kind(store)} {store!r}")  # fmt: skip
+    if not store.strip():
+        raise BadArgument(f"{what} is empty: it takes the tracking store", hint=example)
+    if ":" not in store.split("/")[0]:
+        return _file_store(store, store, what, example)
+    parts = urlsplit(store)
+    if parts.scheme.lower() != "file" or parts.netloc not in ("", "localhost"):
+        return store
+    path = url2pathname(parts.path)
+    if not path:
+        raise BadArgument(f"{what} {store!r} names no folder", hint=example)
+    return _file_store(path, store, what, example)
+
+
+def _file_store(path: str, store: str, what: str, example: str) -> str:
+    """The ``file://`` URI of the folder ``path``; one line where a file (or anything but a
+    folder) is in its place or above it: MLflow would fail on its ``.trash`` inside it."""
+    folder = given_path(path, what)
+    said = store if store == path else f"{store}: {folder}"
+    writable_folder(folder, what, said, f"MLflow's file store is a folder; {example}")
+    return folder.resolve().as_uri()
