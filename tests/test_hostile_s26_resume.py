@@ -131,3 +131,41 @@ def test_a_checkpoint_the_trainer_refuses_gives_the_arms_lock_back(tmp_path: Pat
         line = _error_line(output)
         assert code == 2 and "model tensor head.bias is none" in line, output
         assert not (out / "none" / LOCK_NAME).exists()
+
+
+# ---- the toolkit GPT's cascade: rows and steps the checkpoint does not match (hostile audit)
+
+
+def _rows_end_in_carriage_returns(out: Path) -> None:
+    path = out / "none" / "metrics.jsonl"
+    path.write_bytes(path.read_bytes().replace(b"\n", b"\r"))  # the same size: check_rows passes
+
+
+def _steps_below_the_checkpoint(out: Path) -> None:
+    for arm in ("none", "global"):  # both: a resume whose arms differ is refused first
+        path = out / arm / "config.json"
+        path.write_text(json.dumps({**json.loads(path.read_text()), "steps": 3}))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("damage", "says"),
+    [(_rows_end_in_carriage_returns, "has no row end where checkpoint ckpt-"),
+     (_steps_below_the_checkpoint, ", past the 3 steps of")],
+    ids=["no-row-end", "steps-below"],
+)  # fmt: skip
+def test_a_table_or_config_the_checkpoint_does_not_match_is_one_line_and_nothing_changes(
+    finished_cascade: Path, tmp_path: Path, damage: Callable[[Path], None], says: str
+) -> None:
+    """Before: rows not ending in a newline where the checkpoint says were cut to nothing by the
+    recorder's torn-tail repair, then the line blamed the user ("rows were lost"); a config.json
+    of fewer steps than the checkpoint's update resumed, trained nothing and said done."""
+    from test_hostile_resume import _snapshot as contents
+
+    out = stopped(finished_cascade, tmp_path)
+    damage(out)
+    before = contents(out)
+    code, output = _invoke("cascade", "--resume", str(out))
+    line = _error_line(output)
+    assert code == 2 and says in line, output
+    assert contents(out) == before

@@ -35,7 +35,7 @@ from andrea_diag.experiments.config_checks import check_config
 from andrea_diag.experiments.saved_config import saved_config
 from andrea_diag.factories import build_model
 from andrea_diag.record import read_cascade_meta
-from andrea_diag.rundir import MAX_TABLE_BYTES, check_size, child, read_json
+from andrea_diag.rundir import MAX_TABLE_BYTES, check_size, child, open_regular, read_json
 from andrea_diag.runlock import holder_alive, read_lock
 from andrea_diag.runread import SUMMARY, clean
 from andrea_diag.train.checkpoint import (
@@ -100,6 +100,11 @@ def arm_state(
                 warn(f"{exc.message}; continuing from the checkpoint before it")
             continue
         check_rows(arm_dir, ckpt, state.get("recorder"))
+        update = state.get("update")
+        if type(update) is int and update > cfg.steps:  # it would train nothing, then say done
+            raise UserError(f"checkpoint {ckpt} is at update {update}, past the {cfg.steps} "
+                            f"steps of {arm_dir / 'config.json'}", hint="the run's config.json "
+                            "is damaged, or the checkpoint is another run's (nothing was changed)")  # fmt: skip
         return "checkpoint", ckpt
     raise AssertionError("unreachable: the oldest checkpoint's failure is raised above")
 
@@ -140,6 +145,20 @@ def check_rows(arm_dir: Path, ckpt: Path, positions: Any) -> None:
                 hint="rows were lost after the checkpoint; restore the file, or delete the "
                 "arm's checkpoints to restart it (nothing was changed)",
             )
+        if size and _byte_before(path, size) != b"\n":
+            # the rows the checkpoint counts end in a newline, as the writer leaves them: the
+            # recorder would cut the table back to its last newline (a "torn" tail) before this
+            # check could run again, and then say the rows were lost
+            raise UserError(f"{path} has no row end where checkpoint {ckpt.name} says its rows "
+                            f"end (byte {size})", hint="the table is damaged; restore it, or "
+                            "delete the arm's checkpoints to restart it (nothing was changed)")  # fmt: skip
+
+
+def _byte_before(path: Path, size: int) -> bytes:
+    """The byte at ``size - 1`` of a table already sized (``check_size``), read unblocked."""
+    with open_regular(path, "a table of the checkpoint") as f:
+        f.seek(size - 1)
+        return f.read(1)
 
 
 def check_run_dir(out_dir: Path) -> None:
