@@ -18,6 +18,7 @@ Fields not declared here pass unchanged: a reader of one must check its type its
 from __future__ import annotations
 
 import csv
+import io
 import json
 import logging
 import math
@@ -36,8 +37,8 @@ from andrea_diag.rundir import (
     MAX_TABLE_BYTES,
     check_size,
     child,
+    open_regular,
     read_json,
-    regular_file,
 )
 
 log = logging.getLogger("andrea_diag.record")
@@ -275,9 +276,9 @@ def read_jsonl(path: Path) -> pd.DataFrame:
     would hang the reader), and a row that is not a JSON object counts as undecodable."""
     rows, bad = [], 0
     if path.exists() or path.is_symlink():
-        regular_file(path, path.name)
         check_size(path, path.name, MAX_TABLE_BYTES, "more than this reader takes")
-        with open(path, encoding="utf-8", errors="replace") as f:
+        # the file opened is the one checked regular (a FIFO swapped in after a stat hung here)
+        with io.TextIOWrapper(open_regular(path, path.name), "utf-8", "replace") as f:
             for line in f:
                 line = line.strip()
                 if not line:
@@ -316,10 +317,11 @@ def read_sweep_csv(out: Path, **read_csv: Any) -> pd.DataFrame:
     """A sweep's ``sweep.csv`` under ``out``, as untrusted input: a link, FIFO or file past
     ``MAX_SWEEP_CSV_BYTES`` (a planted sparse 40 GB file) is refused unread, and one that is
     not a table is one line. ``read_csv``: pandas' options for the caller's parsing."""
-    path = regular_file(out / "sweep.csv", "sweep.csv")
-    check_size(path, "sweep.csv", MAX_SWEEP_CSV_BYTES)
+    path = out / "sweep.csv"
     try:
-        return pd.read_csv(path, **read_csv)
+        with open_regular(path, "sweep.csv") as f:  # the file checked is the file read
+            check_size(path, "sweep.csv", MAX_SWEEP_CSV_BYTES)
+            return pd.read_csv(f, **read_csv)
     except (ValueError, UnicodeDecodeError, csv.Error, pd.errors.ParserError) as e:
         raise UserError(f"sweep.csv {path} is not a readable table ({type(e).__name__})") from None
 

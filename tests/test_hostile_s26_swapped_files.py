@@ -2,7 +2,8 @@
 ``rundir.read_text`` (every JSON side file: summary.json, config.json, cascade.json, ...)
 checked the path with a ``stat`` and then opened it with a blocking ``open``. A file swapped
 for a FIFO in between hung ``report`` forever (reproduced with a loop of atomic renames). It now
-sizes and reads what it opened (``O_NONBLOCK``, ``fstat``).
+sizes and reads what it opened (``O_NONBLOCK``, ``fstat``), and so do the readers of a run's
+JSONL tables and of a sweep's ``sweep.csv``, which had the same check-then-open.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from andrea_diag import rundir
+from andrea_diag import rundir, runread
 from andrea_diag.errors import UserError
 
 
@@ -41,6 +42,14 @@ def _swap_after_the_check(monkeypatch: pytest.MonkeyPatch, swap) -> None:
         return out
 
     monkeypatch.setattr(rundir, "regular_file", checked_then_swapped)
+    # the table readers held their own name for it before (the old code's check)
+    monkeypatch.setattr(runread, "regular_file", checked_then_swapped, raising=False)
+
+
+def _to_fifo(p: Path) -> None:
+    fifo = p.with_name("fifo")
+    os.mkfifo(fifo)
+    os.replace(fifo, p)
 
 
 def test_a_file_swapped_for_a_fifo_after_its_check_is_refused_not_waited_on(
@@ -48,12 +57,20 @@ def test_a_file_swapped_for_a_fifo_after_its_check_is_refused_not_waited_on(
 ) -> None:
     path = tmp_path / "summary.json"
     path.write_text("{}")
-
-    def to_fifo(p: Path) -> None:
-        fifo = p.with_name("fifo")
-        os.mkfifo(fifo)
-        os.replace(fifo, p)
-
-    _swap_after_the_check(monkeypatch, to_fifo)
+    _swap_after_the_check(monkeypatch, _to_fifo)
     with pytest.raises(UserError, match="is not a regular file"):
         rundir.read_json(path, "the arm's summary")
+
+
+@pytest.mark.parametrize("name", ["metrics.jsonl", "sweep.csv"])
+def test_a_table_swapped_for_a_fifo_after_its_check_is_refused_not_waited_on(
+    name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_hang: None
+) -> None:
+    path = tmp_path / name
+    path.write_text('{"update": 1}\n' if name.endswith("jsonl") else "cell,size\nc,tiny\n")
+    _swap_after_the_check(monkeypatch, _to_fifo)
+    with pytest.raises(UserError, match="is not a regular file"):
+        if name == "sweep.csv":
+            runread.read_sweep_csv(tmp_path)
+        else:
+            runread.read_jsonl(path)
