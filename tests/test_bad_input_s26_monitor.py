@@ -203,3 +203,18 @@ def test_after_step_refuses_an_applied_that_is_not_a_bool_before_counting_the_up
     mon.close()
     df = load_run(mon.run_dir)["metrics"]
     assert df["update"].tolist() == [1] and df["applied"].tolist() == [False]
+
+
+@pytest.mark.parametrize("norm_type", ["abc", True, None], ids=["str", "bool", "none"])
+def test_after_clip_refuses_a_norm_type_that_is_no_number_in_one_line(
+    tmp_path: Path, norm_type: object
+) -> None:
+    """Before: "abc" raised float()'s "could not convert string to float", True was read as
+    the 1-norm, None was float()'s TypeError."""
+    mon, model, _ = _monitor(tmp_path)
+    loss = model(torch.randint(0, VOCAB, (4, 5))).logsumexp(-1).mean()
+    loss.backward()
+    mon.after_backward(loss)
+    total = torch.nn.utils.clip_grad_norm_(model.parameters(), 0.1)
+    with pytest.raises(TypeError, match=r"^norm_type must be a number, got"):
+        mon.after_clip(total, norm_type=norm_type)

@@ -24,6 +24,7 @@ the gradients by less than that is not told apart from one that did not run.
 from __future__ import annotations
 
 import math
+import numbers
 
 import torch
 
@@ -48,6 +49,10 @@ def clip_from_total(
     itself when ``norm_type`` is 2, else the clipped gradients' L2 norm over the factor."""
     if not grads:
         return None
+    if isinstance(norm_type, (str, bytes, bool)) or not isinstance(norm_type, numbers.Real):
+        # float("abc")'s own words were the message; float(True) took a flag for 1
+        raise TypeError(f"norm_type must be a number, got {type(norm_type).__name__} "
+                        f"{norm_type!r}")  # fmt: skip
     norm_type = float(norm_type)
     if math.isnan(norm_type) or norm_type <= 0:
         raise ValueError(f"norm_type must be positive or inf, got {norm_type}")
