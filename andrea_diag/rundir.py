@@ -130,10 +130,9 @@ def open_regular(path: Path, what: str) -> IO[bytes]:
 # a run's largest JSON file is its batch plan, ~300 bytes an update (0.4 MB for 1,500): 1 GiB
 # is 3.5M updates, and a planted 40 GB file is refused before it is read
 MAX_JSON_BYTES = 1 << 30
-# memory a parsed JSON file takes per byte of its text, at most: 19x for a list of {"a":0}
-# (a dict per 8 bytes), 16x for one of [], 25x for one of {} (measured with tracemalloc); a
-# 1 GiB file of them, under MAX_JSON_BYTES, parsed into more memory than a laptop has
-JSON_EXPANSION = 32
+# parsed JSON's memory per byte of text, at most: 19x for [{"a":0},...], 25x for [{},...]
+JSON_EXPANSION = 32  # (tracemalloc); 1 GiB of that, under MAX_JSON_BYTES, passed a laptop's memory
+JSON_FLOOR = 16 << 20  # parsed whatever the memory free says: 16 MiB is 50,000 updates' plan
 # a sweep.csv row is ~300 bytes an arm: 64 MiB is 200,000 arms, and a planted 40 GB file
 # (sparse: it costs its maker nothing) is refused unread; read_csv held 23 GB of memory on it
 MAX_SWEEP_CSV_BYTES = 64 << 20
@@ -150,11 +149,16 @@ def check_size(
     _check_bytes(path, what, os.stat(path).st_size, max_bytes, said)
 
 
-def _check_bytes(path: Path, what: str, size: int, max_bytes: int, said: str) -> None:
+DAMAGED = "the file is damaged or not from andrea-diag"
+
+
+def _check_bytes(
+    path: Path, what: str, size: int, max_bytes: int, said: str, hint: str = DAMAGED
+) -> None:
     if size > max_bytes:
         raise UserError(
             f"{what} {path} is {_bytes(size, '.1f')}, {said} ({_bytes(max_bytes, 'g')})",
-            hint="the file is damaged or not from andrea-diag",
+            hint=hint,
         )
 
 
@@ -164,20 +168,26 @@ def _bytes(n: int, spec: str) -> str:
     return f"{n / scale:{spec}} {unit}"
 
 
-def read_text(
-    path: Path, what: str, max_bytes: int | None = None, said: str = "more than any run writes"
-) -> str:
+def read_text(path: Path, what: str, max_bytes: int | None = None,
+              said: str = "more than any run writes", hint: str = DAMAGED) -> str:  # fmt: skip
     """The UTF-8 text of a regular file (at most ``max_bytes``, or one line ``said`` of it),
     sized and read through one descriptor (:func:`open_regular`): a file swapped for a FIFO
     after the check hung the reader, one swapped for a larger file was read whole."""
     try:
         with open_regular(path, what) as f:
+            size = os.fstat(f.fileno()).st_size
             if max_bytes is not None:
-                _check_bytes(path, what, os.fstat(f.fileno()).st_size, max_bytes, said)
-            raw = f.read() if max_bytes is None else f.read(max_bytes + 1)
+                _check_bytes(path, what, size, max_bytes, said, hint)
+            # read(n) reserves n bytes first: the file's own size (+1 to see it grow), not the cap
+            raw = f.read() if max_bytes is None else f.read(min(size, max_bytes) + 1)
+            if max_bytes is not None and len(raw) > size:  # grown while read: the rest, to the cap
+                raw += f.read(max_bytes + 1 - len(raw))
         if max_bytes is not None:  # grown since the fstat: still never more than the cap
-            _check_bytes(path, what, len(raw), max_bytes, said)
+            _check_bytes(path, what, len(raw), max_bytes, said, hint)
         return raw.decode("utf-8")
+    except MemoryError:  # an address-space limit (ulimit -v) the free memory does not show
+        raise UserError(f"{what} {path} is more than this process can hold in memory",
+                        hint="raise the memory limit, or free memory, and retry") from None  # fmt: skip
     except UnicodeDecodeError:
         raise UserError(f"{what} {path} is not UTF-8 text") from None
     except OSError as e:
@@ -188,8 +198,15 @@ def read_json(path: Path, what: str, kind: type | None = None) -> Any:
     """Parsed JSON of a regular file; with ``kind``, refused unless the top level is one, and
     unread when parsing it could take more memory than is free (``JSON_EXPANSION``)."""
     free = available_memory()
-    cap = MAX_JSON_BYTES if free is None else min(MAX_JSON_BYTES, free // JSON_EXPANSION)
-    text = read_text(path, what, cap, "more than any run writes or the memory free can parse")
+    parsable = MAX_JSON_BYTES if free is None else max(JSON_FLOOR, free // JSON_EXPANSION)
+    with contextlib.suppress(OSError):  # past any run's size: the file's fault, said so first
+        if os.stat(path).st_size > MAX_JSON_BYTES:
+            parsable = MAX_JSON_BYTES
+    if parsable < MAX_JSON_BYTES:  # the memory is the bound: not the file's fault
+        said = f"more than {_bytes(free or 0, '.1f')} of free memory may parse"
+        text = read_text(path, what, parsable, said, hint="free memory, then retry")
+    else:
+        text = read_text(path, what, MAX_JSON_BYTES)
     try:
         value = json.loads(text)
     except MemoryError:  # an address-space limit (ulimit -v) the free memory does not show
