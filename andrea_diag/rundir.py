@@ -130,8 +130,7 @@ def open_regular(path: Path, what: str) -> IO[bytes]:
 # a run's largest JSON file is its batch plan, ~300 bytes an update (0.4 MB for 1,500): 1 GiB
 # is 3.5M updates, and a planted 40 GB file is refused before it is read
 MAX_JSON_BYTES = 1 << 30
-# parsed JSON's memory per byte of text, at most: 19x for [{"a":0},...], 25x for [{},...]
-JSON_EXPANSION = 32  # (tracemalloc); 1 GiB of that, under MAX_JSON_BYTES, passed a laptop's memory
+JSON_EXPANSION = 32  # parsed JSON's memory per byte, at most: 19x [{"a":0},..], 25x [{},..]
 JSON_FLOOR = 16 << 20  # parsed whatever the memory free says: 16 MiB is 50,000 updates' plan
 # a sweep.csv row is ~300 bytes an arm: 64 MiB is 200,000 arms, and a planted 40 GB file
 # (sparse: it costs its maker nothing) is refused unread; read_csv held 23 GB of memory on it
@@ -141,12 +140,13 @@ MAX_SWEEP_CSV_BYTES = 64 << 20
 MAX_TABLE_BYTES = 2 << 30
 
 
-def check_size(
-    path: Path, what: str, max_bytes: int, said: str = "more than any run writes"
-) -> None:
+def check_size(path: Path, what: str, max_bytes: int, said: str = "more than any run writes",
+               opened: IO[Any] | None = None) -> None:  # fmt: skip
     """Refuse, unread, a file larger than ``max_bytes``: a planted 40 GB file would be read
-    whole before any check of its content."""
-    _check_bytes(path, what, os.stat(path).st_size, max_bytes, said)
+    whole before any check of its content. ``opened``: the file as opened, sized by ``fstat``
+    (a path sized, then swapped for a larger file before its open, was read whole)."""
+    size = os.fstat(opened.fileno()).st_size if opened is not None else os.stat(path).st_size
+    _check_bytes(path, what, size, max_bytes, said)
 
 
 DAMAGED = "the file is damaged or not from andrea-diag"

@@ -276,9 +276,9 @@ def read_jsonl(path: Path) -> pd.DataFrame:
     would hang the reader), and a row that is not a JSON object counts as undecodable."""
     rows, bad = [], 0
     if path.exists() or path.is_symlink():
-        check_size(path, path.name, MAX_TABLE_BYTES, "more than this reader takes")
-        # the file opened is the one checked regular (a FIFO swapped in after a stat hung here)
+        # the file opened is the one checked and sized (a FIFO swapped in after a stat hung here)
         with io.TextIOWrapper(open_regular(path, path.name), "utf-8", "replace") as f:
+            check_size(path, path.name, MAX_TABLE_BYTES, "more than this reader takes", f)
             for line in f:
                 line = line.strip()
                 if not line:
@@ -320,7 +320,7 @@ def read_sweep_csv(out: Path, **read_csv: Any) -> pd.DataFrame:
     path = out / "sweep.csv"
     try:
         with open_regular(path, "sweep.csv") as f:  # the file checked is the file read
-            check_size(path, "sweep.csv", MAX_SWEEP_CSV_BYTES)
+            check_size(path, "sweep.csv", MAX_SWEEP_CSV_BYTES, opened=f)
             return pd.read_csv(f, **read_csv)
     except (ValueError, UnicodeDecodeError, csv.Error, pd.errors.ParserError) as e:
         raise UserError(f"sweep.csv {path} is not a readable table ({type(e).__name__})") from None

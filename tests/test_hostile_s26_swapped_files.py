@@ -74,3 +74,36 @@ def test_a_table_swapped_for_a_fifo_after_its_check_is_refused_not_waited_on(
             runread.read_sweep_csv(tmp_path)
         else:
             runread.read_jsonl(path)
+
+
+def test_a_dangling_table_link_is_one_line_not_a_file_not_found_traceback(tmp_path: Path) -> None:
+    """Found by review of the first fix: sizing the path before opening it raised a raw
+    FileNotFoundError for a link to nothing."""
+    path = tmp_path / "metrics.jsonl"
+    path.symlink_to(tmp_path / "gone.jsonl")
+    with pytest.raises(UserError, match="is missing"):
+        runread.read_jsonl(path)
+
+
+@pytest.mark.parametrize("name", ["metrics.jsonl", "sweep.csv"])
+def test_a_table_swapped_for_a_larger_one_after_its_check_is_sized_as_opened(
+    name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The caps are lowered to the small file's size: the swapped-in file is past them."""
+    monkeypatch.setattr(runread, "MAX_TABLE_BYTES", 64)
+    monkeypatch.setattr(runread, "MAX_SWEEP_CSV_BYTES", 64)
+    path = tmp_path / name
+    row = '{"update": 1}\n' if name.endswith("jsonl") else "cell,size\n"
+
+    def grow(p: Path) -> None:
+        big = p.with_name("big")
+        big.write_text(row * 1000)
+        os.replace(big, p)
+
+    path.write_text(row)
+    _swap_after_the_check(monkeypatch, grow)
+    with pytest.raises(UserError, match="more than"):
+        if name == "sweep.csv":
+            runread.read_sweep_csv(tmp_path)
+        else:
+            runread.read_jsonl(path)
