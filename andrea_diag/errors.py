@@ -31,6 +31,23 @@ def _unicode_escape(char: str) -> str:
     return f"\\u{ord(char):04x}" if ord(char) <= 0xFFFF else f"\\U{ord(char):08x}"
 
 
+# What no name, title or project may hold (refused, not only escaped): the controls above, the
+# line and paragraph separators, the bidi embeddings, overrides and isolates (they reorder a
+# line on screen), and the zero-width space and BOM (two names that look alike). Zero-width
+# (non-)joiners, used in Persian and Indic words and emoji sequences, and the soft hyphen are
+# text: escaped in an error line, never refused.
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\u200b\ufeff]")
+
+
+def unsafe(text: str) -> bool:
+    """Whether ``text`` holds a character no name or title may (:data:`_UNSAFE`).
+
+    >>> unsafe("a\\nb"), unsafe("run\\u202egpj.html"), unsafe("گزارش\\u200cها")
+    (True, True, False)
+    """
+    return _UNSAFE.search(text) is not None
+
+
 def visible(text: str) -> str:
     """``text`` with every C0, DEL and C1 control character as a visible ``\\xNN`` escape, and
     every Unicode separator or format character as ``\\uNNNN``: one line, shown as it is."""

@@ -25,7 +25,7 @@ from typing import Any
 from urllib.parse import urlsplit
 from urllib.request import url2pathname
 
-from andrea_diag.errors import UserError, visible
+from andrea_diag.errors import UserError, unsafe
 from andrea_diag.rundir import check_path
 
 
@@ -96,7 +96,7 @@ def check_project(
         raise TypeError(f"{what} must be a str, got {_kind(project)} {project!r}")
     if not project.strip():
         raise BadArgument(f"{what} is empty", hint=f"name the runs' project, e.g. {example}")
-    if visible(project) != project:
+    if unsafe(project):
         raise BadArgument(f"{what} {project!r} holds control characters")
     if not wandb:
         return  # MLflow takes any other experiment name (its own refusals are one line too)

@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from andrea_diag.errors import UserError, visible
+from andrea_diag.errors import UserError, unsafe
 from andrea_diag.host_memory import available_memory
 
 NAME_MAX = 255  # a path component longer than this is refused by every Linux filesystem
@@ -37,7 +37,7 @@ def check_component(name: str, what: str) -> str:
     """``name`` as one safe path component (no separator, not ``.``/``..``, not too long)."""
     if not isinstance(name, str) or not name or name in (".", "..") or "/" in name or "\0" in name:
         raise UserError(f"{what} {name!r} is not a plain name", hint="names are one path component")
-    if visible(name) != name:  # a control or invisible character (errors.visible owns the set)
+    if unsafe(name):  # a control, separator or bidi character (errors.unsafe owns the set)
         # no name the toolkit writes has one; printed, an ESC would drive the user's terminal
         raise UserError(f"{what} {name!r} holds control characters", hint="not a run's name")
     if len(name.encode("utf-8", "surrogateescape")) > NAME_MAX:

@@ -69,12 +69,39 @@ def test_a_blank_title_or_one_with_control_characters_is_refused(
     assert words in said and not out.exists(), said
 
 
+@pytest.mark.parametrize(
+    "title",
+    ["Résumé: 12m ✓", "گزارش\u200cها", "\U0001f469\u200d\U0001f4bb run 3", "hy\u00adphen"],
+    ids=["accents", "zwnj-persian", "zwj-emoji", "soft-hyphen"],
+)
 def test_a_plain_title_with_letters_beyond_ascii_still_makes_the_page(
-    run: Path, tmp_path: Path
+    title: str, run: Path, tmp_path: Path
 ) -> None:
+    """Zero-width (non-)joiners and the soft hyphen are text (found by review: the first check
+    refused every Unicode format character, these with them)."""
     from hostile_dirs import cli
 
     out = tmp_path / "page.html"
-    code, said = cli("report", str(run), "--out", str(out), "--title", "Résumé: 12m ✓")
+    code, said = cli("report", str(run), "--out", str(out), "--title", title)
     assert code == 0, said
-    assert "Résumé: 12m ✓" in out.read_text(encoding="utf-8")
+    assert title in out.read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("title", ["a\u2028b", "x\u202egpj.html", "a\u200bb"],
+                         ids=["line-separator", "bidi-override", "zero-width-space"])  # fmt: skip
+def test_a_title_with_a_separator_or_bidi_override_is_still_refused(
+    title: str, run: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "page.html"
+    said = one_line_error("report", str(run), "--out", str(out), "--title", title)
+    assert "holds control characters" in said and not out.exists(), said
+
+
+def test_an_out_folder_or_project_with_a_zero_width_non_joiner_is_taken(tmp_path: Path) -> None:
+    from andrea_diag.errors import unsafe
+    from andrea_diag.given_checks import check_project
+    from andrea_diag.rundir import check_component
+
+    name = "گزارش\u200cها"
+    assert not unsafe(name) and check_component(name, "--out") == name
+    check_project(name, wandb=False)  # an MLflow experiment of that name: no refusal

@@ -14,7 +14,7 @@ from rich.console import Console
 
 from andrea_diag.commands.given import typed_path
 from andrea_diag.console_text import shown
-from andrea_diag.errors import UserError, visible
+from andrea_diag.errors import UserError, unsafe, visible
 from andrea_diag.rundir import check_path
 
 console = Console(stderr=True)
@@ -107,7 +107,7 @@ def _check_title(title: str) -> None:
     page as it was (``report`` judges its own blanks: cli.OwnBlanks)."""
     if not title.strip():
         raise UserError("--title is empty", hint="give the page a title, or drop --title")
-    if visible(title) != title:
+    if unsafe(title):
         raise UserError(f"--title '{visible(title)}' holds control characters",
                         hint="give the title as one line of plain text")  # fmt: skip
 

@@ -40,7 +40,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from andrea_diag.config import VOCAB_SIZE
 from andrea_diag.data.corpus import EOT, Source
-from andrea_diag.errors import UserError, visible
+from andrea_diag.errors import UserError, unsafe
 
 SPECIAL_TOKENS = (EOT,)
 # Bump when the training recipe changes, so old caches are not silently reused.
@@ -63,7 +63,7 @@ def default_cache_dir() -> Path:
     (blank, or holding a control character such as a pasted newline) or a traceback (a
     ``~user`` with no such user)."""
     env = os.environ.get("ANDREA_DIAG_CACHE")
-    if env and (not env.strip() or visible(env) != env):
+    if env and (not env.strip() or unsafe(env)):
         raise UserError(
             f"ANDREA_DIAG_CACHE={env!r} in the environment is not a folder path",
             hint=_CACHE_HINT,
