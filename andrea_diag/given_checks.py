@@ -140,6 +140,8 @@ def mlflow_uri(store: Any, what: str = "--mlflow", example: str = MLFLOW_EXAMPLE
                         f"got {_kind(store)} {store!r}")  # fmt: skip
     if not store.strip():
         raise BadArgument(f"{what} is empty: it takes the tracking store", hint=example)
+    if store == "databricks":  # MLflow's name for the Databricks workspace, not a folder
+        return store
     if ":" not in store.split("/")[0]:
         return _file_store(store, store, what, example)
     parts = urlsplit(store)

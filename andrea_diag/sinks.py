@@ -104,15 +104,17 @@ class WandbSink:
     An offline run's files are complete once W&B's service process has written them: at the
     end of the Python process, or after ``wandb.teardown()`` (``finish()`` returns earlier)."""
 
-    def __init__(self, project: str = "andrea-diag", *, name: str | None = None,
+    def __init__(self, project: str | None = "andrea-diag", *, name: str | None = None,
                  config: Mapping[str, Any] | None = None, mode: str = "offline",
                  dir: str | Path | None = None) -> None:  # fmt: skip
-        """``dir``: the folder W&B writes its ``wandb/`` folder into; None: W&B's own choice
-        (``$WANDB_DIR``, else the working folder). A bad ``project`` or ``dir`` is refused
-        here, before wandb is imported or anything is made (:func:`wandb_dir`)."""
+        """``project``: None is W&B's own choice (``$WANDB_PROJECT``, else its default), as in
+        ``wandb.init``. ``dir``: the folder W&B writes its ``wandb/`` folder into; None: W&B's
+        own choice (``$WANDB_DIR``, else the working folder). A bad ``project`` or ``dir`` is
+        refused here, before wandb is imported or anything is made (:func:`wandb_dir`)."""
         # the export's rules (given_checks); W&B itself refuses a name only once the run
         # starts, and a dir it cannot use sends the run to the temp folder without a word
-        check_project(project, wandb=True, what="WandbSink: project", example="project='mine'")
+        if project is not None:
+            check_project(project, wandb=True, what="WandbSink: project", example="project='mine'")
         root = wandb_dir(dir)
         wandb = need("wandb", "wandb")
         self._run = wandb.init(project=project, name=name, config=dict(config or {}),

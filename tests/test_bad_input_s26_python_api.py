@@ -156,7 +156,9 @@ def test_a_wandb_project_or_dir_of_the_wrong_type_is_a_type_error_naming_it(
 ) -> None:
     _without(monkeypatch, "wandb")
     with pytest.raises(TypeError, match="WandbSink: project must be a str"):
-        WandbSink(None)  # type: ignore[arg-type]
+        WandbSink(5)  # type: ignore[arg-type]
+    with pytest.raises(UserError, match="this sink needs wandb"):  # None: W&B's own choice
+        WandbSink(None, dir=str(tmp_path))
     with pytest.raises(TypeError, match="WandbSink: dir must be a str or a path"):
         WandbSink("ok", dir=5)  # type: ignore[arg-type]
 
@@ -228,3 +230,17 @@ def test_the_cli_and_the_python_api_take_each_rule_from_given_checks() -> None:
         given.typed_path("")
     with pytest.raises(UserError, match=given_checks.EMPTY_PATH):
         given_checks.given_path("", "load_run: run_dir")
+
+
+def test_databricks_as_the_mlflow_store_is_mlflows_workspace_not_a_local_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by review: a bare "databricks" has no ':', so it was made a folder ./databricks
+    and the runs went there without a word."""
+    from andrea_diag.given_checks import mlflow_uri
+
+    monkeypatch.chdir(tmp_path)
+    assert mlflow_uri("databricks") == "databricks"
+    assert mlflow_uri("databricks://my-profile") == "databricks://my-profile"
+    assert mlflow_uri("databricks-local").startswith("file://")  # any other name: a folder
+    assert _files(tmp_path) == []
