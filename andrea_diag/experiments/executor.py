@@ -91,7 +91,7 @@ class ExecutorConfig:
         if self.time_min < 1 or self.gpus < 0:
             raise UserError("--slurm-time must be at least 1 minute and --slurm-gpus 0 or more")
         check_mode(self.mps)
-        check_one_process("sweep")  # the ladder's cells too: each is a sweep's
+        check_one_process("a sweep or ladder")
         if self.kind != "local" and not self.merge_only:  # a merge submits nothing
             _check_submitit(self.kind)
 
