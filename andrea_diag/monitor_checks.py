@@ -359,8 +359,8 @@ def checked_columns(columns: dict[str, Any]) -> dict[str, Any]:
     taken = {n: w for n in columns if (w := _writer(n)) is not None}
     if taken:  # every such name in one line, before any column is written
         said, first = ", ".join(f"{n!r}{w}" for n, w in taken.items()), next(iter(taken))
-        raise ValueError(f"{where}: the monitor writes {said} itself: a value of yours would "
-                         f"replace its own; choose another name, e.g. 'my/{first}'")  # fmt: skip
+        raise ValueError(f"{where}: {said} is the monitor's own column (or its probe's, when on):"
+                         f" yours would replace it; choose another name, e.g. 'my/{first}'")  # fmt: skip
     for name, value in columns.items():
         col, cell = metrics.lookup(name), _cell(value)
         if cell is None:

@@ -80,7 +80,7 @@ def test_add_columns_refuses_the_monitors_own_update_and_loss_and_the_run_stays_
 def test_add_columns_refuses_a_text_update_at_the_call_not_at_load_run(tmp_path: Path) -> None:
     mon, model, opt = _monitor(tmp_path)
     _clipped(mon, model)
-    with pytest.raises(ValueError, match=r"the monitor writes 'update' itself"):
+    with pytest.raises(ValueError, match=r"'update' is the monitor's own column"):
         mon.add_columns(update="abc")
     _step(mon, opt)
     mon.close()
