@@ -4,7 +4,7 @@ Python API and the command line apply.
     run_dir = given_path(run_dir, "load_run: run_dir")        # "" refused, never read as "."
     check_project(project, wandb=True, what="WandbSink: project", example="project='mine'")
     uri = mlflow_uri(tracking_uri, "MLflowSink: tracking_uri", MLFLOW_EXAMPLE_API)
-    folder = writable_folder(dir, "WandbSink: dir", hint=...)  # not a file, nor inside one
+    folder = writable_folder(path, "WandbSink: dir", said=str(path), hint=...)  # not a file
 
 ``commands/given.py`` calls these with the option's name (``--project``, ``--mlflow``);
 ``runread.load_run``, ``runs.load_runs`` and the sinks (``WandbSink``, ``MLflowSink``) with the
