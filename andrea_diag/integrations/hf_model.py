@@ -238,9 +238,10 @@ def _our_id(value: Any, vocab_size: int) -> Any:
 def build_hf_model(path: str | Path, preset: ModelConfig, seq_len: int) -> HFCausalLM:
     """The config's model with the toolkit's vocabulary, wrapped to return logits."""
     config = hf_config(path, preset, seq_len)
-    with torch.device("meta"):  # counted first, in no memory (check_memory)
-        check_memory(_from_config(config, path), path)
-    model = _from_config(config, path)
+    if torch.get_default_device().type != "meta":  # built for real: counted first, in no memory
+        with torch.device("meta"):
+            check_memory(_from_config(config, path), path)
+    model = _from_config(config, path)  # on meta (--resume's check): made once, no memory
     check_positions(model.config, seq_len, str(path))
     return HFCausalLM(model)
 
