@@ -40,7 +40,7 @@ from typing import Any
 import torch
 
 from andrea_diag.clip.api import ClipResult
-from andrea_diag.clip.from_total import clip_from_total
+from andrea_diag.clip.from_total import checked_norm_type, clip_from_total
 from andrea_diag.config import ProbeConfig
 from andrea_diag.jsonl import JsonlWriter
 from andrea_diag.monitor_checks import (
@@ -390,6 +390,7 @@ class SpikeMonitor:
         params: list[torch.Tensor],
         norm_type: float,
     ) -> ClipResult | None:
+        checked_norm_type(norm_type)  # also where it is unused: a wrong one is a wrong call
         if isinstance(value, ClipResult):
             return value
         if value is None:

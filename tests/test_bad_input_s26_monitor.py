@@ -218,3 +218,23 @@ def test_after_clip_refuses_a_norm_type_that_is_no_number_in_one_line(
     total = torch.nn.utils.clip_grad_norm_(model.parameters(), 0.1)
     with pytest.raises(TypeError, match=r"^norm_type must be a number, got"):
         mon.after_clip(total, norm_type=norm_type)
+
+
+@pytest.mark.parametrize("given", ["none", "clip_result"])
+@pytest.mark.parametrize("norm_type", ["abc", float("nan"), -1.0], ids=["str", "nan", "negative"])
+def test_after_clip_refuses_a_bad_norm_type_also_where_it_is_unused(
+    tmp_path: Path, given: str, norm_type: object
+) -> None:
+    """Before: with no total (None) or with the toolkit's own ClipResult, ``norm_type`` was never
+    read, so a wrong one passed silently; the update must not be counted either."""
+    from andrea_diag.clip.api import clip_grad_norm_with_stats
+
+    mon, model, _ = _monitor(tmp_path)
+    loss = model(torch.randint(0, VOCAB, (4, 5))).logsumexp(-1).mean()
+    loss.backward()
+    mon.after_backward(loss)
+    value = None if given == "none" else clip_grad_norm_with_stats(list(model.parameters()), 0.1)
+    error = TypeError if isinstance(norm_type, str) else ValueError
+    with pytest.raises(error, match=r"^norm_type must be"):
+        mon.after_clip(value, norm_type=norm_type)
+    assert mon.update == 0

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 import numbers
+from typing import Any
 
 import torch
 
@@ -41,14 +42,16 @@ def tolerance(value: torch.Tensor | float) -> float:
     return max(eps, MIN_TOLERANCE)
 
 
-def clip_from_total(
-    value: torch.Tensor | float, grads: list[torch.Tensor], norm_type: float = 2.0
-) -> ClipResult | None:
-    """The clip that turned gradients of pre-clip ``norm_type``-norm ``value`` into ``grads``
-    (None when there are no gradients). ``total_norm`` is the pre-clip L2 norm: ``value``
-    itself when ``norm_type`` is 2, else the clipped gradients' L2 norm over the factor."""
-    if not grads:
-        return None
+def checked_norm_type(norm_type: Any) -> float:
+    """A given clip's ``norm_type`` as a float: a real number > 0 or inf, else one error.
+
+    Stricter than :func:`~andrea_diag.clip.reference.check_norm_type` (torch's drop-in takes
+    ``"inf"`` as torch does): here it names a clip the user already ran, so a text or a flag
+    is a mistake, not a spelling.
+
+    >>> checked_norm_type(2), checked_norm_type(float("inf"))
+    (2.0, inf)
+    """
     if isinstance(norm_type, (str, bytes, bool)) or not isinstance(norm_type, numbers.Real):
         # float("abc")'s own words were the message; float(True) took a flag for 1
         raise TypeError(f"norm_type must be a number, got {type(norm_type).__name__} "
@@ -56,6 +59,18 @@ def clip_from_total(
     norm_type = float(norm_type)
     if math.isnan(norm_type) or norm_type <= 0:
         raise ValueError(f"norm_type must be positive or inf, got {norm_type}")
+    return norm_type
+
+
+def clip_from_total(
+    value: torch.Tensor | float, grads: list[torch.Tensor], norm_type: float = 2.0
+) -> ClipResult | None:
+    """The clip that turned gradients of pre-clip ``norm_type``-norm ``value`` into ``grads``
+    (None when there are no gradients). ``total_norm`` is the pre-clip L2 norm: ``value``
+    itself when ``norm_type`` is 2, else the clipped gradients' L2 norm over the factor."""
+    norm_type = checked_norm_type(norm_type)  # also with no gradients: the call is wrong anyway
+    if not grads:
+        return None
     post = clip_reference(grads, math.inf, apply=False)[1]  # per-tensor L2, measure only
     total = torch.as_tensor(value, device=post.device).detach().to(torch.float32).reshape(())
     post_l2 = post.square().sum().sqrt()
