@@ -85,6 +85,20 @@ def csv_text(table: pd.DataFrame) -> str:
     return safe.to_csv(index=False)
 
 
+def read_flag(value: Any) -> bool | None:
+    """A bool read back from CSV ("True"/"False"), JSON or pandas; None (a gap, which the rates
+    fill from the arm's verdict) when unknown: an empty cell or a word other than true/false.
+
+    >>> read_flag("True"), read_flag(" false"), read_flag(""), read_flag(float("nan"))
+    (True, False, None, None)
+    """
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    if isinstance(value, str):
+        return {"true": True, "false": False}.get(value.strip().lower())
+    return bool(value)
+
+
 def placed_rows(table: pd.DataFrame) -> pd.Series:
     """Per row of a sweep.csv (numbers already read), whether it has a place in the grid: a
     number in ``lr`` and ``max_norm`` and an integer ``seed`` a float holds exactly (inf, or

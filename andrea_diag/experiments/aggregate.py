@@ -47,18 +47,17 @@ from andrea_diag.stats import (
     paired_test,
     wilson,
 )
-from andrea_diag.tables import CELL_KEYS, UNCLIPPED, csv_text, interval_columns, interval_of, where
+from andrea_diag.tables import (
+    CELL_KEYS,
+    UNCLIPPED,
+    csv_text,
+    interval_columns,
+    interval_of,
+    read_flag,
+    where,
+)
 
 EVENT_SHARE = 0.5  # a pollution event: the spikes hold at least this share of ‖v‖ at the end
-
-
-def _flag(value: Any) -> bool | None:
-    """A bool read back from CSV ("True"/"False"), JSON or pandas; None when unknown."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return None
-    if isinstance(value, str):
-        return {"true": True, "false": False}.get(value.strip().lower())
-    return bool(value)
 
 
 def finished(table: pd.DataFrame) -> pd.DataFrame:
@@ -71,7 +70,7 @@ def finished(table: pd.DataFrame) -> pd.DataFrame:
     if "status" in t:
         t = t[t["status"].fillna("done") == "done"]
     verdict = t.get("lockin", pd.Series(None, index=t.index)).isin(COLLAPSE_VERDICTS)
-    given = t.get("collapse", pd.Series(None, index=t.index)).map(_flag)
+    given = t.get("collapse", pd.Series(None, index=t.index)).map(read_flag)
     t["collapsed"] = [bool(v) if g is None else g for g, v in zip(given, verdict, strict=True)]
     share = pd.to_numeric(t.get("final_v_share", pd.Series(math.nan, index=t.index)))
     t["event"] = [None if math.isnan(s) else bool(s >= EVENT_SHARE) for s in share]
@@ -122,7 +121,7 @@ def paired_gaps(table: pd.DataFrame) -> pd.DataFrame:
             seeds = sorted(set(base.index) & set(arm.index))
             gap = pd.Series({s: base.at[s, "eval"] - arm.at[s, "eval"] for s in seeds}, dtype=float)
             gap = gap[gap.map(math.isfinite)]
-            hit = [s for s in gap.index if _flag(base.at[s, "event"]) is True]
+            hit = [s for s in gap.index if read_flag(base.at[s, "event"]) is True]
             k_u, k_c = int(base["collapsed"].sum()), int(arm["collapsed"].sum())
             rows.append(
                 {**dict(zip(CELL_KEYS, key, strict=True)), "clip": clip, **_gap_columns(gap),

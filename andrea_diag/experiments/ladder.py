@@ -50,9 +50,10 @@ from andrea_diag.rundir import (
     atomic_write_text,
     read_json,
 )
-from andrea_diag.runread import SWEEP, clean, log, read_sweep_csv, to_float
+from andrea_diag.runread import SWEEP, clean
 from andrea_diag.stats import holm
-from andrea_diag.tables import GROUP, csv_text, placed_rows
+from andrea_diag.sweep_table import KEYS, read_sweep_table
+from andrea_diag.tables import GROUP, csv_text
 
 LADDER_SIZES = ["12m", "30m", "60m", "120m"]
 LADDER_LRS = [3e-4]  # the seeds' recipe; add a stress lr with --lr
@@ -218,7 +219,8 @@ def read_sweep_outputs(out: Path) -> tuple[dict[str, Any], pd.DataFrame]:
     sizes = meta.get("sizes")
     if not isinstance(sizes, list) or not all(isinstance(x, str) for x in sizes):
         raise UserError(f"{path} has no list of sizes", hint="the file is damaged")
-    table = read_sweep_csv(out)  # a link, FIFO or sparse 40 GB file first: refused unread
+    # the sweep page's reader: a link, FIFO or sparse 40 GB file refused unread, the same types
+    table = read_sweep_table(out, required=[*KEYS, "status"])
     unknown = [s for s in sizes if s not in MODEL_PRESETS]
     if unknown:
         raise UserError(f"{path} lists size {unknown[0]!r}, which is no model size here",
@@ -226,41 +228,15 @@ def read_sweep_outputs(out: Path) -> tuple[dict[str, Any], pd.DataFrame]:
     for key in ("lrs", "max_norms", "seeds"):  # the page formats each as a number
         meta[key] = [v for v in meta.get(key) or [] if isinstance(v, (int, float))
                      and not isinstance(v, bool) and math.isfinite(v)]  # fmt: skip
-    return meta, _ladder_table(out / "sweep.csv", table, sizes)
+    return meta, _ladder_rows(out / "sweep.csv", table, sizes)
 
 
-TABLE_KEYS = ["cell", "size", "clip", "status", "lr", "max_norm", "seed"]  # an arm's place
-TABLE_TEXT = ["cell", "size", "clip", "status", "precision", "lockin"]
-TABLE_NUMBERS = ["lr", "max_norm", "seed", "final_eval_loss", "final_v_share"]
-
-
-def _ladder_table(path: Path, table: pd.DataFrame, sizes: list[str]) -> pd.DataFrame:
-    """``sweep.csv`` with the columns the statements compute on made text or numbers (a wrong
-    number is a gap, and a row without its lr, max_norm or integer seed has no cell and is
-    left out, with a warning); a size that is no rung of the ladder, or an arm listed twice,
-    is one line: the statements would mix cells of another ladder or count a seed twice."""
-    missing = [c for c in TABLE_KEYS if c not in table]
-    if missing:
-        raise UserError(f"sweep.csv {path} has no {', '.join(missing)} column", hint="damaged")
-    table = table.copy()
-    for col in [c for c in TABLE_TEXT if c in table]:
-        table[col] = table[col].map(lambda v: v if v is None or v != v else str(v))
-    for col in [c for c in TABLE_NUMBERS if c in table]:
-        table[col] = table[col].map(to_float).astype("float64")  # a 400-digit int too
-    placed = placed_rows(table)
-    if not placed.all():
-        log.warning("%s: %d row(s) without a number in lr, max_norm or seed left out", path,
-                    int((~placed).sum()))  # fmt: skip
-        table = table[placed].copy()
-    table["seed"] = table["seed"].astype("int64")
-    if table["size"].isna().any():
-        raise UserError(f"sweep.csv {path} has a row without a size", hint="the file is damaged")
+def _ladder_rows(path: Path, table: pd.DataFrame, sizes: list[str]) -> pd.DataFrame:
+    """The sweep's table, refused when a row's size is no rung of this ladder: the statements
+    would mix cells of another sweep into its rates."""
     other = sorted(set(table["size"]) - set(sizes))
     if other:
         raise UserError(f"sweep.csv {path} holds a row of size {other[0]!r}, not one of the "
                         f"ladder's sizes in sweep.json ({', '.join(sizes)})",
                         hint="the file is damaged, or mixes cells of another sweep")  # fmt: skip
-    arm = [c for c in ("size", "lr", "max_norm", "precision", "seed", "clip") if c in table]
-    if table.duplicated(subset=arm).any():
-        raise UserError(f"sweep.csv {path} lists the same arm twice", hint="the file is damaged")
-    return table.reset_index(drop=True)
+    return table

@@ -5,35 +5,22 @@
 
 The sweep directory is untrusted input (:mod:`andrea_diag.rundir`): ``sweep.json`` must be a JSON
 object whose fields have the types the page formats (:data:`andrea_diag.runread.SWEEP`; a wrong
-one is dropped and shown as "-"), ``sweep.csv`` must parse and its columns are made the kind
-the page computes on (a wrong value, or a loss column it lacks, is a gap; a row without a
-number in lr, max_norm or seed is left out with a warning; a table without one of those
-columns is one line), and every cell name must be one plain component inside the sweep, so a
-cell named ``../victim`` is refused before anything is read or written.
+one is dropped and shown as "-"), ``sweep.csv`` is read by :func:`~andrea_diag.sweep_table.read_sweep_table`
+(the ladder's reader too), which refuses a cell named ``../victim`` before anything is read or
+written.
 """
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
-
-import pandas as pd
 
 from andrea_diag.errors import UserError
 from andrea_diag.record import read_cascade_meta
 from andrea_diag.report.html import render_cascade
 from andrea_diag.rundir import child, read_json
-from andrea_diag.runread import SWEEP, clean, log, read_sweep_csv, to_float
-from andrea_diag.tables import placed_rows
-
-TEXT = ("cell", "size", "precision", "clip", "lockin", "status", "error")
-FLAGS = ("collapse",)
-# an arm's place in the grid: the page groups and pairs by these, so a sweep.csv without one
-# of them is one line (as the ladder's reader says it: experiments/ladder.py)
-KEYS = ("cell", "size", "clip", "lr", "max_norm", "seed")
-# columns the page computes on that an older or damaged sweep.csv may lack: a gap in every row
-COMPUTED = ("final_loss", "min_loss", "n_spikes", "max_grad_norm", "lockin")
+from andrea_diag.runread import SWEEP, clean
+from andrea_diag.sweep_table import read_sweep_table
 
 
 def read_sweep_meta(out: Path) -> dict[str, Any]:
@@ -48,59 +35,6 @@ def read_sweep_meta(out: Path) -> dict[str, Any]:
     if not isinstance(meta.get("throughput"), dict):
         meta.pop("throughput", None)
     return meta
-
-
-def read_sweep_table(out: Path) -> pd.DataFrame:
-    """sweep.csv with text columns as text, number columns as numbers (a bad value: NaN, as
-    :func:`andrea_diag.runread.to_float` reads it), a column the page computes on that is
-    absent as a gap, and the rows that have no place in the grid left out with a warning."""
-    path = out / "sweep.csv"
-    table = read_sweep_csv(out, dtype=str, keep_default_na=False, na_values=[""])
-    missing = [c for c in KEYS if c not in table]
-    if missing:
-        raise UserError(f"sweep.csv {path} has no {', '.join(missing)} column",
-                        hint="the file is damaged")  # fmt: skip
-    if table.empty:
-        raise UserError(f"sweep.csv {path} has no rows", hint="the file is damaged")
-    for col in table.columns:
-        if col in TEXT:
-            table[col] = table[col].where(table[col].notna(), None)
-        elif col in FLAGS:
-            table[col] = table[col].map(lambda v: None if v is None else str(v).lower() == "true")
-        else:
-            table[col] = table[col].map(to_float).astype("float64")
-    for col in [c for c in COMPUTED if c not in table]:
-        log.warning("%s: no %s column; shown as a gap", path, col)
-        table[col] = None if col in TEXT else math.nan
-    if "precision" in table:  # a gap is the default precision, as the rates read it (aggregate.py)
-        table["precision"] = table["precision"].fillna("fp32")
-    for col in ("cell", "clip", "size"):
-        if table[col].isna().any():
-            raise UserError(f"sweep.csv {path} has a row without a {col}")
-    table = _placed(path, table)
-    keys = [
-        c for c in ("cell", "size", "lr", "max_norm", "precision", "seed", "clip") if c in table
-    ]
-    if table.duplicated(subset=keys).any() or table.duplicated(subset=keys[1:]).any():
-        raise UserError(f"sweep.csv {path} lists the same arm twice", hint="the file is damaged")
-    for cell in table["cell"].unique():
-        child(out, cell, "sweep.csv: cell")  # before anything is read or written
-    return table
-
-
-def _placed(path: Path, table: pd.DataFrame) -> pd.DataFrame:
-    """The rows with a number in lr and max_norm and an integer seed: the page places an arm by
-    them, and pandas' grouping would drop a row without one silently (the ladder's rule)."""
-    placed = placed_rows(table)
-    if not placed.any():
-        raise UserError(f"sweep.csv {path} has no row with a number in lr, max_norm and seed",
-                        hint="the file is damaged")  # fmt: skip
-    if not placed.all():
-        log.warning("%s: %d row(s) without a number in lr, max_norm or seed left out", path,
-                    int((~placed).sum()))  # fmt: skip
-    table = table[placed].copy()
-    table["seed"] = table["seed"].astype("int64")
-    return table.reset_index(drop=True)
 
 
 def _finished(cell_dir: Path) -> bool:

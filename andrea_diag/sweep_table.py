@@ -1,0 +1,92 @@
+"""``sweep.csv`` read as untrusted input: the one reader of the sweep page and the ladder.
+
+    from andrea_diag.sweep_table import read_sweep_table
+    table = read_sweep_table(Path("runs/sweep-tiny"))   # one row per arm per cell
+
+Both the sweep page (``report/sweep_dir.py``) and the ladder's statements
+(``experiments/ladder.py``) compute on this table, so its rules live here once: the file must
+parse (a link, FIFO or oversized file is refused unread, :func:`~andrea_diag.runread.read_sweep_csv`);
+text columns stay text, flags become bools, every other column a number (a bad value is NaN,
+as :func:`~andrea_diag.runread.to_float` reads it); a column the page computes on that an older
+file lacks is a gap; a row without a number in lr, max_norm or an integer seed has no place in
+the grid and is left out with a warning; a table without one of its key columns, with no
+rows, with an arm listed twice or with a cell name that is no plain component of the sweep
+directory (``../victim``) is one :class:`~andrea_diag.errors.UserError` line.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+import pandas as pd
+
+from andrea_diag.errors import UserError
+from andrea_diag.rundir import child
+from andrea_diag.runread import log, read_sweep_csv, to_float
+from andrea_diag.tables import placed_rows, read_flag
+
+TEXT = ("cell", "size", "precision", "clip", "lockin", "status", "error")
+FLAGS = ("collapse",)
+# an arm's place in the grid: the page and the ladder group and pair by these, so a
+# sweep.csv without one of them is one line
+KEYS = ("cell", "size", "clip", "lr", "max_norm", "seed")
+# columns the page computes on that an older or damaged sweep.csv may lack: a gap in every row
+COMPUTED = ("final_loss", "min_loss", "n_spikes", "max_grad_norm", "lockin")
+
+
+def read_sweep_table(out: Path, required: Sequence[str] = KEYS) -> pd.DataFrame:
+    """``out/sweep.csv`` typed and checked as the module docstring says; ``required``: the
+    columns whose absence is one line (the ladder adds ``status``)."""
+    path = out / "sweep.csv"
+    table = read_sweep_csv(out, dtype=str, keep_default_na=False, na_values=[""])
+    missing = [c for c in dict.fromkeys([*KEYS, *required]) if c not in table]
+    if missing:
+        raise UserError(f"sweep.csv {path} has no {', '.join(missing)} column",
+                        hint="the file is damaged")  # fmt: skip
+    if table.empty:
+        raise UserError(f"sweep.csv {path} has no rows", hint="the file is damaged")
+    for col in table.columns:
+        if col in TEXT:
+            table[col] = table[col].where(table[col].notna(), None)
+        elif col in FLAGS:
+            # a gap stays one (the rates and the page derive it from the verdict), never False
+            table[col] = table[col].map(read_flag)
+        else:
+            table[col] = table[col].map(to_float).astype("float64")  # a 400-digit int too
+    for col in [c for c in COMPUTED if c not in table]:
+        log.warning("%s: no %s column; shown as a gap", path, col)
+        table[col] = None if col in TEXT else math.nan
+    if "precision" in table:  # a gap is the default precision, as the rates read it (aggregate.py)
+        table["precision"] = table["precision"].fillna("fp32")
+    for col in ("cell", "clip", "size"):
+        if table[col].isna().any():
+            raise UserError(f"sweep.csv {path} has a row without a {col}")
+    table = _placed(path, table)
+    keys = [
+        c for c in ("cell", "size", "lr", "max_norm", "precision", "seed", "clip") if c in table
+    ]
+    if table.duplicated(subset=keys).any() or table.duplicated(subset=keys[1:]).any():
+        raise UserError(f"sweep.csv {path} lists the same arm twice", hint="the file is damaged")
+    for cell in table["cell"].unique():
+        child(out, cell, "sweep.csv: cell")  # before anything is read or written
+    return table
+
+
+def _placed(path: Path, table: pd.DataFrame) -> pd.DataFrame:
+    """The rows with a number in lr and max_norm and an integer seed: grouping would drop a
+    row without one silently, so it is left out with a warning instead."""
+    placed = placed_rows(table)
+    if not placed.any():
+        raise UserError(f"sweep.csv {path} has no row with a number in lr, max_norm and seed",
+                        hint="the file is damaged")  # fmt: skip
+    if not placed.all():
+        log.warning("%s: %d row(s) without a number in lr, max_norm or seed left out", path,
+                    int((~placed).sum()))  # fmt: skip
+    table = table[placed].copy()
+    table["seed"] = table["seed"].astype("int64")
+    return table.reset_index(drop=True)
+
+
+__all__ = ["COMPUTED", "FLAGS", "KEYS", "TEXT", "read_sweep_table"]
