@@ -54,6 +54,7 @@ LAYERS: dict[str, int] = {
     "jsonl": 2,
     "runlock": 2,
     "runread": 2,
+    "sweep_table": 2,  # sweep.csv as the sweep page and the ladder read it
     "runs": 2,
     "tensorboard": 2,  # exports a run directory (and monitor writes one live)
     "sinks": 2,
