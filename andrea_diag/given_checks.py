@@ -33,7 +33,8 @@ class BadArgument(UserError, ValueError):
     """A value of the right type that cannot be used (an empty path, a file for a folder)."""
 
 
-def _kind(value: Any) -> str:
+def kind_of(value: Any) -> str:
+    """The type a message names: ``got list``, not the value (which may be huge or hostile)."""
     return type(value).__name__
 
 
@@ -48,7 +49,7 @@ def given_path(value: Any, what: str | None = None) -> Path:
     if isinstance(value, os.PathLike):
         value = os.fspath(value)
     if not isinstance(value, str):  # bytes too: every reader here joins str paths
-        raise TypeError(f"{what or 'a path'} must be a str or a path, got {_kind(value)} {value!r}")
+        raise TypeError(f"{what or 'a path'} must be a str or a path, got {kind_of(value)} {value!r}")
     if value == "":
         raise BadArgument(f"{what}: {EMPTY_PATH}" if what else EMPTY_PATH)
     if "\0" in value:
@@ -93,7 +94,7 @@ def check_project(
 ) -> None:
     """A W&B project (``wandb``) or MLflow experiment name that the tool will take."""
     if not isinstance(project, str):
-        raise TypeError(f"{what} must be a str, got {_kind(project)} {project!r}")
+        raise TypeError(f"{what} must be a str, got {kind_of(project)} {project!r}")
     if not project.strip():
         raise BadArgument(f"{what} is empty", hint=f"name the runs' project, e.g. {example}")
     if unsafe(project):
@@ -137,7 +138,7 @@ def mlflow_uri(store: Any, what: str = "--mlflow", example: str = MLFLOW_EXAMPLE
         return _file_store(text, text, what, example)
     if not isinstance(store, str):
         raise TypeError(f"{what} must be a str (a tracking URI or a folder) or a path, "
-                        f"got {_kind(store)} {store!r}")  # fmt: skip
+                        f"got {kind_of(store)} {store!r}")  # fmt: skip
     if not store.strip():
         raise BadArgument(f"{what} is empty: it takes the tracking store", hint=example)
     if store == "databricks":  # MLflow's name for the Databricks workspace, not a folder

@@ -33,14 +33,11 @@ import torch
 
 from andrea_diag import metrics
 from andrea_diag.fields import MAX_SEED, MAX_UPDATES, cli_of
+from andrea_diag.given_checks import kind_of
 from andrea_diag.probe_config import ProbeConfig
 
 # what SpikeMonitor calls on every logger (andrea_diag.sinks.MetricSink)
 SINK_METHODS = ("log", "events", "summary", "close")
-
-
-def _kind(value: Any) -> str:
-    return type(value).__name__
 
 
 def is_int(value: Any) -> bool:
@@ -53,7 +50,7 @@ def check_count(
 ) -> None:
     """``value`` is a whole number from ``lo`` to ``hi``; ``where``: the call that took it."""
     if not is_int(value):
-        raise TypeError(f"{where}: {name} must be an int, got {_kind(value)} {value!r}")
+        raise TypeError(f"{where}: {name} must be an int, got {kind_of(value)} {value!r}")
     if not lo <= value <= hi:
         raise ValueError(
             f"{where}: {name} must be a whole number of at least {lo}, got {value}"
@@ -65,7 +62,7 @@ def check_count(
 def check_dir(name: str, value: Any) -> None:
     """``value`` names a directory that is or can be made: not a file, nor inside one."""
     if not isinstance(value, (str, os.PathLike)):
-        raise TypeError(f"SpikeMonitor: {name} must be a str or a path, got {_kind(value)}")
+        raise TypeError(f"SpikeMonitor: {name} must be a str or a path, got {kind_of(value)}")
     if not os.fspath(value):  # Path("") is the working directory: a run written all over it
         raise ValueError(f"SpikeMonitor: {name} is an empty path")
     path = Path(value)
@@ -80,11 +77,11 @@ def check_dir(name: str, value: Any) -> None:
 def check_model_and_optimizer(model: Any, optimizer: Any) -> None:
     """A module with trainable parameters, and an optimizer that steps some of them."""
     if not isinstance(model, torch.nn.Module):
-        raise TypeError(f"SpikeMonitor: model must be a torch.nn.Module, got {_kind(model)}")
+        raise TypeError(f"SpikeMonitor: model must be a torch.nn.Module, got {kind_of(model)}")
     groups = getattr(optimizer, "param_groups", None)
     if not isinstance(groups, list) or not all(isinstance(g, Mapping) for g in groups):
         raise TypeError(
-            f"SpikeMonitor: optimizer must be a torch.optim.Optimizer, got {_kind(optimizer)}"
+            f"SpikeMonitor: optimizer must be a torch.optim.Optimizer, got {kind_of(optimizer)}"
         )
     trainable = {id(p) for p in model.parameters() if p.requires_grad}
     if not trainable:
@@ -118,11 +115,11 @@ def check_probe_config(cfg: Any) -> None:
     """Every probe setting of the right type and within the bounds its CLI flag has; named by
     its keyword (``spike_z``), not its flag."""
     if not isinstance(cfg, ProbeConfig):
-        raise TypeError(f"SpikeMonitor: probes must be a ProbeConfig, got {_kind(cfg)}")
+        raise TypeError(f"SpikeMonitor: probes must be a ProbeConfig, got {kind_of(cfg)}")
     for f in dataclasses.fields(cfg):
         value, kind = getattr(cfg, f.name), str(f.type)
         if not _type_ok(kind, value):
-            raise TypeError(f"SpikeMonitor: {f.name} must be {kind}, got {_kind(value)} {value!r}")
+            raise TypeError(f"SpikeMonitor: {f.name} must be {kind}, got {kind_of(value)} {value!r}")
         meta = cli_of(f)
         if f.name == "lockin_every" and value is not None:  # no flag: every N updates, N >= 1
             check_count(f.name, value)
@@ -141,11 +138,11 @@ def check_prompts(prompts: Any, vocab_size: int | None) -> None:
         return
     if not isinstance(prompts, Mapping):
         raise TypeError(
-            f"SpikeMonitor: prompts must be a dict of name -> token ids, got {_kind(prompts)}"
+            f"SpikeMonitor: prompts must be a dict of name -> token ids, got {kind_of(prompts)}"
         )
     for name, ids in prompts.items():
         if not isinstance(name, str):
-            raise TypeError(f"SpikeMonitor: prompt names must be str, got {_kind(name)}")
+            raise TypeError(f"SpikeMonitor: prompt names must be str, got {kind_of(name)}")
         try:
             ids = torch.as_tensor(ids)
         except (TypeError, ValueError, RuntimeError) as exc:
@@ -171,13 +168,13 @@ def checked_loggers(loggers: Any) -> list[Any]:
     if all(callable(getattr(loggers, m, None)) for m in SINK_METHODS):
         raise TypeError("SpikeMonitor: loggers must be a list of sinks: pass loggers=[sink]")
     if isinstance(loggers, (str, bytes, Mapping)) or not isinstance(loggers, Iterable):
-        raise TypeError(f"SpikeMonitor: loggers must be a list of sinks, got {_kind(loggers)}")
+        raise TypeError(f"SpikeMonitor: loggers must be a list of sinks, got {kind_of(loggers)}")
     out = list(loggers)
     for i, sink in enumerate(out):
         missing = [m for m in SINK_METHODS if not callable(getattr(sink, m, None))]
         if missing:
             raise TypeError(
-                f"SpikeMonitor: loggers[{i}] ({_kind(sink)}) is not a metric sink: it has no "
+                f"SpikeMonitor: loggers[{i}] ({kind_of(sink)}) is not a metric sink: it has no "
                 f"{', '.join(missing)} (andrea_diag.sinks.MetricSink: log, events, summary, close)"
             )
     return out
@@ -197,7 +194,7 @@ def check_options(out_dir: Any, options: Mapping[str, Any]) -> None:
         if options[name] is not None:
             check_count(name, options[name], 1, 2**31 - 1)  # an embedding's row count
     if not isinstance(options["resume"], bool):
-        raise TypeError(f"SpikeMonitor: resume must be a bool, got {_kind(options['resume'])}")
+        raise TypeError(f"SpikeMonitor: resume must be a bool, got {kind_of(options['resume'])}")
     _check_kind("probes", options["probes"], ProbeConfig, "a ProbeConfig")
     _check_kind("meta", options["meta"], Mapping, "a dict")
     groups = options["layer_groups"]
@@ -206,13 +203,13 @@ def check_options(out_dir: Any, options: Mapping[str, Any]) -> None:
     tokenizer = options["tokenizer"]
     if tokenizer is not None and not callable(getattr(tokenizer, "decode", None)):
         raise TypeError(
-            f"SpikeMonitor: tokenizer must have a decode(list[int]) method, got {_kind(tokenizer)}"
+            f"SpikeMonitor: tokenizer must have a decode(list[int]) method, got {kind_of(tokenizer)}"
         )
 
 
 def _check_kind(name: str, value: Any, kind: type, what: str) -> None:
     if value is not None and not isinstance(value, kind):
-        raise TypeError(f"SpikeMonitor: {name} must be {what}, got {_kind(value)}")
+        raise TypeError(f"SpikeMonitor: {name} must be {what}, got {kind_of(value)}")
 
 
 def versioned(out_dir: str | Path) -> Path:
@@ -256,7 +253,7 @@ def checked_number(where: str, name: str, value: Any) -> float:
         value = value.detach()
     elif isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"SpikeMonitor.{where}: {name} must be a tensor or a number, got "
-                        f"{_kind(value)}")  # fmt: skip
+                        f"{kind_of(value)}")  # fmt: skip
     try:
         return float(value)  # host sync for a tensor
     except OverflowError:  # a 400-digit int: float() would raise from deep inside the hook
@@ -272,7 +269,7 @@ def check_backward(per_example: Any, source: Any, phase: Any, weights: Any) -> N
     where = "SpikeMonitor.after_backward"
     for name, value in (("per_example_loss", per_example), ("example_source", source)):
         if value is not None and not isinstance(value, torch.Tensor):
-            raise TypeError(f"{where}: {name} must be a tensor, got {_kind(value)}")
+            raise TypeError(f"{where}: {name} must be a tensor, got {kind_of(value)}")
     if source is not None:
         n = per_example.numel() if per_example is not None else 0
         if source.numel() != n:  # else the outlier would be named after another's source
@@ -281,13 +278,13 @@ def check_backward(per_example: Any, source: Any, phase: Any, weights: Any) -> N
         if source.is_floating_point() or source.is_complex():
             raise TypeError(f"{where}: example_source holds {source.dtype}, not integer ids")
     if phase is not None and not is_int(phase):
-        raise TypeError(f"{where}: phase must be an int or None, got {_kind(phase)}")
+        raise TypeError(f"{where}: phase must be an int or None, got {kind_of(phase)}")
     if phase is not None and not -(2**63) <= phase < 2**63:
         raise ValueError(
             f"{where}: phase must fit 64 bits, got an int of {int(phase).bit_length()} bits"
         )
     if weights is not None and not isinstance(weights, Mapping):
-        raise TypeError(f"{where}: weights must be a dict, got {_kind(weights)}")
+        raise TypeError(f"{where}: weights must be a dict, got {kind_of(weights)}")
 
 
 def framework_row(values: Any, update: Any = None) -> dict[str, Any]:
@@ -298,7 +295,7 @@ def framework_row(values: Any, update: Any = None) -> dict[str, Any]:
     whole number from 0 (``1.7`` and ``-5`` were written as updates 1 and -5)."""
     where = "SpikeMonitor.log_framework"
     if not isinstance(values, Mapping):
-        raise TypeError(f"{where}: values must be a dict of name -> number, got {_kind(values)}")
+        raise TypeError(f"{where}: values must be a dict of name -> number, got {kind_of(values)}")
     if update is not None:  # 0: before the first update (an evaluation before training)
         check_count("update", update, 0, where=where)
     row: dict[str, Any] = {}
@@ -365,10 +362,10 @@ def checked_columns(columns: dict[str, Any]) -> dict[str, Any]:
         col, cell = metrics.lookup(name), _cell(value)
         if cell is None:
             raise TypeError(f"{where}: column {name!r} must be a number, a bool, a str, None or "
-                            f"a one-element tensor, got {_kind(value)}")  # fmt: skip
+                            f"a one-element tensor, got {kind_of(value)}")  # fmt: skip
         if col is not None and cell not in (_HOLDS.get(col.kind), "gap"):
             raise TypeError(f"{where}: column {name!r} holds a {_HOLDS.get(col.kind)} in the "
-                            f"schema ({col.meaning}), got {_kind(value)} {value!r}")  # fmt: skip
+                            f"schema ({col.meaning}), got {kind_of(value)} {value!r}")  # fmt: skip
     return columns
 
 
@@ -378,7 +375,7 @@ def checked_flag(where: str, name: str, value: Any) -> bool | None:
     if value is None:
         return None
     if _cell(value) != "flag":
-        raise TypeError(f"SpikeMonitor.{where}: {name} must be a bool, got {_kind(value)}")
+        raise TypeError(f"SpikeMonitor.{where}: {name} must be a bool, got {kind_of(value)}")
     return bool(value)  # host sync for a tensor
 
 
