@@ -140,9 +140,9 @@ def check_one_process(command: str) -> None:
     torchrun or ``--nproc``) each rank would run the whole grid, and the first cell's
     rendezvous waited for ranks that run something else, forever, after its folder was made."""
     world = _world_size()
-    if world > 1 and _env_count("RANK") is None:
-        env_world()  # WORLD_SIZE without RANK is no launcher's: its own line says so
     if world > 1:
+        if _env_count("RANK") is None:
+            env_world()  # WORLD_SIZE without RANK is no launcher's: its own line says so
         raise UserError(f"{command} runs as one process, not under a launcher (WORLD_SIZE={world})",
                         hint="run it directly: --jobs N runs cells side by side, --nproc D gives "
                         "each cell D replicas")  # fmt: skip
