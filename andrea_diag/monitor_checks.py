@@ -119,7 +119,9 @@ def check_probe_config(cfg: Any) -> None:
     for f in dataclasses.fields(cfg):
         value, kind = getattr(cfg, f.name), str(f.type)
         if not _type_ok(kind, value):
-            raise TypeError(f"SpikeMonitor: {f.name} must be {kind}, got {kind_of(value)} {value!r}")
+            raise TypeError(
+                f"SpikeMonitor: {f.name} must be {kind}, got {kind_of(value)} {value!r}"
+            )
         meta = cli_of(f)
         if f.name == "lockin_every" and value is not None:  # no flag: every N updates, N >= 1
             check_count(f.name, value)
@@ -356,8 +358,9 @@ def checked_columns(columns: dict[str, Any]) -> dict[str, Any]:
     taken = {n: w for n in columns if (w := _writer(n)) is not None}
     if taken:  # every such name in one line, before any column is written
         said, first = ", ".join(f"{n!r}{w}" for n, w in taken.items()), next(iter(taken))
-        raise ValueError(f"{where}: {said} is the monitor's own column (or its probe's, when on):"
-                         f" yours would replace it; choose another name, e.g. 'my/{first}'")  # fmt: skip
+        raise ValueError(f"{where}: {said} is the monitor's own column (a probe's stays its own "
+                         f"when the probe is off, so a column means one thing in every run): yours "
+                         f"would replace it; choose another name, e.g. 'my/{first}'")  # fmt: skip
     for name, value in columns.items():
         col, cell = metrics.lookup(name), _cell(value)
         if cell is None:

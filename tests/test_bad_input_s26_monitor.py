@@ -238,3 +238,21 @@ def test_after_clip_refuses_a_bad_norm_type_also_where_it_is_unused(
     with pytest.raises(error, match=r"^norm_type must be"):
         mon.after_clip(value, norm_type=norm_type)
     assert mon.update == 0
+
+
+def test_add_columns_refuses_a_probes_column_also_when_that_probe_is_off_and_says_so(
+    tmp_path: Path,
+) -> None:
+    """Before, the message said a probe's column was refused "when on" while it was refused
+    always: a column keeps one meaning across runs, so the rule stands and the words now match."""
+    from andrea_diag.probe_config import ProbeConfig
+
+    mon, model, opt = _monitor(tmp_path, probes=ProbeConfig(update_stats=False))
+    _clipped(mon, model)
+    with pytest.raises(
+        ValueError, match=r"'update_rms' \(probe .*stays its own when the probe is off"
+    ):
+        mon.add_columns(update_rms=1.0)
+    _step(mon, opt)
+    mon.close()
+    assert "update_rms" not in load_run(mon.run_dir)["metrics"]
