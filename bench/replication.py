@@ -109,8 +109,9 @@ def verdict(pairs: pd.DataFrame, original: list[float], alternative: str = "grea
         "pollution_events": {c: f"{sum(v)}/{len(v)}" for c, v in events.items()},
         "pooled_descriptive": {"pairs": pooled.n, "mean": pooled.mean, "sd": pooled.sd,
                                "bootstrap_95": [pooled.bca.lo, pooled.bca.hi],
-                               "note": "original 8 seeds and the replication together: an "
-                               "estimate, not a test (the test of record is the one above)"},
+                               "note": f"the {len(original)} original seeds and the "
+                               "replication together: an estimate, not a test (the test of "
+                               "record is the one above)"},
     })  # fmt: skip
 
 

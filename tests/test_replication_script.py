@@ -37,6 +37,9 @@ def test_sixteen_positive_gaps_replicate_at_one_in_65536() -> None:
     assert out["call"].startswith("replicated")
     assert out["p_primary"] == pytest.approx(1 / 2**16)
     assert out["pooled_descriptive"]["pairs"] == 24
+    assert out["pooled_descriptive"]["note"].startswith("the 8 original seeds")
+    note = replication.verdict(_pairs([0.1] * 12), [0.2] * 16)["pooled_descriptive"]["note"]
+    assert note.startswith("the 16 original seeds")  # was "original 8" whatever they were
     assert out["pollution_events"] == {"none": "16/16", "global": "0/16"}
 
 
