@@ -49,7 +49,9 @@ def given_path(value: Any, what: str | None = None) -> Path:
     if isinstance(value, os.PathLike):
         value = os.fspath(value)
     if not isinstance(value, str):  # bytes too: every reader here joins str paths
-        raise TypeError(f"{what or 'a path'} must be a str or a path, got {kind_of(value)} {value!r}")
+        raise TypeError(
+            f"{what or 'a path'} must be a str or a path, got {kind_of(value)} {value!r}"
+        )
     if value == "":
         raise BadArgument(f"{what}: {EMPTY_PATH}" if what else EMPTY_PATH)
     if "\0" in value:
