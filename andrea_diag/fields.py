@@ -28,6 +28,13 @@ from typing import Any
 # sizes at which torch, numpy or a tensor allocation raise instead of refusing in one line.
 MAX_UPDATES = 10**9
 MAX_SEED = 2**32 - 1  # numpy's SeedSequence and most samplers take 32-bit seeds
+# A positive float option's range: far past any rate, threshold or z-score a run means on
+# either side, and inside float32's (1.2e-38 .. 3.4e38), the dtype these values meet the
+# tensors in. Past it torch refused the scalar mid-run, after the run's folder was made ("value
+# cannot be converted to type float without overflow": --lr 1e38, Adam's first step being 10x
+# the lr; --agc-eps 1e39); below it the value is 0 there (--max-norm 1e-320 zeroed every
+# gradient: the 0 that is refused, taken without a word).
+POSITIVE_RANGE = (1e-30, 1e30)
 
 
 @dataclass(frozen=True)
@@ -42,7 +49,7 @@ class Cli:
     shown: str | None = None  # the help's [default: ...] when the field's default is None
     panel: str | None = None  # rich help panel
     one_cell: bool = False  # only commands that run one cell take it (sweep/ladder give lists)
-    positive: bool = False  # a float that must be finite and > 0
+    positive: bool = False  # a float that must be finite, > 0 and in POSITIVE_RANGE
 
     def flag(self, name: str) -> str:
         """The long flag, e.g. ``--micro-batch``."""
@@ -67,17 +74,31 @@ def cli_fields(cls: Any) -> Iterator[tuple[dataclasses.Field, Cli]]:
             yield f, meta
 
 
-def check_bounds(obj: Any, error: type[Exception]) -> None:
-    """Raise ``error`` naming the flag for the first CLI field of ``obj`` outside its bounds."""
+def positive_problem(value: float) -> str | None:
+    """What is wrong with ``value`` as a positive option's (the words after its name), or None.
+
+    >>> positive_problem(-1.0), positive_problem(1e-320), positive_problem(2.5)
+    ('must be a positive number, got -1.0', 'must be from 1e-30 to 1e+30, got 1e-320', None)
+    """
     import math
 
+    if not (math.isfinite(value) and value > 0):
+        return f"must be a positive number, got {value}"
+    lo, hi = POSITIVE_RANGE
+    if not lo <= value <= hi:
+        return f"must be from {lo:g} to {hi:g}, got {value}"
+    return None
+
+
+def check_bounds(obj: Any, error: type[Exception]) -> None:
+    """Raise ``error`` naming the flag for the first CLI field of ``obj`` outside its bounds."""
     for f, meta in cli_fields(type(obj)):
         value = getattr(obj, f.name)
         if value is None or isinstance(value, (bool, str, list, dict)):
             continue
         flag = meta.flag(f.name)
-        if meta.positive and not (math.isfinite(value) and value > 0):
-            raise error(f"{flag} must be a positive number, got {value}")
+        if meta.positive and (problem := positive_problem(value)) is not None:
+            raise error(f"{flag} {problem}")
         if meta.lo is not None and value < meta.lo:
             least = "0 or more" if meta.lo == 0 else f"at least {meta.lo:g}"
             raise error(f"{flag} must be {least}, got {value}")

@@ -21,7 +21,6 @@ without ``log`` at the first ``after_step``; an ``out_dir`` that is a file as
 from __future__ import annotations
 
 import dataclasses
-import math
 import numbers
 import os
 from collections.abc import Iterable, Mapping
@@ -32,7 +31,7 @@ import numpy as np
 import torch
 
 from andrea_diag import metrics
-from andrea_diag.fields import MAX_SEED, MAX_UPDATES, cli_of
+from andrea_diag.fields import MAX_SEED, MAX_UPDATES, cli_of, positive_problem
 from andrea_diag.given_checks import kind_of
 from andrea_diag.probe_config import ProbeConfig
 
@@ -127,8 +126,8 @@ def check_probe_config(cfg: Any) -> None:
             check_count(f.name, value)
         elif meta is None or value is None or isinstance(value, bool):
             continue
-        elif meta.positive and not (math.isfinite(value) and value > 0):
-            raise ValueError(f"SpikeMonitor: {f.name} must be a positive number, got {value}")
+        elif meta.positive and (problem := positive_problem(value)) is not None:
+            raise ValueError(f"SpikeMonitor: {f.name} {problem}")
         elif is_int(value) and meta.lo is not None and meta.hi is not None:
             check_count(f.name, value, int(meta.lo), int(meta.hi))
 

@@ -19,11 +19,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from andrea_diag.commands.options import check_out_path
 from andrea_diag.config import MODEL_PRESETS
+from andrea_diag.console_text import make_console
 from andrea_diag.errors import UserError
 from andrea_diag.fields import MAX_SEED
 from andrea_diag.rundir import atomic_write_text, make_out_dir
@@ -88,7 +88,7 @@ def accum_check(
     spec = AccumSpec(size, micro_batch, accum, replicas, precision, seq_len, seed, device)
     spec.validate()  # bad options fail before the output folder is made
     check_out_path(out, "--out")  # a control character or a dangling link, too
-    console = Console()
+    console = make_console()
     if out is None:
         from andrea_diag.experiments.cascade import default_out
 

@@ -15,12 +15,12 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from andrea_diag import bench
 from andrea_diag.commands.options import check_out_path
 from andrea_diag.config import MODEL_PRESETS
+from andrea_diag.console_text import make_console
 from andrea_diag.device import resolve_device
 from andrea_diag.errors import UserError
 from andrea_diag.fields import comma_items
@@ -86,7 +86,7 @@ def bench_kernels(
     cases: CasesOpt = ",".join(bench.CASES),
 ) -> None:
     """Benchmark torch's clip_grad_norm_, the reference and the fused CUDA clipper."""
-    console = Console()
+    console = make_console()
     check_out_path(out, "--out")  # a control character or a dangling link: before the timing
     dev = resolve_device(device)  # UserError for an unknown name or cuda without a GPU
     on_gpu = dev.type == "cuda"

@@ -18,6 +18,7 @@ from rich.console import Console
 
 from andrea_diag.commands.options import check_out_path
 from andrea_diag.config import ProbeConfig, RunConfig
+from andrea_diag.console_text import make_console
 from andrea_diag.device import resolve_device
 from andrea_diag.fields import MAX_UPDATES
 from andrea_diag.rundir import atomic_write_text, make_out_dir
@@ -84,7 +85,7 @@ def bench_train(
     MFU, their ratio, and each probe's own cost."""  # fmt: skip
     from andrea_diag.bench.train import bench_train as run
 
-    console = Console(stderr=True)
+    console = make_console(stderr=True)
     check_out_path(out, "--out")  # a control character or a dangling link: before the timing
     on_gpu = resolve_device(device).type == "cuda"  # UserError for cuda without a GPU
     size = size or ("12m" if on_gpu else "tiny")

@@ -12,8 +12,9 @@ import subprocess
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
+
+from andrea_diag.console_text import make_console
 
 BuildOpt = Annotated[
     bool, typer.Option("--build/--no-build", help="Build and self-check the CUDA extension")
@@ -56,7 +57,7 @@ def doctor(build: BuildOpt = True) -> None:
     from andrea_diag import telemetry
     from andrea_diag.clip import cuda
 
-    console = Console()
+    console = make_console()
     t = Table(title="andrea-diag doctor", show_header=True)
     t.add_column("check")
     t.add_column("status")

@@ -12,14 +12,14 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 
+from andrea_diag.console_text import make_console
 from andrea_diag.errors import UserError, visible
 from andrea_diag.signals import Terminated, stop_on_signals
 
 F = TypeVar("F", bound=Callable[..., Any])
-err_console = Console(stderr=True)
+err_console = make_console(stderr=True)
 
 
 def one_line(e: UserError) -> None:

@@ -10,14 +10,13 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
 from andrea_diag.commands.given import typed_path
-from andrea_diag.console_text import shown
+from andrea_diag.console_text import make_console, shown
 from andrea_diag.errors import UserError, unsafe, visible
 from andrea_diag.rundir import check_path
 
-console = Console(stderr=True)
+console = make_console(stderr=True)
 
 
 def say(line: str) -> None:

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
 from andrea_diag.clip.modes import CLIPPERS, clip_modes
 from andrea_diag.clip_params import MODE_PARAMS
@@ -26,14 +25,14 @@ from andrea_diag.commands.options import (
 from andrea_diag.commands.pages import cell_pages, render_cascade_page, sweep_page_after
 from andrea_diag.commands.publish import PlotlyMode, plotly_mode
 from andrea_diag.config import RunConfig
-from andrea_diag.console_text import shown
+from andrea_diag.console_text import make_console, shown
 from andrea_diag.errors import UserError
 from andrea_diag.experiments.cascade import CascadeSpec, default_out, run_cascade
 from andrea_diag.experiments.executor import ExecutorConfig
 from andrea_diag.fields import comma_items
 from andrea_diag.train.distributed import env_rank
 
-console = Console(stderr=True)
+console = make_console(stderr=True)
 
 
 CLIP_MODES = clip_modes()  # the clipper registry (clip/modes.py) is the one list of modes

@@ -28,7 +28,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from andrea_diag.clip.modes import check_clip
 from andrea_diag.config import RunConfig
-from andrea_diag.console_text import shown
+from andrea_diag.console_text import make_console, shown
 from andrea_diag.data import BatchPlan, Mixer, PreparedData
 from andrea_diag.device import resolve_device
 from andrea_diag.errors import UserError
@@ -153,7 +153,7 @@ def run_arms(
 
     ``resume``: finished arms are kept, a stopped one continues from its newest checkpoint
     (``resume.py``); ``states``: each arm's state, when the caller already checked them."""
-    console = console or Console(stderr=True)
+    console = console or make_console(stderr=True)
     first = configs[0]
     info = init_from_env(resolve_device(first.device).type)  # D > 1: join the replicas
     # The first arm records the batch plan (an exp3 mixer needs its losses); every later arm
@@ -255,7 +255,7 @@ def _arms_worker(configs: list[RunConfig], out_dir: Path, data: PreparedData, re
     """One replica of ``--nproc``: train every arm on the data the launcher prepared (passed
     whole, so every replica sees exactly the launcher's tokens)."""
     main = env_rank() == 0
-    run_arms(configs, out_dir, data, Console(stderr=True, quiet=not main), resume=resume)
+    run_arms(configs, out_dir, data, make_console(stderr=True, quiet=not main), resume=resume)
 
 
 def _launch_replicas(
@@ -302,7 +302,7 @@ def run_cascade(
     if len(set(spec.clips)) != len(spec.clips):
         raise UserError(f"--clip lists an arm twice: {','.join(spec.clips)}")
     configs = [dataclasses.replace(spec.base, clip=c, arm=c).resolve() for c in spec.clips]
-    console = console or Console(stderr=True)
+    console = console or make_console(stderr=True)
     check_runnable(configs[0])
     data = data or load_data(configs[0], console)
     check_streams(data, configs[0].seq_len)
@@ -314,7 +314,7 @@ def run_cascade(
         configs = [dataclasses.replace(c, replicas=world) for c in configs]
     main = env_rank() == 0
     if not main:  # under torchrun every rank runs this: rank 0 alone speaks, as it alone writes
-        console = Console(stderr=True, quiet=True)
+        console = make_console(stderr=True, quiet=True)
     if spec.resume:
         read_cascade_meta(out_dir)  # a cascade dir (not created by the lock below), or one line
     elif main:

@@ -44,7 +44,7 @@ from typing import Any
 from rich.console import Console
 
 from andrea_diag.config import RunConfig
-from andrea_diag.console_text import shown
+from andrea_diag.console_text import make_console, shown
 from andrea_diag.errors import UserError
 from andrea_diag.experiments.mps import check_mode, mps_session
 from andrea_diag.rundir import (
@@ -205,7 +205,7 @@ def run_cell(job_path: str) -> None:
     try:
         cfg = RunConfig.from_dict(spec["config"])
         cell = CascadeSpec(base=cfg, clips=spec["clips"], out=out, resume=spec["resume"])
-        run_cascade(cell, Console(stderr=True))
+        run_cascade(cell, make_console(stderr=True))
     except BaseException as exc:
         with contextlib.suppress(UserError):  # a cell dir that cannot hold it: the exit code says
             make_out_dir(out, "cell folder")

@@ -34,6 +34,7 @@ import pandas as pd
 from rich.console import Console
 
 from andrea_diag.config import RunConfig
+from andrea_diag.console_text import make_console
 from andrea_diag.data import PreparedData
 from andrea_diag.device import resolve_device
 from andrea_diag.errors import CellsCrashed, UserError
@@ -255,7 +256,7 @@ def run_sweep(
     """Run (or resume) every cell; write sweep.json and sweep.csv under ``out`` (the command
     renders sweep.html from them: ``commands/pages.py``). ``after_cell``: called on each cell
     this run finishes (the command renders its page), a failure there crashing the cell."""
-    console = console or Console(stderr=True)
+    console = console or make_console(stderr=True)
     configs = cells(spec)
     if not configs:
         raise UserError("the sweep has no cells", hint="give at least one --size/--lr/--seed")
