@@ -24,6 +24,7 @@ import pandas as pd
 
 from andrea_diag.errors import UserError
 from andrea_diag.rundir import MAX_TABLE_BYTES, check_size, regular_file
+from andrea_diag.table_width import check_columns
 
 MAX_TABLE_CELLS = MAX_TABLE_BYTES // 8  # a parquet table's values, as float64s in that size
 _HINT = "the file is damaged or not from andrea-diag; delete it to read metrics.jsonl"
@@ -66,6 +67,7 @@ def _check_footer(path: Path, what: str) -> tuple[list[str], list[str]]:
 
     check_size(path, what, MAX_TABLE_BYTES, "more than this reader takes")
     meta = pq.read_metadata(path)  # the footer only; the file is closed again
+    check_columns(path, what, meta.num_columns)
     chunks = [meta.row_group(i).column(j) for i in range(meta.num_row_groups)
               for j in range(meta.num_columns)]  # fmt: skip
     values = sum(c.num_values for c in chunks)

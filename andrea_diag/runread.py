@@ -33,6 +33,7 @@ from andrea_diag.errors import UserError
 from andrea_diag.given_checks import given_path
 from andrea_diag.parquet_read import read_parquet
 from andrea_diag.rundir import (
+    DAMAGED,
     MAX_SWEEP_CSV_BYTES,
     MAX_TABLE_BYTES,
     check_size,
@@ -40,6 +41,7 @@ from andrea_diag.rundir import (
     open_regular,
     read_json,
 )
+from andrea_diag.table_width import MAX_SWEEP_COLUMNS, check_columns
 
 log = logging.getLogger("andrea_diag.record")
 
@@ -175,23 +177,9 @@ def clean_data(obj: Any, what: str = "data.json") -> dict[str, Any]:
 
 
 NUMERIC_PREFIXES = (
-    "update",
-    "loss",
-    "grad_norm",
-    "clip_",
-    "lr",
-    "w_",
-    "layer_gn/",
-    "eval_",
-    "m_",
-    "v_",
-    "value",
-    "z",
-    "distinct_",
-    "top_token",
-    "longest",
-    "time_s",
-)
+    "update", "loss", "grad_norm", "clip_", "lr", "w_", "layer_gn/", "eval_", "m_", "v_",
+    "value", "z", "distinct_", "top_token", "longest", "time_s",
+)  # fmt: skip
 
 
 def _numeric_name(col: str) -> bool:
@@ -237,36 +225,42 @@ def clean_table(df: pd.DataFrame, kind: str, path: Path) -> pd.DataFrame:
     samples). A metrics row without an update number is refused: rows are placed by it."""
     if df.empty:
         return df
-    df = df.copy()
-    df.columns = [str(c) for c in df.columns]
+    df = df.set_axis([str(c) for c in df.columns], axis=1)
     df = df.loc[:, ~df.columns.duplicated()]
     text, flags, lists = (TEXT_COLUMNS.get(kind, set()), FLAG_COLUMNS.get(kind, set()),
                           LIST_COLUMNS.get(kind, set()))  # fmt: skip
+    cols = {}
     for col in df.columns:
         s = df[col]
         if col in text:
-            df[col] = s.map(_text)
+            s = s.map(_text)
         elif col in flags:
-            df[col] = s.map(_flag).astype(bool)
+            s = s.map(_flag).astype(bool)
         elif col in lists:
-            df[col] = s.map(lambda v: [str(x) for x in v] if isinstance(v, (list, tuple)) else None)
+            s = s.map(lambda v: [str(x) for x in v] if isinstance(v, (list, tuple)) else None)
         elif pd.api.types.is_bool_dtype(s) or pd.api.types.is_numeric_dtype(s):
-            continue
+            pass
         elif _numeric_name(col) or not s.map(lambda v: isinstance(v, str) or v is None).all():
-            df[col] = s.map(to_float).astype("float64")  # a wrong value is a gap, not a crash
+            s = s.map(to_float).astype("float64")  # a wrong value is a gap, not a crash
+        cols[col] = s
+    # one frame of them: set one by one into ``df``, each copied it (table_width.py)
+    df = pd.DataFrame(cols, index=df.index)
+    if kind == "metrics" and "update" not in df:  # rows are placed, paired and exported by it
+        raise UserError(f"{path}: its rows have no update column", hint=DAMAGED)
     if "update" in df:
         u = df["update"]
         bad = u.isna() | (u != u.round()) | (u.abs() > MAX_UPDATE)  # inf is above it too
         if bad.any() and kind == "metrics":
-            raise UserError(
-                f"{path}: {int(bad.sum())} row(s) have no valid update number",
-                hint="the file is damaged or not from andrea-diag",
-            )
+            raise UserError(f"{path}: {int(bad.sum())} row(s) have no valid update number",
+                            hint=DAMAGED)  # fmt: skip
         if kind == "events" and "kind" in df:  # a probe failure at close has no update
             bad &= ~(df["update"].isna() & (df["kind"] == "probe_failure"))
         df = df[~bad].copy()
         if not df["update"].isna().any():
             df["update"] = df["update"].astype("int64")
+        if kind == "metrics":  # a table out of order (hand-merged, or two concatenated): the
+            # report's "final" loss is its last row's, which must be the last update's
+            df = df.sort_values("update", kind="stable")
     return df.reset_index(drop=True)
 
 
@@ -274,7 +268,7 @@ def read_jsonl(path: Path) -> pd.DataFrame:
     """Read a JSONL table, skipping undecodable lines (a torn row from a crash) with a warning:
     every intact row is kept, before and after it. Only a regular file is opened (a FIFO
     would hang the reader), and a row that is not a JSON object counts as undecodable."""
-    rows, bad = [], 0
+    rows, bad, keys = [], 0, set()
     if path.exists() or path.is_symlink():
         # the file opened is the one checked and sized (a FIFO swapped in after a stat hung here)
         with io.TextIOWrapper(open_regular(path, path.name), "utf-8", "replace") as f:
@@ -289,16 +283,18 @@ def read_jsonl(path: Path) -> pd.DataFrame:
                     row = None
                 if isinstance(row, dict):
                     rows.append(row)
+                    keys.update(row)  # before the frame: its cost is per column, not per byte
+                    check_columns(path, path.name, len(keys))
                 else:
                     bad += 1
     if bad:
         log.warning("%s: skipped %d unreadable line(s) (a torn row from a crash?)", path, bad)
-    df = pd.DataFrame(rows)
-    for col in df.columns:  # "inf"/"-inf" strings back to floats in numeric columns
-        if df[col].dtype == object and df[col].isin(["inf", "-inf"]).any():
-            df[col] = pd.to_numeric(
-                df[col].replace({"inf": math.inf, "-inf": -math.inf}), errors="coerce"
-            )
+    df = pd.DataFrame(rows)  # "inf"/"-inf" strings back to floats in numeric columns, at once
+    inf = [c for c in df.columns if df[c].dtype == object and df[c].isin(["inf", "-inf"]).any()]
+    if inf:  # (set one by one into ``df``, each copied it: table_width.py)
+        fixed = df[inf].replace({"inf": math.inf, "-inf": -math.inf})
+        fixed = fixed.apply(pd.to_numeric, errors="coerce")
+        df = pd.concat([df.drop(columns=inf), fixed], axis=1)[df.columns]  # in their order
     return df
 
 
@@ -321,6 +317,10 @@ def read_sweep_csv(out: Path, **read_csv: Any) -> pd.DataFrame:
     try:
         with open_regular(path, "sweep.csv") as f:  # the file checked is the file read
             check_size(path, "sweep.csv", MAX_SWEEP_CSV_BYTES, opened=f)
+            # its commas bound its columns (no name a sweep writes holds one): a header of a
+            # million was parsed, then cleaned a column at a time, for hours
+            check_columns(path, "sweep.csv", f.readline().count(b",") + 1, MAX_SWEEP_COLUMNS)
+            f.seek(0)
             return pd.read_csv(f, **read_csv)
     except (ValueError, UnicodeDecodeError, csv.Error, pd.errors.ParserError) as e:
         raise UserError(f"sweep.csv {path} is not a readable table ({type(e).__name__})") from None

@@ -39,6 +39,7 @@ LAYERS: dict[str, int] = {
     "rundir": 0,  # the one reader/writer of run-directory files (data's cache uses it too)
     "signals": 0,
     "host_memory": 0,  # the memory free, for the size checks of rundir, data and train
+    "table_width": 0,  # the column caps of the run dir's table readers
     "given_checks": 0,  # the rules for what a caller gives (paths, sink names, stores)
     # 1: data, model, clip, and the device they run on
     "": 1,  # andrea_diag/__init__.py re-exports the clip API

@@ -29,11 +29,19 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
 
+from andrea_diag.errors import visible
 from andrea_diag.report.arms import fmt as _fmt
 from andrea_diag.rundir import check_component
 
 _SCHEME = re.compile(r"(?i)(javascript|vbscript|livescript)(\s*):")
 _HANDLER = re.compile(r"(?i)\b(on[a-z]+)(\s*)=")
+# What a page shows as an escape (``\\u202e``, ``\\x1b``), never as itself: a bidi override or
+# isolate reorders the text after it (an arm named "\\u202elabolg" reads as "global", and the
+# sentence after it runs backwards), a zero-width space or BOM makes two names look alike, and a
+# control character is drawn as nothing. errors.unsafe's set, less HTML's own white space.
+_HIDDEN = re.compile(
+    "[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\u200b\ufeff]"
+)
 _JSON_SWAP = (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"), ("=", "\\u003d"),
               ("\u2028", "\\u2028"), ("\u2029", "\\u2029"))  # fmt: skip
 
@@ -69,7 +77,12 @@ def esc(value: Any, fmt: str | Callable[[Any], str] | None = None) -> Html:
         text = _fmt(value)  # a value the format does not fit is shown as it is
     if not isinstance(text, str):
         text = str(text)
-    return Html(neutralise(html.escape(text, quote=True)))
+    return Html(neutralise(html.escape(shown_text(text), quote=True)))
+
+
+def shown_text(text: str) -> str:
+    """``text`` with every character of :data:`_HIDDEN` as its visible escape."""
+    return _HIDDEN.sub(lambda m: visible(m.group()), text)
 
 
 def join(parts: list[Any], sep: str = ", ") -> Html:
@@ -99,8 +112,9 @@ def json_safe(text: str) -> str:
 def plotly_text(text: str) -> str:
     """``text`` as plotly draws it literally: ``&``, ``<`` and ``>`` as entities (plotly decodes
     them after reading its tags, so ``<a href=...>`` is shown, not linked), the attribute-less
-    tags of ``_PLOTLY_TAG`` (``<br>``, ``<b>``, ``<sub>``, ...) kept."""
-    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    tags of ``_PLOTLY_TAG`` (``<br>``, ``<b>``, ``<sub>``, ...) kept; a character that would
+    reorder or hide the text (:data:`_HIDDEN`) shown as its escape, as :func:`esc` shows it."""
+    text = shown_text(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     return _PLOTLY_TAG.sub(r"<\1>", text)
 
 
