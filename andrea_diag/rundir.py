@@ -146,23 +146,23 @@ def check_size(path: Path, what: str, max_bytes: int, said: str = "more than any
     whole before any check of its content. ``opened``: the file as opened, sized by ``fstat``
     (a path sized, then swapped for a larger file before its open, was read whole)."""
     size = os.fstat(opened.fileno()).st_size if opened is not None else os.stat(path).st_size
-    _check_bytes(path, what, size, max_bytes, said)
+    check_bytes(path, what, size, max_bytes, said)
 
 
 DAMAGED = "the file is damaged or not from andrea-diag"
 
 
-def _check_bytes(
+def check_bytes(
     path: Path, what: str, size: int, max_bytes: int, said: str, hint: str = DAMAGED
 ) -> None:
     if size > max_bytes:
         raise UserError(
-            f"{what} {path} is {_bytes(size, '.1f')}, {said} ({_bytes(max_bytes, 'g')})",
+            f"{what} {path} is {size_text(size, '.1f')}, {said} ({size_text(max_bytes, 'g')})",
             hint=hint,
         )
 
 
-def _bytes(n: int, spec: str) -> str:
+def size_text(n: int, spec: str) -> str:
     """``n`` bytes in GiB, or in MiB below one GiB (a 64 MiB cap is not '0.0625 GiB')."""
     unit, scale = ("GiB", 2**30) if n >= 2**30 else ("MiB", 2**20)
     return f"{n / scale:{spec}} {unit}"
@@ -177,13 +177,13 @@ def read_text(path: Path, what: str, max_bytes: int | None = None,
         with open_regular(path, what) as f:
             size = os.fstat(f.fileno()).st_size
             if max_bytes is not None:
-                _check_bytes(path, what, size, max_bytes, said, hint)
+                check_bytes(path, what, size, max_bytes, said, hint)
             # read(n) reserves n bytes first: the file's own size (+1 to see it grow), not the cap
             raw = f.read() if max_bytes is None else f.read(min(size, max_bytes) + 1)
             if max_bytes is not None and len(raw) > size:  # grown while read: the rest, to the cap
                 raw += f.read(max_bytes + 1 - len(raw))
         if max_bytes is not None:  # grown since the fstat: still never more than the cap
-            _check_bytes(path, what, len(raw), max_bytes, said, hint)
+            check_bytes(path, what, len(raw), max_bytes, said, hint)
         return raw.decode("utf-8")
     except MemoryError:  # an address-space limit (ulimit -v) the free memory does not show
         raise UserError(f"{what} {path} is more than this process can hold in memory",
@@ -203,14 +203,14 @@ def read_json(path: Path, what: str, kind: type | None = None) -> Any:
         if os.stat(path).st_size > MAX_JSON_BYTES:
             parsable = MAX_JSON_BYTES
     if parsable < MAX_JSON_BYTES:  # the memory is the bound: not the file's fault
-        said = f"more than {_bytes(free or 0, '.1f')} of free memory may parse"
+        said = f"more than {size_text(free or 0, '.1f')} of free memory may parse"
         text = read_text(path, what, parsable, said, hint="free memory, then retry")
     else:
         text = read_text(path, what, MAX_JSON_BYTES)
     try:
         value = json.loads(text)
     except MemoryError:  # an address-space limit (ulimit -v) the free memory does not show
-        raise UserError(f"{what} {path} is {_bytes(len(text), '.1f')} of JSON, more than this "
+        raise UserError(f"{what} {path} is {size_text(len(text), '.1f')} of JSON, more than this "
                         "process can parse", hint="the file is damaged or not from andrea-diag") from None  # fmt: skip
     except json.JSONDecodeError as e:
         raise UserError(f"{what} {path} is not valid JSON ({e.msg}, line {e.lineno})") from None

@@ -18,8 +18,6 @@ Fields not declared here pass unchanged: a reader of one must check its type its
 from __future__ import annotations
 
 import csv
-import io
-import json
 import logging
 import math
 import numbers
@@ -31,11 +29,11 @@ import pandas as pd
 
 from andrea_diag.errors import UserError
 from andrea_diag.given_checks import given_path
+from andrea_diag.jsonl_read import read_jsonl
 from andrea_diag.parquet_read import read_parquet
 from andrea_diag.rundir import (
     DAMAGED,
     MAX_SWEEP_CSV_BYTES,
-    MAX_TABLE_BYTES,
     check_size,
     child,
     open_regular,
@@ -262,40 +260,6 @@ def clean_table(df: pd.DataFrame, kind: str, path: Path) -> pd.DataFrame:
             # report's "final" loss is its last row's, which must be the last update's
             df = df.sort_values("update", kind="stable")
     return df.reset_index(drop=True)
-
-
-def read_jsonl(path: Path) -> pd.DataFrame:
-    """Read a JSONL table, skipping undecodable lines (a torn row from a crash) with a warning:
-    every intact row is kept, before and after it. Only a regular file is opened (a FIFO
-    would hang the reader), and a row that is not a JSON object counts as undecodable."""
-    rows, bad, keys = [], 0, set()
-    if path.exists() or path.is_symlink():
-        # the file opened is the one checked and sized (a FIFO swapped in after a stat hung here)
-        with io.TextIOWrapper(open_regular(path, path.name), "utf-8", "replace") as f:
-            check_size(path, path.name, MAX_TABLE_BYTES, "more than this reader takes", f)
-            for line in f:
-                line = line.strip()
-                if not line:
-                    continue
-                try:  # a torn row; deep nesting; an integer past int()'s 4300 digits
-                    row = json.loads(line)
-                except (ValueError, RecursionError):
-                    row = None
-                if isinstance(row, dict):
-                    rows.append(row)
-                    keys.update(row)  # before the frame: its cost is per column, not per byte
-                    check_columns(path, path.name, len(keys))
-                else:
-                    bad += 1
-    if bad:
-        log.warning("%s: skipped %d unreadable line(s) (a torn row from a crash?)", path, bad)
-    df = pd.DataFrame(rows)  # "inf"/"-inf" strings back to floats in numeric columns, at once
-    inf = [c for c in df.columns if df[c].dtype == object and df[c].isin(["inf", "-inf"]).any()]
-    if inf:  # (set one by one into ``df``, each copied it: table_width.py)
-        fixed = df[inf].replace({"inf": math.inf, "-inf": -math.inf})
-        fixed = fixed.apply(pd.to_numeric, errors="coerce")
-        df = pd.concat([df.drop(columns=inf), fixed], axis=1)[df.columns]  # in their order
-    return df
 
 
 def _opt_json(run_dir: Path, name: str, spec: dict[str, Any] | None) -> Any:

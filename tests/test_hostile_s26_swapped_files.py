@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from andrea_diag import rundir, runread
+from andrea_diag import jsonl_read, rundir, runread
 from andrea_diag.errors import UserError
 
 
@@ -90,7 +90,7 @@ def test_a_table_swapped_for_a_larger_one_after_its_check_is_sized_as_opened(
     name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The caps are lowered to the small file's size: the swapped-in file is past them."""
-    monkeypatch.setattr(runread, "MAX_TABLE_BYTES", 64)
+    monkeypatch.setattr(jsonl_read, "MAX_TABLE_BYTES", 64)  # read_jsonl's home since round 27
     monkeypatch.setattr(runread, "MAX_SWEEP_CSV_BYTES", 64)
     path = tmp_path / name
     row = '{"update": 1}\n' if name.endswith("jsonl") else "cell,size\n"

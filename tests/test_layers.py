@@ -53,6 +53,7 @@ LAYERS: dict[str, int] = {
     # 2: the run directory
     "record": 2,
     "jsonl": 2,
+    "jsonl_read": 2,  # the JSONL tables' reader, with its size, width and memory bounds
     "runlock": 2,
     "runread": 2,
     "sweep_table": 2,  # sweep.csv as the sweep page and the ladder read it

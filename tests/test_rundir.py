@@ -112,7 +112,8 @@ def test_jsonl_rows_nested_too_deep_or_past_the_digit_limit_are_skipped_not_fata
 
 
 def test_a_jsonl_table_larger_than_the_reader_takes_is_refused_unread(tmp_path):
-    from andrea_diag.runread import MAX_TABLE_BYTES, read_jsonl
+    from andrea_diag.rundir import MAX_TABLE_BYTES
+    from andrea_diag.runread import read_jsonl
 
     path = tmp_path / "metrics.jsonl"
     with open(path, "wb") as f:
