@@ -5,11 +5,12 @@
 Each bound is one :class:`~andrea_diag.errors.UserError` line, checked before the rows it
 guards are built: only a regular file is opened (a FIFO would hang), sized by ``fstat`` of
 that descriptor, at most :data:`~andrea_diag.rundir.MAX_TABLE_BYTES`; its columns are counted
-as rows are read (:mod:`andrea_diag.table_width`); and it is parsed only where the memory
-free holds what it parses into, by the rule of :func:`~andrea_diag.rundir.read_json` (free /
-``JSON_EXPANSION``, never below ``JSON_FLOOR``). A parsed row is a dict whatever its bytes: 1 GiB
-of ``{}`` lines held ~24 GiB, past a laptop's memory, where a real metrics row holds ~3x its
-bytes; the OOM killer ended ``report`` without a word.
+as rows are read (:mod:`andrea_diag.table_width`); and the memory its rows will hold, estimated
+from each line's text before it is parsed (:func:`parsed_bytes`), stays under half the memory
+free. The estimate is by structure, not bytes: a ``{}`` line is a dict whatever its 3 bytes
+(1 GiB of them held ~24 GiB, past a laptop's memory, and the OOM killer ended ``report``
+without a word), while a real metrics row holds ~3x its bytes, so a bytes rule strict enough
+for the first refused the writer's own long tables at close.
 """
 
 from __future__ import annotations
@@ -20,12 +21,13 @@ import logging
 import math
 import os
 from pathlib import Path
-from typing import IO
+from typing import IO, NoReturn
 
 import pandas as pd
 
 from andrea_diag import rundir
-from andrea_diag.rundir import MAX_TABLE_BYTES, check_bytes, check_size, open_regular, size_text
+from andrea_diag.errors import UserError
+from andrea_diag.rundir import MAX_TABLE_BYTES, check_size, open_regular, size_text
 from andrea_diag.table_width import check_columns
 
 log = logging.getLogger("andrea_diag.record")
@@ -40,11 +42,14 @@ def read_jsonl(path: Path) -> pd.DataFrame:
         # the file opened is the one checked and sized (a FIFO swapped in after a stat hung here)
         with io.TextIOWrapper(open_regular(path, path.name), "utf-8", "replace") as f:
             check_size(path, path.name, MAX_TABLE_BYTES, "more than this reader takes", f)
-            _check_parsable(path, f)
+            budget, held = _memory_budget(f), 0
             for line in f:
                 line = line.strip()
                 if not line:
                     continue
+                held += parsed_bytes(line)
+                if budget is not None and held > budget:  # before the line is parsed
+                    _too_big(path, held, budget)
                 try:  # a torn row; deep nesting; an integer past int()'s 4300 digits
                     row = json.loads(line)
                 except (ValueError, RecursionError):
@@ -66,14 +71,35 @@ def read_jsonl(path: Path) -> pd.DataFrame:
     return df
 
 
-def _check_parsable(path: Path, f: IO[str]) -> None:
-    """Refuse, unread, a table larger than the memory free may parse (read_json's rule; the
-    module attributes are read at the call, so a test lowers the memory free there)."""
+def _memory_budget(f: IO[str]) -> int | None:
+    """Half the memory free (the frame built of the rows needs about as much again), or None:
+    a table of at most ``JSON_FLOOR`` bytes is read whatever the memory free says, as
+    ``read_json`` reads one, and so is any where the system does not say. The module
+    attributes are read at the call, so a test lowers the memory free there."""
     free = rundir.available_memory()
-    if free is None:  # the system does not say: the byte cap alone, as read_json does
-        return
-    cap = max(rundir.JSON_FLOOR, free // rundir.JSON_EXPANSION)
-    if cap < MAX_TABLE_BYTES:  # past the byte cap the file's own size was said first
-        said = f"more than {size_text(free, '.1f')} of free memory may parse"
-        size = os.fstat(f.fileno()).st_size  # the descriptor read, as check_size sized it
-        check_bytes(path, path.name, size, cap, said, hint="free memory, then retry")
+    if free is None or os.fstat(f.fileno()).st_size <= rundir.JSON_FLOOR:
+        return None
+    return free // 2
+
+
+def _too_big(path: Path, held: int, budget: int) -> NoReturn:
+    raise UserError(
+        f"{path.name} {path}: its rows would hold more than {size_text(held, '.1f')} of memory,"
+        f" past half the memory free ({size_text(budget, '.1f')})",
+        hint="free memory, then retry",
+    )
+
+
+def parsed_bytes(line: str) -> int:
+    """About what ``json.loads(line)`` holds in memory, from the line's text alone: a dict per
+    ``{``, a list per ``[``, an item per ``,``, a key per ``:``, and the text itself (x2: a
+    non-ASCII string is stored 2-4 bytes a character). Calibrated on real metrics rows (~1.5x
+    what they hold) and on hostile ones (``{}`` lines, nested lists, deep dicts: 1.5-4x); a
+    string holding braces or commas only over-counts.
+
+    >>> parsed_bytes("{}"), parsed_bytes('{"loss": 3.5, "update": 1}')
+    (236, 444)
+    """
+    count = line.count
+    return (2 * len(line) + 232 * count("{") + 64 * count("[") + 64 * count(",")
+            + 48 * count(":"))  # fmt: skip

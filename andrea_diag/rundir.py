@@ -146,13 +146,13 @@ def check_size(path: Path, what: str, max_bytes: int, said: str = "more than any
     whole before any check of its content. ``opened``: the file as opened, sized by ``fstat``
     (a path sized, then swapped for a larger file before its open, was read whole)."""
     size = os.fstat(opened.fileno()).st_size if opened is not None else os.stat(path).st_size
-    check_bytes(path, what, size, max_bytes, said)
+    _check_bytes(path, what, size, max_bytes, said)
 
 
 DAMAGED = "the file is damaged or not from andrea-diag"
 
 
-def check_bytes(
+def _check_bytes(
     path: Path, what: str, size: int, max_bytes: int, said: str, hint: str = DAMAGED
 ) -> None:
     if size > max_bytes:
@@ -177,13 +177,13 @@ def read_text(path: Path, what: str, max_bytes: int | None = None,
         with open_regular(path, what) as f:
             size = os.fstat(f.fileno()).st_size
             if max_bytes is not None:
-                check_bytes(path, what, size, max_bytes, said, hint)
+                _check_bytes(path, what, size, max_bytes, said, hint)
             # read(n) reserves n bytes first: the file's own size (+1 to see it grow), not the cap
             raw = f.read() if max_bytes is None else f.read(min(size, max_bytes) + 1)
             if max_bytes is not None and len(raw) > size:  # grown while read: the rest, to the cap
                 raw += f.read(max_bytes + 1 - len(raw))
         if max_bytes is not None:  # grown since the fstat: still never more than the cap
-            check_bytes(path, what, len(raw), max_bytes, said, hint)
+            _check_bytes(path, what, len(raw), max_bytes, said, hint)
         return raw.decode("utf-8")
     except MemoryError:  # an address-space limit (ulimit -v) the free memory does not show
         raise UserError(f"{what} {path} is more than this process can hold in memory",
