@@ -82,9 +82,11 @@ def positive_problem(value: float) -> str | None:
     """
     import math
 
+    lo, hi = POSITIVE_RANGE
+    if isinstance(value, int) and abs(value) > hi:  # 10**400: math.isfinite overflowed
+        return f"must be from {lo:g} to {hi:g}, got an integer of {len(str(abs(value)))} digits"
     if not (math.isfinite(value) and value > 0):
         return f"must be a positive number, got {value}"
-    lo, hi = POSITIVE_RANGE
     if not lo <= value <= hi:
         return f"must be from {lo:g} to {hi:g}, got {value}"
     return None

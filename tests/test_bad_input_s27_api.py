@@ -21,7 +21,7 @@ from andrea_diag.monitor import SpikeMonitor
 @pytest.mark.parametrize(
     ("field", "value"),
     [("agc_eps", 1e39), ("agc_lambda", 1e-320), ("zclip_z", 1e31), ("spam_theta", 1e300),
-     ("skip_z", 5e-324)],
+     ("skip_z", 5e-324), ("agc_eps", 10**400)],  # an int past float's range: OverflowError
 )  # fmt: skip
 def test_clip_params_refuse_a_positive_value_past_float32s_range(field: str, value: float) -> None:
     with pytest.raises(ValueError, match=rf"^--{field.replace('_', '-')} must be from 1e-30 to"):
