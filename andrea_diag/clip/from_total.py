@@ -30,7 +30,7 @@ from typing import Any
 import torch
 
 from andrea_diag.clip.api import ClipResult
-from andrea_diag.clip.reference import clip_reference
+from andrea_diag.clip.reference import check_norm_type, clip_reference
 
 MIN_TOLERANCE = 1e-5  # two fp32 reductions of one gradient differ by ~1e-7; leave a margin
 
@@ -56,10 +56,7 @@ def checked_norm_type(norm_type: Any) -> float:
         # float("abc")'s own words were the message; float(True) took a flag for 1
         raise TypeError(f"norm_type must be a number, got {type(norm_type).__name__} "
                         f"{norm_type!r}")  # fmt: skip
-    norm_type = float(norm_type)
-    if math.isnan(norm_type) or norm_type <= 0:
-        raise ValueError(f"norm_type must be positive or inf, got {norm_type}")
-    return norm_type
+    return check_norm_type(norm_type)  # the value's rule: the drop-in's own
 
 
 def clip_from_total(

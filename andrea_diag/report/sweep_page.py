@@ -31,6 +31,7 @@ from andrea_diag.report.plotlyjs import script_tag
 from andrea_diag.report.safe import esc, figure_html, href, join
 from andrea_diag.rundir import atomic_write_text
 from andrea_diag.stats import MIN_PAIRS, insufficient, paired_test
+from andrea_diag.tables import read_flag
 
 MATTERS = 0.25  # nats: a final-loss gap this large between arms is called a difference
 MAX_GPUS = 64  # GPUs named in the throughput line (a damaged sweep.json may list any number)
@@ -186,7 +187,7 @@ def collapsed(table: pd.DataFrame) -> pd.Series:
     derived = table.get("lockin", pd.Series(None, index=table.index)).isin(COLLAPSE_VERDICTS)
     if "collapse" not in table:
         return derived
-    col = table["collapse"].map(lambda v: str(v).lower() == "true" if isinstance(v, str) else v)
+    col = table["collapse"].map(read_flag)  # a gap (None), also a word other than true/false
     return col.where(col.notna(), derived).astype(bool)
 
 
