@@ -35,8 +35,11 @@ def _unicode_escape(char: str) -> str:
 # line and paragraph separators, the bidi embeddings, overrides and isolates (they reorder a
 # line on screen), and the zero-width space and BOM (two names that look alike). Zero-width
 # (non-)joiners, used in Persian and Indic words and emoji sequences, and the soft hyphen are
-# text: escaped in an error line, never refused.
-_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\u200b\ufeff]")
+# text: escaped in an error line, never refused. HIDDEN (a regex class body) is the non-control
+# part, shared with the pages' escapes (report/safe.py); it holds the direction marks too
+# (LRM, RLM, ALM: invisible, and they move the neutral characters around them).
+HIDDEN = "\u2028\u2029\u202a-\u202e\u2066-\u2069\u200b\u200e\u200f\u061c\ufeff"
+_UNSAFE = re.compile(f"[\x00-\x1f\x7f-\x9f{HIDDEN}]")
 
 
 def unsafe(text: str) -> bool:

@@ -164,3 +164,14 @@ def test_a_page_value_shows_what_would_reorder_or_hide_it_and_keeps_plain_text(
     assert plotly_text(text) == shown
     for plain in ("a\nb\tc", "گزارش\u200cها"):  # HTML's white space; a Persian word's ZWNJ
         assert esc(plain) == plain == plotly_text(plain)
+
+
+@pytest.mark.parametrize("mark", ["\u200e", "\u200f", "\u061c"], ids=["lrm", "rlm", "alm"])
+def test_a_direction_mark_is_escaped_on_a_page_and_refused_in_a_name(mark: str) -> None:
+    """Found by review: the pages' set and the names' set were two hand copies, both without
+    the invisible direction marks, which move the neutral characters around them."""
+    from andrea_diag.errors import unsafe
+    from andrea_diag.report.safe import esc
+
+    assert str(esc(f"none{mark} (1)")) == f"none\\u{ord(mark):04x} (1)"
+    assert unsafe(f"run{mark}") and not unsafe("\u06af\u200c\u0647")  # a ZWNJ stays text

@@ -29,7 +29,7 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
 
-from andrea_diag.errors import visible
+from andrea_diag.errors import HIDDEN, visible
 from andrea_diag.report.arms import fmt as _fmt
 from andrea_diag.rundir import check_component
 
@@ -39,9 +39,7 @@ _HANDLER = re.compile(r"(?i)\b(on[a-z]+)(\s*)=")
 # isolate reorders the text after it (an arm named "\\u202elabolg" reads as "global", and the
 # sentence after it runs backwards), a zero-width space or BOM makes two names look alike, and a
 # control character is drawn as nothing. errors.unsafe's set, less HTML's own white space.
-_HIDDEN = re.compile(
-    "[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\u200b\ufeff]"
-)
+_HIDDEN = re.compile(f"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f{HIDDEN}]")
 _JSON_SWAP = (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"), ("=", "\\u003d"),
               ("\u2028", "\\u2028"), ("\u2029", "\\u2029"))  # fmt: skip
 
