@@ -189,21 +189,7 @@ class Recorder:
             for w in (self._metrics, self._events, self._samples):
                 w.close()
         try:
-            df = read_jsonl(self.run_dir / "metrics.jsonl")
-            if len(df):  # to memory, then atomically: a full disk leaves no 0-byte parquet
-                buf = io.BytesIO()
-                try:
-                    df.to_parquet(buf, index=False)
-                # pyarrow's ArrowInvalid is a ValueError; ArrowNotImplementedError (a cell of
-                # {}: a struct of no field) a NotImplementedError
-                except (ValueError, TypeError, OverflowError, NotImplementedError):
-                    # a resumed run's kept rows are the run dir's word: one of the wrong type
-                    # (an integer past int64) is cleaned as the report cleans it, not fatal
-                    path = self.run_dir / "metrics.jsonl"
-                    df, buf = clean_table(df, "metrics", path), io.BytesIO()
-                    df.to_parquet(buf, index=False)
-                atomic_write_bytes(self.run_dir / "metrics.parquet", buf.getvalue())
-                _write_eval_table(self.run_dir, df)
+            self._write_parquet()
             if summary is not None:
                 self.write("summary.json", summary)
         finally:
@@ -211,6 +197,32 @@ class Recorder:
             # a crashed one releases after its partial summary (release())
             if summary is not None:
                 self._lock.release()
+
+    def _write_parquet(self) -> None:
+        """metrics.parquet from metrics.jsonl. A table this host will not read back (past the
+        memory free, or wider than any run writes: jsonl_read's bounds) stays as JSONL, said
+        in a warning, and the run's summary is still written: the parquet is a copy, and a
+        refusal here lost a long run's summary.json."""
+        try:
+            df = read_jsonl(self.run_dir / "metrics.jsonl")
+        except UserError as e:
+            log.warning("%s: metrics.parquet not written (%s); metrics.jsonl holds every row",
+                        self.run_dir, e)  # fmt: skip
+            return
+        if len(df):  # to memory, then atomically: a full disk leaves no 0-byte parquet
+            buf = io.BytesIO()
+            try:
+                df.to_parquet(buf, index=False)
+            # pyarrow's ArrowInvalid is a ValueError; ArrowNotImplementedError (a cell of
+            # {}: a struct of no field) a NotImplementedError
+            except (ValueError, TypeError, OverflowError, NotImplementedError):
+                # a resumed run's kept rows are the run dir's word: one of the wrong type
+                # (an integer past int64) is cleaned as the report cleans it, not fatal
+                path = self.run_dir / "metrics.jsonl"
+                df, buf = clean_table(df, "metrics", path), io.BytesIO()
+                df.to_parquet(buf, index=False)
+            atomic_write_bytes(self.run_dir / "metrics.parquet", buf.getvalue())
+            _write_eval_table(self.run_dir, df)
 
     def release(self) -> None:
         """Give the directory up (after ``partial_summary.json``, or when a run stops early)."""

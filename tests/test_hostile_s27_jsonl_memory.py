@@ -109,3 +109,24 @@ def test_report_of_a_run_whose_metrics_would_hold_past_the_memory_free_is_one_li
     out = one_line_error("report", str(run))
     assert "metrics.jsonl" in out and "past half the memory free" in out, out
     assert "free memory, then retry" in out, out
+
+
+def test_a_table_the_host_will_not_read_back_keeps_its_rows_and_the_run_its_summary(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Found by review: a refusal of the writer's own table at close (past the column cap
+    here; past the memory free likewise) left no summary.json. The parquet is a copy: it is
+    skipped with a warning, the JSONL keeps every row and the summary is written."""
+    from andrea_diag import table_width
+    from andrea_diag.record import Recorder
+
+    rec = Recorder(tmp_path / "run", config={"arm": "none"})
+    for i in range(1, 11):
+        rec.log({"update": i, **METRICS_ROW})
+    monkeypatch.setattr(table_width, "MAX_TABLE_COLUMNS", 100)  # the rows have 153
+    rec.close({"status": "done"})
+    run = tmp_path / "run"
+    assert json.loads((run / "summary.json").read_text())["status"] == "done"
+    assert not (run / "metrics.parquet").exists()
+    assert len((run / "metrics.jsonl").read_text().splitlines()) == 10
+    assert "metrics.parquet not written" in caplog.text and "more than 100 columns" in caplog.text
