@@ -286,11 +286,12 @@ def _recorded(row: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _in_update_order(run: Path, metrics: pd.DataFrame, one_row_per_step: bool) -> pd.DataFrame:
-    """The rows by update (a table out of order, hand-merged or damaged, kept every row in
-    TensorBoard and MLflow but only those past the last step so far in W&B, which dropped the
-    rest without a word). ``one_row_per_step`` (W&B): an update given twice, or one below 0,
-    is refused, as W&B would keep one row of the two, or none."""
-    rows = metrics.sort_values(STEP_COLUMN, kind="stable")
+    """The rows, by update as :func:`~andrea_diag.runread.load_run` reads them (a table out of
+    order kept every row in TensorBoard and MLflow but only those past the last step so far in
+    W&B, which dropped the rest without a word: the reader's sort is the one rule). With
+    ``one_row_per_step`` (W&B): an update given twice, or one below 0, is refused, as W&B would
+    keep one row of the two, or none."""
+    rows = metrics
     steps = rows[STEP_COLUMN]
     bad = steps[steps.duplicated() | (steps < 0)] if one_row_per_step else steps[:0]
     if len(bad):

@@ -36,12 +36,12 @@ KEYS = ("cell", "size", "clip", "lr", "max_norm", "seed")
 COMPUTED = ("final_loss", "min_loss", "n_spikes", "max_grad_norm", "lockin")
 
 
-def read_sweep_table(out: Path, required: Sequence[str] = KEYS) -> pd.DataFrame:
-    """``out/sweep.csv`` typed and checked as the module docstring says; ``required``: the
-    columns whose absence is one line (the ladder adds ``status``)."""
+def read_sweep_table(out: Path, also: Sequence[str] = ()) -> pd.DataFrame:
+    """``out/sweep.csv`` typed and checked as the module docstring says; ``also``: columns
+    whose absence is one line besides :data:`KEYS` (the ladder's ``status``)."""
     path = out / "sweep.csv"
     table = read_sweep_csv(out, dtype=str, keep_default_na=False, na_values=[""])
-    missing = [c for c in dict.fromkeys([*KEYS, *required]) if c not in table]
+    missing = [c for c in dict.fromkeys([*KEYS, *also]) if c not in table]
     if missing:
         raise UserError(f"sweep.csv {path} has no {', '.join(missing)} column",
                         hint="the file is damaged")  # fmt: skip
@@ -67,7 +67,7 @@ def read_sweep_table(out: Path, required: Sequence[str] = KEYS) -> pd.DataFrame:
     keys = [
         c for c in ("cell", "size", "lr", "max_norm", "precision", "seed", "clip") if c in table
     ]
-    if table.duplicated(subset=keys).any() or table.duplicated(subset=keys[1:]).any():
+    if table.duplicated(subset=keys[1:]).any():  # the same arm, under one cell name or two
         raise UserError(f"sweep.csv {path} lists the same arm twice", hint="the file is damaged")
     for cell in table["cell"].unique():
         child(out, cell, "sweep.csv: cell")  # before anything is read or written

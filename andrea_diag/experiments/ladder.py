@@ -53,7 +53,7 @@ from andrea_diag.rundir import (
 )
 from andrea_diag.runread import SWEEP, clean
 from andrea_diag.stats import holm
-from andrea_diag.sweep_table import KEYS, read_sweep_table
+from andrea_diag.sweep_table import read_sweep_table
 from andrea_diag.tables import GROUP, csv_text
 
 LADDER_SIZES = ["12m", "30m", "60m", "120m"]
@@ -221,7 +221,7 @@ def read_sweep_outputs(out: Path) -> tuple[dict[str, Any], pd.DataFrame]:
     if not isinstance(sizes, list) or not all(isinstance(x, str) for x in sizes):
         raise UserError(f"{path} has no list of sizes", hint="the file is damaged")
     # the sweep page's reader: a link, FIFO or sparse 40 GB file refused unread, the same types
-    table = read_sweep_table(out, required=[*KEYS, "status"])
+    table = read_sweep_table(out, also=["status"])
     unknown = [s for s in sizes if s not in MODEL_PRESETS]
     if unknown:
         raise UserError(f"{path} lists size {unknown[0]!r}, which is no model size here",
