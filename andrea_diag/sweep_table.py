@@ -64,10 +64,8 @@ def read_sweep_table(out: Path, also: Sequence[str] = ()) -> pd.DataFrame:
         if table[col].isna().any():
             raise UserError(f"sweep.csv {path} has a row without a {col}")
     table = _placed(path, table)
-    keys = [
-        c for c in ("cell", "size", "lr", "max_norm", "precision", "seed", "clip") if c in table
-    ]
-    if table.duplicated(subset=keys[1:]).any():  # the same arm, under one cell name or two
+    arm = [c for c in ("size", "lr", "max_norm", "precision", "seed", "clip") if c in table]
+    if table.duplicated(subset=arm).any():  # the same arm, under one cell name or two
         raise UserError(f"sweep.csv {path} lists the same arm twice", hint="the file is damaged")
     for cell in table["cell"].unique():
         child(out, cell, "sweep.csv: cell")  # before anything is read or written
