@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Issue 20 item 5 (the clipper's headroom), one device call: build both extensions once -> the
+# Issue 20 item 5 (the clipper's headroom) on the device: build both extensions once -> the
 # clipper's GPU tests -> bench-kernels (12m, 120m x fp32, bf16; the CUDA-graphed torch clip
-# beside ours, and our graphed pair without PDL) -> compute-sanitizer memcheck + racecheck over
-# bench/sanitize_clip.py (odd sizes, every clip checked against the float64 reference). About 3-4
-# minutes on one H200; every step has a timeout, and they add up to under 10 minutes (590 s).
+# beside ours, our graphed pair without PDL, with block pieces and under each norm load mode) ->
+# compute-sanitizer memcheck + racecheck over bench/sanitize_clip.py (odd sizes, every clip
+# checked against the float64 reference). Every step has a timeout; together they pass a call's
+# 10 minutes (650 s), so run it as two calls, SANITIZE_ONLY=1 then BENCH_ONLY=1.
 #   (on the device, from the repo root, with .whl/ carried)   bash bench/device_kernels.sh
 # SANITIZE_ONLY=1: build, GPU tests and the two sanitizers, no benchmark (about 2 minutes).
 # BENCH_ONLY=1: build and bench-kernels, no GPU tests or sanitizers (a bench-only change).
@@ -32,12 +33,12 @@ BENCH=/tmp/bench-kernels
   if [ -z "${BENCH_ONLY:-}" ]; then
     echo "== GPU tests"
     timeout 90 python3 -m pytest -m cuda tests/test_clip_cuda.py tests/test_adaptive_cuda.py \
-      tests/test_fused_adamw.py -q -rs -p no:cacheprovider > "$OUT/tests.txt" 2>&1; echo "tests rc=$?"
+      tests/test_fused_adamw.py tests/test_clip_cuda_loads.py -q -rs -p no:cacheprovider > "$OUT/tests.txt" 2>&1; echo "tests rc=$?"
     tail -15 "$OUT/tests.txt"
   fi
   [ -n "${SANITIZE_ONLY:-}" ] && { echo "== bench-kernels skipped (SANITIZE_ONLY)"; exit 0; }
   echo "== bench-kernels"
-  timeout 180 python3 -m andrea_diag.cli bench-kernels --out "$BENCH" --sizes 12m,120m \
+  timeout 240 python3 -m andrea_diag.cli bench-kernels --out "$BENCH" --sizes 12m,120m \
     --dtypes fp32,bf16 --reps 100 --device cuda --cases clip > "$OUT/bench.txt" 2>&1
   echo "bench-kernels rc=$?"
   cp "$BENCH/bench-kernels.json" "$BENCH/bench-kernels.html" "$OUT/" 2>/dev/null
@@ -64,7 +65,9 @@ rows = json.load(open(sys.argv[1]))["rows"]
 keep = ("cuda_three", "cuda_three_graph", "cuda_three_graph_nopdl", "cuda_three_graph_blockpieces",
         "cuda_three_graph(clean L2)", "cuda_three_graph_blockpieces(clean L2)", "cuda_single",
         "torch_foreach_graph", "k_clip_norm", "k_grad_norm_partial", "k_clip_scale",
-        "k_clip_scale(skip)", "torch_norm_flat_graph", "torch_norm_flat_graph(clean L2)")
+        "k_clip_scale(skip)", "torch_norm_flat_graph", "torch_norm_flat_graph(clean L2)",
+        *(f"cuda_three_graph_load_{m}{c}" for m in ("cached", "evict_first", "stream")
+          for c in ("", "(clean L2)")))
 for r in rows:
     if r["variant"] in keep:
         pct = "-" if r["pct_copy"] is None else f"{r['pct_copy']:.0f}%"

@@ -97,6 +97,14 @@ def main() -> None:
             ends_grads = [torch.randn(n, generator=gen, device="cuda") for n in ends]
             check([*ends_grads, torch.randn(8 * blocks * 256 + 1, device="cuda")], 0.5, p)
         cuda.set_parked_pieces(before)
+    # the norm pass's load modes (an L2 policy operand in each load): the same runs, p = 2
+    for mode in cuda.NORM_LOADS:
+        before_load = cuda.set_norm_load(mode)
+        blocks = torch.cuda.get_device_properties(0).multi_processor_count * 3
+        ends = [24 * blocks * 256 + 3] + [(i * 37) % 256 + 1 for i in range(150)]
+        check([torch.randn(n, generator=gen, device="cuda") for n in ends], 0.5)
+        check([torch.randn(n, generator=gen, device="cuda").to(torch.bfloat16) for n in ends], 0.5)
+        cuda.set_norm_load(before_load)
     many = [torch.randn((i % 300) + 1, generator=gen, device="cuda") for i in range(400)]
     mixed = [g.to(torch.bfloat16) if i % 2 else g for i, g in enumerate(many[:200])]
     check(mixed, 0.5)  # several dtypes and launches, one completion counter

@@ -234,4 +234,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("pdl_enabled", &ac::pdl_enabled, "Whether the scale pass is launched with PDL");
   m.def("set_parked_pieces", &ac::set_parked_pieces, "The norm pass's pieces reduced per warp "
         "(true, the default) or per block; returns the previous setting", py::arg("enabled"));
+  m.def("set_norm_load", &ac::set_norm_load, "The norm pass's loads: 0 cached (default), 1 L2 "
+        "evict-first, 2 streaming; returns the previous mode (-1: unknown mode, unchanged)",
+        py::arg("mode"));
 }

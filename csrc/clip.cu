@@ -38,7 +38,7 @@ namespace {
 
 // Parked: the pieces reduced per warp (norm_run_parked, the default); else one block reduction
 // per piece (norm_run), kept so that bench-kernels can time both side by side.
-template <typename T, NormKind K, bool Parked>
+template <typename T, NormKind K, bool Parked, int L>
 __global__ void __launch_bounds__(kThreads, kNormBlocksPerSm)
     k_clip_norm(const __grid_constant__ SpanTable tt, float p, float max_norm, const ClipOut out,
                 int seg_base) {
@@ -49,8 +49,8 @@ __global__ void __launch_bounds__(kThreads, kNormBlocksPerSm)
   let_dependents_launch();
   if constexpr (Parked) {
     __shared__ double parked[kParked][kWarps];
-    norm_run_parked<T, K>(tt, blockIdx.x, gridDim.x, seg_base, p, max_norm, out, shd, flag,
-                          parked);
+    norm_run_parked<T, K, L>(tt, blockIdx.x, gridDim.x, seg_base, p, max_norm, out, shd, flag,
+                             parked);
   } else {
     norm_run<T, K>(tt, blockIdx.x, gridDim.x, seg_base, p, max_norm, out, shd, flag);
   }
@@ -143,6 +143,7 @@ __global__ void k_skip_flag(const bool* nonfinite, const T* loss, const bool* sk
 // -1: not decided yet (read ANDREA_CLIP_PDL and the device's compute capability on first use).
 std::atomic<int> g_pdl{-1};
 std::atomic<bool> g_parked{true};  // k_clip_norm's pieces: per warp (default) or per block
+std::atomic<int> g_norm_load{kLoadCached};  // k_clip_norm's loads (set_norm_load)
 
 bool device_has_pdl() {
   int dev = 0, major = 0;
@@ -175,15 +176,29 @@ bool set_pdl(bool enabled) {
 
 bool set_parked_pieces(bool enabled) { return g_parked.exchange(enabled); }
 
+int set_norm_load(int mode) {
+  if (mode != kLoadCached && mode != kLoadEvictFirst && mode != kLoadStream) return -1;
+  return g_norm_load.exchange(mode);
+}
+
 cudaError_t launch_clip_norm(const SpanTable& tt, DType dt, NormKind nk, float p, float max_norm,
                              const ClipOut& out, int seg_base, int grid, cudaStream_t stream) {
   if (tt.n == 0) return cudaSuccess;
   return ANDREA_DISPATCH_DTYPE(dt, T, [&] {
     return ANDREA_DISPATCH_NORM(nk, K, [&] {
-      if (g_parked.load())
-        k_clip_norm<T, K, true><<<grid, kThreads, 0, stream>>>(tt, p, max_norm, out, seg_base);
+      const int load = g_norm_load.load();
+      if (!g_parked.load())
+        k_clip_norm<T, K, false, kLoadCached>
+            <<<grid, kThreads, 0, stream>>>(tt, p, max_norm, out, seg_base);
+      else if (load == kLoadEvictFirst)
+        k_clip_norm<T, K, true, kLoadEvictFirst>
+            <<<grid, kThreads, 0, stream>>>(tt, p, max_norm, out, seg_base);
+      else if (load == kLoadStream)
+        k_clip_norm<T, K, true, kLoadStream>
+            <<<grid, kThreads, 0, stream>>>(tt, p, max_norm, out, seg_base);
       else
-        k_clip_norm<T, K, false><<<grid, kThreads, 0, stream>>>(tt, p, max_norm, out, seg_base);
+        k_clip_norm<T, K, true, kLoadCached>
+            <<<grid, kThreads, 0, stream>>>(tt, p, max_norm, out, seg_base);
       return cudaGetLastError();
     });
   });

@@ -87,6 +87,14 @@ bool pdl_enabled();
 // both. The two may differ in the last bits of the float64 sums. Returns the previous setting.
 bool set_parked_pieces(bool enabled);
 
+// How the norm pass loads the gradients: through the read-only path with the default L2 policy
+// (kLoadCached), with an L2 evict-first policy (kLoadEvictFirst), or with the streaming cache
+// operator (kLoadStream). Same bits in every mode; the benchmarks time them side by side.
+// Parked pieces only (the block-pieces kernel keeps kLoadCached). Returns the previous mode, or
+// -1 (nothing changed) for a mode outside these three.
+constexpr int kLoadCached = 0, kLoadEvictFirst = 1, kLoadStream = 2;
+int set_norm_load(int mode);
+
 // ---- the stages alone (norm_partial / norm_final: the reference's three stages) ----------
 
 // Where the stand-alone final reduction writes (device pointers) and what it reads.

@@ -15,6 +15,42 @@ namespace andrea_clip {
 
 constexpr int kUnroll = 4;  // independent 16-byte loads in flight per thread (memory-level ILP)
 
+// How the norm pass loads the gradients (NormLoad in clip.h), one 16-byte load. kEvictFirst
+// marks the lines it brings into L2 as the first to evict: a pass that reads each byte once then
+// replaces its own clean lines instead of the lines already in L2 (dirty ones cost a write-back
+// each, and in a training step they are the parameters and moments the optimizer reads next).
+// kStream is ld.global.cs, the same evict-first allocation in L1 and L2 by the cache operator.
+// The loaded bits are the same in every mode: only the cache's replacement order differs.
+template <int L>
+__device__ __forceinline__ uint4 load16(const uint4* p, uint64_t policy) {
+  if constexpr (L == kLoadEvictFirst) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    uint4 r;
+    asm("ld.global.nc.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+        : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+        : "l"(p), "l"(policy));
+    return r;
+#else
+    return __ldg(p);
+#endif
+  } else if constexpr (L == kLoadStream) {
+    return __ldcs(p);
+  } else {
+    return __ldg(p);
+  }
+}
+
+// The L2 policy load16<kLoadEvictFirst> passes with each load (0 where no policy is used).
+template <int L>
+__device__ __forceinline__ uint64_t load_policy() {
+  uint64_t policy = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  if constexpr (L == kLoadEvictFirst)
+    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+#endif
+  return policy;
+}
+
 // Sum of |x|^p (or max |x|) over one chunk of n <= kChunk elements; result in thread 0.
 // 128-bit loads when the chunk is 16-byte aligned (kChunk * sizeof(T) is a multiple of 16, so
 // a chunk is aligned iff its tensor is); a scalar loop takes the tail and unaligned views.
@@ -169,7 +205,7 @@ __device__ __forceinline__ void for_each_span(const SpanTable& tt, int v, int G,
 // issues kUnroll independent 16-byte loads per thread before any use (out-of-range ones are
 // zeros, the identity of every kind), reduces them in float32 (<= 32 elements) and adds the
 // trip into a float64 accumulator: float32 rounding never builds up over a long run.
-template <typename T, NormKind K>
+template <typename T, NormKind K, int L = kLoadCached>
 __device__ __forceinline__ double span_sum(const T* __restrict__ g, int64_t n, float p) {
   constexpr int V = 16 / sizeof(T);  // elements per 16-byte load
   constexpr int64_t W = static_cast<int64_t>(kUnroll) * kThreads;
@@ -177,6 +213,7 @@ __device__ __forceinline__ double span_sum(const T* __restrict__ g, int64_t n, f
   double s = 0.0;
   const int64_t nvec = aligned16(g) ? n / V : 0;
   const uint4* gv = reinterpret_cast<const uint4*>(g);
+  const uint64_t policy = load_policy<L>();
   // unroll 1: the kUnroll loads per trip are the memory parallelism; unrolling trips as well
   // only raises register pressure (40 registers at 3 blocks of 512 per SM).
 #pragma unroll 1
@@ -185,7 +222,7 @@ __device__ __forceinline__ double span_sum(const T* __restrict__ g, int64_t n, f
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int64_t k = i + u * kThreads;
-      r[u] = k < nvec ? __ldg(gv + k) : make_uint4(0u, 0u, 0u, 0u);  // all loads first
+      r[u] = k < nvec ? load16<L>(gv + k, policy) : make_uint4(0u, 0u, 0u, 0u);  // loads first
     }
     float a[kUnroll];
 #pragma unroll
@@ -346,7 +383,7 @@ constexpr int kParked = 8;
 // counter, all at the end. Same slots, same fixed orders: deterministic, but the float64 sums
 // are added in another order than norm_run's, so the two variants' bits may differ.
 // `flag` is three shared ints, `parked` kParked x kWarps shared doubles.
-template <typename T, NormKind K>
+template <typename T, NormKind K, int L = kLoadCached>
 __device__ void norm_run_parked(const SpanTable& tt, int v, int G, int seg_base, float p,
                                 float max_norm, const ClipOut& o, double* shd, int* flag,
                                 double (*parked)[kWarps]) {
@@ -374,7 +411,7 @@ __device__ void norm_run_parked(const SpanTable& tt, int v, int G, int seg_base,
   };
   for_each_span<false>(tt, v, G, [&](int t, int64_t e0, int64_t e1) {
     const T* g = static_cast<const T*>(tt.ptr[t]) + e0;
-    const double s = warp_reduce<K>(span_sum<T, K>(g, e1 - e0, p));  // lane 0
+    const double s = warp_reduce<K>(span_sum<T, K, L>(g, e1 - e0, p));  // lane 0
     if ((threadIdx.x & 31) == 0) parked[k][threadIdx.x >> 5] = s;
     if (++k == kParked) {
       publish(t, k);

@@ -137,15 +137,17 @@ def _graph_variants(
         "cuda_three_graph": lambda: cuda.clip(grads, max_norm, variant="three")[0],
     }
     # The same pair with one setting of the kernels changed, side by side: without programmatic
-    # dependent launch of the scale pass (what PDL buys), and with one block reduction per
-    # tensor piece instead of the parked per-warp sums (what parking buys).
+    # dependent launch of the scale pass (what PDL buys), with one block reduction per tensor
+    # piece instead of the parked per-warp sums (what parking buys), and with the norm pass's
+    # loads under each L2 policy (what sparing L2's other lines buys; cuda.set_norm_load).
+    ours = steps["cuda_three_graph"]
     captures = [(name, step, None) for name, step in steps.items()] + [
-        ("cuda_three_graph_nopdl", steps["cuda_three_graph"], (cuda.set_pdl, False)),
-        (
-            "cuda_three_graph_blockpieces",
-            steps["cuda_three_graph"],
-            (cuda.set_parked_pieces, False),
-        ),
+        ("cuda_three_graph_nopdl", ours, (cuda.set_pdl, False)),
+        ("cuda_three_graph_blockpieces", ours, (cuda.set_parked_pieces, False)),
+    ]
+    captures += [
+        (f"cuda_three_graph_load_{mode}", ours, (cuda.set_norm_load, mode))
+        for mode in cuda.NORM_LOADS
     ]
     out = {}
     for name, step, setting in captures:

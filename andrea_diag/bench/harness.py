@@ -193,7 +193,7 @@ def graph_replay(
     name: str,
     step: Callable[[], Any],
     restore: Callable[[], None],
-    setting: tuple[Callable[[bool], bool], bool] | None = None,
+    setting: tuple[Callable[[Any], Any], Any] | None = None,
 ) -> Callable[[], Any] | None:
     """``step`` captured (:func:`capture_graph`) as a replay that returns the step's output;
     None when capture failed. ``setting``: (setter, value) of a kernel setting read at launch,
@@ -203,7 +203,7 @@ def graph_replay(
         captured = capture_graph(name, step, restore)
     finally:
         if setting:
-            setting[0](bool(before))
+            setting[0](before)
     if captured is None:
         return None
     graph, total = captured

@@ -13,7 +13,9 @@ Each row is checked against the float64 truth before it is timed. Against the he
   reduction over the same bytes, one launch; not a bound);
 - ``k_clip_norm(clean L2)``, ``cuda_three_graph(clean L2)``, its block-pieces twin (the norm
   pass with one block reduction per tensor piece, the kernel before parked pieces) and
-  ``torch_foreach_graph(clean L2)``: timed after a flush that leaves L2 holding clean lines.
+  ``torch_foreach_graph(clean L2)``, and the pair under each of the norm pass's load modes
+  (``cuda_three_graph_load_*``, :func:`andrea_diag.clip.cuda.set_norm_load`): timed after a
+  flush that leaves L2 holding clean lines.
   The default flush writes a 256 MB buffer, so the first reads of the timed call also pay the
   write-back of ~L2-size dirty lines that are not the clip's own.
 """
@@ -70,6 +72,10 @@ def diagnostic_rows(gset: GradSet) -> list[Row]:
         # the block-pieces kernel is chosen at launch, so at capture (bench.clip's A/B row)
         ("cuda_three_graph_blockpieces", clip, 1e-5, (cuda.set_parked_pieces, False)),
         ("torch_foreach_graph", torch_step, 2e-2, None),
+        *[
+            (f"cuda_three_graph_load_{m}", clip, 1e-5, (cuda.set_norm_load, m))
+            for m in cuda.NORM_LOADS
+        ],
     ):
         replay = graph_replay(name, step, restore, setting)
         if replay is not None:

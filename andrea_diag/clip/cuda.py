@@ -255,6 +255,21 @@ def set_parked_pieces(enabled: bool) -> bool:
     return bool(load().set_parked_pieces(bool(enabled)))
 
 
+# The norm pass's load modes (csrc/clip.h: kLoadCached, kLoadEvictFirst, kLoadStream).
+NORM_LOADS = ("cached", "evict_first", "stream")
+
+
+def set_norm_load(mode: str) -> str:
+    """How the norm pass loads the gradients; returns the previous mode. ``"cached"``: the
+    read-only path with L2's default policy; ``"evict_first"``: an L2 evict-first policy, so the
+    pass replaces its own lines instead of what L2 held (dirty lines cost a write-back each);
+    ``"stream"``: the streaming cache operator (``ld.global.cs``). The same bits in every mode.
+    Read when a clip is launched (so also when it is graph-captured); parked pieces only."""
+    if mode not in NORM_LOADS:
+        raise ValueError(f"norm load mode {mode!r}: expected one of {', '.join(NORM_LOADS)}")
+    return NORM_LOADS[load().set_norm_load(NORM_LOADS.index(mode))]
+
+
 def scale_(grads: list[torch.Tensor], scale: torch.Tensor) -> None:
     """The scale pass alone: in place ``g *= scale``; every block exits at once when the scale is 1."""
     load().scale_(grads, scale)
