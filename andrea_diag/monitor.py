@@ -40,7 +40,7 @@ from typing import Any
 import torch
 
 from andrea_diag.clip.api import ClipResult
-from andrea_diag.clip.from_total import checked_norm_type, clip_from_total
+from andrea_diag.clip.from_total import checked_norm_type, clip_from_total, clip_in_l2
 from andrea_diag.config import ProbeConfig
 from andrea_diag.jsonl import JsonlWriter
 from andrea_diag.monitor_checks import (
@@ -391,8 +391,8 @@ class SpikeMonitor:
         norm_type: float,
     ) -> ClipResult | None:
         checked_norm_type(norm_type)  # also where it is unused: a wrong one is a wrong call
-        if isinstance(value, ClipResult):
-            return value
+        if isinstance(value, ClipResult):  # its own p must be norm_type; recorded in L2
+            return clip_in_l2(value, [p.grad.detach() for p in params], norm_type)
         if value is None:
             return None  # probes read the (unclipped) gradients
         if checked_number("after_clip", "total_norm_or_clip", value) < 0:  # NaN passes

@@ -58,6 +58,10 @@ class ClipResult:
     # host bool: the mode reset the optimizer's moments this update (SPAM); the probes that
     # track spike terms in m and v drop them, since the reset erased them.
     moments_reset: bool = False
+    # the p of total_norm and per_tensor_norm (torch's clip_grad_norm_ returns its total in the
+    # norm it was given): SpikeMonitor.after_clip records L2 norms, and refuses a ClipResult
+    # whose p is not the norm_type it was told (clip.from_total.clip_in_l2)
+    norm_type: float = 2.0
 
     @property
     def post_norm(self) -> torch.Tensor:
@@ -217,8 +221,9 @@ def clip_grad_norm_with_stats(
     if not grads:
         zero = torch.zeros(())
         return ClipResult(
-            zero, torch.zeros(0), torch.ones(()), torch.zeros((), dtype=torch.bool), "none"
-        )
+            zero, torch.zeros(0), torch.ones(()), torch.zeros((), dtype=torch.bool), "none",
+            norm_type=norm_type,
+        )  # fmt: skip
     which = resolve_impl(impl, grads)
     apply_global = mode == "global"
     # torch raises before touching the gradients; to match, defer the scale stage past the check.
@@ -262,7 +267,7 @@ def clip_grad_norm_with_stats(
             g.copy_(g.float() * s) if g.dtype in (torch.float16, torch.bfloat16) else g.mul_(s)
     elif mode == "none":
         scale = torch.ones_like(total)
-    return ClipResult(total, per, scale, nonfinite, which)
+    return ClipResult(total, per, scale, nonfinite, which, norm_type=norm_type)
 
 
 def _scale_stage(which: str, grads: list[torch.Tensor], scale: torch.Tensor, p: float) -> None:

@@ -23,6 +23,7 @@ the gradients by less than that is not told apart from one that did not run.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import numbers
 from typing import Any
@@ -88,3 +89,45 @@ def clip_from_total(
         nonfinite=~torch.isfinite(total),
         impl="user",
     )
+
+
+def clip_in_l2(clip: ClipResult, grads: list[torch.Tensor], norm_type: float = 2.0) -> ClipResult:
+    """``clip`` with L2 norms, as ``SpikeMonitor.after_clip`` records them; ``grads``: the
+    gradients the optimizer will receive (clipped in place), ``norm_type``: the norm the caller
+    says the clip used, as for a bare total (:func:`clip_from_total`).
+
+    A ClipResult knows its own p (``clip.norm_type``). One that differs from ``norm_type`` is
+    refused (``ValueError``) rather than either being believed: a default 2 cannot be told from
+    a 2 given on purpose, and a p-norm recorded as the L2 ``grad_norm`` was the silent result.
+    A non-L2 clip's pre-clip L2 norms are the clipped gradients' L2 norms over its own scale
+    (global or per tensor); a scale of 0 (max_norm 0) cannot be undone, and there the clip's
+    own norms stand in, as in :func:`clip_from_total`.
+
+    >>> g = torch.tensor([3.0, -4.0])
+    >>> from andrea_diag.clip.api import clip_grad_norm_with_stats
+    >>> p = torch.nn.Parameter(torch.zeros(2)); p.grad = g.clone()
+    >>> r = clip_grad_norm_with_stats([p], 2.0, norm_type=math.inf)  # inf-norm 4 -> 2
+    >>> round(float(clip_in_l2(r, [p.grad], math.inf).total_norm), 4)  # the L2 norm, 5
+    5.0
+    """
+    norm_type = checked_norm_type(norm_type)
+    if float(clip.norm_type) != norm_type:
+        raise ValueError(
+            f"the ClipResult was computed with norm_type={clip.norm_type:g} but norm_type="
+            f"{norm_type:g} was given; pass the norm_type the clip used"
+        )
+    if norm_type == 2.0 or not grads:
+        return clip
+    post = clip_reference(grads, math.inf, apply=False)[1]  # per-tensor L2, measure only
+    scale = clip.scale.to(post)
+    if scale.dim() and scale.numel() != post.numel():  # per-tensor scales of another list
+        raise ValueError(
+            f"the ClipResult has {scale.numel()} per-tensor scales for {post.numel()} gradients"
+        )
+    undo = torch.where(scale > 0, scale, 1.0)
+    per = post / undo
+    total = per.square().sum().sqrt()
+    if scale.dim() == 0:  # one factor: 0 zeroed everything, the clip's p-norm stands in
+        total = torch.where(scale > 0, total, clip.total_norm.to(total))
+    return dataclasses.replace(clip, total_norm=total.to(clip.total_norm.dtype),
+                               per_tensor_norm=per, norm_type=2.0)  # fmt: skip

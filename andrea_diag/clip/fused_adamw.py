@@ -19,8 +19,10 @@ the weights. On CUDA it runs three stages and never syncs with the host:
    once and never written, so an active clip costs only the norm pass on top of AdamW (the
    separate scale pass would read and write every gradient once more).
 
-Anywhere else (CPU, float64 parameters, non-contiguous tensors, no compiler) it runs
-:func:`adamw_clipped_reference`, the same math in pure torch (also sync-free).
+Anywhere else (CPU, float64 or half parameters, non-contiguous tensors, no compiler) it runs
+:func:`~andrea_diag.clip.adamw_reference.adamw_clipped_reference`, the same math in pure torch
+(also sync-free): torch's AdamW op for op, so on the CPU the step after the clip gives torch's
+AdamW's bits (``adamw_reference.py`` says where it cannot).
 
 State keys match ``torch.optim.AdamW`` (``step`` as a 0-dim float32 tensor on the parameter's
 device, as torch's fused/capturable AdamW keeps it; ``exp_avg``; ``exp_avg_sq``), so code that
@@ -28,7 +30,8 @@ reads ``optimizer.state`` (andrea_diag.probes.optstate) works unchanged, torch A
 load, and ours load into torch's AdamW (groups carry its keys). torch AdamW's keywords are taken:
 ``foreach``, ``fused``, ``capturable`` are ignored (this step is fused and sync-free); amsgrad,
 maximize, differentiable, Adam's coupled decay (``decoupled_weight_decay=False``), complex
-parameters, a tensor ``lr`` and sparse gradients are refused, in a group or a loaded state dict.
+parameters, a tensor ``lr`` and sparse gradients are refused, in a group, a loaded state dict
+or a group's flag set later (at the next ``step()``, where torch's AdamW would honour it).
 """
 
 from __future__ import annotations
@@ -40,54 +43,11 @@ import torch
 
 from andrea_diag.clip import reference
 from andrea_diag.clip.adamw_args import check_adamw_hyper
+from andrea_diag.clip.adamw_reference import adamw_clipped_reference
 from andrea_diag.clip.adamw_state import AdamWPickling
 from andrea_diag.clip.api import ClipResult, check_max_norm
 
 IMPLS = ("auto", "cuda", "reference")
-
-
-def adamw_clipped_reference(
-    params: Sequence[torch.Tensor],
-    grads: Sequence[torch.Tensor],
-    exp_avgs: Sequence[torch.Tensor],
-    exp_avg_sqs: Sequence[torch.Tensor],
-    steps: Sequence[torch.Tensor],
-    scale: torch.Tensor,
-    nonfinite: torch.Tensor,
-    *,
-    lr: float,
-    beta1: float,
-    beta2: float,
-    eps: float,
-    weight_decay: float,
-) -> None:
-    """One AdamW step with ``g' = g * scale``, in place; a no-op where ``nonfinite`` is set.
-
-    Pure torch, any device, no host sync: the skip is a ``torch.where`` on the device-side
-    flag rather than a Python ``if``. Arithmetic runs in each parameter's dtype (float32 or
-    float64) and the bias corrections in float64, in the stages of torch's AdamW (decoupled
-    decay, moments, bias-corrected step); the gradients are not modified. Equal to torch's
-    AdamW to rounding, not bit for bit: the decay is ``p - (lr*wd)*p`` where torch multiplies
-    by ``1 - lr*wd``, and ``m`` is ``beta1*m + (1-beta1)*g`` where torch lerps (1 ulp on some
-    elements per step; up to about 1e-5 relative after 200 steps in float32).
-    """
-    if not params:
-        return
-    ok = ~nonfinite.reshape(())
-    for p, g, m, v, step in zip(params, grads, exp_avgs, exp_avg_sqs, steps, strict=True):
-        step.add_(ok.to(step.dtype))  # skipped steps are not counted, as in torch's found_inf path
-        dt = p.dtype
-        st = step.to(torch.float64)
-        step_size = (lr / (1.0 - beta1**st)).to(dt)
-        bc2_sqrt = (1.0 - beta2**st).sqrt().to(dt)
-        gs = g.detach().to(dt) * scale.to(dt)
-        p_new = p.detach() - (lr * weight_decay) * p.detach()
-        m_new = beta1 * m + (1.0 - beta1) * gs
-        v_new = beta2 * v + (1.0 - beta2) * gs * gs
-        p_new = p_new - step_size * m_new / (v_new.sqrt() / bc2_sqrt + eps)
-        p.detach().copy_(torch.where(ok, p_new, p.detach()))
-        m.copy_(torch.where(ok, m_new, m))
-        v.copy_(torch.where(ok, v_new, v))
 
 
 def _kernel_fits(
@@ -173,6 +133,7 @@ def clip_adamw_(
     weights (torch refuses ``p.grad`` of another dtype). ``steps`` are 0-dim float32 tensors on
     the parameters' device, incremented in place unless the norm is non-finite.
     """
+    norm_type = reference.check_norm_type(norm_type)  # p <= 0: no sum of |g|^p to split
     grads = list(grads)
     args = (list(params), grads, list(exp_avgs), list(exp_avg_sqs), list(steps))
     which = _resolve(impl, grads, lambda: _kernel_fits(*args[:4]), norm_type)
@@ -181,7 +142,7 @@ def clip_adamw_(
         which, args, scale, nonfinite,
         lr=lr, beta1=beta1, beta2=beta2, eps=eps, weight_decay=weight_decay,
     )  # fmt: skip
-    return ClipResult(total, per, scale, nonfinite, which)
+    return ClipResult(total, per, scale, nonfinite, which, norm_type=norm_type)
 
 
 _REFUSED_FLAGS = {
@@ -225,10 +186,11 @@ class ClippedAdamW(AdamWPickling, torch.optim.Optimizer):  # pickling: adamw_sta
 
     Hyper-parameters and defaults are torch.optim.AdamW's, plus ``max_norm`` and ``norm_type``
     (global over every parameter of the optimizer, like ``clip_grad_norm_(model.parameters())``).
-    ``max_norm=math.inf`` measures the norm and never clips. ``impl``: ``"auto"`` (the CUDA
-    kernels where they apply, else the reference), ``"cuda"`` (raise if unavailable) or
-    ``"reference"``. After each ``step()``, :attr:`last_clip` holds the :class:`ClipResult` of
-    that step (device tensors; reading them is the caller's sync).
+    ``max_norm=math.inf`` measures the norm and never clips; ``0`` is refused (torch's
+    ``clip_grad_norm_(..., 0)`` zeroes every gradient, and AdamW then only decays). ``impl``:
+    ``"auto"`` (the CUDA kernels where they apply, else the reference), ``"cuda"`` (raise if
+    unavailable) or ``"reference"``. After each ``step()``, :attr:`last_clip` holds the
+    :class:`ClipResult` of that step (device tensors; reading them is the caller's sync).
 
     With the probes (``SpikeMonitor``): the clip happens inside ``step()``, so ``.grad`` stays
     unclipped and ``after_clip`` runs before the scale exists; the optimizer-state probe then
@@ -354,7 +316,13 @@ class ClippedAdamW(AdamWPickling, torch.optim.Optimizer):  # pickling: adamw_sta
 
     @torch.no_grad()
     def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
-        """Clip (global norm over every parameter with a grad), then one AdamW step."""
+        """Clip (global norm over every parameter with a grad), then one AdamW step.
+
+        A group whose flags were changed after it was added (``group["maximize"] = True``, as
+        torch's AdamW honours at its next step) is refused here, before the closure runs and
+        before anything changes; this step would have ignored the flag."""
+        for group in self.param_groups:  # a few dict reads a group: no tensor work
+            _check_flags(group)
         loss = None
         if closure is not None:
             with torch.enable_grad():
@@ -390,6 +358,6 @@ class ClippedAdamW(AdamWPickling, torch.optim.Optimizer):  # pickling: adamw_sta
                 eps=float(group["eps"]),
                 weight_decay=float(group["weight_decay"]),
             )
-        self.last_clip = ClipResult(total, per, scale, nonfinite, which)
+        self.last_clip = ClipResult(total, per, scale, nonfinite, which, norm_type=self.norm_type)
         self.last_impl = which
         return loss

@@ -26,6 +26,15 @@ def _clip(max_norm: float | None, algorithm: str = "norm") -> dict[str, Any]:
     return {"clip": "global" if algorithm == "norm" else f"by-{algorithm}", "max_norm": max_norm}
 
 
+def _hf_max_norm(value: Any) -> Any:
+    """The threshold the Trainer clips with, or None: it clips when ``max_grad_norm > 0``, so
+    NaN (and 0, a negative, None) never clips: NaN was recorded as a clip it never ran."""
+    try:
+        return value if value > 0 else None
+    except TypeError:  # None, text: the Trainer's own comparison fails there
+        return None
+
+
 def _batch(m: int | None, accum: int, world: int) -> dict[str, Any]:
     examples = m * accum * world if m else None
     return {"micro_batch": m, "accum": accum, "world_size": world,
@@ -52,7 +61,7 @@ def hf_settings(args: Any, optimizer: torch.optim.Optimizer, model: Any) -> dict
         "precision": precision,
         "steps": raw["max_steps"] if raw["max_steps"] and raw["max_steps"] > 0 else None,
         **_optimizer(optimizer),
-        **_clip(getattr(args, "max_grad_norm", None)),
+        **_clip(_hf_max_norm(getattr(args, "max_grad_norm", None))),
         **_batch(getattr(args, "per_device_train_batch_size", None), accum, world),
         "framework_settings": {
             k: str(v) if not isinstance(v, (int, float, bool, type(None))) else v
