@@ -22,12 +22,13 @@ from andrea_diag.commands.accum_check import accum_check
 from andrea_diag.commands.bench_kernels import bench_kernels
 from andrea_diag.commands.bench_train import bench_train
 from andrea_diag.commands.doctor import doctor
-from andrea_diag.commands.errors import friendly_errors, one_line
+from andrea_diag.commands.errors import err_console, friendly_errors, one_line
 from andrea_diag.commands.export import export
 from andrea_diag.commands.ladder import ladder
 from andrea_diag.commands.options import plain_number
 from andrea_diag.commands.report import report
 from andrea_diag.commands.run import cascade, sweep, train
+from andrea_diag.console_text import shown
 from andrea_diag.errors import UserError
 
 
@@ -42,15 +43,21 @@ class _Flags:
       mistake: an empty value (``--out ""`` is the current folder, ``--model ""`` no model at
       all) and a number that int() or float() read only by their own extensions (``1_0``,
       another script's digits).
+    - An option that takes a comma list (:data:`LISTS`), given twice, is said in one warning
+      line: click keeps the last one without a word, so ``cascade --clip global --clip none``
+      ran the one arm ``none`` and ``sweep --lr 1e-3 --lr 1e-2`` a grid of one lr. The last
+      one still counts: a base command line with an override after it is a use (the tests'
+      ``[*SWEEP, "--lr", "1e-3,3e-3"]``), as for every other option.
     """
 
     refuse_blank = True  # False: the command's own module judges an empty value
 
     def _check_typed(self, ctx: Any, args: list[str]) -> None:
         try:
-            typed, _, _ = self.make_parser(ctx).parse_args(args=list(args))  # type: ignore[attr-defined]
+            typed, _, order = self.make_parser(ctx).parse_args(args=list(args))  # type: ignore[attr-defined]
         except Exception:  # a usage error: the parse proper says it, in its own words
             return
+        _warn_repeated(order, LISTS.get(ctx.info_name, ()), typed)
         for param in self.get_params(ctx):  # type: ignore[attr-defined]
             raw = typed.get(param.name)
             texts = raw if isinstance(raw, (list, tuple)) else [raw]
@@ -79,6 +86,31 @@ class _Flags:
         except UserError as e:
             one_line(e)
             raise typer.Exit(e.exit_code) from None
+
+
+# Each command's options that take a comma list: given twice, the user may have meant one
+# list of both (--inject and --source beside them are repeatable), and the last one alone ran.
+_GRID = ("size", "lr", "max_norm", "seed", "clip", "precision")
+LISTS = {"cascade": ("clip",), "sweep": _GRID, "ladder": _GRID,
+         "bench-kernels": ("sizes", "dtypes", "cases")}  # fmt: skip
+
+
+def _warn_repeated(order: list[Any], lists: tuple[str, ...], typed: dict[str, Any]) -> None:
+    """One warning line for an option of ``lists`` (parameter names) given more than once
+    (``order``: the parser's parameters, once per time each was typed; ``typed``: the values
+    that count, the last of each); none with ``--help`` (eager: it ends the command first)."""
+    if any(getattr(p, "is_eager", False) for p in order):
+        return
+    named = [p for p in order if getattr(p, "name", None) in lists]
+    twice = next((p for i, p in enumerate(named) if p in named[:i]), None)
+    if twice is not None:
+        flag = next(o for o in twice.opts if o.startswith("--"))
+        err_console.print(
+            f"[yellow]warning:[/] {flag} is given {named.count(twice)} times: only the last, "
+            f"{shown(typed.get(twice.name))}, counts (for several values, give one comma list)",
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
 class Command(_Flags, TyperCommand):

@@ -7,6 +7,12 @@ its fields (``fields.cli``), and ``commands/options.py`` turns them into the CLI
 the flat union that ``RunConfig.clip_params`` and ``config.json`` hold, is built from the
 registered ones, so no list elsewhere names the modes.
 
+A ``ClipParams`` is checked when it is made (its types, then :meth:`validate`): it is handed
+to ``make_clipper`` as well as to the config, and a clipper never validated it, so
+``ClipParams(agc_lambda=1e-320)`` zeroed every gradient and ``zclip_alpha=1.5`` ran an EMA
+that grows without a word. A refusal is a :class:`~andrea_diag.errors.BadArgument` (a
+``ValueError``, and the CLI's one line) or a :class:`~andrea_diag.errors.BadType`.
+
 This module imports no torch: the config composes it.
 """
 
@@ -17,6 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from andrea_diag.errors import BadArgument
+from andrea_diag.field_types import plain_fields
 from andrea_diag.fields import MAX_UPDATES, check_bounds, cli
 
 MODE_PARAMS: dict[str, type] = {}  # --clip mode -> its parameters' dataclass
@@ -126,11 +134,23 @@ class SkipParams:
 
 
 def _validate(self: Any) -> Any:
-    """Raise ``ValueError`` naming the option for a value no mode can run with."""
-    check_bounds(self, ValueError)
+    """Raise ``BadArgument`` (a ``ValueError``) naming the option for a value no mode can run
+    with: a bound, or a mode's own ``check`` (which raises a plain ``ValueError``)."""
+    check_bounds(self, BadArgument)
     for cls in MODE_PARAMS.values():
-        cls.check(self)
+        try:
+            cls.check(self)
+        except ValueError as exc:  # a UserError too: the CLI's one line, a saved config's
+            raise BadArgument(str(exc)) from None
     return self
+
+
+def _post_init(self: Any) -> None:
+    """Checked when made: a numpy scalar kept as the Python number it holds (config.json is
+    JSON), a wrong type refused, then every bound (:func:`_validate`)."""
+    for name, value in plain_fields(self, "ClipParams").items():
+        object.__setattr__(self, name, value)  # frozen: this is its own __init__'s work
+    _validate(self)
 
 
 def _from_dict(cls: type, d: dict[str, Any] | None) -> Any:
@@ -147,6 +167,7 @@ ClipParams: Any = dataclasses.make_dataclass(
     frozen=True,
     namespace={
         "validate": _validate,
+        "__post_init__": _post_init,
         "from_dict": classmethod(_from_dict),
         "__doc__": "Parameters of every adaptive mode (``none``/``global`` ignore them).",
         "__module__": __name__,

@@ -18,6 +18,7 @@ from typing import Any, Literal, get_args
 
 from andrea_diag.clip_params import ClipParams
 from andrea_diag.errors import UserError
+from andrea_diag.field_types import plain_fields
 from andrea_diag.fields import MAX_SEED, MAX_UPDATES, check_bounds, cli, cli_fields
 from andrea_diag.injections import Injection, injection_forms, parse_injections
 from andrea_diag.presets import (
@@ -36,8 +37,7 @@ from andrea_diag.probe_config import ProbeConfig
 SOURCE_NAMES = ("repo-docs", "gutenberg", "hermes3-general")
 __all__ = [  # the presets live in presets.py; importers of the config find them here too
     "MODEL_PRESETS", "PRESETS", "RECIPES", "RUNTIME_KEYS", "SOURCE_NAMES", "VOCAB_SIZE",
-    "Injection", "ModelConfig", "Preset", "ProbeConfig", "Recipe", "RunConfig",
-    "parse_injections",
+    "Injection", "ModelConfig", "Preset", "ProbeConfig", "Recipe", "RunConfig", "parse_injections",
 ]  # fmt: skip
 
 MixerPolicy = Literal["seeded", "exp3"]
@@ -47,7 +47,6 @@ DeviceName = Literal["auto", "cpu", "cuda"]
 RecipeName = Literal["v1", "v2"]
 SizeName = Literal["tiny", "12m", "120m", "tiny2", "30m", "60m"]
 SourceMode = Literal["default-plus-given", "only"]
-
 
 EVALS_PER_RUN = 50  # held-out evaluations when --eval-every is not given
 
@@ -162,6 +161,7 @@ class RunConfig:
         default_factory=dict,
         metadata=cli(
             flags=("--source",),
+            paths=True,
             help="Replace a source: NAME=PATH "
             "(folder of .txt/.md, or .jsonl with a 'text' field), or NAME=generated for the seeded "
             "generator (gutenberg, hermes3-general), or token ids: NAME=ids.bin[:uint16|uint32|"
@@ -296,6 +296,9 @@ class RunConfig:
             "toolkit's vocabulary). Needs the hf extra."
         ),
     )
+
+    def __post_init__(self) -> None:  # a wrong type refused where given, numpy's as Python's
+        vars(self).update(plain_fields(self, "RunConfig"))
 
     def resolve(self) -> RunConfig:
         """Fill size/recipe defaults and validate; returns a new, fully concrete config.

@@ -17,11 +17,18 @@ another name, 🔥 or 🅱 where the colons were, in the very line meant to say 
 escape of rich's own turns a code back into text, and no message of the toolkit means one.
 
     console = make_console(stderr=True)
+
+A library caller's own ``Console`` (``run_cascade(spec, console)``) may have the codes on, as
+rich's default has: :func:`as_typed` is that console printing the toolkit's lines with them
+off, everything else (its file, width, recording, quiet, live display) its own, and the
+caller's console itself left as it was.
+
+    console = as_typed(console, stderr=True)   # the caller's, or make_console's when None
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from rich.console import Console
 from rich.markup import escape
@@ -37,3 +44,43 @@ def shown(value: object) -> str:
 def make_console(**options: Any) -> Console:
     """A rich ``Console`` (``options``: its keywords) that prints ``:name:`` as typed."""
     return Console(emoji=False, **options)
+
+
+class _AsTyped:
+    """A caller's ``Console`` whose ``print`` and ``log`` take ``emoji=False`` unless told
+    otherwise; every other attribute, the context manager and attribute writes are the
+    console's own (rich's ``Live`` and ``Progress`` drive it through them)."""
+
+    def __init__(self, console: Console) -> None:
+        object.__setattr__(self, "_console", console)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._console, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(self._console, name, value)  # ``console.quiet = ...`` reaches the console
+
+    def __enter__(self) -> _AsTyped:
+        self._console.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._console.__exit__(*exc)
+
+    def print(self, *objects: Any, emoji: bool | None = False, **options: Any) -> None:
+        self._console.print(*objects, emoji=emoji, **options)
+
+    def log(self, *objects: Any, emoji: bool | None = False, **options: Any) -> None:
+        # one frame further up: the line logged is the caller's, not this method's
+        offset = options.pop("_stack_offset", 1) + 1
+        self._console.log(*objects, emoji=emoji, _stack_offset=offset, **options)
+
+
+def as_typed(console: Console | None, **options: Any) -> Console:
+    """``console`` (a library caller's) printing ``:name:`` as typed, the caller's own object
+    untouched; ``make_console(**options)`` when it is None."""
+    if console is None:
+        return make_console(**options)
+    if isinstance(console, _AsTyped):
+        return cast(Console, console)
+    return cast(Console, _AsTyped(console))

@@ -51,6 +51,15 @@ def unsafe(text: str) -> bool:
     return _UNSAFE.search(text) is not None
 
 
+def has_control(text: str) -> bool:
+    """Whether ``text`` holds a C0, DEL or C1 control character (a newline, a tab, an ESC).
+
+    >>> has_control("a\\x1bb"), has_control("a\\u2028b"), has_control("plain")
+    (True, False, False)
+    """
+    return _CONTROL.search(text) is not None
+
+
 def visible(text: str) -> str:
     """``text`` with every C0, DEL and C1 control character as a visible ``\\xNN`` escape, and
     every Unicode separator or format character as ``\\uNNNN``: one line, shown as it is."""
@@ -101,6 +110,29 @@ class UserError(Exception):
         self.message = message
         self.hint = error_text(str(hint)) if hint else hint
         self.exit_code = exit_code
+
+
+class BadArgument(UserError, ValueError):
+    """A value of the right type that cannot be used (an empty path, a file for a folder, a
+    threshold out of its bounds): the CLI's one line, and the ``ValueError`` Python code
+    catches."""
+
+
+class BadType(UserError, TypeError):
+    """A value of the wrong type for a Python caller's argument or config field (``True`` for a
+    count, ``"1e-3"`` for a rate): the CLI's one line, and the ``TypeError`` Python code
+    catches."""
+
+
+class OutOfRange(BadArgument):
+    """A positive option outside :data:`~andrea_diag.fields.POSITIVE_RANGE`, raised by
+    ``fields.check_bounds``. It carries the flag and the value: a run saved before that range
+    existed is then told so at ``--resume`` (``commands/options.resumed``), not called
+    corrupt."""
+
+    def __init__(self, message: str, flag: str, value: object) -> None:
+        super().__init__(message)
+        self.flag, self.value = flag, value
 
 
 class CellsCrashed(UserError):

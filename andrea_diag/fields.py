@@ -14,15 +14,19 @@ fields are *runtime* (how fast or where a run goes, not what it computes).
     ...
     ValueError: --steps must be at least 1, got 0
 
-This module imports only the standard library: the config layer sits at the bottom.
+This module imports only the standard library and :mod:`andrea_diag.errors`: the config layer
+sits at the bottom.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
+
+from andrea_diag.errors import OutOfRange
 
 # An upper bound for counts of updates and the like: far past any run, far below the integer
 # sizes at which torch, numpy or a tensor allocation raise instead of refusing in one line.
@@ -50,6 +54,8 @@ class Cli:
     panel: str | None = None  # rich help panel
     one_cell: bool = False  # only commands that run one cell take it (sweep/ladder give lists)
     positive: bool = False  # a float that must be finite, > 0 and in POSITIVE_RANGE
+    # names files (a str, or a dict's values): none may be blank, Path("") is the working folder
+    paths: bool = False
 
     def flag(self, name: str) -> str:
         """The long flag, e.g. ``--micro-batch``."""
@@ -80,8 +86,6 @@ def positive_problem(value: float) -> str | None:
     >>> positive_problem(-1.0), positive_problem(1e-320), positive_problem(2.5)
     ('must be a positive number, got -1.0', 'must be from 1e-30 to 1e+30, got 1e-320', None)
     """
-    import math
-
     lo, hi = POSITIVE_RANGE
     if isinstance(value, int) and abs(value) > hi:  # 10**400: math.isfinite overflowed
         return f"must be from {lo:g} to {hi:g}, got an integer of {len(str(abs(value)))} digits"
@@ -93,19 +97,37 @@ def positive_problem(value: float) -> str | None:
 
 
 def check_bounds(obj: Any, error: type[Exception]) -> None:
-    """Raise ``error`` naming the flag for the first CLI field of ``obj`` outside its bounds."""
+    """Raise ``error`` naming the flag for the first CLI field of ``obj`` outside its bounds;
+    for a positive number outside :data:`POSITIVE_RANGE`, ``errors.OutOfRange`` where that is
+    an ``error`` (it says which flag and value: a run saved before the range is told so)."""
     for f, meta in cli_fields(type(obj)):
         value = getattr(obj, f.name)
+        if meta.paths and (blank := _blank_path(value)) is not None:
+            raise error(f"{meta.flag(f.name)} {blank}: an empty path names no file or folder "
+                        "(it would read the working folder)")  # fmt: skip
         if value is None or isinstance(value, (bool, str, list, dict)):
             continue
         flag = meta.flag(f.name)
         if meta.positive and (problem := positive_problem(value)) is not None:
+            if 0 < value < math.inf and issubclass(OutOfRange, error):  # not nan, 0 or below
+                raise OutOfRange(f"{flag} {problem}", flag, value)
             raise error(f"{flag} {problem}")
         if meta.lo is not None and value < meta.lo:
             least = "0 or more" if meta.lo == 0 else f"at least {meta.lo:g}"
             raise error(f"{flag} must be {least}, got {value}")
         if meta.hi is not None and value > meta.hi:
             raise error(f"{flag} must be at most {meta.hi:.0f}, got {value}")
+
+
+def _blank_path(value: Any) -> str | None:
+    """How a blank path in ``value`` (a path, or paths by name) is named, or None: the CLI
+    refuses ``--source gutenberg=``; a Python caller's ``sources={"gutenberg": ""}`` read
+    every text file of the working folder as that source."""
+    named = value.items() if isinstance(value, dict) else [(None, value)]
+    for name, path in named:
+        if isinstance(path, str) and not path.strip():
+            return f"{name}={path!r}" if name is not None else repr(path)
+    return None
 
 
 def comma_items(value: str, option: str, error: type[Exception]) -> list[str]:

@@ -25,12 +25,8 @@ from typing import Any
 from urllib.parse import urlsplit
 from urllib.request import url2pathname
 
-from andrea_diag.errors import UserError, unsafe
+from andrea_diag.errors import BadArgument, UserError, unsafe
 from andrea_diag.rundir import check_path
-
-
-class BadArgument(UserError, ValueError):
-    """A value of the right type that cannot be used (an empty path, a file for a folder)."""
 
 
 def kind_of(value: Any) -> str:

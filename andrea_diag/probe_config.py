@@ -13,7 +13,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from andrea_diag.errors import UserError
+from andrea_diag.errors import BadArgument, UserError
+from andrea_diag.field_types import plain_fields
 from andrea_diag.fields import MAX_UPDATES, check_bounds, cli
 from andrea_diag.presets import PRESETS
 
@@ -92,18 +93,23 @@ class ProbeConfig:
     lockin: bool = True
 
     def resolve(self, steps: int | None, size: str | None = None) -> ProbeConfig:
-        """Concrete ``shadow`` and ``lockin_every`` for a run of ``steps`` updates."""
-        check_bounds(self, UserError)
-        every = self.lockin_every
+        """Concrete ``shadow`` and ``lockin_every`` for a run of ``steps`` updates; every field
+        of its type (a numpy scalar as the number it holds: ``field_types.py``) and bounds."""
+        plain = plain_fields(self, "ProbeConfig")
+        cfg = dataclasses.replace(self, **plain) if plain else self
+        check_bounds(cfg, UserError)
+        every = cfg.lockin_every
+        if every is not None and every < 1:  # given: it was taken as 1 without a word
+            raise BadArgument(f"lockin_every must be at least 1 (a sample every N updates), "
+                              f"got {every}")  # fmt: skip
         if every is None:
             every = max(1, steps // LOCKIN_SAMPLES_PER_RUN) if steps else LOCKIN_EVERY_OPEN_ENDED
-        every = max(1, every)
         if every > MAX_UPDATES:
             raise UserError(f"lockin_every must be at most {MAX_UPDATES}, got {every}")
-        shadow = self.shadow
+        shadow = cfg.shadow
         if shadow is None:  # a loop of no preset size (SpikeMonitor) keeps them on
             shadow = PRESETS[size].shadow if size in PRESETS else True
-        return dataclasses.replace(self, shadow=shadow, lockin_every=every)
+        return dataclasses.replace(cfg, shadow=shadow, lockin_every=every)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ProbeConfig:

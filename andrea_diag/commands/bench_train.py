@@ -30,6 +30,14 @@ def _count(help_: str, shown: str, lo: int) -> Any:
     return typer.Option(help=help_, show_default=shown, min=lo, max=MAX_UPDATES)
 
 
+OutOpt = Annotated[
+    Path | None,
+    typer.Option(
+        help="Folder for bench-train.json / .html.", show_default="runs/bench-train-<size>-<time>"
+    ),
+]
+
+
 def bench_train(
     size: Annotated[
         str | None, typer.Option(help="Preset.", show_default="12m on CUDA, tiny on CPU")
@@ -79,7 +87,7 @@ def bench_train(
         ),
     ] = "same",
     device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
-    out: Annotated[Path | None, typer.Option(help="Folder for bench-train.json / .html.")] = None,
+    out: OutOpt = None,
 ) -> None:
     """Time the training engine against a plain loop of the same model: ms/update, tokens/s,
     MFU, their ratio, and each probe's own cost."""  # fmt: skip

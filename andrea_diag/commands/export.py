@@ -25,11 +25,21 @@ from typing import Annotated
 
 import typer
 
-from andrea_diag.commands.given import check_project, mlflow_uri, typed_path
+from andrea_diag.commands.given import check_project, mlflow_uri, plain_out, typed_path
 from andrea_diag.commands.report import damaged_run_dir, say
 from andrea_diag.console_text import shown
 from andrea_diag.errors import UserError
 from andrea_diag.rundir import OUT_LINK, check_path, child, make_out_dir
+
+Project = Annotated[
+    str | None,
+    typer.Option(
+        # show_default, not "[default: ...]" in the text: rich read that as markup and dropped
+        # it, so the help said the runs go "into ."
+        help="W&B project / MLflow experiment the runs go into.",
+        show_default="andrea-diag",
+    ),
+]
 
 
 def export(
@@ -65,12 +75,7 @@ def export(
             "file:/ URI. Needs the mlflow extra.",
         ),
     ] = None,
-    project: Annotated[
-        str | None,
-        typer.Option(
-            help="W&B project / MLflow experiment the runs go into [default: andrea-diag]."
-        ),
-    ] = None,
+    project: Project = None,
     out: Annotated[
         Path | None,
         typer.Option(
@@ -89,6 +94,7 @@ def export(
     given, project = project, "andrea-diag" if project is None else project
     for d in [*run_dirs, *([out] if out is not None else [])]:
         check_path(d)
+    plain_out(out)  # a control character in a folder name, as a run's --out
     if out is not None and out.exists() and not out.is_dir():
         raise UserError(f"--out {out} is a file", hint="give a folder")
     # names a tool would refuse only once its run starts, after --out was made: refused first

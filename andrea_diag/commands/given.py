@@ -17,7 +17,7 @@ from pathlib import Path
 
 import typer
 
-from andrea_diag.errors import UserError
+from andrea_diag.errors import UserError, has_control
 from andrea_diag.given_checks import (
     WANDB_BAD_CHARS,
     WANDB_MAX_LEN,
@@ -38,4 +38,15 @@ def typed_path(value: str) -> Path:
         raise typer.BadParameter(e.message) from None
 
 
-__all__ = ["WANDB_BAD_CHARS", "WANDB_MAX_LEN", "check_project", "mlflow_uri", "typed_path"]
+def plain_out(out: Path | None) -> None:
+    """``--out`` of ``report`` or ``export`` holding a C0 or C1 control character (a pasted
+    newline, an ESC) is refused, as a run's ``--out`` is: the page or folder was written under
+    a name no listing shows as typed. A Unicode separator or format character is shown
+    escaped, not refused (tests/test_hostile_s25_export.py)."""
+    if out is not None and has_control(str(out)):
+        raise UserError(f"--out {str(out)!r} holds control characters", hint="give a plain path")
+
+
+__all__ = [
+    "WANDB_BAD_CHARS", "WANDB_MAX_LEN", "check_project", "mlflow_uri", "plain_out", "typed_path",
+]  # fmt: skip

@@ -30,9 +30,9 @@ from rich.markup import escape
 from andrea_diag.clip_params import MODE_PARAMS, ClipParams
 from andrea_diag.config import ProbeConfig, RunConfig
 from andrea_diag.data.corpus import parse_source_overrides
-from andrea_diag.errors import UserError, visible
+from andrea_diag.errors import OutOfRange, UserError, visible
 from andrea_diag.experiments.config_checks import check_config
-from andrea_diag.fields import Cli, cli_fields, cli_of
+from andrea_diag.fields import POSITIVE_RANGE, Cli, cli_fields, cli_of
 from andrea_diag.integrations.hf_model import read_config
 from andrea_diag.rundir import check_path
 from andrea_diag.train.components import precision_help
@@ -305,7 +305,10 @@ def resumed(run: RunArgs, clip: str) -> tuple[RunConfig, str]:
     from andrea_diag.factories import mark_recorded, trust_spec
 
     out = Path(run.resume)  # type: ignore[arg-type]
-    meta, saved = run_configs(out)
+    try:
+        meta, saved = run_configs(out)
+    except UserError as exc:
+        raise _before_the_range(exc, out) from None
     if not saved:
         raise UserError(f"{out} has no started arm to continue", hint="start it again instead")
     for cfg in saved:  # the run's word only: never called unless typed again (factories.py)
@@ -335,6 +338,27 @@ def resumed(run: RunArgs, clip: str) -> tuple[RunConfig, str]:
         raise UserError(f"--clip {clip} differs from the run's arms {arms} in {out}")
     _refuse_recorded_paths(base, run.explicit, out)
     return base, arms
+
+
+def _before_the_range(exc: UserError, out: Path) -> UserError:
+    """``exc`` (a saved config refused), or, where a positive option outside
+    ``fields.POSITIVE_RANGE`` refused it, what that means: the run was made before the range
+    existed (round 27), so its file is not corrupt, as ``run_configs`` words every refusal,
+    but this version cannot continue it. The :class:`OutOfRange` raised by ``check_bounds`` is
+    found where it started, behind the lines that restated it (``__context__``: each was
+    raised while handling the one before)."""
+    cause: BaseException | None = exc
+    while cause is not None and not isinstance(cause, OutOfRange):
+        cause = cause.__context__
+    if cause is None:
+        return exc
+    lo, hi = POSITIVE_RANGE
+    return UserError(
+        f"{out} was made before a positive option had to be from {lo:g} to {hi:g}, and its "
+        f"{cause.flag} {cause.value!r} is outside that range",
+        hint=f"this version cannot continue it: start it again with {cause.flag} from {lo:g} "
+        f"to {hi:g}, or continue it with the andrea-diag version that made it",
+    )
 
 
 def _refuse_recorded_paths(base: RunConfig, explicit: set[str], out: Path) -> None:

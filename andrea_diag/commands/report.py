@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from andrea_diag.commands.given import typed_path
+from andrea_diag.commands.given import plain_out, typed_path
 from andrea_diag.console_text import make_console, shown
 from andrea_diag.errors import UserError, unsafe, visible
 from andrea_diag.rundir import check_path
@@ -43,7 +43,10 @@ def report(
             show_default="each run's own report.html, inside it",
         ),
     ] = None,
-    title: Annotated[str | None, typer.Option(help="Report title.")] = None,
+    title: Annotated[
+        str | None,
+        typer.Option(help="Report title.", show_default="andrea-diag report: <the arms' names>"),
+    ] = None,
     png: Annotated[
         bool,
         typer.Option(
@@ -67,6 +70,7 @@ def report(
     images = [fmt for fmt, on in (("png", png), ("svg", svg)) if on]
     for d in [*run_dirs, *([out] if out is not None else [])]:
         check_path(d)
+    plain_out(out)  # a control character in the page's name, as a run's --out
     for d in run_dirs:
         if not d.exists():
             raise UserError(f"{d} does not exist")

@@ -28,7 +28,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from andrea_diag.clip.modes import check_clip
 from andrea_diag.config import RunConfig
-from andrea_diag.console_text import make_console, shown
+from andrea_diag.console_text import as_typed, make_console, shown
 from andrea_diag.data import BatchPlan, Mixer, PreparedData
 from andrea_diag.device import resolve_device
 from andrea_diag.errors import UserError
@@ -153,7 +153,7 @@ def run_arms(
 
     ``resume``: finished arms are kept, a stopped one continues from its newest checkpoint
     (``resume.py``); ``states``: each arm's state, when the caller already checked them."""
-    console = console or make_console(stderr=True)
+    console = as_typed(console, stderr=True)  # a caller's own: codes as typed
     first = configs[0]
     info = init_from_env(resolve_device(first.device).type)  # D > 1: join the replicas
     # The first arm records the batch plan (an exp3 mixer needs its losses); every later arm
@@ -302,7 +302,7 @@ def run_cascade(
     if len(set(spec.clips)) != len(spec.clips):
         raise UserError(f"--clip lists an arm twice: {','.join(spec.clips)}")
     configs = [dataclasses.replace(spec.base, clip=c, arm=c).resolve() for c in spec.clips]
-    console = console or make_console(stderr=True)
+    console = as_typed(console, stderr=True)  # a caller's own: codes as typed
     check_runnable(configs[0])
     data = data or load_data(configs[0], console)
     check_streams(data, configs[0].seq_len)

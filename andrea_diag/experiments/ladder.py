@@ -34,7 +34,7 @@ import pandas as pd
 from rich.console import Console
 
 from andrea_diag.config import MODEL_PRESETS, RunConfig
-from andrea_diag.console_text import make_console
+from andrea_diag.console_text import as_typed
 from andrea_diag.errors import CellsCrashed, UserError
 from andrea_diag.experiments.aggregate import arm_rates, finished, paired_gaps
 from andrea_diag.experiments.cascade import default_out
@@ -190,7 +190,7 @@ def run_ladder(
 ) -> LadderRun:
     """Run (or resume) the ladder's sweep, then write the threshold statements (no pages;
     ``after_cell`` as in :func:`~andrea_diag.experiments.sweep.run_sweep`)."""
-    console = console or make_console(stderr=True)
+    console = as_typed(console, stderr=True)  # a caller's own: codes as typed
     sizes = rungs(spec.sizes)
     out = spec.out or default_out("ladder", f"{sizes[0]}-{sizes[-1]}")
     # largest rung first: a run cut short by a time limit loses the cheap cells, not 120m

@@ -34,7 +34,7 @@ import pandas as pd
 from rich.console import Console
 
 from andrea_diag.config import RunConfig
-from andrea_diag.console_text import make_console
+from andrea_diag.console_text import as_typed
 from andrea_diag.data import PreparedData
 from andrea_diag.device import resolve_device
 from andrea_diag.errors import CellsCrashed, UserError
@@ -256,7 +256,7 @@ def run_sweep(
     """Run (or resume) every cell; write sweep.json and sweep.csv under ``out`` (the command
     renders sweep.html from them: ``commands/pages.py``). ``after_cell``: called on each cell
     this run finishes (the command renders its page), a failure there crashing the cell."""
-    console = console or make_console(stderr=True)
+    console = as_typed(console, stderr=True)  # a caller's own: codes as typed
     configs = cells(spec)
     if not configs:
         raise UserError("the sweep has no cells", hint="give at least one --size/--lr/--seed")
