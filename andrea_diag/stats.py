@@ -18,7 +18,8 @@ What each claim uses:
 - several rungs: a fixed-sequence test from the largest rung (:func:`fixed_sequence`), and
   Holm-adjusted p-values (:func:`holm`) for reading one rung on its own;
 - power: the smallest mean gap the seeds detect at 80% power (:func:`detectable_gap`) and the
-  seeds a given gap would need (:func:`seeds_needed`).
+  seeds a given gap would need (:func:`seeds_needed`), neither below the fewest pairs at which
+  the exact test can reject at all (:func:`min_pairs`).
 
 No claim from fewer than ``MIN_PAIRS`` pairs: :func:`insufficient` says so instead.
 """
@@ -33,17 +34,21 @@ import numpy as np
 import scipy.stats as st
 
 CONFIDENCE = 0.95
-ALPHA = 1 - CONFIDENCE  # two-sided
+# two-sided; written out, as 1 - CONFIDENCE is 0.050000000000000044, and "p < ALPHA" would then
+# call a p of exactly 0.05 significant
+ALPHA = 0.05
 POWER = 0.80
 # The smallest n at which an exact two-sided sign-flip test can reach p < 0.05: with every
 # gap on one side, p = 2 / 2^n, and 2/32 = 0.0625 at n = 5 but 2/64 = 0.03125 at n = 6.
-# Below it no pattern of seeds can show anything, so no threshold is stated.
+# Below it no pattern of seeds can show anything, so no threshold is stated. (min_pairs() is
+# the same rule for any alpha and side; a test pins MIN_PAIRS == min_pairs().)
 MIN_PAIRS = 6
 EXACT_MAX_PAIRS = 16  # 2^16 = 65,536 sign patterns: exact up to here, Monte Carlo above
 N_RESAMPLES = 10_000  # Monte Carlo p-values and bootstrap: error well under the seeds' spread
 SEED = 0  # a fixed resampling seed: the same records give the same numbers every time
 TARGET_GAP = 0.02  # nats: the gap whose seed count the page states ("would need N seeds")
 MAX_SEEDS = 1_000_000  # seeds_needed gives up (None) beyond this
+ALTERNATIVES = ("two-sided", "greater", "less")  # scipy's names for the sides of a test
 
 
 @dataclass(frozen=True)
@@ -79,7 +84,9 @@ def _mean(x: np.ndarray, axis: int = -1) -> np.ndarray:
 
 
 def wilson(k: int, n: int, confidence: float = CONFIDENCE) -> Interval:
-    """Wilson score interval for ``k`` successes in ``n`` trials (for display)."""
+    """Wilson score interval for ``k`` successes in ``n`` trials (for display): scipy's
+    ``binomtest(k, n).proportion_ci(method="wilson")``, two-sided; no trials, no interval
+    (scipy refuses n = 0)."""
     if n <= 0:
         return NONE
     if not 0 <= k <= n:
@@ -91,7 +98,9 @@ def wilson(k: int, n: int, confidence: float = CONFIDENCE) -> Interval:
 def bootstrap_mean(values: Sequence[float | None], confidence: float = CONFIDENCE) -> Interval:
     """BCa bootstrap interval of the mean (``scipy.stats.bootstrap``, fixed seed).
 
-    One value has no interval; identical values have a zero-width one."""
+    Where it differs from scipy's, deliberately: None and non-finite values are dropped
+    (scipy's interval would be NaN); one value has no interval (scipy refuses it); identical
+    values have a zero-width one (scipy's BCa is NaN there, with a DegenerateDataWarning)."""
     x = _finite(values)
     if len(x) == 0:
         return NONE
@@ -108,7 +117,8 @@ def bootstrap_mean(values: Sequence[float | None], confidence: float = CONFIDENC
 
 def t_interval(values: Sequence[float | None], confidence: float = CONFIDENCE) -> Interval:
     """Student-t interval of the mean: ``ttest_1samp`` on the gaps, which is ``ttest_rel`` on
-    the two arms' losses."""
+    the two arms' losses. None and non-finite values are dropped (scipy's would be NaN);
+    identical values give scipy's zero-width interval, without its precision-loss warning."""
     x = _finite(values)
     if len(x) < 2:
         return NONE if len(x) == 0 else Interval(float(x[0]), math.nan, math.nan, 1)
@@ -119,20 +129,31 @@ def t_interval(values: Sequence[float | None], confidence: float = CONFIDENCE) -
     return Interval(mean, float(ci.low), float(ci.high), len(x))
 
 
+def _check_alternative(alternative: str) -> None:
+    if alternative not in ALTERNATIVES:
+        raise ValueError(f"alternative must be two-sided, greater or less, not {alternative!r}")
+
+
 def sign_flip_p(values: Sequence[float | None], alternative: str = "two-sided") -> float:
     """p-value of the sign-flip permutation test of mean 0 (``permutation_test``,
     ``permutation_type="samples"`` on one sample): exact up to ``EXACT_MAX_PAIRS`` values,
-    Monte Carlo with ``N_RESAMPLES`` fixed-seed patterns above. NaN with no value.
-    ``alternative``: "two-sided" (the ladder's tests), or "greater" / "less" for a one-sided
-    test fixed beforehand (a pre-registered replication).
+    Monte Carlo with ``N_RESAMPLES`` fixed-seed patterns above. ``alternative``: "two-sided"
+    (the ladder's tests), or "greater" / "less" for a one-sided test fixed beforehand (a
+    pre-registered replication).
+
+    scipy's p in every case it takes, zero gaps kept (a zero is a pattern that ties both ways,
+    unlike ``wilcoxon``'s default zero_method), two-sided = twice the smaller one-sided p,
+    capped at 1. Where it differs, deliberately: None and non-finite values (a crashed arm) are
+    dropped, where scipy's p would be NaN; no value left is NaN; one value gets scipy's formula
+    over its two sign patterns (1, or 0.5 on the claimed side), where scipy refuses a sample
+    of one.
 
     >>> sign_flip_p([0.1, 0.2, 0.3]), sign_flip_p([0.1, 0.2, 0.3], alternative="greater")
     (0.25, 0.125)"""
+    _check_alternative(alternative)  # before any data rule: a misspelt side is refused always
     x = _finite(values)
     if len(x) == 0:
         return math.nan
-    if alternative not in ("two-sided", "greater", "less"):
-        raise ValueError(f"alternative must be two-sided, greater or less, not {alternative!r}")
     if not np.any(x):
         return 1.0  # all zero: every sign pattern ties
     if len(x) == 1:  # its two sign patterns: equally extreme, or one of them on the claimed side
@@ -145,29 +166,65 @@ def sign_flip_p(values: Sequence[float | None], alternative: str = "two-sided") 
     return float(res.pvalue)
 
 
-def detectable_gap(sd: float, n: int, alpha: float = ALPHA, power: float = POWER) -> float:
+def min_pairs(alpha: float = ALPHA, alternative: str = "two-sided") -> int:
+    """The fewest pairs at which the exact sign-flip test can reach p < ``alpha`` at all.
+
+    Its smallest p is that of every gap on one side: 1/2^n one-sided and, as scipy doubles the
+    smaller tail, 2/2^n two-sided. ``MIN_PAIRS`` is this at the default (2/64 < 0.05); a
+    one-sided test at 0.05 needs 5 (1/32), a two-sided one at 0.01 needs 8 (2/256).
+
+    >>> min_pairs(), min_pairs(alternative="greater"), min_pairs(0.01)
+    (6, 5, 8)"""
+    _check_alternative(alternative)
+    if not 0 < alpha <= 1:
+        raise ValueError(f"alpha must be in (0, 1], got {alpha}")
+    tails = 2 if alternative == "two-sided" else 1
+    n = 1
+    while tails / 2**n >= alpha:  # exact powers of two: no rounding in the comparison
+        n += 1
+    return n
+
+
+def _t_quantiles(n: int, alpha: float, power: float, alternative: str) -> float:
+    df = n - 1
+    crit = 1 - alpha / 2 if alternative == "two-sided" else 1 - alpha
+    return float(st.t.ppf(crit, df) + st.t.ppf(power, df))
+
+
+def detectable_gap(sd: float, n: int, alpha: float = ALPHA, power: float = POWER,
+                   alternative: str = "two-sided") -> float:  # fmt: skip
     """The smallest mean gap that ``n`` pairs with spread ``sd`` detect at ``power``.
 
-    t-based: (t_{1-alpha/2, n-1} + t_{power, n-1}) * sd / sqrt(n), the paired t-test's power
-    (within 1% of the exact noncentral-t answer at n >= 6; the sign-flip test has a little
-    less at the smallest n). NaN below 2 pairs or without a spread."""
-    if n < 2 or not math.isfinite(sd):
+    t-based: (t_{1-alpha/2, n-1} + t_{power, n-1}) * sd / sqrt(n) (t_{1-alpha} one-sided), the
+    paired t-test's power (within 1% of the exact noncentral-t answer at n >= 6; the sign-flip
+    test has a little less at the smallest n). NaN without a spread, and below
+    :func:`min_pairs`: there the sign-flip test the claims use cannot reject, whatever the gap
+    (the t formula would still give a number)."""
+    _check_alternative(alternative)
+    if n < max(2, min_pairs(alpha, alternative)) or not math.isfinite(sd):
         return math.nan
-    df = n - 1
-    return float((st.t.ppf(1 - alpha / 2, df) + st.t.ppf(power, df)) * sd / math.sqrt(n))
+    return _t_quantiles(n, alpha, power, alternative) * sd / math.sqrt(n)
 
 
 def seeds_needed(sd: float, gap: float = TARGET_GAP, alpha: float = ALPHA,
-                 power: float = POWER) -> int | None:  # fmt: skip
-    """Pairs needed to detect a mean ``gap`` with spread ``sd`` (at least ``MIN_PAIRS``);
-    None when the spread is unknown or the answer exceeds ``MAX_SEEDS``."""
-    if not math.isfinite(sd) or gap <= 0:
+                 power: float = POWER, alternative: str = "two-sided") -> int | None:  # fmt: skip
+    """Pairs needed to detect a mean ``gap`` with spread ``sd``: the fewest at which
+    :func:`detectable_gap` reaches it, never below :func:`min_pairs` (``alpha`` and
+    ``alternative`` are the test's). None when the spread or the gap is unknown, the gap is not
+    positive, or the answer exceeds ``MAX_SEEDS``."""
+    _check_alternative(alternative)
+    if not (math.isfinite(sd) and gap > 0):  # NaN compares False: an unknown gap too
         return None
-    z = st.norm.ppf(1 - alpha / 2) + st.norm.ppf(power)
+    floor = min_pairs(alpha, alternative)
+    z = float(st.norm.ppf(1 - alpha / 2 if alternative == "two-sided" else 1 - alpha))
     # the normal approximation needs fewer seeds than the t one: start from it, step up
-    n = max(MIN_PAIRS, math.floor((z * sd / gap) ** 2))
+    root = (z + float(st.norm.ppf(power))) * sd / gap  # Python floats: inf when it overflows
+    start = root * root  # not root ** 2, which raises OverflowError past the float range
+    if not start <= MAX_SEEDS:
+        return None
+    n = max(floor, math.floor(start))
     while n <= MAX_SEEDS:
-        if detectable_gap(sd, n, alpha, power) <= gap:
+        if detectable_gap(sd, n, alpha, power, alternative) <= gap:
             return n
         n += 1
     return None
@@ -220,7 +277,7 @@ class PairedTest:
     p: float
     t: Interval
     bca: Interval
-    detectable: float  # the smallest mean gap these seeds detect at 80% power
+    detectable: float  # the smallest mean gap these seeds detect at 80% power (NaN below 6)
     seeds_for_target: int | None  # pairs a TARGET_GAP would need
 
     @property
@@ -246,7 +303,8 @@ def _ends(iv: Interval) -> str:
 
 
 def paired_test(gaps: Sequence[float | None]) -> PairedTest:
-    """Every statistic of one set of paired gaps (NaN dropped)."""
+    """Every statistic of one set of paired gaps (None and non-finite values dropped); the p
+    is two-sided, and the power figures are for the two-sided test at ``ALPHA``."""
     x = _finite(gaps)
     n = len(x)
     sd = float(np.std(x, ddof=1)) if n >= 2 else math.nan

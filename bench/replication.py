@@ -139,10 +139,12 @@ def _call(test: Any, p: float, n: int, alternative: str, original: list[float],
         return (
             f"not replicated: mean gap {test.mean:+.3f} nats over {n} new seeds ({which}), {tested}"
         )
-    need = seeds_needed(test.sd, gap=abs(test.mean))
+    # the protocol's own test: its side and alpha, and never fewer seeds than it runs on
+    need = seeds_needed(test.sd, gap=abs(test.mean), alpha=ALPHA, alternative=alternative)
+    need = max(need, MIN_REPLICATION_PAIRS) if need else None
     return (f"not replicated: mean gap {test.mean:+.3f} nats over {n} new seeds, {tested}; "
             f"a gap of that size would need {need if need else 'more than any feasible number of'}"
-            " seeds (80% power, two-sided paired t)")  # fmt: skip
+            f" seeds (80% power, {side} paired t)")  # fmt: skip
 
 
 def _strict(value: Any) -> Any:

@@ -93,8 +93,16 @@ def check_max_norm(max_norm: object, *, allow_zero: bool = True) -> float:
     torch's ``clip_grad_norm_`` takes anything ``float()`` reads ("1", True) and clips with it:
     NaN makes every gradient NaN, a negative bound flips every gradient's sign. Here each is
     refused at the call: ``TypeError`` for what is not a number, ``ValueError`` for the rest.
+    A tensor of other than one element is torch's ``ValueError`` (:class:`MaxNormShapeError`,
+    also a ``TypeError``).
     """
     probe = max_norm
+    if isinstance(max_norm, torch.Tensor) and max_norm.numel() != 1:
+        # torch's float() of it: ValueError; a TypeError too, as ours raised before
+        raise MaxNormShapeError(
+            f"max_norm must be a single number, got Tensor of {max_norm.numel()} elements "
+            "(torch: only one element tensors can be converted to Python scalars)"
+        )
     if getattr(max_norm, "ndim", None) == 0 and not isinstance(max_norm, torch.Tensor):
         # np.array(1.0) (a config read through numpy): torch's float() reads it and ours refused
         # it as "not a real number"; checked as the 0-dim tensor it is (np.array(True) is not)
@@ -116,6 +124,12 @@ def check_max_norm(max_norm: object, *, allow_zero: bool = True) -> float:
     return value
 
 
+class MaxNormShapeError(ValueError, TypeError):
+    """A ``max_norm`` tensor of other than one element: torch's ``float()`` of it raises
+    ValueError ("only one element tensors can be converted to Python scalars"); ours raised
+    TypeError, and code written against either still catches this."""
+
+
 class SparseGradientError(TypeError, NotImplementedError):
     """A sparse gradient: a TypeError naming it, and a NotImplementedError as torch's own
     ``clip_grad_norm_`` raises for it (so code written against torch's still catches it)."""
@@ -133,17 +147,32 @@ def _grads(parameters: torch.Tensor | Iterable[torch.Tensor]) -> list[torch.Tens
             "densify them first (p.grad = p.grad.to_dense())"
         )
     for g in grads:
-        if not (g.is_floating_point() or g.is_complex()):
-            _refuse_like_torch(g.dtype)
+        if not (g.dtype in NORM_DTYPES or g.is_complex()):
+            _refuse_like_torch(g.dtype, g.device)
     return grads
 
 
-def _refuse_like_torch(dtype: torch.dtype) -> NoReturn:
-    """torch's own RuntimeError for a gradient of a dtype it cannot take the norm of (an
-    integer or bool ``.grad`` set by hand). Ours returned an integer norm and truncated the
-    gradients; the message is torch's, read off a one-element CPU tensor (no device work)."""
-    torch.linalg.vector_norm(torch.zeros(1, dtype=dtype))  # raises torch's own RuntimeError
-    raise RuntimeError(  # a torch that takes such a norm: still refused, nothing scaled
+# The real dtypes torch's vector_norm (and so its clip_grad_norm_) takes on every device
+NORM_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+def _refuse_like_torch(dtype: torch.dtype, device: torch.device) -> NoReturn:
+    """torch's own error for a gradient of a dtype it cannot take the norm of: an integer or
+    bool ``.grad`` set by hand (RuntimeError "Expected a floating point or complex tensor"),
+    or a float8 one (NotImplementedError '"norm_cpu" not implemented for 'Float8_e4m3fn'').
+    Ours returned an integer norm and truncated the gradients, or clipped float8 ones and
+    returned a float8 norm (e4m3fn has no inf: its largest is 448), so ``error_if_nonfinite``
+    could raise on a finite norm. The error is torch's, from its norm of a two-element empty
+    tensor on the gradients' device: the dtype check fails before any kernel runs (torch's norm
+    of one float8 element is a copy, which it takes; its clip then fails on the add)."""
+    on = torch.device("cpu") if device.type == "meta" else device  # meta kernels check no dtype
+    torch.linalg.vector_norm(torch.empty(2, dtype=dtype, device=on))  # raises torch's own
+    if dtype.is_floating_point:  # a torch whose norm takes it: still refused, nothing scaled
+        raise NotImplementedError(
+            f"clip_grad_norm_: {dtype} gradients are not supported (torch's norm refused "
+            "them); cast them to bfloat16 or float32 first"
+        )
+    raise RuntimeError(
         f"linalg.vector_norm: Expected a floating point or complex tensor as input. Got {dtype}"
     )
 
@@ -298,8 +327,9 @@ def clip_grad_norm_(
     Same contract as torch 2.13's function (checked side by side in
     tests/test_clip_torch_contract.py): the return value is a 0-dim tensor on the gradients'
     device in their dtype (promoted across dtypes, as torch stacks its per-tensor norms), an
-    empty generator warns, no gradient returns ``tensor(0.)``, and ``error_if_nonfinite``
-    raises torch's message before any gradient changes. Like torch's, it runs under
+    empty generator warns, no gradient returns ``tensor(0.)``, ``error_if_nonfinite`` raises
+    torch's message before any gradient changes, and so does a gradient whose dtype torch's
+    norm refuses (integer, bool, float8: torch's own error). Like torch's, it runs under
     ``torch.no_grad()``: gradients that require grad (``backward(create_graph=True)``) are
     scaled in place without recording autograd history. ``norm_type`` <= 0 (0 counts
     nonzeros, -inf is a minimum: neither is a sum the chunked stages can split), complex

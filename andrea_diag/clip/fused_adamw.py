@@ -42,7 +42,7 @@ from typing import Any
 import torch
 
 from andrea_diag.clip import reference
-from andrea_diag.clip.adamw_args import check_adamw_hyper
+from andrea_diag.clip.adamw_args import check_adamw_hyper, scalar_betas
 from andrea_diag.clip.adamw_reference import adamw_clipped_reference
 from andrea_diag.clip.adamw_state import AdamWPickling
 from andrea_diag.clip.api import ClipResult, check_max_norm
@@ -202,7 +202,7 @@ class ClippedAdamW(AdamWPickling, torch.optim.Optimizer):  # pickling: adamw_sta
         self,
         params: Iterable[torch.Tensor] | Iterable[dict[str, Any]],
         lr: float = 1e-3,
-        betas: tuple[float, float] = (0.9, 0.999),
+        betas: tuple[float | torch.Tensor, float | torch.Tensor] = (0.9, 0.999),
         eps: float = 1e-8,
         weight_decay: float = 1e-2,
         amsgrad: bool = False,
@@ -220,6 +220,7 @@ class ClippedAdamW(AdamWPickling, torch.optim.Optimizer):  # pickling: adamw_sta
         if isinstance(lr, torch.Tensor):
             raise ValueError("ClippedAdamW takes a float lr (a tensor lr would need a host read)")
         check_adamw_hyper(lr, betas, eps, weight_decay)  # torch's words ("Invalid learning rate")
+        betas = scalar_betas(betas)  # a tuple of floats or 0-dim tensors, as torch's group holds
         max_norm = check_max_norm(max_norm, allow_zero=False)  # one rule with the drop-in's
         reference.check_norm_type(norm_type)
         if impl not in IMPLS:
