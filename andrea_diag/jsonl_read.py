@@ -28,6 +28,7 @@ import pandas as pd
 from andrea_diag import rundir
 from andrea_diag.errors import UserError
 from andrea_diag.rundir import MAX_TABLE_BYTES, check_size, open_regular, size_text
+from andrea_diag.surrogates import mended
 from andrea_diag.table_width import check_columns
 
 log = logging.getLogger("andrea_diag.record")
@@ -51,7 +52,7 @@ def read_jsonl(path: Path) -> pd.DataFrame:
                 if budget is not None and held > budget:  # before the line is parsed
                     _too_big(path, held, budget)
                 try:  # a torn row; deep nesting; an integer past int()'s 4300 digits
-                    row = json.loads(line)
+                    row = mended(json.loads(line), line)  # "\ud800": no frame takes it
                 except (ValueError, RecursionError):
                     row = None
                 if isinstance(row, dict):

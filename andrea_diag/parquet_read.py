@@ -18,12 +18,12 @@ Two kinds of bomb are refused, each with one :class:`~andrea_diag.errors.UserErr
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import pandas as pd
 
 from andrea_diag.errors import UserError
-from andrea_diag.rundir import MAX_TABLE_BYTES, check_size, regular_file
+from andrea_diag.rundir import MAX_TABLE_BYTES, check_size, open_regular
 from andrea_diag.table_width import check_columns
 
 MAX_TABLE_CELLS = MAX_TABLE_BYTES // 8  # a parquet table's values, as float64s in that size
@@ -31,13 +31,23 @@ _HINT = "the file is damaged or not from andrea-diag; delete it to read metrics.
 
 
 def read_parquet(path: Path, what: str = "metrics.parquet") -> pd.DataFrame:
-    """A parquet table from a regular file, or one line when it is not one or is a bomb."""
-    regular_file(path, what)
+    """A parquet table from a regular file, or one line when it is not one or is a bomb.
+
+    pyarrow reads the file this reader opened (:func:`~andrea_diag.rundir.open_regular`), never
+    its path: a path it opened itself was checked first and opened after (a FIFO swapped in
+    between hung the report), and one it cannot encode (a folder named in Latin-1, read as
+    ``run\\udcff``) was "not a readable parquet file", with the advice to delete it."""
+    with open_regular(path, what) as f:
+        return _read(f, path, what)
+
+
+def _read(f: IO[bytes], path: Path, what: str) -> pd.DataFrame:
     try:
-        columns, leaves = _check_footer(path, what)
+        columns, leaves = _check_footer(f, path, what)
         if leaves:
-            _check_text(path, what, columns, leaves)
-        return pd.read_parquet(path)
+            _check_text(f, path, what, columns, leaves)
+        f.seek(0)
+        return pd.read_parquet(f)
     except (ImportError, UserError):
         raise
     except Exception as e:  # pyarrow raises several types for a damaged file
@@ -53,20 +63,20 @@ def parquet_rows(path: Path) -> int | None:
     import pyarrow.parquet as pq
 
     try:
-        regular_file(path, path.name)
-        return pq.read_metadata(path).num_rows
+        with open_regular(path, path.name) as f:  # the file checked is the file read
+            return pq.read_metadata(f).num_rows
     except Exception:  # UserError, or pyarrow's several types for a damaged file
         return None
 
 
-def _check_footer(path: Path, what: str) -> tuple[list[str], list[str]]:
+def _check_footer(f: IO[bytes], path: Path, what: str) -> tuple[list[str], list[str]]:
     """Refuse a table whose footer says its values would not fit; return the top-level columns
     that hold text and the text leaves' paths (``kind``, ``causes.list.element``), whose
     decoded size the footer does not tell."""
     import pyarrow.parquet as pq
 
-    check_size(path, what, MAX_TABLE_BYTES, "more than this reader takes")
-    meta = pq.read_metadata(path)  # the footer only; the file is closed again
+    check_size(path, what, MAX_TABLE_BYTES, "more than this reader takes", opened=f)
+    meta = pq.read_metadata(f)  # the footer only
     check_columns(path, what, meta.num_columns)
     chunks = [meta.row_group(i).column(j) for i in range(meta.num_row_groups)
               for j in range(meta.num_columns)]  # fmt: skip
@@ -87,12 +97,13 @@ def _check_footer(path: Path, what: str) -> tuple[list[str], list[str]]:
     return columns, leaves
 
 
-def _check_text(path: Path, what: str, columns: list[str], leaves: list[str]) -> None:
+def _check_text(f: IO[bytes], path: Path, what: str, columns: list[str], leaves: list[str]) -> None:
     """Refuse a table whose text would decode past the cap, from the text read as dictionaries
     (a plain-encoded column is read as one too: its dictionary is then no larger than it)."""
     import pyarrow.parquet as pq
 
-    table = pq.read_table(path, columns=columns, read_dictionary=leaves)
+    f.seek(0)
+    table = pq.read_table(f, columns=columns, read_dictionary=leaves)
     size = sum(_decoded_bytes(chunk) for col in table.columns for chunk in col.chunks)
     if size > MAX_TABLE_BYTES:
         raise UserError(

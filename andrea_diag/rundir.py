@@ -29,6 +29,7 @@ from typing import IO, Any
 
 from andrea_diag.errors import UserError, unsafe
 from andrea_diag.host_memory import available_memory
+from andrea_diag.surrogates import mended
 
 NAME_MAX = 255  # a path component longer than this is refused by every Linux filesystem
 
@@ -208,7 +209,7 @@ def read_json(path: Path, what: str, kind: type | None = None) -> Any:
     else:
         text = read_text(path, what, MAX_JSON_BYTES)
     try:
-        value = json.loads(text)
+        value = mended(json.loads(text), text)  # a lone "\ud800" no page or frame can encode
     except MemoryError:  # an address-space limit (ulimit -v) the free memory does not show
         raise UserError(f"{what} {path} is {size_text(len(text), '.1f')} of JSON, more than this "
                         "process can parse", hint="the file is damaged or not from andrea-diag") from None  # fmt: skip
@@ -228,9 +229,8 @@ def read_json(path: Path, what: str, kind: type | None = None) -> Any:
 
 def _write_error(path: Path, e: OSError) -> UserError:
     if e.errno == 28:  # ENOSPC
-        return UserError(
-            f"no space left on the device writing {path}", hint="free space, then resume"
-        )
+        return UserError(f"no space left on the device writing {path}",
+                         hint="free space, then resume")  # fmt: skip
     return UserError(f"cannot write {path}: {e.strerror}")
 
 

@@ -35,6 +35,7 @@ from typing import Any
 
 from andrea_diag.errors import UserError
 from andrea_diag.rundir import atomic_write_bytes, file_mode
+from andrea_diag.surrogates import mended
 
 LOCK_NAME = "run.lock"
 MAX_LOCK_BYTES = 4096  # a lock is one short JSON line
@@ -101,7 +102,7 @@ def read_lock(run_dir: str | Path) -> LockInfo | None:
     except (OSError, UnicodeDecodeError):
         return LockInfo(None, None, None)
     try:
-        data = json.loads(raw)
+        data = mended(json.loads(raw), raw)  # a host of "\ud800" is named in lines and pages
         pid = data["pid"]
         if not isinstance(pid, int) or isinstance(pid, bool) or abs(pid) > MAX_PID:
             raise TypeError(pid)

@@ -27,6 +27,7 @@ from typing import IO, Any
 
 import pandas as pd
 
+from andrea_diag import metrics as metrics_schema
 from andrea_diag.errors import UserError
 from andrea_diag.given_checks import given_path
 from andrea_diag.jsonl_read import read_jsonl
@@ -39,11 +40,13 @@ from andrea_diag.rundir import (
     open_regular,
     read_json,
 )
+from andrea_diag.summary_check import checked_summary
 from andrea_diag.table_width import MAX_SWEEP_COLUMNS, check_columns
 
 log = logging.getLogger("andrea_diag.record")
 
 MAX_UPDATE = 2**53  # an update number a float holds exactly; past it, a table is damaged
+MAX_ARMS = 1_000  # a cascade's arms are clip rules, each a trained model: a handful, not 1,000
 NUM, INT, STR, BOOL, LIST, DICT = "num", "int", "str", "bool", "list", "dict"
 _NONFINITE = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan, "NaN": math.nan}
 
@@ -176,13 +179,18 @@ def clean_data(obj: Any, what: str = "data.json") -> dict[str, Any]:
 
 NUMERIC_PREFIXES = (
     "update", "loss", "grad_norm", "clip_", "lr", "w_", "layer_gn/", "eval_", "m_", "v_",
-    "value", "z", "distinct_", "top_token", "longest", "time_s",
+    "value", "z", "distinct_", "top_token", "longest", "time_s", "max_logit", "mean_entropy",
 )  # fmt: skip
 
 
-def _numeric_name(col: str) -> bool:
-    """A column every reader does arithmetic on (a column of text under it is damage)."""
-    return col.startswith(NUMERIC_PREFIXES)
+def _numeric_name(col: str, kind: str) -> bool:
+    """A column every reader does arithmetic on (a column of text under it is damage): by its
+    prefix, or in a metrics table by the schema (``lockin/mean_entropy`` all text was a
+    TypeError that refused the whole page)."""
+    if col.startswith(NUMERIC_PREFIXES):
+        return True
+    declared = metrics_schema.lookup(col) if kind == "metrics" else None
+    return declared is not None and declared.kind in (int, float)
 
 
 def to_float(v: Any) -> float:
@@ -238,7 +246,7 @@ def clean_table(df: pd.DataFrame, kind: str, path: Path) -> pd.DataFrame:
             s = s.map(lambda v: [str(x) for x in v] if isinstance(v, (list, tuple)) else None)
         elif pd.api.types.is_bool_dtype(s) or pd.api.types.is_numeric_dtype(s):
             pass
-        elif _numeric_name(col) or not s.map(lambda v: isinstance(v, str) or v is None).all():
+        elif _numeric_name(col, kind) or not s.map(lambda v: isinstance(v, str) or v is None).all():
             s = s.map(to_float).astype("float64")  # a wrong value is a gap, not a crash
         cols[col] = s
     # one frame of them: set one by one into ``df``, each copied it (table_width.py)
@@ -325,7 +333,9 @@ def load_run(run_dir: str | Path) -> dict[str, Any]:
     """Everything the report needs from a run directory, each file checked for the shape its
     readers expect (:mod:`andrea_diag.runread`): a damaged file is one UserError line, and so
     is a ``run_dir`` that names no folder (``""`` is not the working folder, as on the command
-    line: :func:`andrea_diag.given_checks.given_path`); one not a str or a path, a TypeError."""
+    line: :func:`andrea_diag.given_checks.given_path`); one not a str or a path, a TypeError.
+    A summary the trainer wrote is checked against the metrics table
+    (:mod:`andrea_diag.summary_check`): ``summary_mismatch`` says how it differed, or is None."""
     run_dir = given_path(run_dir, "load_run: run_dir")
     try:
         is_run = (run_dir / "config.json").exists()
@@ -345,12 +355,17 @@ def load_run(run_dir: str | Path) -> dict[str, Any]:
     metrics = clean_table(metrics, "metrics", table)
     events, failures = read_events(run_dir)
     samples = read_jsonl(run_dir / "samples.jsonl")
+    config = _opt_json(run_dir, "config.json", CONFIG)
+    # a summary copied from a sibling arm or edited: the table's own figures win, said once
+    summary, mismatch = checked_summary(_opt_json(run_dir, "summary.json", SUMMARY), config,
+                                        metrics, run_dir / "summary.json")  # fmt: skip
     return {
         "dir": run_dir,
-        "config": _opt_json(run_dir, "config.json", CONFIG),
+        "config": config,
         "env": _opt_json(run_dir, "env.json", ENV),
         "data": _opt_json(run_dir, "data.json", None),
-        "summary": _opt_json(run_dir, "summary.json", SUMMARY),
+        "summary": summary,
+        "summary_mismatch": mismatch,
         "schedule": _opt_json(run_dir, "schedule.json", {}),
         "metrics": metrics,
         "events": events.reset_index(drop=True),
@@ -371,6 +386,9 @@ def read_cascade_meta(cascade_dir: Path) -> dict[str, Any]:
     meta = clean(read_json(meta_path, "cascade.json", kind=dict), CASCADE, str(meta_path))
     if not meta.get("arms"):
         raise UserError(f"{meta_path} lists no arms")
+    if len(meta["arms"]) > MAX_ARMS:  # each is looked up and named on the page: 100,000 took 15 s
+        raise UserError(f"{meta_path} lists {len(meta['arms']):,} arms, more than a cascade "
+                        f"runs ({MAX_ARMS:,})", hint=DAMAGED)  # fmt: skip
     for arm in meta["arms"]:
         if not isinstance(arm, str):
             raise UserError(f"{meta_path} lists an arm that is not a name: {arm!r}"[:200])

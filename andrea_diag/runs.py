@@ -23,7 +23,8 @@ import pandas as pd
 from andrea_diag.errors import UserError
 from andrea_diag.given_checks import given_path
 from andrea_diag.record import load_run, read_cascade_meta
-from andrea_diag.rundir import child
+from andrea_diag.rundir import child, read_json
+from andrea_diag.runread import CONFIG, clean
 
 
 def _arm_dirs(path: Path) -> list[tuple[str, Path]]:
@@ -31,8 +32,9 @@ def _arm_dirs(path: Path) -> list[tuple[str, Path]]:
         is_run, is_cascade = (path / "config.json").is_file(), (path / "cascade.json").is_file()
     except OSError as e:  # a path past PATH_MAX in all: pathlib raises ENAMETOOLONG
         raise UserError(f"cannot look up {path}: {e.strerror or e}") from None
-    if is_run:
-        cfg = load_run(path)["config"] or {}
+    if is_run:  # the config alone: the whole run is read once, by load_runs
+        config = path / "config.json"
+        cfg = clean(read_json(config, "config.json", kind=dict), CONFIG, str(config))
         return [(str(cfg.get("arm") or cfg.get("clip") or path.name), path)]
     if is_cascade:
         meta = read_cascade_meta(path)

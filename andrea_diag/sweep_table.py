@@ -10,8 +10,9 @@ text columns stay text, flags become bools, every other column a number (a bad v
 as :func:`~andrea_diag.runread.to_float` reads it); a column the page computes on that an older
 file lacks is a gap; a row without a number in lr, max_norm or an integer seed has no place in
 the grid and is left out with a warning; a table without one of its key columns, with no
-rows, with an arm listed twice or with a cell name that is no plain component of the sweep
-directory (``../victim``) is one :class:`~andrea_diag.errors.UserError` line.
+rows or more than :data:`MAX_SWEEP_ROWS`, with an arm listed twice or with a cell name that
+is no plain component of the sweep directory (``../victim``) is one
+:class:`~andrea_diag.errors.UserError` line.
 """
 
 from __future__ import annotations
@@ -34,6 +35,9 @@ FLAGS = ("collapse",)
 KEYS = ("cell", "size", "clip", "lr", "max_norm", "seed")
 # columns the page computes on that an older or damaged sweep.csv may lack: a gap in every row
 COMPUTED = ("final_loss", "min_loss", "n_spikes", "max_grad_norm", "lockin")
+# runread's 64 MiB cap is sized for 200,000 arms of ~300 bytes; rows of 50 bytes fit 1.3M
+# there, and the page of 300,000 took a minute (linear: ~5 minutes at the cap)
+MAX_SWEEP_ROWS = 200_000
 
 
 def read_sweep_table(out: Path, also: Sequence[str] = ()) -> pd.DataFrame:
@@ -47,6 +51,9 @@ def read_sweep_table(out: Path, also: Sequence[str] = ()) -> pd.DataFrame:
                         hint="the file is damaged")  # fmt: skip
     if table.empty:
         raise UserError(f"sweep.csv {path} has no rows", hint="the file is damaged")
+    if len(table) > MAX_SWEEP_ROWS:  # before a row is typed, grouped or a cell looked up
+        raise UserError(f"sweep.csv {path} has {len(table):,} rows, more arms than a sweep "
+                        f"runs ({MAX_SWEEP_ROWS:,})", hint="the file is damaged")  # fmt: skip
     for col in table.columns:
         if col in TEXT:
             table[col] = table[col].where(table[col].notna(), None)
@@ -87,4 +94,4 @@ def _placed(path: Path, table: pd.DataFrame) -> pd.DataFrame:
     return table.reset_index(drop=True)
 
 
-__all__ = ["COMPUTED", "FLAGS", "KEYS", "TEXT", "read_sweep_table"]
+__all__ = ["COMPUTED", "FLAGS", "KEYS", "MAX_SWEEP_ROWS", "TEXT", "read_sweep_table"]

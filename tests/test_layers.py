@@ -31,6 +31,7 @@ LAYERS: dict[str, int] = {
     "errors": 0,
     "stats": 0,
     "fields": 0,  # the config's CLI metadata
+    "field_types": 0,  # the Python types of the config's fields, checked where given
     "presets": 0,  # sizes and recipes, re-exported by config
     "probe_config": 0,
     "clip_params": 0,  # the clip modes' parameters: a part of RunConfig, so below clip
@@ -41,6 +42,7 @@ LAYERS: dict[str, int] = {
     "host_memory": 0,  # the memory free, for the size checks of rundir, data and train
     "table_width": 0,  # the column caps of the run dir's table readers
     "given_checks": 0,  # the rules for what a caller gives (paths, sink names, stores)
+    "surrogates": 0,  # lone surrogates in a run's JSON, replaced as it is read
     # 1: data, model, clip, and the device they run on
     "": 1,  # andrea_diag/__init__.py re-exports the clip API
     "data": 1,
@@ -56,6 +58,7 @@ LAYERS: dict[str, int] = {
     "jsonl_read": 2,  # the JSONL tables' reader, with its size, width and memory bounds
     "runlock": 2,
     "runread": 2,
+    "summary_check": 2,  # summary.json against the run's own metrics table and config
     "sweep_table": 2,  # sweep.csv as the sweep page and the ladder read it
     "runs": 2,
     "tensorboard": 2,  # exports a run directory (and monitor writes one live)

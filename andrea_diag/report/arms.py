@@ -13,6 +13,7 @@ from typing import Any
 import pandas as pd
 
 from andrea_diag.config import ProbeConfig
+from andrea_diag.fields import MAX_UPDATES
 from andrea_diag.metrics import CLIPPED_BELOW
 from andrea_diag.probes.lockin import judge_tables
 from andrea_diag.probes.verdict import LOCKED_VERDICTS  # the verdicts are defined there only
@@ -34,6 +35,7 @@ class Arm:
     env: dict[str, Any] = field(default_factory=dict)
     dir: str = ""
     probe_failures: list[dict[str, Any]] = field(default_factory=list)
+    summary_note: str = ""  # summary.json disagreed with the run's table (summary_check.py)
 
     @classmethod
     def from_run(cls, run: dict[str, Any], label: str | None = None) -> Arm:
@@ -55,6 +57,7 @@ class Arm:
             env=run.get("env") or {},
             dir=str(run["dir"]),
             probe_failures=list(run.get("probe_failures") or []),
+            summary_note=str(run.get("summary_mismatch") or ""),
         )
 
     @property
@@ -64,7 +67,9 @@ class Arm:
         probes = self.config.get("probes") or {}
         for value in (thresholds.get("boundary_k"), probes.get("boundary_k"),
                       self.config.get("boundary_k")):  # fmt: skip
-            if value is not None:  # the last: run directories from before ProbeConfig
+            # the last: run directories from before ProbeConfig. Typed by runread, not bounded:
+            # a window of -5 updates, which no run takes, read "-5 updates after a boundary"
+            if value is not None and 0 <= value <= MAX_UPDATES:
                 return int(value)
         return ProbeConfig.boundary_k
 

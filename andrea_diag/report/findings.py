@@ -99,8 +99,8 @@ def boundary_loss_delta(
     training summary's rule (:func:`andrea_diag.train.summary.boundary_loss_delta`, its one
     owner): the k updates from the boundary on minus the k before, boundaries without k finite
     values on both sides skipped (a skipped non-finite update must not turn the mean into inf)."""
-    if metrics.empty or column not in metrics or "update" not in metrics:
-        return math.nan, 0
+    if metrics.empty or column not in metrics or "update" not in metrics or k < 1:
+        return math.nan, 0  # k 0 (a run may take it): no update on either side to compare
     m = metrics.sort_values("update")
     flags = m["update"].isin(boundaries(metrics)).tolist()
     values = pd.to_numeric(m[column], errors="coerce").astype(float).tolist()
@@ -112,6 +112,8 @@ def boundary_loss_delta(
 def boundary_loss_finding(arm: Arm, k: int | None = None) -> str:
     k = arm.boundary_k if k is None else k
     delta, n = boundary_loss_delta(arm.metrics, k)
+    if n == 0 and k < 1:
+        return f"{arm.label}: boundary_k 0 leaves no update to compare; loss change not measured."
     if n == 0:
         return f"{arm.label}: no phase boundary with {k} updates on both sides; loss change not measured."
     # below FLAT_NATS the sign is noise: batches of different sources differ by more than that

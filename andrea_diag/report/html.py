@@ -294,6 +294,8 @@ def _render(
         parts.append(f"<p class='note'>{esc(n)}</p>")
     parts.append("<h2>Data sources</h2>\n" + _data_section(arms))
     parts.append("<h2>Summary</h2>\n" + _summary_table(arms, style))
+    parts += [f"<p class='note'>{esc(a.label)}: {esc(a.summary_note)}</p>" for a in arms
+              if a.summary_note]  # fmt: skip
     if sum(a.clipped for a in arms) >= 2:  # several clip rules: what each cost and kept out
         parts.append("<h2>Clip arms compared</h2>\n" + _table(*comparison_rows(arms)))
     parts.append(

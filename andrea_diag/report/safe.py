@@ -38,8 +38,10 @@ _HANDLER = re.compile(r"(?i)\b(on[a-z]+)(\s*)=")
 # What a page shows as an escape (``\\u202e``, ``\\x1b``), never as itself: a bidi override or
 # isolate reorders the text after it (an arm named "\\u202elabolg" reads as "global", and the
 # sentence after it runs backwards), a zero-width space or BOM makes two names look alike, and a
-# control character is drawn as nothing. errors.unsafe's set, less HTML's own white space.
-_HIDDEN = re.compile(f"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f{HIDDEN}]")
+# control character is drawn as nothing. errors.unsafe's set, less HTML's own white space; and
+# a lone surrogate (a folder named in another encoding, read as "\udcff"), which no page can
+# hold: UTF-8 has no bytes for it, so the page was never written.
+_HIDDEN = re.compile(f"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f{HIDDEN}\ud800-\udfff]")
 _JSON_SWAP = (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"), ("=", "\\u003d"),
               ("\u2028", "\\u2028"), ("\u2029", "\\u2029"))  # fmt: skip
 
@@ -80,7 +82,11 @@ def esc(value: Any, fmt: str | Callable[[Any], str] | None = None) -> Html:
 
 def shown_text(text: str) -> str:
     """``text`` with every character of :data:`_HIDDEN` as its visible escape."""
-    return _HIDDEN.sub(lambda m: visible(m.group()), text)
+    return _HIDDEN.sub(lambda m: _visible(m.group()), text)
+
+
+def _visible(char: str) -> str:
+    return f"\\u{ord(char):04x}" if "\ud800" <= char <= "\udfff" else visible(char)
 
 
 def join(parts: list[Any], sep: str = ", ") -> Html:

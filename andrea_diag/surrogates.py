@@ -1,0 +1,57 @@
+"""Lone UTF-16 surrogates in a run's JSON, replaced as it is read: no text of them reaches a
+frame, a page or an export.
+
+    value = mended(json.loads(text), text)   # "\\ud800" in any string or key -> "\\ufffd"
+
+JSON may spell a character as a ``\\uXXXX`` escape, and ``json.loads`` decodes half a UTF-16
+pair with no other half (``"\\ud800"``) to a str that no UTF-8 encoder takes. One such string in
+a run's file ended everything downstream of it: pandas (3.x stores text with pyarrow) refused
+the table it was in, so ``report`` said "unexpected shape (UnicodeEncodeError)" for a whole
+run, a resumed run's close lost its summary, and a page holding it could not be written. No
+writer of ours puts one there (a Python str from a tokenizer is whole characters). It becomes
+U+FFFD, the character the table readers already give an undecodable byte (``"replace"``).
+
+Only text holding a surrogate's escape is walked (the walk is a loop, not a recursion: the
+value may be nested as deep as ``json.loads`` went), so a run's own files cost one search.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+_ESCAPE = re.compile(
+    r"\\u[dD][89a-fA-F]"
+)  # "\\ud800".."\\udfff"; "\\\\ud8.." over-counts: harmless
+_LONE = re.compile("[\ud800-\udfff]")  # what is left unpaired once parsed (a pair is one char)
+REPLACEMENT = "\ufffd"
+
+
+def mended(value: Any, text: str) -> Any:
+    """``value`` (parsed from ``text``) with every lone surrogate in its strings and keys as
+    U+FFFD; ``value`` itself, unwalked, when ``text`` spells no surrogate."""
+    if not _ESCAPE.search(text):
+        return value
+    if isinstance(value, str):
+        return _fix(value)
+    stack = [value] if isinstance(value, (dict, list)) else []
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            items = [(_fix(k), v) for k, v in node.items()]
+            node.clear()  # rebuilt in place: the keys' order is the columns' order
+            node.update(items)
+            keys: Any = list(node)
+        else:
+            keys = range(len(node))
+        for k in keys:
+            v = node[k]
+            if isinstance(v, str):
+                node[k] = _fix(v)
+            elif isinstance(v, (dict, list)):
+                stack.append(v)
+    return value
+
+
+def _fix(text: str) -> str:
+    return _LONE.sub(REPLACEMENT, text) if _LONE.search(text) else text
