@@ -49,11 +49,13 @@ def _finite(df: pd.DataFrame, col: str) -> pd.Series:
 
 
 def table_figures(df: pd.DataFrame) -> dict[str, Any]:
-    """The :data:`FIGURES` a cleaned metrics table (``runread.clean_table``) determines, by
-    ``train/summary.py``'s rules; a figure whose column the table lacks is left out."""
+    """The :data:`FIGURES` a cleaned metrics table (``runread.clean_table``) determines: the one
+    rule, which ``train/summary.py`` writes the summary with; a figure whose column the table
+    lacks is left out."""
     out: dict[str, Any] = {"n_updates": len(df)}
     if "loss" in df:
         finite = _finite(df, "loss")
+        # the last tenth of the finite losses, 1 to 10 of them: one noisy batch is not the end
         tail = finite.tail(max(1, min(10, len(finite) // 10 or 1)))
         out["final_loss"] = float(tail.mean()) if len(tail) else None
         out["min_loss"] = float(finite.min()) if len(finite) else None
@@ -64,14 +66,25 @@ def table_figures(df: pd.DataFrame) -> dict[str, Any]:
     if "clip_coef" in df and len(df):
         coef = pd.to_numeric(df["clip_coef"], errors="coerce")
         out["pct_clipped"] = float(100.0 * (coef < CLIPPED_BELOW).mean())
-    if "eval_loss" not in df:  # no evaluation recorded: the trainer's summary says None
-        out.update(final_eval_loss=None, min_eval_loss=None)
-    elif "update" in df:
-        ev = df[pd.to_numeric(df["eval_loss"], errors="coerce").notna()]
-        last = ev.iloc[-1] if len(ev) else None
-        out["final_eval_loss"] = float(last["eval_loss"]) if last is not None else None
-        out["min_eval_loss"] = float(ev["eval_loss"].astype("float64").min()) if len(ev) else None
-        out["final_eval_update"] = int(last["update"]) if last is not None else None
+    if "eval_loss" not in df or "update" in df:
+        out.update({k: v for k, v in eval_fields(df).items() if k in FIGURES})
+    return out
+
+
+def eval_fields(df: pd.DataFrame) -> dict[str, Any]:
+    """The held-out numbers every comparison reads: the last evaluation, and the best one (and
+    the last of each per-source ``eval_loss_*`` column)."""
+    if "eval_loss" not in df:
+        return {"final_eval_loss": None, "min_eval_loss": None}
+    ev = df[pd.to_numeric(df["eval_loss"], errors="coerce").notna()]
+    last = ev.iloc[-1] if len(ev) else None
+    out: dict[str, Any] = {
+        "final_eval_loss": float(last["eval_loss"]) if last is not None else None,
+        "min_eval_loss": float(ev["eval_loss"].astype("float64").min()) if len(ev) else None,
+        "final_eval_update": int(last["update"]) if last is not None else None,
+    }
+    for col in [c for c in df.columns if c.startswith("eval_loss_")]:
+        out[f"final_{col}"] = float(last[col]) if last is not None else None
     return out
 
 

@@ -13,9 +13,9 @@ import pandas as pd
 import torch
 
 from andrea_diag.config import RunConfig
-from andrea_diag.metrics import CLIPPED_BELOW
 from andrea_diag.record import Recorder, read_jsonl
 from andrea_diag.runread import clean_table
+from andrea_diag.summary_check import eval_fields, table_figures
 
 
 def unigram_entropy(counts: torch.Tensor) -> float:
@@ -28,8 +28,8 @@ def unigram_entropy(counts: torch.Tensor) -> float:
 def boundary_loss_delta(loss: list[float], boundary: list[bool], k: int = 3) -> dict[str, Any]:
     """Mean (loss over the k updates after a boundary) - (over the k before), over boundaries."""
     deltas = []
-    for i, b in enumerate(boundary):
-        if b and i >= k and i + k <= len(loss):
+    for i, b in enumerate(boundary):  # k 0 (--boundary-k takes it) compares nothing: no delta
+        if b and k >= 1 and i >= k and i + k <= len(loss):
             before, after = loss[i - k : i], loss[i : i + k]
             if all(map(math.isfinite, before + after)):
                 deltas.append(sum(after) / k - sum(before) / k)
@@ -76,9 +76,7 @@ def summarize(recorder: Recorder, cfg: RunConfig, wall_s: float) -> dict[str, An
     # all-NaN columns come back from JSON as None objects: coerce before testing finiteness
     for col in ("loss", "grad_norm", "clip_coef"):
         df[col] = pd.to_numeric(df[col], errors="coerce")
-    finite = df[df["loss"].map(math.isfinite)]
-    gn = df["grad_norm"][df["grad_norm"].map(math.isfinite)]
-    tail = finite["loss"].tail(max(1, min(10, len(finite) // 10 or 1)))
+    figures = table_figures(df)  # the one rule, which summary_check holds the summary to
     return {
         **eval_fields(df),
         "arm": cfg.arm,
@@ -86,12 +84,12 @@ def summarize(recorder: Recorder, cfg: RunConfig, wall_s: float) -> dict[str, An
         "clip": cfg.clip,
         "lr": cfg.lr,
         "max_norm": cfg.max_norm,
-        "n_updates": len(df),
-        "final_loss": float(tail.mean()) if len(tail) else None,
-        "min_loss": float(finite["loss"].min()) if len(finite) else None,
-        "max_grad_norm": float(gn.max()) if len(gn) else None,
-        "median_grad_norm": float(gn.median()) if len(gn) else None,
-        "pct_clipped": float(100.0 * (df["clip_coef"] < CLIPPED_BELOW).mean()),
+        "n_updates": figures["n_updates"],
+        "final_loss": figures["final_loss"],
+        "min_loss": figures["min_loss"],
+        "max_grad_norm": figures["max_grad_norm"],
+        "median_grad_norm": figures["median_grad_norm"],
+        "pct_clipped": figures.get("pct_clipped", math.nan),  # no row: the mean of none
         # updates the clip mode chose to skip (skip-update); non-finite skips are counted apart
         "pct_skipped": float(100.0 * df["skipped"].fillna(False).astype(bool).mean())
         if "skipped" in df
@@ -107,22 +105,6 @@ def summarize(recorder: Recorder, cfg: RunConfig, wall_s: float) -> dict[str, An
             df["loss"].tolist(), df["boundary"].tolist(), k=cfg.probes.boundary_k
         ),
     }
-
-
-def eval_fields(df: pd.DataFrame) -> dict[str, Any]:
-    """The held-out numbers every comparison reads: the last evaluation, and the best one."""
-    if "eval_loss" not in df:
-        return {"final_eval_loss": None, "min_eval_loss": None}
-    ev = df[df["eval_loss"].notna()]
-    last = ev.iloc[-1] if len(ev) else None
-    out: dict[str, Any] = {
-        "final_eval_loss": float(last["eval_loss"]) if last is not None else None,
-        "min_eval_loss": float(ev["eval_loss"].min()) if len(ev) else None,
-        "final_eval_update": int(last["update"]) if last is not None else None,
-    }
-    for col in [c for c in df.columns if c.startswith("eval_loss_")]:
-        out[f"final_{col}"] = float(last[col]) if last is not None else None
-    return out
 
 
 def oom_advice(cfg: RunConfig, update: int, device: torch.device) -> tuple[str, str]:
