@@ -21,8 +21,10 @@ import unicodedata
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 # Unicode's line and paragraph separators (U+2028, U+2029: a second line) and its invisible
 # format characters (a bidi override U+202E reorders the line on screen, a zero-width space
-# hides in a name): past ASCII, so a plain name costs no lookup
-_INVISIBLE = ("Zl", "Zp", "Cf")
+# hides in a name), and a lone surrogate ("Cs": a folder named in another encoding, read as
+# "\udcff"; printed raw it is an encoding error, not a character): past ASCII, so a plain name
+# costs no lookup
+_INVISIBLE = ("Zl", "Zp", "Cf", "Cs")
 
 
 def _unicode_escape(char: str) -> str:
