@@ -5,6 +5,7 @@ Python API and the command line apply.
     check_project(project, wandb=True, what="WandbSink: project", example="project='mine'")
     uri = mlflow_uri(tracking_uri, "MLflowSink: tracking_uri", MLFLOW_EXAMPLE_API)
     folder = writable_folder(path, "WandbSink: dir", said=str(path), hint=...)  # not a file
+    out = given_folder(out_dir, "SpikeMonitor: out_dir")   # also no ESC, nothing under /proc
 
 ``commands/given.py`` calls these with the option's name (``--project``, ``--mlflow``);
 ``runread.load_run``, ``runs.load_runs`` and the sinks (``WandbSink``, ``MLflowSink``) with the
@@ -20,6 +21,7 @@ code catches). Nothing here creates a file or a folder: a refused call leaves no
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -56,6 +58,70 @@ def given_path(value: Any, what: str | None = None) -> Path:
         return check_path(Path(value), what)
     except UserError as e:
         raise BadArgument(e.message, e.hint) from None
+
+
+def given_folder(value: Any, what: str) -> Path:
+    """A folder a caller names for output, checked before anything is made there:
+    :func:`given_path`'s rules; no control or invisible character (a pasted newline or ESC is a
+    folder no listing shows as typed: a run's ``--out`` refuses them too); and the nearest part
+    of it that is there can be looked up and is on no filesystem of the kernel's own
+    (:data:`KERNEL_FS`). Whether that part is a folder is the caller's own line."""
+    path = given_path(value, what)
+    if unsafe(str(path)):
+        raise BadArgument(f"{what} {str(path)!r} holds a control or invisible character",
+                          hint="give a plain path")  # fmt: skip
+    place = _nearest(path, what)
+    kind = kernel_fs(place)
+    if kind is not None:
+        raise BadArgument(f"{what} {path} is on the kernel's own {kind} filesystem, where no "
+                          "folder can be made", hint="give a folder on a disk")  # fmt: skip
+    return path
+
+
+def _nearest(path: Path, what: str) -> Path:
+    """The nearest of ``path`` and its parents that is there (a link too, even a dangling one);
+    one line where the system cannot look it up (a path past PATH_MAX in all, a link loop):
+    pathlib's ``exists()`` raises there, after which a caller's ``mkdir`` would."""
+    for place in (path, *path.parents):
+        try:
+            os.lstat(place)
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        except OSError as e:
+            raise BadArgument(f"cannot look up {what} {path}: {e.strerror or e}") from None
+        return place
+    return path  # not reached: the last parent ("/" or ".") is there
+
+
+# Filesystems whose entries the kernel makes (processes, devices, cgroups): mkdir there fails
+# (FileNotFoundError under /proc, PermissionError under /sys) or makes a kernel object, never
+# a folder of files, even for root, whom os.access lets through
+KERNEL_FS = frozenset({"proc", "sysfs", "devpts", "cgroup", "cgroup2", "debugfs", "tracefs",
+                       "securityfs", "pstore", "bpf", "configfs", "efivarfs", "fusectl",
+                       "binfmt_misc", "mqueue"})  # fmt: skip
+MOUNTS = "/proc/self/mounts"
+
+
+def kernel_fs(place: Path) -> str | None:
+    """The type of the filesystem ``place`` (which is there) is on when it is one of
+    :data:`KERNEL_FS`, else None (and where the mount table cannot be read: not Linux)."""
+    real = os.path.realpath(place)
+    try:
+        with open(MOUNTS, encoding="utf-8", errors="surrogateescape") as f:
+            lines = f.read(1 << 20).splitlines()  # a few KiB; a bound all the same
+    except OSError:
+        return None
+    best, kind = "", None
+    for line in lines:
+        fields = line.split()
+        if len(fields) < 3:
+            continue
+        # the table writes a blank, a newline or a backslash in a mount point as 3 octal digits
+        point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[1])
+        inside = real == point or real.startswith(point.rstrip("/") + "/")
+        if inside and len(point) >= len(best):  # the last of equal ones is the one on top
+            best, kind = point, fields[2]
+    return kind if kind in KERNEL_FS else None
 
 
 def writable_folder(path: Path, what: str, said: str, hint: str) -> Path:

@@ -32,7 +32,7 @@ import torch
 
 from andrea_diag import metrics
 from andrea_diag.fields import MAX_SEED, MAX_UPDATES, cli_of, positive_problem
-from andrea_diag.given_checks import kind_of
+from andrea_diag.given_checks import given_folder, kind_of
 from andrea_diag.probe_config import ProbeConfig
 
 # what SpikeMonitor calls on every logger (andrea_diag.sinks.MetricSink)
@@ -59,14 +59,12 @@ def check_count(
 
 
 def check_dir(name: str, value: Any) -> None:
-    """``value`` names a directory that is or can be made: not a file, nor inside one."""
-    if not isinstance(value, (str, os.PathLike)):
-        raise TypeError(f"SpikeMonitor: {name} must be a str or a path, got {kind_of(value)}")
-    if not os.fspath(value):  # Path("") is the working directory: a run written all over it
-        raise ValueError(f"SpikeMonitor: {name} is an empty path")
-    path = Path(value)
+    """``value`` names a directory that is or can be made: not a file, nor inside one, and
+    what ``given_folder`` refuses (``""``, a NUL, a name past 255 bytes, a control character,
+    a place under ``/proc``), which surfaced once the run directory was being made, if ever."""
+    path = given_folder(value, f"SpikeMonitor: {name}")
     for place in (path, *path.parents):  # the nearest one that exists must be a directory
-        if place.exists() or place.is_symlink():
+        if os.path.lexists(place):
             if not place.is_dir():
                 where = "is" if place == path else f"is inside {place}, which is"
                 raise ValueError(f"SpikeMonitor: {name} {str(path)!r} {where} a file")

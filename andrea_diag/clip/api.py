@@ -115,7 +115,8 @@ def check_max_norm(max_norm: object, *, allow_zero: bool = True) -> float:
     if not ok:
         raise TypeError(f"max_norm must be a real number, got {type(max_norm).__name__} "
                         f"{max_norm!r}"[:200])  # fmt: skip
-    value = float(probe)  # type: ignore[arg-type]  (a one-element tensor: a host read)
+    # a one-element tensor: a host read; 10**400: torch's bare OverflowError, named here
+    value = reference.as_float(probe, "max_norm", "math.inf never clips")
     if math.isnan(value):
         raise ValueError("max_norm must be a number, got NaN (it would make every gradient NaN)")
     if value < 0 or (value == 0 and not allow_zero):
@@ -341,7 +342,10 @@ def clip_grad_norm_(
       a negative bound (torch flips every gradient's sign) are a ``ValueError``; a bool or a
       string such as ``"1"`` (torch reads it with ``float()``) a ``TypeError``. ``0`` zeroes
       the gradients and ``inf`` never clips, as in torch. A NaN ``norm_type`` is a
-      ``ValueError`` too (torch makes every gradient NaN), before any gradient changes;
+      ``ValueError`` too (torch makes every gradient NaN), before any gradient changes, and a
+      bool one a ``TypeError`` (torch takes ``True`` as the L1 norm). Either past the largest
+      float (``10**400``) is :class:`~andrea_diag.clip.reference.TooLargeForFloat`, a
+      ``ValueError`` naming it and the ``OverflowError`` torch's ``float()`` raises;
     - the norm is accumulated in float32 (float64 for float64 gradients) over fixed chunks
       and, for bf16/fp16 gradients, only rounded to their dtype at the end; torch's bf16/fp16
       norm can differ in the last bits. An fp16 norm past 65504 is returned as inf, as torch's,
@@ -369,7 +373,7 @@ def clip_grad_norm_(
         warnings.warn(
             "`parameters` is an empty generator, no gradient clipping will occur.", stacklevel=3
         )
-    norm_type = float(norm_type)
+    norm_type = reference.norm_type_value(norm_type)  # a bool refused, as max_norm's is
     if math.isnan(norm_type):  # torch's own function would make every gradient NaN
         raise ValueError("norm_type must be a number, got nan (it would make every gradient NaN)")
     grads = _grads(params)

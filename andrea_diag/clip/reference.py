@@ -18,6 +18,7 @@ Nothing here syncs with the host: every result stays a tensor on the gradients' 
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Sequence
 
 import torch
@@ -40,9 +41,47 @@ def norm_type_ok(norm_type: float) -> bool:
     return norm_type > 0 or norm_type == math.inf
 
 
+class TooLargeForFloat(ValueError, OverflowError):
+    """A ``max_norm`` or ``norm_type`` past the largest float (``10**400``): torch's ``float()``
+    of it is a bare ``OverflowError`` ("int too large to convert to float"), still caught as
+    one; a ``ValueError`` naming the argument here, as every other bad value is."""
+
+
+def as_float(value: object, name: str, unbounded: str) -> float:
+    """``float(value)`` (what torch's clip does with the argument), or :class:`TooLargeForFloat`
+    naming ``name`` where the number has no float. ``unbounded``: what math.inf means for it
+    (a huge int is more likely a slip than that, so it is not read as inf)."""
+    try:
+        return float(value)  # type: ignore[arg-type]
+    except OverflowError:
+        try:  # an int past 4,300 digits has no repr: its size instead
+            sign = "-" if value < 0 else ""  # type: ignore[operator]
+            size = f"about {sign}10^{math.log10(abs(value)):.0f}"  # type: ignore[arg-type]
+        except (TypeError, ValueError, OverflowError):
+            size = "too large"
+        raise TooLargeForFloat(
+            f"{name} must be a number a float can hold (at most {sys.float_info.max:.4g}), got "
+            f"{type(value).__name__} {size} ({unbounded})"
+        ) from None
+
+
+BOOL_DTYPES = ("bool", "torch.bool")  # a numpy or torch bool scalar's dtype, as str() says it
+
+
+def norm_type_value(norm_type: object) -> float:
+    """``norm_type`` as a float, as torch's ``float()`` reads it (``"inf"``, as torch's docs
+    show, or a one-element tensor too), except a bool: torch reads ``True`` as 1 and takes the
+    L1 norm without a word, where a bool ``max_norm`` is refused. A ``TypeError`` for a bool,
+    :class:`TooLargeForFloat` for a number past the largest float."""
+    if isinstance(norm_type, bool) or str(getattr(norm_type, "dtype", "")) in BOOL_DTYPES:
+        raise TypeError(f"norm_type must be a number (2.0, 1.0, math.inf or 'inf'), got "
+                        f"{type(norm_type).__name__} {norm_type!r}"[:200])  # fmt: skip
+    return as_float(norm_type, "norm_type", "math.inf is the max norm")
+
+
 def check_norm_type(norm_type: float) -> float:
-    """``norm_type`` as a float, or the one ValueError that names it."""
-    norm_type = float(norm_type)
+    """``norm_type`` as a float (:func:`norm_type_value`), or the one error that names it."""
+    norm_type = norm_type_value(norm_type)
     if not norm_type_ok(norm_type):
         raise ValueError(f"norm_type must be positive or inf, got {norm_type}")
     return norm_type

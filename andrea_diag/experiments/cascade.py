@@ -31,9 +31,10 @@ from andrea_diag.config import RunConfig
 from andrea_diag.console_text import as_typed, make_console, shown
 from andrea_diag.data import BatchPlan, Mixer, PreparedData
 from andrea_diag.device import resolve_device
-from andrea_diag.errors import UserError
+from andrea_diag.errors import BadArgument, UserError
 from andrea_diag.experiments.resume import arm_state, check_same_run, move_aside
 from andrea_diag.experiments.slow_start import SlowStart
+from andrea_diag.experiments.spec_checks import checked_arms, checked_spec
 from andrea_diag.experiments.status import DONE, RUNNING, marks_interruption
 from andrea_diag.factories import build_model, check_model_spec, prepare_run_data
 from andrea_diag.record import read_cascade_meta, write_json
@@ -60,6 +61,9 @@ class CascadeSpec:
     clips: list[str] = field(default_factory=lambda: ["none", "global"])
     out: Path | None = None
     resume: bool = False  # continue the run in ``out`` (finished arms kept, checkpoints used)
+
+    def __post_init__(self) -> None:  # a str for clips or out, a blank out: spec_checks.py
+        checked_spec(self, "CascadeSpec")
 
 
 @dataclass
@@ -297,11 +301,8 @@ def run_cascade(
     render the report from it).
 
     ``data``: already prepared sources (a sweep prepares them once for all its cells)."""
-    if not spec.clips:
-        raise UserError("--clip needs at least one arm", hint="e.g. --clip none,global")
-    if len(set(spec.clips)) != len(spec.clips):
-        raise UserError(f"--clip lists an arm twice: {','.join(spec.clips)}")
-    configs = [dataclasses.replace(spec.base, clip=c, arm=c).resolve() for c in spec.clips]
+    checked_spec(spec, "CascadeSpec")  # again: a field set after it was made (no arm, "none")
+    configs = checked_arms(spec.base, spec.clips)  # a nan: refused before cascade.json
     console = as_typed(console, stderr=True)  # a caller's own: codes as typed
     check_runnable(configs[0])
     data = data or load_data(configs[0], console)
@@ -379,11 +380,12 @@ def _check_out_dir(out_dir: Path) -> None:
         taken = out_dir.exists() and not out_dir.is_dir()
         full = not taken and out_dir.exists() and any(out_dir.iterdir())
     except OSError as e:
-        raise UserError(f"cannot use --out {out_dir}: {e.strerror or e}") from None
+        raise BadArgument(f"cannot use --out {out_dir}: {e.strerror or e}") from None
     if taken:
-        raise UserError(f"--out {out_dir} is a file, not a directory")
-    if full:
-        raise UserError(
-            f"output directory {out_dir} exists and is not empty",
+        raise BadArgument(f"--out {out_dir} is a file, not a directory")
+    if full:  # "." is also what Path("") is (an unset variable): say which folder that is
+        here = " (the working folder)" if out_dir == Path() else ""
+        raise BadArgument(
+            f"output directory {out_dir}{here} exists and is not empty",
             hint="choose another --out; nothing was overwritten",
         )

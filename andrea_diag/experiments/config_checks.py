@@ -18,7 +18,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from andrea_diag.clip.modes import CLIPPERS
+from andrea_diag.clip.modes import CLIPPERS, UnknownClipMode
 from andrea_diag.config import RunConfig
 from andrea_diag.errors import UserError
 from andrea_diag.train.components import check_precision
@@ -57,9 +57,12 @@ def check_microbatch_tokens(resolved: RunConfig, name: Namer) -> None:
 
 
 def check_clip_mode(name: str) -> None:
-    """A :class:`UserError` unless ``name`` is a registered clip mode (clip/modes.py)."""
+    """:class:`UnknownClipMode` (a :class:`UserError`, and the ``ValueError`` a Python caller
+    of run_cascade catches) unless ``name`` is a registered clip mode (clip/modes.py)."""
     if name not in CLIPPERS:
-        raise UserError(f"unknown clip mode {name!r}", hint=f"choose from {', '.join(CLIPPERS)}")
+        raise UnknownClipMode(
+            f"unknown clip mode {name!r}", hint=f"choose from {', '.join(CLIPPERS)}"
+        )
 
 
 # Fields whose value names a registered class: the registry (not the torch-free config) checks

@@ -35,10 +35,11 @@ from rich.console import Console
 
 from andrea_diag.config import MODEL_PRESETS, RunConfig
 from andrea_diag.console_text import as_typed
-from andrea_diag.errors import CellsCrashed, UserError
+from andrea_diag.errors import BadArgument, CellsCrashed, UserError
 from andrea_diag.experiments.aggregate import arm_rates, finished, paired_gaps
 from andrea_diag.experiments.cascade import default_out
 from andrea_diag.experiments.executor import AfterCell, ExecutorConfig
+from andrea_diag.experiments.spec_checks import checked_spec
 from andrea_diag.experiments.sweep import SweepSpec, run_sweep
 from andrea_diag.experiments.thresholds import (
     claim_statement,
@@ -74,6 +75,19 @@ class LadderSpec:
     out: Path | None = None
     plotly: str = "shared"  # a ladder is published as a folder of pages
     executor: ExecutorConfig = field(default_factory=ExecutorConfig)  # --jobs, --mps
+
+    def __post_init__(self) -> None:
+        check_ladder_spec(self)
+
+
+def check_ladder_spec(spec: LadderSpec) -> None:
+    """Each field of the type it declares (a str for a list or for ``out``, numpy numbers:
+    ``spec_checks.py``), and arms to compare: the statements are each clipped arm's gap to
+    ``none``, so without ``none`` and one more the ladder trained every cell to state nothing."""
+    checked_spec(spec, "LadderSpec")
+    if "none" not in spec.clips or len(spec.clips) < 2:
+        raise BadArgument(f"LadderSpec: clips {spec.clips}: the ladder compares arm none with "
+                          "at least one clipped arm", hint="e.g. clips=['none', 'global']")  # fmt: skip
 
 
 def rungs(sizes: list[str]) -> list[str]:
@@ -190,6 +204,7 @@ def run_ladder(
 ) -> LadderRun:
     """Run (or resume) the ladder's sweep, then write the threshold statements (no pages;
     ``after_cell`` as in :func:`~andrea_diag.experiments.sweep.run_sweep`)."""
+    check_ladder_spec(spec)  # again: a field set after it was made
     console = as_typed(console, stderr=True)  # a caller's own: codes as typed
     sizes = rungs(spec.sizes)
     out = spec.out or default_out("ladder", f"{sizes[0]}-{sizes[-1]}")

@@ -56,6 +56,7 @@ from andrea_diag.experiments.executor import (
 )
 from andrea_diag.experiments.gpu_busy import busy_line, busy_sampler, gpu_busy
 from andrea_diag.experiments.resume import check_same_run, move_aside
+from andrea_diag.experiments.spec_checks import checked_arms, checked_spec
 from andrea_diag.experiments.status import DONE, Status
 from andrea_diag.experiments.throughput import (
     earlier_throughputs,
@@ -86,6 +87,9 @@ class SweepSpec:
     # "shared": every page links one plotly.min.js in ``out`` (report/plotlyjs.py)
     plotly: str = "inline"
 
+    def __post_init__(self) -> None:  # a str for a list or out, numpy numbers: spec_checks.py
+        checked_spec(self, "SweepSpec")
+
 
 def cell_name(size: str, lr: float, max_norm: float, seed: int, precision: str = "fp32") -> str:
     # fp32 cells keep the name they had before precision was an axis: old sweeps still resume
@@ -94,8 +98,8 @@ def cell_name(size: str, lr: float, max_norm: float, seed: int, precision: str =
 
 
 def cells(spec: SweepSpec) -> list[RunConfig]:
-    """One resolved base config per cell (validated up front: a bad value fails before work;
-    the precision against its registry, which the torch-free config cannot see)."""
+    """One base config per cell, each of its arms checked: a bad value fails before work."""
+    checked_spec(spec, "SweepSpec")  # again: a field set after it was made
     for precision in spec.precisions:
         check_precision(precision)
     if spec.base.cuda_graph:  # before the sweep's folder: a CPU has no graphs to replay
@@ -113,7 +117,7 @@ def cells(spec: SweepSpec) -> list[RunConfig]:
                     for seed in spec.seeds:
                         cfg = dataclasses.replace(spec.base, size=size, lr=lr, max_norm=max_norm,
                                                   seed=seed, precision=precision)  # fmt: skip
-                        cfg.resolve()
+                        checked_arms(cfg, spec.clips)  # before sweep.json: a nan too
                         out.append(cfg)
     return out
 
