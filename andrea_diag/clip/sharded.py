@@ -195,8 +195,9 @@ def clip_grad_norm_sharded_(
     Without DTensor gradients this is :func:`andrea_diag.clip.api.clip_grad_norm_with_stats`'s
     total norm (the drop-in would return the gradients' dtype instead).
     """
-    max_norm, norm_type = api.check_max_norm(max_norm), float(norm_type)  # the drop-in's rule
-    reference.check_norm_type(norm_type)
+    # the drop-in's rules: float(norm_type) first read True as the L1 norm, and 10**400 was a
+    # bare OverflowError
+    max_norm, norm_type = api.check_max_norm(max_norm), reference.check_norm_type(norm_type)
     if impl not in api.IMPLS:
         raise ValueError(f"impl must be one of {api.IMPLS}, got {impl!r}")
     params = [parameters] if isinstance(parameters, torch.Tensor) else list(parameters)
