@@ -15,11 +15,12 @@ namespace andrea_clip {
 
 constexpr int kUnroll = 4;  // independent 16-byte loads in flight per thread (memory-level ILP)
 
-// How the norm pass loads the gradients (NormLoad in clip.h), one 16-byte load. kEvictFirst
+// How the norm pass loads the gradients (kLoad* in clip.h), one 16-byte load. kLoadEvictFirst
 // marks the lines it brings into L2 as the first to evict: a pass that reads each byte once then
 // replaces its own clean lines instead of the lines already in L2 (dirty ones cost a write-back
 // each, and in a training step they are the parameters and moments the optimizer reads next).
-// kStream is ld.global.cs, the same evict-first allocation in L1 and L2 by the cache operator.
+// kLoadStream is ld.global.cs, the same evict-first allocation in L1 and L2 by the cache
+// operator. Below sm_80 (no L2 cache hints) kLoadEvictFirst is the cached load.
 // The loaded bits are the same in every mode: only the cache's replacement order differs.
 template <int L>
 __device__ __forceinline__ uint4 load16(const uint4* p, uint64_t policy) {
@@ -242,7 +243,8 @@ __device__ __forceinline__ double span_sum(const T* __restrict__ g, int64_t n, f
 }
 
 // In place g = g * s over n elements (fp32 math, rounded once), last trip first: the norm pass
-// read the end of each run last, so walking backwards starts on lines still in L2.
+// read the end of each run last, so walking backwards starts on lines still in L2 (under the
+// cached loads; the evict-first modes leave fewer of them there).
 template <typename T>
 __device__ __forceinline__ void span_scale(T* __restrict__ g, int64_t n, float s) {
   constexpr int V = 16 / sizeof(T);

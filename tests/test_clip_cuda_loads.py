@@ -34,16 +34,18 @@ def _base(dtype: torch.dtype) -> list[torch.Tensor]:
     ]
 
 
-def _graphed_clip(base: list[torch.Tensor], max_norm: float) -> tuple[torch.Tensor, ...]:
+def _graphed_clip(
+    base: list[torch.Tensor], max_norm: float, norm_type: float
+) -> tuple[torch.Tensor, ...]:
     grads = [g.clone() for g in base]
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
-        cuda.clip(grads, max_norm)  # warm-up on a side stream, as capture requires
+        cuda.clip(grads, max_norm, norm_type)  # warm-up on a side stream, as capture requires
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        out = cuda.clip(grads, max_norm)
+        out = cuda.clip(grads, max_norm, norm_type)
     torch._foreach_copy_(grads, base)
     graph.replay()
     torch.cuda.synchronize()
@@ -67,7 +69,7 @@ def test_cuda_every_norm_load_mode_gives_the_same_bits(dtype, norm_type, max_nor
             grads = [g.clone() for g in base]
             total, per, _, _ = cuda.clip(grads, max_norm, norm_type)
             outs[mode] = (total, per, *grads)
-            outs[f"{mode} graphed"] = _graphed_clip(base, max_norm)
+            outs[f"{mode} graphed"] = _graphed_clip(base, max_norm, norm_type)
     finally:
         cuda.set_norm_load(before)
     assert reference.rel_err(outs["cached"][0], total64) < 2e-6

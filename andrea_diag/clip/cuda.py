@@ -264,10 +264,14 @@ def set_norm_load(mode: str) -> str:
     read-only path with L2's default policy; ``"evict_first"``: an L2 evict-first policy, so the
     pass replaces its own lines instead of what L2 held (dirty lines cost a write-back each);
     ``"stream"``: the streaming cache operator (``ld.global.cs``). The same bits in every mode.
-    Read when a clip is launched (so also when it is graph-captured); parked pieces only."""
+    Read when a clip is launched (so also when it is graph-captured); parked pieces only.
+    Below sm_80 (no L2 cache hints) ``"evict_first"`` loads as ``"cached"`` does."""
     if mode not in NORM_LOADS:
         raise ValueError(f"norm load mode {mode!r}: expected one of {', '.join(NORM_LOADS)}")
-    return NORM_LOADS[load().set_norm_load(NORM_LOADS.index(mode))]
+    before = load().set_norm_load(NORM_LOADS.index(mode))
+    if not 0 <= before < len(NORM_LOADS):  # the binding's -1: a mode it does not know
+        raise RuntimeError(f"the clip extension refused norm load mode {mode!r}: rebuild it")
+    return NORM_LOADS[before]
 
 
 def scale_(grads: list[torch.Tensor], scale: torch.Tensor) -> None:
