@@ -40,7 +40,6 @@ from typing import Any
 import torch
 
 from andrea_diag.clip.api import ClipResult
-from andrea_diag.clip.from_total import checked_norm_type, clip_from_total, clip_in_l2
 from andrea_diag.config import ProbeConfig
 from andrea_diag.jsonl import JsonlWriter
 from andrea_diag.monitor_checks import (
@@ -56,6 +55,7 @@ from andrea_diag.monitor_checks import (
     framework_row,
     versioned,
 )
+from andrea_diag.monitor_clip import clip_result
 from andrea_diag.monitor_resume import resume_point, set_aside_end_files
 from andrea_diag.probes import ProbeDriver, make_probes
 from andrea_diag.probes.base import UpdateContext
@@ -259,16 +259,17 @@ class SpikeMonitor:
         self,
         total_norm_or_clip: ClipResult | torch.Tensor | float | None = None,
         *,
-        norm_type: float = 2.0,
+        norm_type: float | None = None,
     ) -> None:
         """Gradients are final (clipped if you clip); the optimizer has not stepped yet.
         ``norm_type``: the norm your clip's total was taken in (``clip_grad_norm_(...,
-        norm_type=p)``); the recorded ``grad_norm`` is the L2 norm whatever it was."""
+        norm_type=p)``; None: a ClipResult's own, else 2); the recorded ``grad_norm`` is the L2
+        norm whatever it was (:mod:`andrea_diag.monitor_clip`)."""
         if not self._pending:
             raise RuntimeError("SpikeMonitor.after_clip called before after_backward")
         names = [n for n, p in zip(self._names, self._params, strict=True) if p.grad is not None]
         params = [p for p in self._params if p.grad is not None]
-        clip = self._clip_result(total_norm_or_clip, params, norm_type)
+        clip = clip_result(total_norm_or_clip, params, norm_type)
         self.update += 1
         phase = self._pending["phase"]
         row: dict[str, Any] = {
@@ -382,19 +383,3 @@ class SpikeMonitor:
 
     def __exit__(self, *exc_info: Any) -> None:  # (type, exception, traceback)
         self.close(crashed=exc_info[1])
-
-    # -- helpers -----------------------------------------------------------------------------
-    def _clip_result(
-        self,
-        value: ClipResult | torch.Tensor | float | None,
-        params: list[torch.Tensor],
-        norm_type: float,
-    ) -> ClipResult | None:
-        checked_norm_type(norm_type)  # also where it is unused: a wrong one is a wrong call
-        if isinstance(value, ClipResult):  # its own p must be norm_type; recorded in L2
-            return clip_in_l2(value, [p.grad.detach() for p in params], norm_type)
-        if value is None:
-            return None  # probes read the (unclipped) gradients
-        if checked_number("after_clip", "total_norm_or_clip", value) < 0:  # NaN passes
-            raise ValueError(f"SpikeMonitor.after_clip: a total norm is never negative: {value}")
-        return clip_from_total(value, [p.grad.detach() for p in params], norm_type)

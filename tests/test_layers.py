@@ -68,6 +68,7 @@ LAYERS: dict[str, int] = {
     "probes": 3,
     "monitor": 3,
     "monitor_checks": 3,  # SpikeMonitor's argument checks
+    "monitor_clip": 3,  # what after_clip records from the clip it is given
     "monitor_resume": 3,  # its resume read-back (runread)
     "integrations": 3,  # HF Trainer / Lightning callbacks over monitor
     # 4: experiments, and the benchmarks that drive the trainer like one

@@ -128,7 +128,7 @@ def test_the_monitor_refuses_a_clip_result_of_another_norm_than_it_was_told(tmp_
     mon, model = _monitored(tmp_path)
     res = clip_grad_norm_with_stats(list(model.parameters()), 0.1, norm_type=math.inf)
     with pytest.raises(ValueError, match="computed with norm_type=inf"):
-        mon.after_clip(res)  # told nothing: 2
+        mon.after_clip(res, norm_type=2.0)  # told, explicitly, another p than the clip's own
     assert mon.update == 0  # nothing recorded for the refused call
 
 
@@ -144,3 +144,14 @@ def test_the_monitor_records_a_non_l2_clip_result_as_the_gradients_l2_norm(tmp_p
     mon.close()
     metrics = load_run(tmp_path / "run")["metrics"]
     assert metrics["grad_norm"].iloc[0] == pytest.approx(pre, rel=1e-5)
+
+
+def test_the_monitor_takes_a_clip_results_own_norm_type_when_told_none(tmp_path) -> None:
+    from andrea_diag.record import load_run
+
+    mon, model = _monitored(tmp_path)
+    pre = float(torch.cat([p.grad.reshape(-1) for p in model.parameters()]).norm())
+    mon.after_clip(clip_grad_norm_with_stats(list(model.parameters()), 0.1, norm_type=math.inf))
+    mon.after_step()
+    mon.close()
+    assert load_run(tmp_path / "run")["metrics"]["grad_norm"].iloc[0] == pytest.approx(pre, 1e-5)
