@@ -114,3 +114,14 @@ def test_betas_are_kept_as_torchs_adamw_keeps_them_a_tuple_of_0_dim_tensors() ->
             getattr(b, "shape", None) for b in theirs
         ]
         assert [float(b) for b in ours] == [float(b) for b in theirs]
+
+
+def test_betas_on_a_device_are_refused_as_a_tensor_lr_is() -> None:
+    # the step reads each beta with float() every step: on a device that is a host sync
+    from andrea_diag.clip.fused_adamw import ClippedAdamW
+
+    p = torch.nn.Parameter(torch.zeros(2))
+    betas = (torch.tensor(0.9, device="meta"), torch.tensor(0.999, device="meta"))
+    with pytest.raises(ValueError, match="betas on a device"):
+        ClippedAdamW([p], betas=betas)
+    ClippedAdamW([p], betas=(torch.tensor(0.9), torch.tensor(0.999)))  # on the CPU: taken

@@ -159,6 +159,11 @@ def _check_flags(group: dict[str, Any]) -> None:
         asked.append("decoupled_weight_decay=False (Adam's L2 decay; this step decays as AdamW)")
     if isinstance(group.get("lr"), torch.Tensor):  # float() of it would sync every step
         asked.append("a tensor lr (a float lr needs no host read)")
+    betas = group.get("betas")
+    if isinstance(betas, (tuple, list)) and any(
+        isinstance(b, torch.Tensor) and b.device.type != "cpu" for b in betas
+    ):
+        asked.append("betas on a device (float() of them every step is a host sync)")
     if asked:
         raise ValueError(f"ClippedAdamW does not support {', '.join(asked)}; use torch.optim.AdamW")
 
@@ -219,6 +224,7 @@ class ClippedAdamW(AdamWPickling, torch.optim.Optimizer):  # pickling: adamw_sta
         del foreach, capturable, fused  # how torch runs its step; this one is fused and sync-free
         if isinstance(lr, torch.Tensor):
             raise ValueError("ClippedAdamW takes a float lr (a tensor lr would need a host read)")
+        _check_flags({"betas": betas})  # on a device: before the range check reads them
         check_adamw_hyper(lr, betas, eps, weight_decay)  # torch's words ("Invalid learning rate")
         betas = scalar_betas(betas)  # a tuple of floats or 0-dim tensors, as torch's group holds
         max_norm = check_max_norm(max_norm, allow_zero=False)  # one rule with the drop-in's
