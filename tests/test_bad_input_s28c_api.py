@@ -259,3 +259,15 @@ def test_an_escape_in_out_dir_is_refused_and_a_joiner_in_a_word_is_not(tmp_path:
     assert list(tmp_path.iterdir()) == []  # before: both folders made
     mon = _monitor(tmp_path / "گزارش\u200cها")  # ZWNJ: Persian text, not a hidden character
     assert Path(mon.run_dir).name == "گزارش\u200cها"
+
+
+def test_a_numpy_array_or_a_range_is_a_list_of_values_to_a_spec() -> None:
+    # both ran through cells() before the spec checks (review finding: over-refused)
+    import numpy as np
+
+    from andrea_diag.config import RunConfig
+    from andrea_diag.experiments.sweep import SweepSpec
+
+    spec = SweepSpec(base=RunConfig(size="tiny"), lrs=np.logspace(-4, -2, 3), seeds=range(3))
+    assert spec.seeds == [0, 1, 2] and all(type(x) is int for x in spec.seeds)
+    assert len(spec.lrs) == 3 and all(type(x) is float for x in spec.lrs)

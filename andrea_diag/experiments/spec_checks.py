@@ -76,6 +76,8 @@ def _plain_list(what: str, value: Any, kind: type) -> list[Any]:
     if isinstance(value, str):  # a str is a sequence of str: "none" was four arms
         raise BadType(f"{what} must be a list of {kind.__name__}, got str {value!r}",
                       hint=f"pass a list: {what.rpartition(' ')[2]}=[{value!r}]")  # fmt: skip
+    if _array_1d(value) or isinstance(value, range):  # np.logspace(-4, -2, 3), range(3)
+        value = list(value)
     if not isinstance(value, (list, tuple)):  # a set has no order, a generator is used up
         raise BadType(f"{what} must be a list of {kind.__name__}, got {type(value).__name__}")
     items = [_item(what, v, kind) for v in value]
@@ -85,6 +87,12 @@ def _plain_list(what: str, value: Any, kind: type) -> list[Any]:
         if item in items[:i]:  # 1e-3 and 0.001 are one cell: it would train twice
             raise BadArgument(f"{what} lists {item!r} twice", hint="give each value once")
     return items
+
+
+def _array_1d(value: Any) -> bool:
+    """A one-dimensional array (numpy's, or any with its ``ndim``/``tolist``): a list of values
+    to a caller; ``sizes``'s strs and the numbers alike are checked item by item after."""
+    return getattr(value, "ndim", None) == 1 and callable(getattr(value, "tolist", None))
 
 
 def _item(what: str, value: Any, kind: type) -> Any:
