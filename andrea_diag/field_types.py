@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import numbers
+import os
 import types
 import typing
 from typing import Any
@@ -63,16 +64,23 @@ def _plain(value: Any, hint: Any) -> Any:
     if hint is bool:
         return value if isinstance(value, bool) else _BAD
     if hint is str or origin is typing.Literal:  # which strings: resolve's own choice check
+        if hint is str and isinstance(value, os.PathLike):  # a source's Path: its text
+            return os.fspath(value) if isinstance(os.fspath(value), str) else _BAD
         return value if isinstance(value, str) else _BAD
-    if origin is list:  # of strings, in the config: nothing in one to make plain
-        fits = isinstance(value, list) and all(_plain(v, args[0]) is not _BAD for v in value)
-        return value if fits else _BAD
+    if origin is list:  # a tuple is a list to a caller; its items made plain one by one
+        items = [_plain(v, args[0]) for v in value] if isinstance(value, (list, tuple)) else None
+        if items is None or any(v is _BAD for v in items):
+            return _BAD
+        same = isinstance(value, list) and all(a is b for a, b in zip(items, value, strict=True))
+        return value if same else items
     if origin is dict:
-        fits = isinstance(value, dict) and all(
-            _plain(k, args[0]) is not _BAD and _plain(v, args[1]) is not _BAD
-            for k, v in value.items()
-        )
-        return value if fits else _BAD
+        if not isinstance(value, dict):
+            return _BAD
+        pairs = [(_plain(k, args[0]), _plain(v, args[1])) for k, v in value.items()]
+        if any(k is _BAD or v is _BAD for k, v in pairs):
+            return _BAD
+        same = all(a is k and b is v for (a, b), (k, v) in zip(pairs, value.items(), strict=True))
+        return value if same else dict(pairs)
     if isinstance(hint, type):
         return value if isinstance(value, hint) else _BAD
     return value  # a shape this module does not know: the field's own checks judge it

@@ -170,3 +170,11 @@ def test_run_cascade_prints_onto_a_callers_console_with_codes_as_typed(
     assert "reading runs:fire:x" in buf.getvalue() and "\U0001f525" not in buf.getvalue()
     console.print(":fire:")  # the caller's own object keeps its own setting
     assert "\U0001f525" in buf.getvalue()
+
+
+def test_a_run_config_takes_a_path_for_a_source_and_a_tuple_for_a_list(tmp_path) -> None:
+    # review finding: both refused by the round's type checks, both what a caller would give
+    from andrea_diag.config import RunConfig
+
+    cfg = RunConfig(size="tiny", sources={"gutenberg": tmp_path}, inject=("spike@5",))
+    assert cfg.sources == {"gutenberg": str(tmp_path)} and cfg.inject == ["spike@5"]
