@@ -40,9 +40,10 @@ def typed_path(value: str) -> Path:
 
 def plain_out(out: Path | None) -> None:
     """``--out`` of ``report`` or ``export`` holding a C0 or C1 control character (a pasted
-    newline, an ESC) is refused, as a run's ``--out`` is: the page or folder was written under
-    a name no listing shows as typed. A Unicode separator or format character is shown
-    escaped, not refused (tests/test_hostile_s25_export.py)."""
+    newline, an ESC) is refused: the page or folder was written under a name no listing shows
+    as typed. Less than a run's ``--out`` refuses (``errors.unsafe``, which also refuses the
+    bidi and zero-width characters): here a Unicode separator or format character is shown
+    escaped, not refused (tests/test_hostile_s25_export.py pins it)."""
     if out is not None and has_control(str(out)):
         raise UserError(f"--out {str(out)!r} holds control characters", hint="give a plain path")
 
