@@ -35,8 +35,21 @@ _BAD = object()  # no value of the annotation's type
 
 
 @functools.cache
-def _hints(cls: type) -> dict[str, Any]:
+def type_hints(cls: type) -> dict[str, Any]:
+    """``cls``'s field annotations, resolved once (the specs' checks read them too)."""
     return typing.get_type_hints(cls)
+
+
+def plain_number(value: Any, kind: type) -> int | float | None:
+    """``value`` as a field of ``kind`` (int or float) holds it, numpy's scalars as Python's
+    own; None where it is no such number (a bool, a str, a float for an int).
+
+    >>> import numpy as np
+    >>> plain_number(np.int64(3), int), plain_number(True, int), plain_number(2, float)
+    (3, None, 2)
+    """
+    plain = _number(value, kind)
+    return None if plain is _BAD else plain
 
 
 def _number(value: Any, kind: type) -> Any:
@@ -116,7 +129,7 @@ def plain_fields(obj: Any, owner: str) -> dict[str, Any]:
     andrea_diag.errors.BadType: ProbeConfig: spike_window must be an int, got bool True
     """
     changed = {}
-    hints = _hints(type(obj))
+    hints = type_hints(type(obj))
     for f in dataclasses.fields(obj):
         value = getattr(obj, f.name)
         plain = _plain(value, hints[f.name])

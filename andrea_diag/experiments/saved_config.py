@@ -12,7 +12,6 @@ instead of a traceback somewhere in training.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import types
 import typing
 from pathlib import Path
@@ -20,6 +19,7 @@ from typing import Any
 
 from andrea_diag.config import RunConfig
 from andrea_diag.errors import UserError
+from andrea_diag.field_types import type_hints
 from andrea_diag.rundir import read_json
 
 INT_LIMIT = 2**63  # anything larger is no count of updates, bytes or seeds
@@ -55,14 +55,9 @@ def _ok(value: Any, tp: Any) -> bool:
     return True  # a shape this checker does not know: the dataclass itself decides
 
 
-@functools.cache
-def _hints(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
-
-
 def _bad_field(d: dict[str, Any], cls: type) -> str | None:
     """The first field of ``d`` whose value does not fit ``cls``'s annotation, else None."""
-    hints = _hints(cls)
+    hints = type_hints(cls)
     for f in dataclasses.fields(cls):
         if f.name in d and not _ok(d[f.name], hints[f.name]):
             return f.name

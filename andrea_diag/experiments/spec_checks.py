@@ -27,8 +27,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
-import numbers
 import typing
 from collections.abc import Iterator
 from pathlib import Path
@@ -37,12 +35,8 @@ from typing import Any
 from andrea_diag.config import RunConfig
 from andrea_diag.errors import BadArgument, BadType, UserError
 from andrea_diag.experiments.config_checks import check_config
+from andrea_diag.field_types import plain_number, type_hints
 from andrea_diag.given_checks import given_folder
-
-
-@functools.cache
-def _hints(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
 
 
 def checked_spec(spec: Any, owner: str) -> None:
@@ -51,7 +45,7 @@ def checked_spec(spec: Any, owner: str) -> None:
     twice, as a list of Python's own (a numpy number as the number it holds); an ``out`` path
     as a :class:`~pathlib.Path` (a ``str`` too, through ``given_folder``: not blank, no NUL or
     control character). ``owner``: the class, as the caller wrote it, for the line."""
-    hints = _hints(type(spec))
+    hints = type_hints(type(spec))
     for f in dataclasses.fields(spec):
         value = getattr(spec, f.name)
         setattr(spec, f.name, _plain(f"{owner}: {f.name}", value, hints[f.name]))
@@ -96,19 +90,17 @@ def _array_1d(value: Any) -> bool:
 
 
 def _item(what: str, value: Any, kind: type) -> Any:
-    """One item of a list of ``kind``: a str, or a number (not a bool) as Python's own."""
+    """One item of a list of ``kind``: a str, or a number (not a bool) as Python's own
+    (field_types' rule for a config's numbers: np.float32(1e-3) as a float, JSON takes no
+    numpy)."""
     if kind is str:
-        ok = isinstance(value, str)
-    elif kind is int:
-        ok = isinstance(value, numbers.Integral) and not isinstance(value, bool)
+        plain = value if isinstance(value, str) else None
     else:
-        ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
-    if not ok:
+        plain = plain_number(value, kind)
+    if plain is None:
         raise BadType(f"{what} must be a list of {kind.__name__}, got an item of "
                       f"{type(value).__name__} {value!r}"[:300])  # fmt: skip
-    if kind is str or type(value) in (int, float):
-        return value
-    return int(value) if kind is int else float(value)  # np.float32(1e-3): JSON takes no numpy
+    return plain
 
 
 @contextlib.contextmanager
