@@ -1,7 +1,7 @@
 """Lone UTF-16 surrogates in a run's JSON, replaced as it is read: no text of them reaches a
 frame, a page or an export.
 
-    value = mended(json.loads(text), text)   # "\\ud800" in any string or key -> "\\ufffd"
+    value = mended(json.loads(text), text)   # "\\ud800": "\\ufffd" in a string, its escape in a key
 
 JSON may spell a character as a ``\\uXXXX`` escape, and ``json.loads`` decodes half a UTF-16
 pair with no other half (``"\\ud800"``) to a str that no UTF-8 encoder takes. One such string in
@@ -38,7 +38,7 @@ def mended(value: Any, text: str) -> Any:
     while stack:
         node = stack.pop()
         if isinstance(node, dict):
-            items = [(_fix(k), v) for k, v in node.items()]
+            items = [(_fix_key(k), v) for k, v in node.items()]
             node.clear()  # rebuilt in place: the keys' order is the columns' order
             node.update(items)
             keys: Any = list(node)
@@ -55,3 +55,11 @@ def mended(value: Any, text: str) -> Any:
 
 def _fix(text: str) -> str:
     return _LONE.sub(REPLACEMENT, text) if _LONE.search(text) else text
+
+
+def _fix_key(key: Any) -> Any:
+    """A key's lone surrogates as their escapes (``\\ud800``), not U+FFFD: two keys differing
+    only in one (``a\\ud800``, ``a\\ud801``) were one column, the other's values lost."""
+    if not isinstance(key, str) or not _LONE.search(key):
+        return key
+    return _LONE.sub(lambda m: f"\\u{ord(m.group()):04x}", key)

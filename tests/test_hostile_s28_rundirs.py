@@ -176,7 +176,8 @@ def test_a_lone_surrogate_in_a_table_row_is_read_as_a_replacement_character(run:
     rows[4][f"loss_{LONE}"] = 1.0  # in a column's name too
     _write_rows(run / "metrics.jsonl", rows)
     metrics = load_run(run)["metrics"]  # was: UnicodeEncodeError, from pandas
-    assert metrics["injected"][3] == "x\ufffd" and "loss_\ufffd" in metrics
+    # a value's surrogate is U+FFFD; a column name's is its escape (two names stay two)
+    assert metrics["injected"][3] == "x\ufffd" and "loss_\\ud800" in metrics
 
 
 def test_a_lone_surrogate_in_a_side_file_or_sample_still_renders_the_page(cascade: Path) -> None:
@@ -352,3 +353,15 @@ def test_load_runs_reads_each_run_once(run: Path, caplog: pytest.LogCaptureFixtu
     assert len(df) == N
     torn = [r for r in caplog.records if "unreadable line" in r.getMessage()]
     assert len(torn) == 1, [r.getMessage() for r in torn]
+
+
+def test_two_keys_differing_only_in_a_lone_surrogate_stay_two_columns() -> None:
+    # review finding: both became "a\ufffd", and one column's values were lost without a word
+    import json
+
+    from andrea_diag.surrogates import mended
+
+    text = '{"a\\ud800": 1, "a\\ud801": 2, "v": "x\\ud800"}'
+    got = mended(json.loads(text), text)
+    assert got == {"a\\ud800": 1, "a\\ud801": 2, "v": "x\ufffd"}
+    json.dumps(got, ensure_ascii=False).encode("utf-8")  # nothing left no encoder takes
