@@ -118,7 +118,8 @@ class Recorder:
             raise UserError(f"--flush-every must be at least 1, got {flush_every}")
         self.flush_every = flush_every
         self._pending: list[dict[str, Any]] = []  # metric rows not yet in metrics.jsonl
-        self._said_wide = False  # the too-wide row's warning, once per run
+        self._said_wide = False  # the too-wide table's warning, once per run
+        self._columns: set[str] = set()  # every metrics key logged so far (its width)
         # called first in every flush: probes that defer device reads fill their columns there
         self.before_flush: list[Callable[[], None]] = []
         self.run_dir = Path(run_dir)
@@ -140,16 +141,18 @@ class Recorder:
     def log(self, row: dict[str, Any]) -> None:
         """One metrics row per optimizer update; written once ``flush_every`` rows wait."""
         row.setdefault(TIME_COLUMN, time.time())
-        if len(row) > MAX_TABLE_COLUMNS and not self._said_wide:
-            # said when it happens, not at close: every row is still kept, but report and
-            # export refuse a table this wide (table_width), and the user can still act now
-            self._said_wide = True
-            log.warning(
-                "%s: a metrics row of %d columns, past the %s that report and export read "
-                "back; metrics.jsonl keeps every row, but fewer layer groups (SpikeMonitor's "
-                "layer_groups) keep the run readable",
-                self.run_dir, len(row), f"{MAX_TABLE_COLUMNS:,}",
-            )  # fmt: skip
+        if not self._said_wide and not row.keys() <= self._columns:  # a key first seen
+            self._columns.update(row)  # the table's width is every row's keys together
+            if len(self._columns) > MAX_TABLE_COLUMNS:
+                # said when it happens, not at close: every row is still kept, but report and
+                # export refuse a table this wide (table_width), and the user can act now
+                self._said_wide = True
+                log.warning(
+                    "%s: the metrics table has %d columns, past the %s that report and export "
+                    "read back; metrics.jsonl keeps every row, but fewer layer groups "
+                    "(SpikeMonitor's layer_groups) keep the run readable",
+                    self.run_dir, len(self._columns), f"{MAX_TABLE_COLUMNS:,}",
+                )  # fmt: skip
         self._pending.append(row)
         if len(self._pending) >= self.flush_every:
             self.flush()
