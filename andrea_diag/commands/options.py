@@ -198,9 +198,9 @@ def check_out_path(path: Path | None, flag: str) -> Path | None:
     if path is None:
         return None
     check_path(path, flag)
+    refuse_non_utf8(str(path), flag)  # first: visible() escapes its surrogates too
     if visible(str(path)) != str(path):
         raise UserError(f"{flag} {str(path)!r} holds control characters", hint="give a plain path")
-    refuse_non_utf8(str(path), flag)
     for p in (path, *path.parents):  # a dangling link anywhere above it stops mkdir too
         # os.path's tests, not Path's: they answer False where the system refuses to look
         if os.path.islink(p) and not os.path.exists(p):

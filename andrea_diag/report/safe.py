@@ -82,11 +82,7 @@ def esc(value: Any, fmt: str | Callable[[Any], str] | None = None) -> Html:
 
 def shown_text(text: str) -> str:
     """``text`` with every character of :data:`_HIDDEN` as its visible escape."""
-    return _HIDDEN.sub(lambda m: _visible(m.group()), text)
-
-
-def _visible(char: str) -> str:
-    return f"\\u{ord(char):04x}" if "\ud800" <= char <= "\udfff" else visible(char)
+    return _HIDDEN.sub(lambda m: visible(m.group()), text)  # a lone surrogate too: \\udcff
 
 
 def join(parts: list[Any], sep: str = ", ") -> Html:
