@@ -56,10 +56,10 @@ def ladder(
     The largest rung runs first; --jobs N runs N cells at once per GPU (under CUDA MPS by
     default, --mps), as in sweep; the default, auto, sizes it for the largest rung.
     """
-    from andrea_diag.experiments.ladder import LadderSpec, run_ladder
+    from andrea_diag.experiments.ladder import LadderSpec, compares_arms, run_ladder
 
     arms = _arms(clip)
-    if "none" not in arms or len(arms) < 2:
+    if not compares_arms(arms):
         raise UserError("the ladder compares arm none with at least one clipped arm",
                         hint="e.g. --clip none,global")  # fmt: skip
     refuse_unused_max_norm(arms, run.explicit)

@@ -80,12 +80,18 @@ class LadderSpec:
         check_ladder_spec(self)
 
 
+def compares_arms(clips: list[str]) -> bool:
+    """Whether ``clips`` gives the ladder something to state: arm none and one more (its
+    statements are each clipped arm's gap to none). The CLI's rule and the spec's."""
+    return "none" in clips and len(clips) >= 2
+
+
 def check_ladder_spec(spec: LadderSpec) -> None:
     """Each field of the type it declares (a str for a list or for ``out``, numpy numbers:
     ``spec_checks.py``), and arms to compare: the statements are each clipped arm's gap to
     ``none``, so without ``none`` and one more the ladder trained every cell to state nothing."""
     checked_spec(spec, "LadderSpec")
-    if "none" not in spec.clips or len(spec.clips) < 2:
+    if not compares_arms(spec.clips):
         raise BadArgument(f"LadderSpec: clips {spec.clips}: the ladder compares arm none with "
                           "at least one clipped arm", hint="e.g. clips=['none', 'global']")  # fmt: skip
 
