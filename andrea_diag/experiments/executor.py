@@ -30,8 +30,6 @@ import json
 import os
 import queue
 import shutil
-import signal
-import subprocess
 import sys
 import threading
 import time
@@ -46,6 +44,7 @@ from rich.console import Console
 from andrea_diag.config import RunConfig
 from andrea_diag.console_text import make_console, shown
 from andrea_diag.errors import UserError
+from andrea_diag.experiments.cell_processes import CellProcesses
 from andrea_diag.experiments.mps import check_mode, mps_session
 from andrea_diag.rundir import (
     atomic_write_text,
@@ -126,6 +125,25 @@ def device_slots(jobs: int, cuda: bool, visible: str | None, count: int) -> list
     return [gpu for gpu in ids for _ in range(jobs)]
 
 
+def start_line(cells: int, slots: list[str | None], cfg: ExecutorConfig) -> str:
+    """What the invocation is about to run, and where: "4 cells, 4 at once on GPU 0 (--jobs 8
+    per GPU)". A sweep of fewer cells than slots runs them all at once, not ``len(slots)``.
+
+    >>> start_line(4, ["0"] * 8, ExecutorConfig(jobs=8))
+    '[bold]4 cells[/], 4 at once on GPU 0 (--jobs 8 per GPU)'
+    """
+    at_once = min(cells, len(slots))
+    if cfg.kind != "local":
+        return (
+            f"[bold]{cells} cells[/], {at_once} at once ({cfg.kind}; --jobs {cfg.jobs} in flight)"
+        )
+    gpus = sorted({s for s in slots if s is not None})
+    if not gpus:
+        return f"[bold]{cells} cells[/], {at_once} at once on the CPU (--jobs {cfg.jobs})"
+    where = f"GPU {gpus[0]}" if len(gpus) == 1 else f"GPUs {', '.join(gpus)}"
+    return f"[bold]{cells} cells[/], {at_once} at once on {where} (--jobs {cfg.jobs} per GPU)"
+
+
 def uses_cuda(device: str) -> bool:
     """Whether cells asking for ``device`` (auto, cpu, cuda) land on a GPU here."""
     import torch
@@ -141,49 +159,6 @@ def _slots(cfg: ExecutorConfig, device: str) -> list[str | None]:
     cuda = uses_cuda(device)
     count = torch.cuda.device_count() if cuda else 0
     return device_slots(cfg.jobs, cuda, os.environ.get("CUDA_VISIBLE_DEVICES"), count)
-
-
-class CellProcesses:
-    """The cell processes running now, so that a stopped sweep can stop them and wait."""
-
-    GRACE_S = 120.0  # a cell's flush + partial summary; after this it is killed
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._procs: set[subprocess.Popen] = set()
-        self.stopping = threading.Event()  # set: no new cell starts
-
-    def run(self, cmd: list[str], env: dict[str, str], log: Any) -> int | None:
-        """Run one cell to its end; None if the sweep was stopping before it could start."""
-        with self._lock:
-            if self.stopping.is_set():
-                return None
-            # its own process group: the signal reaches the cell and anything it started
-            proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                    start_new_session=True)  # fmt: skip
-            self._procs.add(proc)
-        try:
-            return proc.wait()
-        finally:
-            with self._lock:
-                self._procs.discard(proc)
-
-    def stop_all(self) -> None:
-        """SIGTERM to every running cell's group, then wait (SIGKILL after ``GRACE_S``)."""
-        with self._lock:
-            self.stopping.set()
-            procs = list(self._procs)
-        for proc in procs:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGTERM)
-        deadline = time.monotonic() + self.GRACE_S
-        for proc in procs:
-            try:
-                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
 
 
 def write_job(job: CellJob, folder: Path) -> Path:
@@ -317,11 +292,7 @@ def run_cells(
         # invocation did not ask for, and no link planted there to write its files through
         else _submitit_launcher(cfg, make_fresh_dir(folder, "submitit-", "submitit's folder"))
     )
-    where = sorted({s for s in slots if s is not None}) or ["cpu"]
-    console.print(
-        f"[bold]{len(jobs)} cells[/], {len(slots)} at once ({cfg.kind}; "
-        f"{cfg.jobs} per {'device' if cfg.kind == 'local' else 'sweep'}: {', '.join(where)})"
-    )
+    console.print(start_line(len(jobs), slots, cfg), highlight=False)
     cuda = cfg.kind == "local" and uses_cuda(jobs[0].config.device)
     with mps_session(cfg.mps, cuda=cuda, jobs=cfg.jobs, console=console):
         results = _run_in_slots(jobs, slots, launch, folder, procs, console, after_cell)
