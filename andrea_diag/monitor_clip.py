@@ -27,6 +27,7 @@ def clip_result(
     if norm_type is not None:
         norm_type = checked_norm_type(norm_type)  # also where it is unused: a wrong call
     if isinstance(value, ClipResult):
+        _check_count(value, len(params))
         p = value.norm_type if norm_type is None else norm_type
         # an L2 clip is recorded as it is: no list of the gradients built every update for it
         grads = [g.grad.detach() for g in params] if p != 2.0 else []
@@ -37,3 +38,16 @@ def clip_result(
         raise ValueError(f"SpikeMonitor.after_clip: a total norm is never negative: {value}")
     grads = [g.grad.detach() for g in params]
     return clip_from_total(value, grads, 2.0 if norm_type is None else norm_type)
+
+
+def _check_count(clip: ClipResult, n_grads: int) -> None:
+    """A ClipResult of another list of gradients than the model's is refused: its total was
+    recorded as the model's ``grad_norm`` (a clip of one layer read as the whole model's), and
+    the per-layer norms probe failed on the count and was disabled for the rest of the run."""
+    n = clip.per_tensor_norm.numel()
+    if n != n_grads:
+        raise ValueError(
+            f"SpikeMonitor.after_clip: the ClipResult has {n} per-tensor norms, but the model "
+            f"has {n_grads} trainable parameters with a gradient; clip the parameters the "
+            "monitor watches (those of model.parameters() that require grad)"
+        )

@@ -7,8 +7,11 @@ norms (what the metrics record, whatever norm the clip used) are the clipped one
 
 The factor is two reductions apart, so an unclipped update reads ``1 - 1e-7`` in fp32 and up
 to ``1 ± 2**-8`` when torch returned a bf16 total. A factor within the given total's rounding
-(its dtype's epsilon, at least 1e-5) is 1: the update was not clipped, and a clip that moved
-the gradients by less than that is not told apart from one that did not run.
+(the epsilon of its dtype or of the gradients', at least 1e-5) is 1: the update was not
+clipped, and a clip that moved the gradients by less than that is not told apart from one that
+did not run. The gradients' dtype counts too: torch's total of bf16 gradients is a bf16 number,
+and read as ``total.item()`` or ``total.float()`` it still carries bf16's rounding, where the
+float32 epsilon alone recorded an unclipped update as clipped by up to 0.3%.
 
     >>> import torch
     >>> g = torch.tensor([3.0, 4.0])
@@ -26,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -36,11 +40,14 @@ from andrea_diag.clip.reference import check_norm_type, clip_reference
 MIN_TOLERANCE = 1e-5  # two fp32 reductions of one gradient differ by ~1e-7; leave a margin
 
 
-def tolerance(value: torch.Tensor | float) -> float:
-    """How far from 1 a factor measured against ``value`` may be and still mean "unclipped"."""
-    dtype = value.dtype if isinstance(value, torch.Tensor) else torch.float32
-    eps = torch.finfo(dtype).eps if dtype.is_floating_point else 0.0
-    return max(eps, MIN_TOLERANCE)
+def tolerance(value: torch.Tensor | float, grads: Sequence[torch.Tensor] = ()) -> float:
+    """How far from 1 a factor measured against ``value`` may be and still mean "unclipped":
+    the epsilon of ``value``'s dtype or of the gradients' it was taken of (``grads``), the
+    coarser, and at least ``MIN_TOLERANCE``."""
+    dtypes = {value.dtype if isinstance(value, torch.Tensor) else torch.float32}
+    dtypes.update(g.dtype for g in grads)
+    eps = [torch.finfo(d).eps for d in dtypes if d.is_floating_point]
+    return max([*eps, MIN_TOLERANCE])
 
 
 def checked_norm_type(norm_type: Any) -> float:
@@ -77,7 +84,7 @@ def clip_from_total(
     )
     usable = (total > 0) & torch.isfinite(total)
     factor = torch.where(usable, post_p / torch.where(usable, total, 1.0), 1.0)
-    factor = torch.where((factor - 1).abs() <= tolerance(value), 1.0, factor)
+    factor = torch.where((factor - 1).abs() <= tolerance(value, grads), 1.0, factor)
     # a factor of 0 (max_norm 0 zeroed every gradient) cannot be undone: the per-tensor norms
     # stay the clipped ones, and a non-L2 total stands in for the L2 norm it hides
     undo = torch.where(factor > 0, factor, 1.0)

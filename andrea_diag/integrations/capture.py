@@ -120,6 +120,10 @@ class UpdateCapture:
                 # each share was loss_i / A, but only n < A microbatches came: mean = sum·A/n
                 loss = loss * self.accumulate / self.n_losses
         microbatches = len(self.tokens) or self.n_losses  # forwards (or losses) this update
+        if self.accumulate and not microbatches:
+            # Lightning stepped without one backward (every training_step of the group
+            # returned None, its way to skip a batch): no loss, where 0.0 was recorded
+            loss = math.nan
         self.loss_sums, self.tokens, self.loss_total, self.n_losses = [], [], 0.0, 0
         total = _l2(pre)
         self.clip = ClipResult(
@@ -133,11 +137,12 @@ class UpdateCapture:
             self._set_post(post)
         self.monitor.after_backward(loss, per_example_loss=per_example)
         self.monitor.after_clip(self.clip)
-        if microbatches:  # one after_backward for the whole group: the row would say 1
+        if microbatches or self.accumulate:  # one after_backward for the group: it says 1
             self.monitor.add_columns(microbatches=microbatches)
 
-    def after_step(self, post: torch.Tensor | None = None) -> None:
-        """``after_step``; ``post``: the post-clip norms, when the clip ran after ``before_step``."""
+    def after_step(self, post: torch.Tensor | None = None, applied: bool | None = None) -> None:
+        """``after_step``; ``post``: the post-clip norms, when the clip ran after ``before_step``;
+        ``applied``: the monitor's (False: the optimizer changed nothing this update)."""
         if self.clip is None:
             return
         if post is not None:
@@ -149,7 +154,7 @@ class UpdateCapture:
             grad_norm_post=post,
             clip_coef=post / total if total > 0 and math.isfinite(total) else 1.0,
         )
-        self.monitor.after_step()
+        self.monitor.after_step(applied)
         self.clip = None
 
     def _set_post(self, post: torch.Tensor) -> None:

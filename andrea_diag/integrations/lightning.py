@@ -29,6 +29,11 @@ directory that ``andrea-diag report`` renders (``config.json`` says ``"framework
    gradients still the clipped ones the optimizer used (Lightning zeroes them at the next
    group's first closure). Their norms over the pre-clip norms give the clip's scale, which the
    optimizer-state probe reads: measured, so clipping by norm, by value or not at all all work.
+   A group whose every ``training_step`` returned None (Lightning's way to skip a batch) still
+   steps and counts: its row has a NaN loss, 0 microbatches and ``applied`` False (no
+   parameter had a gradient, so the optimizer changed nothing). A NaN loss is a non-finite
+   update to the report, which fits the usual reason to return None (a non-finite loss) and
+   keeps the rows' update numbers equal to Lightning's ``global_step``.
 
 Not supported: manual optimization, several optimizers (the first is watched), and more than
 one process (norms are of the local gradient).
@@ -98,7 +103,10 @@ class AndreaDiagCallback(MonitorCallback, Callback):
         if self.capture is None or not self._stepping:
             return  # a batch inside an accumulation group: no update yet
         self._stepping = False
-        self.capture.after_step(post=per_tensor_norms(self.capture.params))
+        post = per_tensor_norms(self.capture.params)
+        # no gradient at the step (training_step returned None for the whole group): the
+        # optimizer skipped every parameter, so the probes do not count it as an applied update
+        self.capture.after_step(post=post, applied=None if post.numel() else False)
         if trainer.global_step % max(1, int(trainer.log_every_n_steps)) == 0:
             self._log_framework(trainer)  # Lightning's own logging cadence: a sync per metric
 
