@@ -23,7 +23,9 @@ writes TensorBoard event files live, with the tags of ``andrea-diag export --ten
 norm (from ``torch.nn.utils.clip_grad_norm_``: per-tensor norms are read from the clipped
 gradients and scaled back by the clip's factor, exact for global-norm clipping; pass
 ``norm_type=`` when the clip used another norm than L2; ``andrea_diag.clip.from_total``), or
-``None`` (no clipping: norms read from the gradients). Skipping ``after_clip`` works too, but
+``None`` (no clipping: norms read from the gradients; also for an optimizer that clips inside
+its ``step()``, ``ClippedAdamW``, whose ``last_clip`` is then read after the step:
+:class:`~andrea_diag.monitor_clip.StepClips`). Skipping ``after_clip`` works too, but
 then ``update_rms``/``cos_update_grad`` are missing (they need a snapshot before the step).
 Host syncs: the loss and grad norm are read as floats once per update.
 """
@@ -32,7 +34,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -46,7 +47,6 @@ from andrea_diag.monitor_checks import (
     check_backward,
     check_model_and_optimizer,
     check_options,
-    check_probe_config,
     check_prompts,
     checked_columns,
     checked_flag,
@@ -55,7 +55,8 @@ from andrea_diag.monitor_checks import (
     framework_row,
     versioned,
 )
-from andrea_diag.monitor_clip import clip_result
+from andrea_diag.monitor_clip import StepClips, clip_result
+from andrea_diag.monitor_config import probe_config, run_config
 from andrea_diag.monitor_resume import resume_point, set_aside_end_files
 from andrea_diag.probes import ProbeDriver, make_probes
 from andrea_diag.probes.base import UpdateContext
@@ -64,54 +65,6 @@ from andrea_diag.record import Recorder
 from andrea_diag.runread import read_events
 from andrea_diag.sinks import close_sinks
 from andrea_diag.tensorboard import TensorBoardRun, writer_backend
-
-
-def _plain_groups(optimizer: torch.optim.Optimizer) -> list[dict[str, Any]]:
-    """The optimizer's param-group settings that JSON can hold (lr, betas, ...; no tensors)."""
-    plain = (int, float, str, bool, tuple, list, type(None))
-    return [
-        {k: v for k, v in g.items() if k != "params" and isinstance(v, plain)}
-        for g in optimizer.param_groups
-    ]
-
-
-def probe_config(
-    probes: ProbeConfig | None, options: dict[str, Any], steps: int | None, unknown: str
-) -> ProbeConfig:
-    """The resolved probe settings; lock-in off, with one warning, when ``unknown`` says what
-    it needs and the model does not tell (:func:`~andrea_diag.probes.shape.model_shape`)."""
-    try:
-        cfg = dataclasses.replace(probes or ProbeConfig(), **options)
-    except TypeError as exc:  # an unknown keyword: say which fields exist
-        fields = ", ".join(f.name for f in dataclasses.fields(ProbeConfig))
-        raise TypeError(f"{exc}; SpikeMonitor probe options are: {fields}") from None
-    check_probe_config(cfg)  # types and bounds as a ValueError/TypeError naming the keyword
-    cfg = cfg.resolve(steps)
-    if cfg.lockin and unknown:
-        arg, why = unknown.split(": ", 1)
-        warnings.warn(
-            f"SpikeMonitor: lock-in probe skipped: {why}; pass SpikeMonitor(..., {arg}=N), "
-            "or lockin=False to silence this",
-            UserWarning,
-            stacklevel=3,  # the SpikeMonitor(...) call
-        )
-        cfg = dataclasses.replace(cfg, lockin=False)
-    return cfg
-
-
-def _run_config(
-    model: torch.nn.Module, optimizer: Any, params: list[torch.Tensor], shape: dict[str, Any]
-) -> dict[str, Any]:
-    """What ``config.json`` says of the user's model and optimizer."""
-    return {
-        "kind": "monitor",
-        "arm": "monitor",
-        "model": type(model).__name__,
-        "n_params": sum(p.numel() for p in params),
-        "optimizer": type(optimizer).__name__,
-        "param_groups": _plain_groups(optimizer),
-        "model_shape": {k: shape[k] for k in ("vocab_size", "block_size", "layer_groups")},
-    }
 
 
 class SpikeMonitor:
@@ -175,7 +128,7 @@ class SpikeMonitor:
         check_prompts(prompts, shape["vocab_size"])
         cfg = probe_config(probes, probe_options, total_steps, shape["unknown"])
         config = {
-            **_run_config(model, optimizer, self._params, shape),
+            **run_config(model, optimizer, self._params, shape),
             "probes": dataclasses.asdict(cfg),
             "steps": total_steps,
             "seed": seed,
@@ -200,6 +153,7 @@ class SpikeMonitor:
         self._ctx: UpdateContext | None = None
         self._pending: dict[str, Any] = {}
         self._stepped = False
+        self._clips = StepClips(optimizer)  # stale ClipResults; a clip made inside step()
 
     # -- the four calls ----------------------------------------------------------------------
     def after_backward(
@@ -269,7 +223,7 @@ class SpikeMonitor:
             raise RuntimeError("SpikeMonitor.after_clip called before after_backward")
         names = [n for n, p in zip(self._names, self._params, strict=True) if p.grad is not None]
         params = [p for p in self._params if p.grad is not None]
-        clip = clip_result(total_norm_or_clip, params, norm_type)
+        clip = clip_result(self._clips.fresh(total_norm_or_clip), params, norm_type)
         self.update += 1
         phase = self._pending["phase"]
         row: dict[str, Any] = {
@@ -326,8 +280,11 @@ class SpikeMonitor:
         ctx = self._ctx
         if ctx is None or self._stepped:
             raise RuntimeError("SpikeMonitor.after_step called before after_backward")
+        skipped = self._clips.after_step(ctx.row, measured=ctx.clip is None)
         if applied is not None:
             ctx.applied = applied
+        elif skipped:  # the optimizer's own clip skipped the step (ClippedAdamW, non-finite)
+            ctx.applied = False
         self.probes.after_step(ctx)
         ctx.row["applied"] = ctx.applied
         self.recorder.log(ctx.row)

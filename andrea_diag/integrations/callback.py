@@ -10,14 +10,16 @@ sit at different points of each framework's loop) and calls :meth:`MonitorCallba
 from __future__ import annotations
 
 import inspect
+import warnings
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from andrea_diag.integrations.capture import UpdateCapture, monitor_meta, probe_params
-from andrea_diag.monitor import SpikeMonitor, probe_config
+from andrea_diag.monitor import SpikeMonitor
 from andrea_diag.monitor_checks import check_options, checked_loggers
+from andrea_diag.monitor_config import probe_config
 
 
 def checked_options(owner: str, out_dir: Any, options: dict[str, Any]) -> dict[str, Any]:
@@ -68,9 +70,11 @@ class MonitorCallback:
         framework: tuple[str, str, dict[str, str]],
         settings: dict[str, Any],
         accumulate: int | None = None,
+        step: int | None = None,
     ) -> UpdateCapture:
         """Start the monitor on ``model``'s trainable parameters; ``framework``: its name,
-        version and hooks (``config.json`` records them, then ``settings``)."""
+        version and hooks (``config.json`` records them, then ``settings``); ``step``: the
+        framework's own count of updates done (a fit resumed from a checkpoint starts past 0)."""
         if self.monitor is not None and self.monitor.summary is None:
             # the last run never ended: closed as crashed (its lock released, the rows kept
             # as a partial run) and its hooks removed, or a retry would record every forward
@@ -88,6 +92,8 @@ class MonitorCallback:
         self.capture = UpdateCapture(
             self.monitor, probe_params(model), impl=name, accumulate=accumulate
         )
+        if step is not None and step != self.monitor.update:
+            _warn_step(self.monitor.update, step, name)
         return self.capture
 
     def close(self, crashed: BaseException | None = None) -> dict[str, Any] | None:
@@ -98,3 +104,17 @@ class MonitorCallback:
     def _close_monitor(self, crashed: BaseException | None = None) -> dict[str, Any] | None:
         """The run's summary, written by the monitor (None before training started)."""
         return self.monitor.close(crashed) if self.monitor is not None else None
+
+
+def _warn_step(update: int, step: int, framework: str) -> None:
+    """The rows count from the run folder's last update, the framework from its checkpoint's
+    step: a resume from an earlier checkpoint than the folder's end (or into a new folder)
+    puts different numbers on one update in ``metrics.jsonl`` and ``framework.jsonl``."""
+    warnings.warn(
+        f"AndreaDiagCallback: the run folder's updates count on from {update}, but {framework} "
+        f"starts at step {step}: metrics.jsonl's update numbers will differ from the "
+        "framework's (framework.jsonl) by "
+        f"{update - step}; resume into the folder whose rows end at the checkpoint's step",
+        UserWarning,
+        stacklevel=3,
+    )

@@ -26,6 +26,19 @@ directory that ``andrea-diag report`` renders (``config.json`` says ``"framework
    updated, gradients still there: ``model.zero_grad()`` comes after it);
 5. the learning-rate scheduler steps, ``on_step_end``. The row's ``lr`` is the lr this step used.
 
+The token losses are a causal LM's (shifted); the model of another head (a classifier, a
+masked LM, a seq2seq model: transformers' ``loss_type``) gets the Trainer's own loss, as below,
+and no per-sequence losses.
+
+**A loss the forward does not show** (a ``Trainer`` subclass whose ``compute_loss`` makes the
+loss from outputs that carry neither ``logits`` with ``labels`` nor ``.loss``): every row
+recorded a loss of 0.0. No callback event carries the loss, so the callback finds the
+``Trainer`` that calls it (its caller's frame, at ``on_train_begin``) and wraps that
+instance's ``training_step`` for the run: the loss of such a microbatch is what
+``training_step`` returned, the number the Trainer sums into the ``loss`` it logs (already
+divided by the accumulation steps where the Trainer divides it). Where no Trainer is found, the
+loss is NaN, with one warning.
+
 Under fp16 the hook's pre-clip norms are in scaled units; they are divided by the GradScaler's
 scale (``optimizer.scaler``, constant until ``scaler.update`` inside the step). That path needs a
 CUDA device and is not exercised by the CPU tests. Not supported: DeepSpeed and FSDP (the
@@ -35,6 +48,9 @@ gradient before the all-reduce).
 
 from __future__ import annotations
 
+import math
+import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +72,8 @@ HOOKS = {
     "after_clip": "on_pre_optimizer_step (after max_grad_norm clipping and unscaling)",
     "after_step": "on_optimizer_step (before the lr scheduler and zero_grad)",
     "pre_clip_norms": "post-accumulate-grad hooks (after each backward)",
-    "loss": "forward hook: logits and labels, token-weighted over the update's microbatches",
+    "loss": "forward hook: a causal LM's logits and labels, token-weighted over the update's "
+    "microbatches; else the sum of the Trainer's training_step returns",
 }
 
 
@@ -72,6 +89,8 @@ class AndreaDiagCallback(MonitorCallback, TrainerCallback):
         self._norms: PreClipNorms | None = None
         self._forward_hook: Any = None
         self._accum = 1
+        self._step_wrap: StepLoss | None = None
+        self._warned = False  # the no-loss warning: once a callback
 
     # -- Trainer events --------------------------------------------------------------------
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -85,9 +104,12 @@ class AndreaDiagCallback(MonitorCallback, TrainerCallback):
             total_steps=state.max_steps or None,
             framework=("transformers", transformers.__version__, HOOKS),
             settings=hf_settings(args, optimizer, model),
+            step=state.global_step,
         )
         self._norms = PreClipNorms(capture.params)
         self._forward_hook = model.register_forward_hook(self._on_forward, with_kwargs=True)
+        trainer = _calling_trainer(self)
+        self._step_wrap = StepLoss(trainer, capture) if trainer is not None else None
 
     def on_pre_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self.capture is None or self._norms is None:
@@ -96,6 +118,11 @@ class AndreaDiagCallback(MonitorCallback, TrainerCallback):
         scaler = getattr(self.optimizer, "scaler", None)  # accelerate's fp16 GradScaler
         unscale = float(scaler.get_scale()) if scaler is not None else 1.0  # host sync
         pre = self._norms.take(params, unscale)
+        if not (self.capture.tokens or self.capture.n_losses):  # no loss seen: NaN, not 0.0
+            if not self._warned:
+                self._warned = True
+                _warn_no_loss()
+            self.capture.add_loss(math.nan)
         self.capture.before_step(pre, post=per_tensor_norms(params))
 
     def on_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -118,6 +145,9 @@ class AndreaDiagCallback(MonitorCallback, TrainerCallback):
         if self._forward_hook is not None:
             self._forward_hook.remove()
             self._forward_hook = None
+        if self._step_wrap is not None:
+            self._step_wrap.remove()
+            self._step_wrap = None
         if self._norms is not None:
             self._norms.remove()
             self._norms = None
@@ -131,7 +161,77 @@ class AndreaDiagCallback(MonitorCallback, TrainerCallback):
             return  # evaluation, generation: not part of an update
         labels = kwargs.get("labels")
         logits = getattr(output, "logits", None)
-        if labels is not None and logits is not None:
+        if _causal_lm(module, logits, labels):
             self.capture.add_examples(*token_losses(logits, labels))
-        elif getattr(output, "loss", None) is not None:  # no labels seen: the microbatch mean
-            self.capture.add_loss(output.loss / self._accum)
+        elif self._step_wrap is None and getattr(output, "loss", None) is not None:
+            self.capture.add_loss(output.loss / self._accum)  # no Trainer: the microbatch mean
+        else:  # another head's loss (classification, masked LM, seq2seq): the Trainer's own
+            return
+        if self._step_wrap is not None:  # this microbatch's loss is the forward's
+            self._step_wrap.seen = True
+
+
+class StepLoss:
+    """A ``Trainer``'s ``training_step`` wrapped, on that instance, for one run: a
+    microbatch whose forward showed no loss gets the one ``training_step`` returned."""
+
+    def __init__(self, trainer: Any, capture: Any) -> None:
+        self.trainer, self.capture, self.seen = trainer, capture, False
+        self.own = trainer.__dict__.get("training_step")  # an instance attribute, restored
+        inner = trainer.training_step
+
+        def training_step(*args: Any, **kwargs: Any) -> Any:
+            self.seen = False
+            loss = inner(*args, **kwargs)
+            if not self.seen and isinstance(loss, torch.Tensor) and loss.numel() == 1:
+                self.capture.add_loss(loss)  # the Trainer's own share (host sync, as the hook's)
+            return loss
+
+        trainer.training_step = training_step
+
+    def remove(self) -> None:
+        if self.own is not None:
+            self.trainer.training_step = self.own
+        else:
+            self.trainer.__dict__.pop("training_step", None)
+
+
+def _causal_lm(model: torch.nn.Module, logits: Any, labels: Any) -> bool:
+    """Whether ``token_losses`` (a causal LM's shifted cross-entropy) is the model's loss:
+    (B, T, V) logits over (B, T) labels, from a model whose loss is the causal LM's
+    (transformers' ``loss_type``: None defaults to it). A classifier's (B, C) logits crashed
+    the shift inside ``trainer.train()``; a masked LM's or a seq2seq model's were shifted,
+    a loss the model never computed."""
+    if not (isinstance(logits, torch.Tensor) and isinstance(labels, torch.Tensor)):
+        return False
+    if logits.dim() != 3 or labels.shape != logits.shape[:2]:
+        return False
+    return getattr(model, "loss_type", None) in (None, "ForCausalLM")
+
+
+def _calling_trainer(callback: Any, depth: int = 12) -> Any:
+    """The ``transformers.Trainer`` whose callback handler called ``callback`` now: the first
+    ``self`` up the stack that is a Trainer holding it (None when run by hand)."""
+    frame = sys._getframe(1)
+    for _ in range(depth):
+        if frame is None:
+            return None
+        owner = frame.f_locals.get("self")
+        handler = getattr(owner, "callback_handler", None)
+        if isinstance(owner, transformers.Trainer) and callback in getattr(
+            handler, "callbacks", ()
+        ):
+            return owner
+        frame = frame.f_back
+    return None
+
+
+def _warn_no_loss() -> None:
+    """The loss is unknown: recorded as NaN (it was recorded as 0.0)."""
+    warnings.warn(
+        "AndreaDiagCallback: no loss seen for this update (the model's output has neither "
+        "logits with labels nor .loss, and no Trainer's training_step was found); the loss is "
+        "recorded as NaN",
+        UserWarning,
+        stacklevel=2,
+    )

@@ -85,6 +85,7 @@ class AndreaDiagCallback(MonitorCallback, Callback):
             framework=("lightning", lightning.__version__, HOOKS),
             settings=lightning_settings(trainer, trainer.optimizers[0], pl_module),
             accumulate=trainer.accumulate_grad_batches,
+            step=trainer.global_step,
         )
 
     def on_before_backward(self, trainer: Any, pl_module: Any, loss: torch.Tensor) -> None:

@@ -11,6 +11,53 @@ from typing import Any
 
 import torch
 
+# Lightning's precision flags as ``trainer.precision`` reports them (its aliases 16, "16", "bf16",
+# 32 and 64 resolved: Lightning's _PRECISION_INPUT_STR) -> the label config.json records. The
+# toolkit's own three (fp32, bf16 = bf16 autocast, fp16 = fp16 autocast + GradScaler) where
+# Lightning runs the same thing; the others say what ran: weights and gradients in half
+# precision ("-true"), fp64, fp8 matmuls under Transformer Engine. Every one was "fp32" before,
+# except the two mixed ones ("64-true" and "transformer-engine" included).
+LIGHTNING_PRECISION = {
+    "32-true": "fp32",
+    "16-mixed": "fp16",
+    "bf16-mixed": "bf16",
+    "16-true": "fp16-true",
+    "bf16-true": "bf16-true",
+    "64-true": "fp64",
+    "transformer-engine": "fp8-bf16",  # fp8 matmuls, bf16 weights (Lightning's default)
+    "transformer-engine-float16": "fp8-fp16",
+}
+_ALIASES = {"16": "16-mixed", "bf16": "bf16-mixed", "32": "32-true", "64": "64-true"}
+# a parameter dtype -> its label, where the weights themselves are not fp32
+_DTYPES = {torch.float64: "fp64", torch.bfloat16: "bf16-true", torch.float16: "fp16-true"}
+
+
+def lightning_precision(flag: Any) -> str:
+    """The label of a Lightning precision flag (an alias read as Lightning reads it); one this
+    table does not know (a custom plugin's) is recorded as it is, never guessed as fp32."""
+    text = str(flag)
+    text = _ALIASES.get(text, text)
+    return LIGHTNING_PRECISION.get(text, text)
+
+
+def _param_dtype(model: Any) -> str | None:
+    """The trainable parameters' dtype ("float32"), "mixed" for several, None for none."""
+    params = getattr(model, "parameters", None)
+    dtypes = {p.dtype for p in params() if p.requires_grad} if callable(params) else set()
+    if len(dtypes) != 1:
+        return "mixed" if dtypes else None
+    return str(next(iter(dtypes))).removeprefix("torch.")
+
+
+def _weights_say(label: str, model: Any) -> str:
+    """``label``, unless it says fp32 and the weights are not: a model cast with ``.double()``
+    or loaded in bf16 runs in that dtype whatever the framework's flag (32-true, or no bf16 /
+    fp16 flag on the Trainer, casts nothing)."""
+    if label != "fp32":
+        return label
+    dtype = getattr(torch, _param_dtype(model) or "float32", None)
+    return _DTYPES.get(dtype, label) if isinstance(dtype, torch.dtype) else label
+
 
 def _optimizer(optimizer: torch.optim.Optimizer) -> dict[str, Any]:
     group = optimizer.param_groups[0] if optimizer.param_groups else {}
@@ -50,12 +97,14 @@ def hf_settings(args: Any, optimizer: torch.optim.Optimizer, model: Any) -> dict
         if getattr(args, "fp16", False)
         else "fp32"
     )
+    precision = _weights_say(precision, model)
     accum = max(1, int(getattr(args, "gradient_accumulation_steps", 1) or 1))
     world = max(1, int(getattr(args, "world_size", 1) or 1))
     raw = {k: getattr(args, k, None) for k in (
         "learning_rate", "max_grad_norm", "gradient_accumulation_steps", "per_device_train_batch_size",
         "bf16", "fp16", "weight_decay", "warmup_steps", "warmup_ratio", "lr_scheduler_type",
         "max_steps", "seed", "optim")}  # fmt: skip
+    raw["param_dtype"] = _param_dtype(model)
     return {
         "size": type(model).__name__,
         "precision": precision,
@@ -77,7 +126,7 @@ def lightning_settings(
     accum = max(1, int(getattr(trainer, "accumulate_grad_batches", 1) or 1))
     world = max(1, int(getattr(trainer, "world_size", 1) or 1))
     prec = str(getattr(trainer, "precision", "32-true"))
-    precision = "bf16" if "bf16" in prec else "fp16" if prec.startswith("16") else "fp32"
+    precision = _weights_say(lightning_precision(prec), model)
     clip_val = getattr(trainer, "gradient_clip_val", None)
     algorithm = str(getattr(trainer, "gradient_clip_algorithm", None) or "norm")
     steps = getattr(trainer, "max_steps", -1)
@@ -90,6 +139,7 @@ def lightning_settings(
         **_batch(None, accum, world),
         "framework_settings": {
             "precision": prec,
+            "param_dtype": _param_dtype(model),
             "gradient_clip_val": clip_val,
             "gradient_clip_algorithm": algorithm,
             "accumulate_grad_batches": accum,
