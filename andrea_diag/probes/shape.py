@@ -155,7 +155,8 @@ def _outside(mod: nn.Module, after: bool, vocab: int | None) -> Group:
 
 
 def _leaf_groups(model: nn.Module) -> dict[str, Group]:
-    """A model without blocks: one group per parameterised leaf module, the last Linear the head."""
+    """A model without blocks: one group per parameterised leaf module, the last Linear that
+    trains the head (a frozen Linear registered last is not what the probes see as the head)."""
     out: dict[str, Group] = {}
     owners = [
         (p, m)
@@ -163,7 +164,8 @@ def _leaf_groups(model: nn.Module) -> dict[str, Group]:
         if next(m.parameters(recurse=False), None) is not None
     ]
     last_linear = max(
-        (i for i, (_, m) in enumerate(owners) if isinstance(m, nn.Linear)), default=-1
+        (i for i, (_, m) in enumerate(owners) if isinstance(m, nn.Linear) and _trains(m)),
+        default=-1,
     )
     for i, (path, mod) in enumerate(owners):
         kind = "embedding" if isinstance(mod, nn.Embedding) else "norm" if is_norm(mod) else "mlp"
@@ -171,6 +173,10 @@ def _leaf_groups(model: nn.Module) -> dict[str, Group]:
         for pname, _ in mod.named_parameters(recurse=False):
             out[f"{path}.{pname}" if path else pname] = group
     return out
+
+
+def _trains(mod: nn.Module) -> bool:
+    return any(p.requires_grad for p in mod.parameters(recurse=False))
 
 
 def layer_groups(model: nn.Module) -> dict[str, Group]:
@@ -259,8 +265,11 @@ def model_shape(
         else ""
     )
     counts: dict[str, int] = {}
-    for g in groups.values():
-        counts[".".join(g)] = counts.get(".".join(g), 0) + 1
+    # the tensors the probes read: a frozen one has no gradient and no optimizer state
+    trained = {n for n, p in model.named_parameters() if p.requires_grad}
+    for name, g in groups.items():
+        if name in trained:
+            counts[".".join(g)] = counts.get(".".join(g), 0) + 1
     return {"groups": groups, "vocab_size": vocab, "block_size": block, "unknown": unknown,
             "layer_groups": counts}  # fmt: skip
 
