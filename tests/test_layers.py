@@ -70,6 +70,7 @@ LAYERS: dict[str, int] = {
     "monitor_checks": 3,  # SpikeMonitor's argument checks
     "monitor_clip": 3,  # what after_clip records from the clip it is given
     "monitor_resume": 3,  # its resume read-back (runread)
+    "monitor_config": 3,  # the config.json SpikeMonitor writes, and its probes' settings
     "integrations": 3,  # HF Trainer / Lightning callbacks over monitor
     # 4: experiments, and the benchmarks that drive the trainer like one
     "experiments": 4,
