@@ -318,7 +318,11 @@ class JsonlWriter:
                 hint="rows were lost after the checkpoint was written; the arm cannot continue "
                 "from it: delete its checkpoints to restart it",
             )
-        os.ftruncate(self._f.fileno(), size)  # the open fd: never through a link
+        try:
+            os.ftruncate(self._f.fileno(), size)  # the open fd: never through a link
+        except OSError as exc:  # a read-only or failing disk: one line, the file as it was
+            raise UserError(f"cannot cut {self.path} back to its checkpoint ({exc.strerror})",
+                            hint="make the run dir writable, then resume") from None  # fmt: skip
         self._f.close()
         self._f = open_append_file(self.path)
 

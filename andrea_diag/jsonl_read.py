@@ -27,7 +27,14 @@ import pandas as pd
 
 from andrea_diag import rundir
 from andrea_diag.errors import UserError
-from andrea_diag.rundir import MAX_TABLE_BYTES, check_size, open_regular, size_text
+from andrea_diag.rundir import (
+    MAX_DEPTH,
+    MAX_TABLE_BYTES,
+    check_size,
+    open_regular,
+    shallow,
+    size_text,
+)
 from andrea_diag.surrogates import mended
 from andrea_diag.table_width import check_columns
 
@@ -53,6 +60,8 @@ def read_jsonl(path: Path) -> pd.DataFrame:
                     _too_big(path, held, budget)
                 try:  # a torn row; deep nesting; an integer past int()'s 4300 digits
                     row = mended(json.loads(line), line)  # "\ud800": no frame takes it
+                    if line.count("[") + line.count("{") > MAX_DEPTH:  # else it cannot be
+                        shallow(row)  # nested past what the table's readers walk
                 except (ValueError, RecursionError):
                     row = None
                 if isinstance(row, dict):

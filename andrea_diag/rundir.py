@@ -23,7 +23,6 @@ import os
 import shutil
 import stat
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -32,6 +31,10 @@ from andrea_diag.host_memory import available_memory
 from andrea_diag.surrogates import mended
 
 NAME_MAX = 255  # a path component longer than this is refused by every Linux filesystem
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+LOOP_HINT = "the run dir is damaged: remove the link"
+OUT_LINK = "a link planted in the output folder: remove it, or choose another --out"
+DAMAGED = "the file is damaged or not from andrea-diag"
 
 
 def check_component(name: str, what: str) -> str:
@@ -47,9 +50,8 @@ def check_component(name: str, what: str) -> str:
 
 
 def check_path(path: Path, what: str | None = None) -> Path:
-    """``path``, or one line where the system could not even look it up: a component over
-    ``NAME_MAX`` bytes is ``ENAMETOOLONG`` from every call that touches it (``exists()``
-    included), a traceback wherever it is not caught. ``what``: the option, for the line."""
+    """``path``, or one line where the system could not look it up: a component over
+    ``NAME_MAX`` bytes is ``ENAMETOOLONG`` from every call. ``what``: the option, for the line."""
     of = f" of {what}" if what else ""
     for part in Path(path).parts:
         if len(part.encode("utf-8", "surrogateescape")) > NAME_MAX:
@@ -58,17 +60,13 @@ def check_path(path: Path, what: str | None = None) -> Path:
 
 
 def resolved(path: Path, what: str) -> Path:
-    """``path`` with every link followed, or one line where the links go round in a loop
-    (``Path.resolve`` raises RuntimeError there) or cannot be looked up."""
+    """``path`` with every link followed, or one line: a loop of links (RuntimeError), no lookup."""
     try:
         return Path(path).resolve()
     except RuntimeError:
         raise UserError(f"{what} {path} is a loop of symbolic links", hint=LOOP_HINT) from None
     except OSError as e:
         raise UserError(f"cannot look up {what} {path}: {e.strerror or e}") from None
-
-
-LOOP_HINT = "the run dir is damaged: remove the link"
 
 
 def child(root: Path, name: str, what: str = "name", hint: str = "the run dir is damaged") -> Path:
@@ -82,12 +80,8 @@ def child(root: Path, name: str, what: str = "name", hint: str = "the run dir is
     return path
 
 
-OUT_LINK = "a link planted in the output folder: remove it, or choose another --out"
-
-
 def descend(root: Path, relative: str, what: str = "name", hint: str = OUT_LINK) -> Path:
-    """``root / relative`` (``a/b/c``), each component through :func:`child`: a folder linked
-    out of ``root`` at any depth is refused before anything is written below it."""
+    """``root / relative`` (``a/b/c``), each part through :func:`child`: a link out, refused."""
     path = Path(root)
     for part in relative.split("/"):
         path = child(path, part, what, hint)
@@ -95,9 +89,8 @@ def descend(root: Path, relative: str, what: str = "name", hint: str = OUT_LINK)
 
 
 def regular_file(path: Path, what: str) -> Path:
-    """``path`` if it is a regular file (not a FIFO, device or directory) that is not a link
-    out of its own folder (a run dir's ``summary.json`` pointing at another file would read
-    that file into a page), else one line."""
+    """``path`` if it is a regular file (not a FIFO, device or directory), not a link out of its
+    folder (a ``summary.json`` linked to another file read that file into a page); or one line."""
     if os.path.islink(path):
         home, real = resolved(Path(path).parent, what), resolved(Path(path), what)
         if home not in real.parents:
@@ -114,12 +107,15 @@ def regular_file(path: Path, what: str) -> Path:
 
 
 def open_regular(path: Path, what: str) -> IO[bytes]:
-    """A regular file of the run (:func:`regular_file`) opened for reading bytes, for a reader
-    that streams it; never blocking (``O_NONBLOCK``), and refused if what was opened is no
-    longer a regular file (swapped for a FIFO after the check)."""
+    """A regular file of the run (:func:`regular_file`) opened for reading bytes, never
+    blocking (``O_NONBLOCK``); refused if what was opened is no longer a regular file (a FIFO
+    swapped in after the check) or a link (``O_NOFOLLOW``: a link out swapped in was read)."""
     regular_file(path, what)
+    target = resolved(path, what) if os.path.islink(path) else path  # a link inside: checked
+    if target is not path and resolved(Path(path).parent, what) not in target.parents:
+        raise UserError(f"{what} {path} is a link out of its run", hint="refusing to read it")
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        fd = os.open(target, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | _NOFOLLOW)
     except OSError as e:
         raise UserError(f"cannot read {what} {path}: {e.strerror}") from None
     if not stat.S_ISREG(os.fstat(fd).st_mode):
@@ -148,9 +144,6 @@ def check_size(path: Path, what: str, max_bytes: int, said: str = "more than any
     (a path sized, then swapped for a larger file before its open, was read whole)."""
     size = os.fstat(opened.fileno()).st_size if opened is not None else os.stat(path).st_size
     _check_bytes(path, what, size, max_bytes, said)
-
-
-DAMAGED = "the file is damaged or not from andrea-diag"
 
 
 def _check_bytes(
@@ -195,6 +188,23 @@ def read_text(path: Path, what: str, max_bytes: int | None = None,
         raise UserError(f"cannot read {what} {path}: {e.strerror}") from None
 
 
+# levels of [ and { a run's JSON may nest (its files use < 10): json.loads takes ~1,000, code
+# walking it recursively less (a cascade.json 500 deep written back at --resume: a traceback)
+MAX_DEPTH = 100
+
+
+def shallow(value: Any, most: int = MAX_DEPTH) -> Any:
+    """``value``, or RecursionError where a list or dict in it nests past ``most`` levels."""
+    stack = [(value, 1)] if isinstance(value, (dict, list)) else []
+    while stack:
+        node, depth = stack.pop()
+        if depth > most:
+            raise RecursionError(f"JSON nested more than {most} levels deep")
+        items = node.values() if isinstance(node, dict) else node
+        stack.extend((v, depth + 1) for v in items if isinstance(v, (dict, list)))
+    return value
+
+
 def read_json(path: Path, what: str, kind: type | None = None) -> Any:
     """Parsed JSON of a regular file; with ``kind``, refused unless the top level is one, and
     unread when parsing it could take more memory than is free (``JSON_EXPANSION``)."""
@@ -209,7 +219,8 @@ def read_json(path: Path, what: str, kind: type | None = None) -> Any:
     else:
         text = read_text(path, what, MAX_JSON_BYTES)
     try:
-        value = mended(json.loads(text), text)  # a lone "\ud800" no page or frame can encode
+        # a lone "\ud800" no page or frame can encode; nested past what a walker of it takes
+        value = shallow(mended(json.loads(text), text))
     except MemoryError:  # an address-space limit (ulimit -v) the free memory does not show
         raise UserError(f"{what} {path} is {size_text(len(text), '.1f')} of JSON, more than this "
                         "process can parse", hint="the file is damaged or not from andrea-diag") from None  # fmt: skip
@@ -217,7 +228,7 @@ def read_json(path: Path, what: str, kind: type | None = None) -> Any:
         raise UserError(f"{what} {path} is not valid JSON ({e.msg}, line {e.lineno})") from None
     except ValueError as e:  # int()'s own digit limit (4300): no JSONDecodeError, no e.msg
         raise UserError(f"{what} {path} is not a run's JSON ({e})") from None
-    except RecursionError:  # thousands of nested brackets: no run dir writes that
+    except RecursionError:  # over MAX_DEPTH nested brackets: no run dir writes that
         raise UserError(f"{what} {path} is nested too deeply to be a run's JSON") from None
     if kind is not None and not isinstance(value, kind):
         raise UserError(
@@ -250,9 +261,8 @@ def make_out_dir(path: Path, what: str = "--out") -> Path:
     """Create the output folder ``path`` (with its parents) and prove it writable, or one line.
 
     Called before the work: a file in its place or a read-only disk found after minutes of
-    measuring would cost the measurement. The probe is a fresh temp file (``O_EXCL``), so a
-    link planted in the folder is never written through.
-    """
+    measuring would cost the measurement. The probe is a fresh temp file (``O_EXCL``): a link
+    planted in the folder is never written through."""
     path = check_path(path, what)
     try:  # exists() too: a path too long in all (PATH_MAX) is an OSError there
         if path.exists() and not path.is_dir():
@@ -270,9 +280,8 @@ def make_out_dir(path: Path, what: str = "--out") -> Path:
 
 
 def make_fresh_dir(parent: Path, prefix: str, what: str) -> Path:
-    """A new, empty folder inside ``parent`` (named ``prefix`` + a random tail), never one that
-    was there before: ``mkdir`` fails on any existing name, a planted link included. Its mode
-    is a plain ``mkdir``'s (0777 less the umask), not mkdtemp's 0700, for a shared run."""
+    """A new, empty folder in ``parent`` (``prefix`` + a random tail): ``mkdir`` fails on any
+    existing name, a planted link too. Mode: ``mkdir``'s (0777 less umask), not mkdtemp's 0700."""
     try:
         path = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
         os.chmod(path, 0o777 & ~_umask())
@@ -294,8 +303,7 @@ def open_new_file(path: Path, what: str) -> IO[bytes]:
 
 
 def file_mode() -> int:
-    """The mode a plain ``open(path, "w")`` would give (0666 less the umask); mkstemp's 0600
-    would hide a shared run's files from its readers."""
+    """The mode ``open(path, "w")`` gives (0666 less the umask): mkstemp's 0600 hides a run."""
     return 0o666 & ~_umask()
 
 
@@ -306,11 +314,9 @@ def _umask() -> int:
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` via a temp file in the same folder and a rename.
-
-    The rename replaces a symlink at ``path`` instead of writing through it, and a reader never
-    sees half a file. On any error (a full disk) the temp file is removed and one line raised.
-    """
+    """Write ``data`` to ``path`` via a temp file in the same folder and a rename: a link at
+    ``path`` is replaced, not written through, and a reader never sees half a file. On any
+    error (a full disk) the temp file is removed and one line raised."""
     path = Path(path)
     fd, tmp = -1, None
     try:
@@ -336,16 +342,6 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
 def atomic_write_text(path: Path, text: str) -> None:
     """:func:`atomic_write_bytes` of UTF-8 text."""
     atomic_write_bytes(path, text.encode("utf-8"))
-
-
-@contextlib.contextmanager
-def open_append(path: Path) -> Iterator[IO[str]]:
-    """A text file opened for appending that refuses a symlink (``O_NOFOLLOW``)."""
-    f = open_append_file(path)
-    try:
-        yield f
-    finally:
-        f.close()
 
 
 def unshare(path: Path) -> None:
@@ -398,3 +394,7 @@ def open_append_file(path: Path) -> IO[str]:
         os.close(fd)
         raise UserError(f"{path} is not a regular file", hint="refusing to write to it")
     return os.fdopen(fd, "a", encoding="utf-8")
+
+
+# a file object is its own context manager: ``with open_append(path) as f`` closes it
+open_append = open_append_file

@@ -313,6 +313,16 @@ def _check_header(path: Path, f: IO[bytes]) -> None:
     check_columns(path, "sweep.csv", header.count(b",") + 1, MAX_SWEEP_COLUMNS)
 
 
+def read_metrics(run_dir: Path) -> pd.DataFrame:
+    """The run's metrics table, cleaned (:func:`clean_table`): ``metrics.parquet`` where one
+    is (or a link or FIFO in its place: refused), else ``metrics.jsonl`` (absent: empty)."""
+    table = run_dir / "metrics.parquet"
+    if table.exists() or table.is_symlink():
+        return clean_table(read_parquet(table), "metrics", table)
+    table = run_dir / "metrics.jsonl"
+    return clean_table(read_jsonl(table), "metrics", table)
+
+
 def read_events(run_dir: Path) -> tuple[pd.DataFrame, list[dict[str, Any]]]:
     """``events.jsonl`` as (spike events, probe-failure warnings): the file holds both
     (probes/driver.py), and only the first are events."""
@@ -346,13 +356,7 @@ def load_run(run_dir: str | Path) -> dict[str, Any]:
             f"{run_dir} is not a run directory (no config.json)",
             hint="pass a directory written by `andrea-diag train` or `cascade`",
         )
-    table = run_dir / "metrics.parquet"
-    if table.exists() or table.is_symlink():
-        metrics = read_parquet(table)
-    else:
-        table = run_dir / "metrics.jsonl"
-        metrics = read_jsonl(table)
-    metrics = clean_table(metrics, "metrics", table)
+    metrics = read_metrics(run_dir)
     events, failures = read_events(run_dir)
     samples = read_jsonl(run_dir / "samples.jsonl")
     config = _opt_json(run_dir, "config.json", CONFIG)

@@ -32,6 +32,7 @@ from andrea_diag.console_text import as_typed, make_console, shown
 from andrea_diag.data import BatchPlan, Mixer, PreparedData
 from andrea_diag.device import resolve_device
 from andrea_diag.errors import BadArgument, UserError
+from andrea_diag.experiments.arm_summary import read_summary
 from andrea_diag.experiments.resume import arm_state, check_same_run, move_aside
 from andrea_diag.experiments.slow_start import SlowStart
 from andrea_diag.experiments.spec_checks import checked_arms, checked_spec
@@ -274,10 +275,8 @@ def _launch_replicas(
             f"a replica process failed: {last}",
             hint=f"{out_dir} keeps what rank 0 recorded before the failure",
         ) from None
-    return {
-        c.arm: read_json(out_dir / c.arm / "summary.json", "the arm's summary", kind=dict)
-        for c in configs
-    }
+    # cleaned and held to its table as a kept arm's is: the command formats its figures
+    return {c.arm: read_summary(child(out_dir, c.arm, "arm")) for c in configs}
 
 
 def hashes_identical(out_dir: Path, arms: list[str]) -> bool:

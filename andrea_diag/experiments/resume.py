@@ -31,13 +31,13 @@ import torch
 from andrea_diag.clip.modes import CLIPPERS
 from andrea_diag.config import RUNTIME_KEYS, RunConfig  # RUNTIME_KEYS: what a resume may change
 from andrea_diag.errors import UserError
+from andrea_diag.experiments.arm_summary import arm_summary
 from andrea_diag.experiments.config_checks import check_config
 from andrea_diag.experiments.saved_config import saved_config
 from andrea_diag.factories import build_model
 from andrea_diag.record import read_cascade_meta
-from andrea_diag.rundir import MAX_TABLE_BYTES, check_size, child, open_regular, read_json
+from andrea_diag.rundir import MAX_TABLE_BYTES, check_size, child, open_regular
 from andrea_diag.runlock import holder_alive, read_lock
-from andrea_diag.runread import SUMMARY, clean
 from andrea_diag.train.checkpoint import (
     FOLDER,
     UnreadableCheckpoint,
@@ -61,7 +61,8 @@ def move_aside(path: Path) -> Path:
             hint="wait for it to finish; nothing was moved",
         )
     n = 1
-    while (aside := path.with_name(f"{path.name}.incomplete-{n}")).exists():
+    # lexists: a dangling link at a name is taken too (the rename onto it failed)
+    while os.path.lexists(aside := path.with_name(f"{path.name}.incomplete-{n}")):
         n += 1
     try:
         path.rename(aside)
@@ -77,9 +78,10 @@ def arm_state(
 
     With ``cfg``, a checkpoint is read and checked before it is chosen (see the module
     docstring); ``warn`` hears about a torn newest checkpoint that was passed over."""
-    if (arm_dir / "summary.json").exists():  # the run's word: a field of the wrong type dropped
-        path = arm_dir / "summary.json"
-        return "done", clean(read_json(path, "the arm's summary", kind=dict), SUMMARY, str(path))
+    if os.path.lexists(arm_dir / "summary.json"):  # a link or FIFO there: read_json's line
+        # the run's word, as the report takes it: a field of the wrong type dropped, a figure
+        # its own metrics table contradicts replaced by the table's (arm_summary.py)
+        return "done", arm_summary(arm_dir)
     if os.path.lexists(arm_dir / FOLDER):  # linked out of the run: refused before any read
         child(arm_dir, FOLDER, "the checkpoints folder")
     found = checkpoints(arm_dir)
@@ -136,7 +138,7 @@ def check_rows(arm_dir: Path, ckpt: Path, positions: Any) -> None:
             check_size(path, name, MAX_TABLE_BYTES, "more than this reader takes")
     for name, size in positions.items():
         path = child(arm_dir, str(name), "a table of the checkpoint")
-        have = path.stat().st_size if path.is_file() else 0
+        have = _table_size(path, str(name))
         if not isinstance(size, int) or isinstance(size, bool) or size < 0:
             raise UserError(f"checkpoint {ckpt} holds a bad position for {name}: {size!r}")
         if have < size:
@@ -152,6 +154,15 @@ def check_rows(arm_dir: Path, ckpt: Path, positions: Any) -> None:
             raise UserError(f"{path} has no row end where checkpoint {ckpt.name} says its rows "
                             f"end (byte {size})", hint="the table is damaged; restore it, or "
                             "delete the arm's checkpoints to restart it (nothing was changed)")  # fmt: skip
+
+
+def _table_size(path: Path, name: str) -> int:
+    """A table's size, 0 when absent. A FIFO, a folder or a dangling link in its place is said
+    as what it is (it read as "shorter (0 bytes) than the checkpoint says")."""
+    if not os.path.lexists(path):
+        return 0
+    with open_regular(path, name) as f:  # sized through the descriptor the check opened
+        return os.fstat(f.fileno()).st_size
 
 
 def _byte_before(path: Path, size: int) -> bytes:

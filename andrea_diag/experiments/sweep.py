@@ -39,6 +39,7 @@ from andrea_diag.data import PreparedData
 from andrea_diag.device import resolve_device
 from andrea_diag.errors import CellsCrashed, UserError
 from andrea_diag.experiments.aggregate import write_interval_tables
+from andrea_diag.experiments.arm_summary import arm_row, arm_summary
 from andrea_diag.experiments.auto_jobs import auto_jobs
 from andrea_diag.experiments.cascade import (
     CascadeSpec,
@@ -64,13 +65,14 @@ from andrea_diag.experiments.throughput import (
     throughput,
     throughputs,
 )
-from andrea_diag.probes.verdict import COLLAPSE_VERDICTS
 from andrea_diag.record import write_json
 from andrea_diag.rundir import atomic_write_text, child, make_out_dir, read_json
-from andrea_diag.runread import SUMMARY, clean
 from andrea_diag.tables import csv_text
 from andrea_diag.train.components import check_precision
 from andrea_diag.train.graphed import check_graphable
+
+_arm_row = arm_row  # its old name here (tests/test_verdicts.py)
+Kept = dict[tuple[str, str], dict[str, Any]]  # (cell, arm) -> a finished cell's arm summary
 
 
 @dataclass
@@ -138,44 +140,6 @@ def check_cells_runnable(spec: SweepSpec, configs: list[RunConfig]) -> None:
 
 def name_of(cfg: RunConfig) -> str:
     return cell_name(cfg.size, cfg.lr, cfg.max_norm, cfg.seed, cfg.precision)
-
-
-def _arm_row(cfg: RunConfig, arm: str, summary: dict[str, Any], cell: str) -> dict[str, Any]:
-    """One arm's row of ``sweep.csv``: ``lockin`` is the run's verdict, ``collapse`` whether it
-    is diverged, locked-in or non-finite (None when the arm has no verdict: it never ran)."""
-    spikes = summary.get("spikes") or {}
-    poll = summary.get("pollution") or {}
-    lock = summary.get("lockin") or {}
-    verdict = lock.get("verdict")
-    # summaries from before the verdict carried "collapse": the same sets decide it
-    collapse = lock.get("collapse", verdict in COLLAPSE_VERDICTS if verdict else None)
-    return {
-        "cell": cell, "size": cfg.size, "lr": cfg.lr, "max_norm": cfg.max_norm,
-        "seed": cfg.seed, "precision": cfg.precision, "clip": arm,
-        "final_loss": summary.get("final_loss"), "min_loss": summary.get("min_loss"),
-        "final_eval_loss": summary.get("final_eval_loss"),
-        "min_eval_loss": summary.get("min_eval_loss"),
-        "max_grad_norm": summary.get("max_grad_norm"),
-        "pct_clipped": summary.get("pct_clipped"),
-        "n_spikes": spikes.get("n_spikes"), "n_grad_spikes": spikes.get("n_grad_spikes"),
-        "spike_score_grad": spikes.get("spike_score_grad"),
-        "n_cascades": spikes.get("n_cascades"),
-        "max_m_share": poll.get("max_m_share"), "recovery_m": poll.get("recovery_m"),
-        "max_v_share": poll.get("max_v_share"), "final_v_share": poll.get("final_v_share"),
-        "lockin": verdict, "collapse": collapse,
-        "nonfinite_updates": summary.get("nonfinite_updates"),
-        "status": summary.get("status", Status.DONE), "error": summary.get("error"),
-    }  # fmt: skip
-
-
-def _arm_summary(arm_dir: Path) -> dict[str, Any]:
-    """A finished arm's summary; a crashed one's partial summary; ``{}`` when it never started."""
-    for name in ("summary.json", "partial_summary.json"):
-        if os.path.lexists(arm_dir / name):  # a link or FIFO there is read_json's one line
-            what = f"arm {arm_dir.name}'s {name}"
-            # a kept cell's word: a field of the wrong type is dropped, as the report drops it
-            return clean(read_json(arm_dir / name, what, kind=dict), SUMMARY, what)
-    return {"status": Status.NOT_RUN}
 
 
 def _finished(cell_dir: Path) -> bool:
@@ -278,7 +242,7 @@ def run_sweep(
     data = load_data(configs[0], console)  # every cell shares the sources: prepare them once
     shas = {name: src.sha256 for name, src in data.sources.items()}
     # every refusal before the first write: a refused re-run leaves a finished sweep as it was
-    earlier = _preflight(out, dirs, configs, spec.clips, shas)
+    earlier, kept = _preflight(out, dirs, configs, spec.clips, shas)
     make_out_dir(out)
     meta = {
         "sizes": spec.sizes, "lrs": spec.lrs, "max_norms": spec.max_norms, "seeds": spec.seeds,
@@ -294,7 +258,7 @@ def run_sweep(
         t0, before = time.perf_counter(), recorded_updates(dirs, spec.clips)
         if not spec.executor.in_process:  # every unfinished cell in its own process, N at once
             crashed = _run_out_of_process(spec, dirs, configs, out, console, after_cell)
-        rows = _each_cell(spec, configs, out, dirs, data, crashed, console, after_cell)
+        rows = _each_cell(spec, configs, out, dirs, data, crashed, console, after_cell, kept)
         table = pd.DataFrame(rows)
         write_interval_tables(out, table)
         wall = time.perf_counter() - t0
@@ -334,16 +298,21 @@ def _resolve_jobs(spec: SweepSpec, configs: list[RunConfig], console: Console) -
 
 def _preflight(
     out: Path, dirs: list[Path], configs: list[RunConfig], clips: list[str], shas: dict[str, str]
-) -> dict[str, Any]:
-    """Refuse a re-run that does not match its finished cells (one line, nothing written), and
-    give the earlier invocations' throughput figures from ``sweep.json`` (kept, not lost)."""
+) -> tuple[dict[str, Any], Kept]:
+    """Refuse a re-run that does not match its finished cells, or one whose kept summaries
+    cannot be read (one line, nothing written); give the earlier invocations' throughput
+    figures from ``sweep.json`` (kept, not lost) and the finished cells' arm summaries."""
+    kept: Kept = {}
     for cell_dir, cfg in zip(dirs, configs, strict=True):
         if _finished(cell_dir):
             _check_same(cell_dir, cfg, clips, shas)
+            for arm in clips:  # checked against its own table (arm_summary.py), once
+                kept[cell_dir.name, arm] = arm_summary(cell_dir / arm, cell_dir.name)
     child(out, "cells", "the cells' folder")  # the executor's logs: a link out is refused
     if not os.path.lexists(out / "sweep.json"):
-        return {}
-    return earlier_throughputs(read_json(out / "sweep.json", "the sweep's sweep.json", kind=dict))
+        return {}, kept
+    meta = read_json(out / "sweep.json", "the sweep's sweep.json", kind=dict)
+    return earlier_throughputs(meta), kept
 
 
 def _each_cell(
@@ -355,11 +324,13 @@ def _each_cell(
     crashed: dict[str, str],
     console: Console,
     after_cell: AfterCell | None,
+    kept: Kept,
 ) -> list[dict[str, Any]]:
     """Train each unfinished cell here when the sweep runs them in its own process, and give
     every cell's arm rows (``sweep.csv`` written as they grow); ``crashed`` (cell -> error)
     gains the cells that crash here. ``data``: the sources every cell shares; ``dirs``: the
-    cells' folders (finished ones were checked against ``configs`` by :func:`_preflight`)."""
+    cells' folders (finished ones were checked against ``configs`` by :func:`_preflight`,
+    which read their summaries: ``kept``)."""
     rows: list[dict[str, Any]] = []
     for i, (cfg, cell_dir) in enumerate(zip(configs, dirs, strict=True), 1):
         name = name_of(cfg)
@@ -385,11 +356,16 @@ def _each_cell(
                 crashed[name] = error
                 console.print(f"[red]cell {name} crashed[/] ({error}); continuing", highlight=False)
         for arm in spec.clips:
-            summary = {"status": Status.NOT_RUN} if unmerged else _arm_summary(cell_dir / arm)
+            if unmerged:
+                summary: dict[str, Any] = {"status": Status.NOT_RUN}
+            elif (name, arm) in kept:
+                summary = kept[name, arm]
+            else:
+                summary = arm_summary(cell_dir / arm, name)
             # an arm that finished before another arm of its cell crashed keeps its summary
             if name in crashed and summary.get("status", Status.DONE) != Status.DONE:
                 summary = {**summary, "status": Status.CRASHED, "error": crashed[name]}
-            rows.append(_arm_row(cfg, arm, summary, name))
+            rows.append(arm_row(cfg, arm, summary, name))
         # the table grows cell by cell: a crash keeps every finished cell's rows
         atomic_write_text(out / "sweep.csv", csv_text(pd.DataFrame(rows)))
     return rows

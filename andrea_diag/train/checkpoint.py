@@ -31,12 +31,13 @@ import contextlib
 import json
 import os
 import random
+import re
 import tempfile
 import time
 import zlib
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 import safetensors
@@ -45,7 +46,7 @@ import torch
 
 from andrea_diag.errors import UserError
 from andrea_diag.record import _jsonable
-from andrea_diag.rundir import child, file_mode, read_json, regular_file, remove_file
+from andrea_diag.rundir import child, file_mode, open_regular, read_json, remove_file
 from andrea_diag.train.checkpoint_fit import (
     STATE_KEY,
     Header,
@@ -110,8 +111,20 @@ def fitting(path: Path) -> Iterator[None]:
 
 
 def checkpoints(run_dir: Path) -> list[Path]:
-    """This run's checkpoints, oldest first (regular files only: a link or a FIFO is skipped)."""
-    return sorted(p for p in (Path(run_dir) / FOLDER).glob("ckpt-*.pt") if _is_file(p))
+    """This run's checkpoints, oldest first by their update number (regular files named as
+    :class:`Checkpointer` names them only: a link, a FIFO or ``ckpt-x.pt`` is skipped). By
+    name, ``ckpt-x.pt`` planted in the folder was the newest: read first at a resume, and
+    kept while the run's own older checkpoint, its fallback, was deleted; and update
+    10,000,000 sorted before 9,999,999."""
+    found = []
+    for p in (Path(run_dir) / FOLDER).glob("ckpt-*.pt"):
+        number = _NAME.fullmatch(p.name)
+        if number is not None and _is_file(p):
+            found.append((int(number.group(1)), p))
+    return [p for _, p in sorted(found)]
+
+
+_NAME = re.compile(r"ckpt-([0-9]{7,18})\.pt")  # ASCII digits: "ckpt-٣.pt" is not ours
 
 
 def _is_file(path: Path) -> bool:
@@ -190,11 +203,15 @@ def _write_atomic(path: Path, tensors: dict[str, torch.Tensor], meta: dict[str, 
     """safetensors to a temp file in the folder, fsync, rename, fsync the folder; on any error
     (a full disk) the temp file is removed and one line raised."""
     tmp: str | None = None
+    fd = -1
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
         os.fchmod(fd, file_mode())
         os.close(fd)
+        fd = -1
+        # safetensors writes its own temp file beside ``tmp`` and renames it over: a link at
+        # ``tmp`` is replaced, never written through
         safetensors.torch.save_file(tensors, tmp, metadata=meta)
         with open(tmp, "rb") as f:
             os.fsync(f.fileno())
@@ -208,21 +225,43 @@ def _write_atomic(path: Path, tensors: dict[str, torch.Tensor], meta: dict[str, 
     except (OSError, safetensors.SafetensorError) as exc:
         full = (isinstance(exc, OSError) and exc.errno == 28) or "No space" in str(exc)
         why = "no space left on the device" if full else getattr(exc, "strerror", None) or exc
+        # a folder planted at the checkpoint's name: freeing space would not help
+        planted = isinstance(exc, IsADirectoryError) or os.path.isdir(path)
         raise UserError(
             f"cannot write checkpoint {path} ({why})",
-            hint="the run's rows so far are kept; free space and resume with --resume",
+            hint="the run's rows so far are kept; "
+            + ("move that folder out of the run" if planted else "free space")
+            + " and resume with --resume",
         ) from None
     finally:
+        if fd >= 0:
+            os.close(fd)
         if tmp is not None:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
 
 
-def _old_format(path: Path) -> bool:
+def _old_format(f: IO[bytes]) -> bool:
     """A torch pickle (zip or legacy): the format before /2, refused unread."""
-    with open(path, "rb") as f:
-        head = f.read(4)
+    head = f.read(4)
     return head.startswith(b"PK\x03\x04") or head[:1] == b"\x80"
+
+
+def fd_path(fd: int, path: Path) -> str:
+    """A name safetensors opens as the file behind ``fd`` (Linux ``/proc/self/fd``, else
+    ``/dev/fd``): the file read is the file checked (one swapped in after the check is never
+    opened), and a folder named in another encoding (``run\\udcff``) still opens. safetensors
+    refuses such a path itself ("not valid UTF-8"), which read as a torn checkpoint, to delete.
+    Without either folder: the path, or one line where it is not UTF-8."""
+    for folder in ("/proc/self/fd", "/dev/fd"):
+        if os.path.isdir(folder):
+            return f"{folder}/{fd}"
+    try:
+        str(path).encode("utf-8")
+    except UnicodeEncodeError:
+        raise UserError(f"checkpoint {path} is in a folder whose name is not UTF-8, which "
+                        "safetensors cannot open here", hint="rename the folder in UTF-8") from None  # fmt: skip
+    return str(path)
 
 
 def _document(doc: torch.Tensor | None) -> tuple[Any, Exception | None]:
@@ -245,25 +284,44 @@ def read_checkpoint(
     Before any tensor data is read (``checkpoint_fit.py``): the file's size against the memory
     free and ``need`` (what the model and optimizer it is to fill hold), its header's names,
     the identity in its JSON document against ``expect`` (:func:`check_identity`), and each
-    model and optimizer tensor's dtype and shape against ``need``."""
-    regular_file(path, "checkpoint")
+    model and optimizer tensor's dtype and shape against ``need``. Every check and every read
+    is of the one descriptor :func:`~andrea_diag.rundir.open_regular` opened."""
     unreadable = UnreadableCheckpoint(
         f"checkpoint {path} cannot be read",
         hint="it is torn or damaged; delete it to resume from the one before (two are kept)",
     )
+    with open_regular(path, "checkpoint") as raw:
+        try:
+            old = _old_format(raw)
+        except OSError:
+            raise unreadable from None
+        if old:
+            raise UserError(
+                f"checkpoint {path} is in the old pickle format, which is never loaded "
+                "(reading it could run code)",
+                hint=OLD_HINT.format(folder=path.parent),
+            )
+        check_file_size(path, need, raw)  # by fstat: safetensors maps the whole file
+        tree, bad, tensors = _read_tensors(raw, path, need, expect, unreadable)
     try:
-        old = _old_format(path)
-    except OSError:
-        raise unreadable from None
-    if old:
-        raise UserError(
-            f"checkpoint {path} is in the old pickle format, which is never loaded "
-            "(reading it could run code)",
-            hint=OLD_HINT.format(folder=path.parent),
-        )
-    check_file_size(path, need)  # by stat: safetensors maps the whole file when it opens it
+        if bad is not None:  # a document that does not parse under a CRC that holds: crafted
+            raise bad
+        state = decode(tree, [tensors[f"t{i:06d}"] for i in range(len(tensors))])
+    except (ValueError, RecursionError, StateFormatError) as exc:
+        raise UserError(f"checkpoint {path} holds {exc}", hint="it is not one we wrote") from None
+    if not isinstance(state, dict) or state.get("format") != FORMAT:
+        raise UserError(f"{path} is not an andrea-diag checkpoint of format {FORMAT}")
+    return state
+
+
+def _read_tensors(
+    raw: IO[bytes], path: Path, need: Need | None, expect: Mapping[str, Any] | None,
+    unreadable: UnreadableCheckpoint,
+) -> tuple[Any, Exception | None, dict[str, torch.Tensor]]:  # fmt: skip
+    """The JSON document's tree (or its parse error) and the tensors but the document's, read
+    once the header fits ``need`` and the document ``expect``, and the CRC checked."""
     try:
-        with safetensors.safe_open(str(path), framework="pt") as f:
+        with safetensors.safe_open(fd_path(raw.fileno(), path), framework="pt") as f:
             head = Header.of(f, path)
             doc = f.get_tensor(STATE_KEY) if STATE_KEY in head.specs else None  # read once
             tree, bad = _document(doc)
@@ -281,15 +339,7 @@ def read_checkpoint(
         raise unreadable from None
     if head.meta.get("crc32") != _crc({**tensors, STATE_KEY: doc} if doc is not None else tensors):
         raise unreadable
-    try:
-        if bad is not None:  # a document that does not parse under a CRC that holds: crafted
-            raise bad
-        state = decode(tree, [tensors[f"t{i:06d}"] for i in range(len(tensors))])
-    except (ValueError, RecursionError, StateFormatError) as exc:
-        raise UserError(f"checkpoint {path} holds {exc}", hint="it is not one we wrote") from None
-    if not isinstance(state, dict) or state.get("format") != FORMAT:
-        raise UserError(f"{path} is not an andrea-diag checkpoint of format {FORMAT}")
-    return state
+    return tree, bad, tensors
 
 
 def check_identity(state: Mapping[str, Any], path: Path, expect: Mapping[str, Any]) -> None:

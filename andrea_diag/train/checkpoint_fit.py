@@ -26,7 +26,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import torch
 
@@ -122,15 +122,16 @@ def need_of(model: torch.nn.Module, cfg: RunConfig) -> Need:
     return Need.of(model, build_optimizer(model, cfg.recipe_cfg, lr, torch.device("cpu")))
 
 
-def check_file_size(path: Path, need: Need | None) -> None:
-    """By ``stat``, before safetensors maps the file: more than the need, or than the memory
-    free holds ``COPIES`` of, is refused unread."""
+def check_file_size(path: Path, need: Need | None, opened: IO[Any] | None = None) -> None:
+    """By ``stat`` (of ``opened``, the file as opened, when given), before safetensors maps
+    the file: more than the need, or than the memory free holds ``COPIES`` of, is refused
+    unread."""
     if need is not None:
         check_size(path, "checkpoint", need.max_bytes, "more than this run's model and "
-                   "optimizer hold")  # fmt: skip
+                   "optimizer hold", opened)  # fmt: skip
     free = available_memory()
     if free is not None:
-        check_size(path, "checkpoint", free // COPIES, "more than the memory free holds")
+        check_size(path, "checkpoint", free // COPIES, "more than the memory free holds", opened)
 
 
 @dataclass(frozen=True)
