@@ -14,10 +14,20 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Literal, get_args
+from typing import Any
 
 from andrea_diag.clip_params import ClipParams
-from andrea_diag.errors import UserError
+from andrea_diag.config_choices import (
+    ClipImpl,
+    DeviceName,
+    MatmulPrecision,
+    MixerPolicy,
+    RecipeName,
+    SizeName,
+    SourceMode,
+    check_choices,
+)
+from andrea_diag.errors import BadArgument, UserError
 from andrea_diag.field_types import plain_fields
 from andrea_diag.fields import MAX_SEED, MAX_UPDATES, check_bounds, cli, cli_fields
 from andrea_diag.injections import Injection, injection_forms, parse_injections
@@ -40,21 +50,7 @@ __all__ = [  # the presets live in presets.py; importers of the config find them
     "Injection", "ModelConfig", "Preset", "ProbeConfig", "Recipe", "RunConfig", "parse_injections",
 ]  # fmt: skip
 
-MixerPolicy = Literal["seeded", "exp3"]
-ClipImpl = Literal["auto", "cuda", "reference", "torch"]
-MatmulPrecision = Literal["highest", "high", "medium"]
-DeviceName = Literal["auto", "cpu", "cuda"]
-RecipeName = Literal["v1", "v2"]
-SizeName = Literal["tiny", "12m", "120m", "tiny2", "30m", "60m"]
-SourceMode = Literal["default-plus-given", "only"]
-
 EVALS_PER_RUN = 50  # held-out evaluations when --eval-every is not given
-
-
-def _check_choice(value: str, choices: Any, what: str) -> None:
-    allowed = get_args(choices) if not isinstance(choices, tuple) else choices
-    if value not in allowed:
-        raise UserError(f"unknown {what} {value!r}", hint=f"choose from {', '.join(allowed)}")
 
 
 # the presets' own defaults, for --help (one source: presets.py)
@@ -299,6 +295,12 @@ class RunConfig:
 
     def __post_init__(self) -> None:  # a wrong type refused where given, numpy's as Python's
         vars(self).update(plain_fields(self, "RunConfig"))
+        if self.mixer == "exp3" and self.mixer_sharpness is not None:  # else silently ignored
+            raise BadArgument(
+                "--mixer-sharpness (mixer_sharpness) shapes the seeded mixer only; "
+                f"--mixer exp3 ignores it, got {self.mixer_sharpness!r}",
+                hint="drop --mixer-sharpness, or use --mixer seeded",
+            )
 
     def resolve(self) -> RunConfig:
         """Fill size/recipe defaults and validate; returns a new, fully concrete config.
@@ -307,15 +309,11 @@ class RunConfig:
         (``clip.modes.make_clipper`` and ``train.components.make_precision``; the commands'
         ``--clip`` and ``commands.options.checked``), so that importing the config imports no
         torch."""
-        _check_choice(self.size, tuple(PRESETS), "size")
-        _check_choice(self.recipe, tuple(RECIPES), "recipe")
-        _check_choice(self.mixer, MixerPolicy, "mixer")
-        _check_choice(self.clip_impl, ClipImpl, "clip implementation")
-        _check_choice(self.matmul_precision, MatmulPrecision, "matmul precision")
-        _check_choice(self.device, DeviceName, "device")
-        _check_choice(self.source_mode, SourceMode, "--sources mode")
+        check_choices(self)
         preset = PRESETS[self.size]
         lr = RECIPES[self.recipe].lr if preset.lr is None else preset.lr
+        # exp3 reads no sharpness: its config records none, not a preset's value it ignored
+        sharpness = preset.mixer_sharpness if self.mixer == "seeded" else None
         out = dataclasses.replace(
             self,
             lr=lr if self.lr is None else self.lr,
@@ -323,9 +321,7 @@ class RunConfig:
             micro_batch=preset.micro_batch if self.micro_batch is None else self.micro_batch,
             accum=preset.accum if self.accum is None else self.accum,
             seq_len=preset.seq_len if self.seq_len is None else self.seq_len,
-            mixer_sharpness=(
-                preset.mixer_sharpness if self.mixer_sharpness is None else self.mixer_sharpness
-            ),
+            mixer_sharpness=sharpness if self.mixer_sharpness is None else self.mixer_sharpness,
             arm=self.arm or self.clip,
             # the preset's own run only: its injection is placed for its length
             inject=self.inject or ([] if self.steps is not None else list(preset.inject)),
@@ -391,6 +387,8 @@ class RunConfig:
         kw = {k: v for k, v in d.items() if k in names and k not in ("probes", "clip_params")}
         kw["probes"] = ProbeConfig.from_dict({**d, **(d.get("probes") or {})})
         kw["clip_params"] = ClipParams.from_dict(d.get("clip_params"))
+        if kw.get("mixer") == "exp3":  # recorded by older versions, never read by exp3
+            kw["mixer_sharpness"] = None
         kw.setdefault("mixer_sharpness", 1.0)  # written before the knob: the seeds' mixer
         return cls(**kw)
 

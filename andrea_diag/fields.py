@@ -107,16 +107,30 @@ def check_bounds(obj: Any, error: type[Exception]) -> None:
                         "(it would read the working folder)")  # fmt: skip
         if value is None or isinstance(value, (bool, str, list, dict)):
             continue
+        if (problem := bound_problem(meta, value)) is None:
+            continue
         flag = meta.flag(f.name)
-        if meta.positive and (problem := positive_problem(value)) is not None:
-            if 0 < value < math.inf and issubclass(OutOfRange, error):  # not nan, 0 or below
-                raise OutOfRange(f"{flag} {problem}", flag, value)
-            raise error(f"{flag} {problem}")
-        if meta.lo is not None and value < meta.lo:
-            least = "0 or more" if meta.lo == 0 else f"at least {meta.lo:g}"
-            raise error(f"{flag} must be {least}, got {value}")
-        if meta.hi is not None and value > meta.hi:
-            raise error(f"{flag} must be at most {meta.hi:.0f}, got {value}")
+        if meta.positive and 0 < value < math.inf and issubclass(OutOfRange, error):
+            raise OutOfRange(f"{flag} {problem}", flag, value)  # not nan, 0 or below
+        raise error(f"{flag} {problem}")
+
+
+def bound_problem(meta: Cli, value: float) -> str | None:
+    """What is wrong with the number ``value`` against ``meta``'s bounds (the words after the
+    option's name), or None: ``check_bounds``'s rule, and the specs' for each value of a grid's
+    axis (``experiments/spec_checks.py``).
+
+    >>> bound_problem(Cli(help="", lo=1), 0), bound_problem(Cli(help="", positive=True), 2.0)
+    ('must be at least 1, got 0', None)
+    """
+    if meta.positive and (problem := positive_problem(value)) is not None:
+        return problem
+    if meta.lo is not None and value < meta.lo:
+        least = "0 or more" if meta.lo == 0 else f"at least {meta.lo:g}"
+        return f"must be {least}, got {value}"
+    if meta.hi is not None and value > meta.hi:
+        return f"must be at most {meta.hi:.0f}, got {value}"
+    return None
 
 
 def _blank_path(value: Any) -> str | None:

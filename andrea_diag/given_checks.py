@@ -27,7 +27,7 @@ from typing import Any
 from urllib.parse import urlsplit
 from urllib.request import url2pathname
 
-from andrea_diag.errors import BadArgument, UserError, unsafe
+from andrea_diag.errors import BadArgument, BadType, UserError, unsafe
 from andrea_diag.rundir import check_path
 
 
@@ -47,9 +47,7 @@ def given_path(value: Any, what: str | None = None) -> Path:
     if isinstance(value, os.PathLike):
         value = os.fspath(value)
     if not isinstance(value, str):  # bytes too: every reader here joins str paths
-        raise TypeError(
-            f"{what or 'a path'} must be a str or a path, got {kind_of(value)} {value!r}"
-        )
+        raise BadType(f"{what or 'a path'} must be a str or a path, got {kind_of(value)} {value!r}")
     if value == "":
         raise BadArgument(f"{what}: {EMPTY_PATH}" if what else EMPTY_PATH)
     if "\0" in value:
@@ -158,7 +156,7 @@ def check_project(
 ) -> None:
     """A W&B project (``wandb``) or MLflow experiment name that the tool will take."""
     if not isinstance(project, str):
-        raise TypeError(f"{what} must be a str, got {kind_of(project)} {project!r}")
+        raise BadType(f"{what} must be a str, got {kind_of(project)} {project!r}")
     if not project.strip():
         raise BadArgument(f"{what} is empty", hint=f"name the runs' project, e.g. {example}")
     if unsafe(project):
@@ -201,7 +199,7 @@ def mlflow_uri(store: Any, what: str = "--mlflow", example: str = MLFLOW_EXAMPLE
         text = str(given_path(store, what))
         return _file_store(text, text, what, example)
     if not isinstance(store, str):
-        raise TypeError(f"{what} must be a str (a tracking URI or a folder) or a path, "
+        raise BadType(f"{what} must be a str (a tracking URI or a folder) or a path, "
                         f"got {kind_of(store)} {store!r}")  # fmt: skip
     if not store.strip():
         raise BadArgument(f"{what} is empty: it takes the tracking store", hint=example)

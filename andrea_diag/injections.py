@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from enum import StrEnum
 
-from andrea_diag.errors import UserError
+from andrea_diag.errors import BadType, UserError
 
 # ASCII digits only: str.isdigit() and int() also take "²" or "٤" (a traceback in int(), or a
 # number the user never typed) and int() takes "1_0"
@@ -33,6 +33,9 @@ def parse_injections(specs: list[str], steps: int) -> dict[int, Injection]:
 
     An update named twice is refused: one update takes one injection, and keeping the last
     would drop one the user asked for without a word."""
+    if isinstance(specs, str):  # a str is a list of one-letter specs: "bad --inject 'o'"
+        raise BadType(f"--inject takes a list of KIND@UPDATE, got str {specs!r}"[:300],
+                      hint=f"pass a list: [{specs!r}]"[:300])  # fmt: skip
     out: dict[int, Injection] = {}
     kinds = [k.value for k in Injection]
     for spec in specs:
@@ -41,7 +44,11 @@ def parse_injections(specs: list[str], steps: int) -> dict[int, Injection]:
             raise UserError(
                 f"bad --inject {spec!r}", hint=f"use {injection_forms()}, e.g. {kinds[0]}@40"
             )
-        update = int(at)
+        digits = at.lstrip("0") or "0"
+        if len(digits) > len(str(steps)):  # past steps, and int() refuses 4,300 digits or more
+            shown = digits if len(digits) <= 20 else f"of {len(digits):,} digits"
+            raise UserError(f"--inject {kind}@...: update {shown} is outside 1..{steps}")
+        update = int(digits)
         if not 1 <= update <= steps:
             raise UserError(f"--inject {spec!r}: update {update} is outside 1..{steps}")
         if update in out:

@@ -275,7 +275,7 @@ def test_a_meaningful_sweep_combination_still_reaches_the_sweep(
         raise SystemExit(0)
 
     monkeypatch.setattr("andrea_diag.experiments.sweep.run_sweep", fake_sweep)
-    monkeypatch.setattr("andrea_diag.experiments.executor._check_submitit", lambda kind: None)
+    monkeypatch.setattr("andrea_diag.experiments.executor_config.check_submitit", lambda kind: None)
     res = runner.invoke(app, args)
     assert "spec" in seen, res.output
 

@@ -33,6 +33,7 @@ LAYERS: dict[str, int] = {
     "fields": 0,  # the config's CLI metadata
     "field_types": 0,  # the Python types of the config's fields, checked where given
     "presets": 0,  # sizes and recipes, re-exported by config
+    "config_choices": 0,  # the config's closed choices (Literal types) and their check
     "probe_config": 0,
     "clip_params": 0,  # the clip modes' parameters: a part of RunConfig, so below clip
     "injections": 0,  # --inject's kinds and parser: a part of RunConfig

@@ -20,9 +20,9 @@ import typer
 
 from andrea_diag.errors import UserError
 from andrea_diag.experiments.executor import ExecutorConfig, uses_cuda
+from andrea_diag.experiments.spec_checks import MAX_JOBS, unused_executor_field
 
-MAX_JOBS = 256  # cells in flight: past any GPU's or scheduler's sensible concurrency
-SLURM_GPUS, SLURM_TIME = 1, 240  # the defaults: a value other than these was typed
+SLURM_GPUS, SLURM_TIME = 1, 240  # ExecutorConfig's defaults: a value other than these was typed
 
 Jobs = Annotated[
     str,
@@ -94,29 +94,21 @@ def executor_config(
     """The checked :class:`ExecutorConfig` of these options (one line for a bad value);
     ``--jobs auto`` is resolved when the cells are known (``sweep.run_sweep``)."""
     n = parse_jobs(jobs)
-    _refuse_unused(executor, mps, partition, gpus, time_min)
     ex = ExecutorConfig(kind=executor, jobs=n or 1, auto_jobs=n is None, partition=partition,
                         gpus=gpus, time_min=time_min, mps=mps, merge_only=merge_only)  # fmt: skip
+    _refuse_unused(ex)
     ex.check()
     return ex
 
 
-def _refuse_unused(
-    executor: str, mps: str, partition: str | None, gpus: int, time_min: int
-) -> None:
+def _refuse_unused(ex: ExecutorConfig) -> None:
     """An option given (other than its default) that this executor never reads: one line,
-    not a setting silently dropped. The partition and GPUs go to Slurm alone, the time limit to
-    submitit's jobs, MPS to local cells."""
-    unused = [
-        (partition is not None and executor != "slurm", "--slurm-partition", "slurm"),
-        (gpus != SLURM_GPUS and executor != "slurm", "--slurm-gpus", "slurm"),
-        (time_min != SLURM_TIME and executor == "local", "--slurm-time", "slurm or submitit-local"),
-        (mps == "on" and executor != "local", "--mps on", "local"),
-    ]
-    for given, flag, needs in unused:
-        if given:
-            raise UserError(f"{flag} has no effect with --executor {executor}",
-                            hint=f"it applies to --executor {needs}; drop it")  # fmt: skip
+    not a setting silently dropped (``spec_checks.unused_executor_field``: a Python caller's
+    spec is refused by the same rule)."""
+    if (unused := unused_executor_field(ex)) is not None:
+        _, flag, needs = unused
+        raise UserError(f"{flag} has no effect with --executor {ex.kind}",
+                        hint=f"it applies to --executor {needs}; drop it")  # fmt: skip
 
 
 def check_mps_device(ex: ExecutorConfig, device: str) -> None:

@@ -64,7 +64,7 @@ def ladder(
                         hint="e.g. --clip none,global")  # fmt: skip
     refuse_unused_max_norm(arms, run.explicit)
     check_mps_device(ex, run.config.device)
-    axes = grid_axes(run, size=size, lr=lr, max_norm=max_norm, seed=seed)
+    axes = grid_axes(run, arms, size=size, lr=lr, max_norm=max_norm, seed=seed)
     spec = LadderSpec(
         base=grid_base(run.config, axes), sizes=axes["size"], lrs=axes["lr"],
         seeds=axes["seed"], precisions=axes["precision"], max_norms=axes["max_norm"],

@@ -290,10 +290,7 @@ def flag_of(field: str) -> str:
 def checked(cfg: RunConfig) -> RunConfig:
     """``cfg`` itself, once it resolves: bad options fail before any work starts (the checks a
     saved config passes too are experiments/config_checks.py's; these are the command line's)."""
-    check_config(cfg, flag_of)
-    if cfg.mixer == "exp3" and cfg.mixer_sharpness is not None:  # None: not typed
-        raise UserError(f"--mixer-sharpness shapes the seeded mixer only, not --mixer {cfg.mixer}",
-                        hint="drop --mixer-sharpness, or use --mixer seeded")  # fmt: skip
+    check_config(cfg, flag_of)  # --mixer-sharpness with exp3: RunConfig's own refusal
     if cfg.hf_config is not None:  # the loader's own checks, before the run's folder is made
         read_config(cfg.hf_config)
     return cfg

@@ -12,7 +12,9 @@ from typing import Annotated
 import typer
 
 from andrea_diag.errors import UserError
-from andrea_diag.report.plotlyjs import PLOTLY_MODES
+from andrea_diag.experiments.spec_checks import CHOICES
+
+PLOTLY_MODES = CHOICES["plotly"]  # the specs' own list: --plotly and plotly= take the same
 
 PlotlyMode = Annotated[
     str,

@@ -6,6 +6,7 @@ Their shared options are declared once, in ``options.py``.
 from __future__ import annotations
 
 import dataclasses
+import math
 from pathlib import Path
 from typing import Annotated
 
@@ -30,6 +31,8 @@ from andrea_diag.errors import UserError
 from andrea_diag.experiments.cascade import CascadeSpec, default_out, run_cascade
 from andrea_diag.experiments.executor import ExecutorConfig
 from andrea_diag.fields import comma_items
+from andrea_diag.runread import MAX_ARMS
+from andrea_diag.sweep_table import MAX_SWEEP_ROWS
 from andrea_diag.train.distributed import env_rank
 
 console = make_console(stderr=True)
@@ -53,6 +56,9 @@ def _spec(clip: str, run: RunArgs) -> CascadeSpec:
 
 def _arms(clip: str) -> list[str]:
     arms = comma_items(clip, "--clip", UserError)
+    if len(arms) > MAX_ARMS:  # the API's limit (spec_checks.check_count): one line, first
+        raise UserError(f"--clip lists {len(arms):,} arms, more than a cascade runs "
+                        f"({MAX_ARMS:,})", hint="give fewer arms")  # fmt: skip
     bad = [c for c in arms if c not in CLIP_MODES]
     if bad:
         raise UserError(
@@ -157,11 +163,20 @@ def grid_base(base: RunConfig, axes: dict[str, list]) -> RunConfig:
     return checked(dataclasses.replace(base, size=axes["size"][0], precision=axes["precision"][0]))
 
 
-def grid_axes(run: RunArgs, **lists: str) -> dict[str, list]:
+def grid_axes(run: RunArgs, arms: list[str], **lists: str) -> dict[str, list]:
     """The comma lists of a grid command by config field name (``--precision``'s value is one
-    more axis), each named in errors by its field's flag."""
+    more axis), each named in errors by its field's flag; a grid of more ``arms`` in all than
+    a sweep runs is one line before any value is checked (each is a config resolved)."""
     casts = {"size": str, "lr": float, "max_norm": float, "seed": int, "precision": str}
     lists = {**lists, "precision": run.config.precision}
+    items = {name: comma_items(value, BY_NAME[name].flag, UserError)
+             for name, value in lists.items()}  # fmt: skip
+    total = math.prod(len(v) for v in items.values()) * len(arms)
+    if total > MAX_SWEEP_ROWS:  # the API's limit (spec_checks.check_count)
+        flags = ", ".join(BY_NAME[name].flag for name, v in items.items() if len(v) > 1)
+        raise UserError(f"the grid ({flags} x --clip) is {total:,} arms, more than a sweep "
+                        f"runs ({MAX_SWEEP_ROWS:,})", hint="give fewer values per axis, or "
+                        "split the grid into several sweeps")  # fmt: skip
     return {name: _csv(value, casts[name], BY_NAME[name].flag) for name, value in lists.items()}
 
 
@@ -193,7 +208,7 @@ def sweep(
     arms = _arms(clip)
     refuse_unused_max_norm(arms, run.explicit)
     check_mps_device(ex, run.config.device)
-    axes = grid_axes(run, size=size, lr=lr, max_norm=max_norm, seed=seed)
+    axes = grid_axes(run, arms, size=size, lr=lr, max_norm=max_norm, seed=seed)
     spec = SweepSpec(base=grid_base(run.config, axes), sizes=axes["size"], lrs=axes["lr"],
                      max_norms=axes["max_norm"], seeds=axes["seed"], clips=arms, out=run.out,
                      executor=ex, precisions=axes["precision"],

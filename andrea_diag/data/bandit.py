@@ -26,12 +26,14 @@ experiments record its batches once and replay them (see :class:`batches.BatchPl
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass, field
 from typing import Any
 
 from andrea_diag.config import SOURCE_NAMES
 from andrea_diag.data.generators import Rng
-from andrea_diag.errors import UserError
+from andrea_diag.errors import BadArgument, BadType, UserError
+from andrea_diag.fields import MAX_SEED, MAX_UPDATES
 
 PHASE_LENGTHS = (7, 14, 21, 28, 42)  # optimizer updates per phase (the seeds' bandit)
 MIXER_POLICIES = ("seeded", "exp3")
@@ -67,6 +69,30 @@ class Phase:
         }
 
 
+def _check_exp3(eta: float, smoothing: float) -> None:
+    """exp3's inverse temperature (finite, 0 or more: ``inf`` makes every weight nan) and
+    its smoothing (a share of the newest loss, in (0, 1])."""
+    if not (math.isfinite(eta) and eta >= 0):
+        raise BadArgument(f"exp3 inverse temperature eta must be finite and 0 or more, got {eta}")
+    if not 0.0 < smoothing <= 1.0:
+        raise BadArgument(f"exp3 smoothing must be in (0, 1], got {smoothing}")
+
+
+def _check_seed_and_names(seed: int, names: tuple[str, ...]) -> None:
+    """A seed as the config takes one (an int, 0 to ``MAX_SEED``: ``True`` or ``"a"`` seeded a
+    schedule of their own), and source names: a tuple of distinct strs, at least one (a
+    ``str`` was one source per letter, ``()`` phases of no weights, a name twice one weight)."""
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+        raise BadType(f"mixer seed must be an int, got {type(seed).__name__} {seed!r}"[:300])
+    if not 0 <= seed <= MAX_SEED:
+        raise BadArgument(f"mixer seed must be from 0 to {MAX_SEED}, got {seed}")
+    if isinstance(names, str) or not all(isinstance(n, str) for n in names):
+        raise BadType(f"source_names must be a tuple of str, got {names!r}"[:300])
+    if not names or len(set(names)) != len(names):
+        raise BadArgument(f"source_names must name at least one source, each once, got "
+                          f"{tuple(names)!r}"[:300])  # fmt: skip
+
+
 class Mixer:
     """Phase schedule plus per-phase source weights, under the ``seeded`` or ``exp3`` policy."""
 
@@ -83,10 +109,16 @@ class Mixer:
         gamma: float = 0.1,
         eta: float = 2.0,
         smoothing: float = 0.5,
-        sharpness: float = 1.0,
+        sharpness: float | None = None,
     ) -> None:
         if policy not in MIXER_POLICIES:
             raise UserError(f"unknown mixer {policy!r}", hint="choose seeded or exp3")
+        if policy == "exp3" and sharpness is not None:  # it would be silently ignored
+            raise UserError(f"mixer sharpness shapes the seeded mixer only, not exp3 (got "
+                            f"{sharpness!r})", hint="leave sharpness unset for exp3")  # fmt: skip
+        sharpness = 1.0 if sharpness is None else sharpness  # None: the seeds' mixer
+        if isinstance(sharpness, bool) or not isinstance(sharpness, numbers.Real):
+            raise BadType(f"mixer sharpness must be a number, got {type(sharpness).__name__}")
         if not (math.isfinite(sharpness) and sharpness >= MIN_SHARPNESS):
             raise UserError(
                 f"mixer sharpness must be at least {MIN_SHARPNESS}, got {sharpness}",
@@ -94,6 +126,9 @@ class Mixer:
             )
         if not 0.0 <= gamma <= 1.0:
             raise UserError(f"exp3 exploration gamma must be in [0, 1], got {gamma}")
+        _check_exp3(eta, smoothing)
+        _check_seed_and_names(seed, source_names)
+        seed = int(seed)  # a numpy int as Python's: describe() goes to JSON
         self.seed = seed
         self.policy = policy
         self.names = tuple(source_names)
@@ -122,7 +157,9 @@ class Mixer:
         phases.
         """
         if update < 1:
-            raise ValueError(f"updates are 1-based, got {update}")
+            raise BadArgument(f"updates are 1-based, got {update}")
+        if update > MAX_UPDATES:  # the phases up to it would fill the memory, for hours
+            raise BadArgument(f"update {update} is past the most a run takes ({MAX_UPDATES:,})")
         while not self._phases or self._phases[-1].end < update:
             self._new_phase()
         lo, hi = 0, len(self._phases) - 1

@@ -41,7 +41,7 @@ from andrea_diag.data.bandit import Mixer
 from andrea_diag.data.heldout import training_part
 from andrea_diag.data.prepare import PreparedData
 from andrea_diag.data.seeds import batch_seed
-from andrea_diag.errors import UserError
+from andrea_diag.errors import BadArgument, UserError
 from andrea_diag.rundir import atomic_write_text, read_json
 
 PLAN_FORMAT = "andrea-diag-batch-plan-v1"
@@ -87,7 +87,7 @@ def _streams_of(
     streams = data.streams if isinstance(data, PreparedData) else data
     names = tuple(n for n in SOURCE_NAMES if n in streams)
     if not names:
-        raise ValueError(f"no stream for any of {SOURCE_NAMES}, got {list(streams)}")
+        raise BadArgument(f"no stream for any of {SOURCE_NAMES}, got {list(streams)}")
     # the held-out tail of every source is never drawn for training (heldout.py)
     return names, [training_part(streams[n]) for n in names]
 
@@ -179,7 +179,7 @@ class BatchPlan:
         self.names, self.streams = _streams_of(data)
         self.lengths = [s.numel() for s in self.streams]  # fixed: the streams never change
         if mixer is not None and tuple(mixer.names) != self.names:
-            raise ValueError(f"the mixer mixes {mixer.names}, the data holds {self.names}")
+            raise BadArgument(f"the mixer mixes {mixer.names}, the data holds {self.names}")
         self.data_key = data.key if isinstance(data, PreparedData) else None
         self.mixer = mixer
         self.seed = seed
@@ -223,7 +223,7 @@ class BatchPlan:
     def _draw(self, update: int) -> tuple[Batch, dict[str, Any]]:
         """A recording plan's batch of ``update``, and its record (stored by :meth:`batch`)."""
         if self.mixer is None:
-            raise ValueError("a recording BatchPlan needs a mixer")
+            raise BadArgument("a recording BatchPlan needs a mixer")
         phase = self.mixer.phase_at(update)
         w = [phase.weights[n] for n in self.names]
         src, off = draw_sequences(

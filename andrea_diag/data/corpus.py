@@ -37,6 +37,7 @@ from andrea_diag.data.pinned import pinned_source
 from andrea_diag.data.real_sources import RealText, real_text
 from andrea_diag.data.whole_file import TEXT_COPIES, read_whole
 from andrea_diag.errors import UserError
+from andrea_diag.given_checks import given_path
 
 EOT = "<|endoftext|>"  # document separator in the streams; keep in sync with tokenizer.py
 DEFAULT_TARGET_BYTES = 1_000_000  # ~1 MB a source: tokenizer training takes seconds on 2 cores
@@ -330,7 +331,7 @@ def _text_files(p: Path, name: str) -> list[Path]:
 def load_override(name: str, path: str | Path) -> Source:
     """Read a user's replacement for source ``name`` from a folder, .txt/.md file or .jsonl."""
     _check_name(name)
-    p = Path(path).expanduser()
+    p = given_path(path, f"source {name}").expanduser()  # "": the working folder, read whole
     try:
         exists, is_dir = p.exists(), p.is_dir()
     except OSError as exc:  # a name too long, a loop of links

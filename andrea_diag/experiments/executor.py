@@ -29,7 +29,6 @@ import dataclasses
 import json
 import os
 import queue
-import shutil
 import sys
 import threading
 import time
@@ -45,7 +44,8 @@ from andrea_diag.config import RunConfig
 from andrea_diag.console_text import make_console, shown
 from andrea_diag.errors import UserError
 from andrea_diag.experiments.cell_processes import CellProcesses
-from andrea_diag.experiments.mps import check_mode, mps_session
+from andrea_diag.experiments.executor_config import ExecutorConfig, check_submitit
+from andrea_diag.experiments.mps import mps_session
 from andrea_diag.rundir import (
     atomic_write_text,
     child,
@@ -55,50 +55,12 @@ from andrea_diag.rundir import (
     read_json,
     remove_file,
 )
-from andrea_diag.train.distributed import check_one_process
 
-EXECUTORS = ("local", "slurm", "submitit-local")
 ERROR_FILE = "error.json"  # written by a failing cell's process into its cell directory
 # The caller's work on a finished cell, given its directory and the folder of the sweep's one
 # plotly.js (None: inline): the commands render its page (experiments import no report). It
 # runs in the sweep's process as each cell ends; an error there marks the cell crashed.
 AfterCell = Callable[[Path, Path | None], object]
-
-
-@dataclass
-class ExecutorConfig:
-    """How cells are run: ``local`` processes, or submitit (``slurm``, ``submitit-local``)."""
-
-    kind: str = "local"
-    jobs: int = 1  # local: cells at once per GPU (or on the CPU); submitit: jobs in flight
-    auto_jobs: bool = False  # --jobs auto: ``jobs`` is set from the cells (auto_jobs.py)
-    partition: str | None = None  # slurm partition
-    gpus: int = 1  # GPUs per Slurm job (one cell)
-    time_min: int = 240  # wall-clock limit per cell job, minutes
-    mps: str = "auto"  # CUDA MPS for local cells on a GPU: auto, on or off (mps.py)
-    # train nothing: tabulate the cells already finished under --out (brought back from other
-    # machines, e.g. one device call per rung); every other cell is listed as "not run"
-    merge_only: bool = False
-
-    def check(self) -> None:
-        if self.kind not in EXECUTORS:
-            raise UserError(
-                f"unknown --executor {self.kind!r}", hint=f"choose {', '.join(EXECUTORS)}"
-            )
-        if self.jobs < 1:
-            raise UserError(f"--jobs must be at least 1, got {self.jobs}")
-        if self.time_min < 1 or self.gpus < 0:
-            raise UserError("--slurm-time must be at least 1 minute and --slurm-gpus 0 or more")
-        check_mode(self.mps)
-        check_one_process("a sweep or ladder")
-        if self.kind != "local" and not self.merge_only:  # a merge submits nothing
-            _check_submitit(self.kind)
-
-    @property
-    def in_process(self) -> bool:
-        """One local cell at a time runs inside the sweep's own process (data prepared once);
-        a merge trains nothing, so its kept cells are checked there too, whatever the executor."""
-        return self.merge_only or (self.kind == "local" and self.jobs == 1)
 
 
 @dataclass
@@ -149,6 +111,11 @@ def uses_cuda(device: str) -> bool:
     import torch
 
     return device != "cpu" and torch.cuda.is_available()
+
+
+def cells_at_once(cfg: ExecutorConfig, device: str) -> int:
+    """How many cells run side by side: one inside the sweep's process, else one per slot."""
+    return 1 if cfg.in_process else len(_slots(cfg, device))
 
 
 def _slots(cfg: ExecutorConfig, device: str) -> list[str | None]:
@@ -222,26 +189,10 @@ def _local_launcher(
     return launch
 
 
-def _check_submitit(kind: str) -> None:
-    """submitit installed and, for Slurm, ``sbatch`` on PATH: checked by
-    :meth:`ExecutorConfig.check`, before the sweep's folder or ``sweep.json`` exists."""
-    try:
-        import submitit  # noqa: F401
-    except ImportError:
-        raise UserError(
-            f"--executor {kind} needs submitit, which is not installed",
-            hint='pip install "andrea-diag[slurm]"',
-        ) from None
-    if kind == "slurm" and shutil.which("sbatch") is None:
-        raise UserError(
-            "--executor slurm: no sbatch on PATH", hint="run the sweep on a Slurm login node"
-        )
-
-
 def _submitit_launcher(
     cfg: ExecutorConfig, folder: Path
 ) -> Callable[[CellJob, Path, str | None], str | None]:
-    _check_submitit(cfg.kind)
+    check_submitit(cfg.kind)
     import submitit
 
     ex = submitit.AutoExecutor(folder=folder, cluster="slurm" if cfg.kind == "slurm" else "local")

@@ -18,6 +18,11 @@ annotations, which nothing read, and ``RunConfig.resolve``:
   refused by the data mixer or the trainer only after ``cascade.json`` (or the arm's folder)
   was written.
 
+- ``plotly="sharde"`` (a typo of ``shared``) passed, and each page then inlined plotly.js;
+  a cascade of more arms than a run directory may list (``runread.MAX_ARMS``), or a grid of
+  more arms than ``sweep.csv`` may hold (``sweep_table.MAX_SWEEP_ROWS``), trained every arm
+  and was then refused by the readers of its own output (the report, a resume).
+
 A wrong type is a :class:`~andrea_diag.errors.BadType` (a ``TypeError``), a value that cannot
 be used a :class:`~andrea_diag.errors.BadArgument` (a ``ValueError``); both are the CLI's one
 line. The fields are named as Python names them (``mixer_sharpness``, not the flag).
@@ -32,11 +37,28 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from andrea_diag.config import RunConfig
-from andrea_diag.errors import BadArgument, BadType, UserError
+from andrea_diag.config import PRESETS, RunConfig
+from andrea_diag.errors import BadArgument, BadType, UserError, unsafe
 from andrea_diag.experiments.config_checks import check_config
-from andrea_diag.field_types import plain_number, type_hints
+from andrea_diag.experiments.executor_config import EXECUTORS, ExecutorConfig
+from andrea_diag.experiments.mps import MPS_MODES
+from andrea_diag.field_types import plain_fields, plain_number, type_hints
+from andrea_diag.fields import bound_problem, cli_of
 from andrea_diag.given_checks import given_folder
+from andrea_diag.runread import MAX_ARMS
+from andrea_diag.sweep_table import MAX_SWEEP_ROWS
+from andrea_diag.train.components import check_precision
+
+# The values a spec's str field of named choices may take. ``plotly`` is
+# report/plotlyjs.PLOTLY_MODES, restated: the report sits above the experiments (a test pins
+# the two equal, and commands/publish.py checks --plotly against this one).
+CHOICES: dict[str, tuple[str, ...]] = {"plotly": ("inline", "shared")}
+# A grid's axis (a list field of a spec) and the config field each of its values sets.
+AXES = {"sizes": "size", "lrs": "lr", "max_norms": "max_norm", "seeds": "seed",
+        "precisions": "precision"}  # fmt: skip
+MAX_JOBS = 256  # cells in flight: past any GPU's or scheduler's sensible concurrency
+# --slurm-gpus and --slurm-time's bounds (commands/executor_options.py), for a Python caller
+EXECUTOR_BOUNDS = {"gpus": (0, 64), "time_min": (1, 60 * 24 * 30), "jobs": (1, MAX_JOBS)}
 
 
 def checked_spec(spec: Any, owner: str) -> None:
@@ -47,8 +69,83 @@ def checked_spec(spec: Any, owner: str) -> None:
     control character). ``owner``: the class, as the caller wrote it, for the line."""
     hints = type_hints(type(spec))
     for f in dataclasses.fields(spec):
+        value = _plain(f"{owner}: {f.name}", getattr(spec, f.name), hints[f.name])
+        if f.name in CHOICES and value not in CHOICES[f.name]:  # a typo: silently inlined
+            raise BadArgument(f"{owner}: {f.name} must be one of {', '.join(CHOICES[f.name])}, "
+                              f"got {value!r}"[:300])  # fmt: skip
+        if isinstance(value, ExecutorConfig):
+            value = checked_executor(value, f"{owner}: {f.name}")
+        setattr(spec, f.name, value)
+    check_count(spec, owner)
+    for axis in AXES.keys() & {f.name for f in dataclasses.fields(spec)}:
+        check_axis(getattr(spec, axis), axis, owner)
+
+
+def check_axis(values: list[Any], axis: str, owner: str) -> None:
+    """Each value of a grid's ``axis`` (``lrs``, ``sizes``, ...) one its config field takes
+    (the bounds and names the command line checks each comma item for), judged alone: the base
+    config and the combinations are judged where the grid's cells are made, before any
+    folder. Else ``lrs=[-1.0]`` or ``sizes=["huge"]`` made a spec that failed only once run."""
+    name = AXES[axis]
+    for value in values:
+        if name == "precision":
+            check_precision(value)  # its registry's own error: UnknownPrecision, a ValueError
+        elif name == "size" and value not in PRESETS:
+            raise BadArgument(f"{owner}: {axis} holds an unknown size {value!r}"[:300],
+                              hint=f"choose from {', '.join(PRESETS)}")  # fmt: skip
+        elif name != "size":
+            meta = cli_of(next(f for f in dataclasses.fields(RunConfig) if f.name == name))
+            if meta is not None and (problem := bound_problem(meta, value)) is not None:
+                raise BadArgument(f"{owner}: each of {axis} {problem}"[:300])
+
+
+def checked_executor(ex: ExecutorConfig, what: str) -> ExecutorConfig:
+    """``ex`` with its fields of the type they declare (a numpy number as Python's), once the
+    values its own ``check`` refuses at run time and the command line refuses as options are
+    refused here too, where the spec is made: an unknown kind or MPS mode, ``jobs`` outside 1
+    to :data:`MAX_JOBS` (``jobs=True`` was one job, ``10**6`` a million cells in flight), a
+    negative GPU count. What needs an import or the environment (submitit, a launcher) is left
+    to ``check``, when the sweep runs."""
+    plain = plain_fields(ex, what)
+    ex = dataclasses.replace(ex, **plain) if plain else ex
+    if ex.kind not in EXECUTORS:
+        raise BadArgument(f"{what}: unknown kind {ex.kind!r}"[:300],
+                          hint=f"choose from {', '.join(EXECUTORS)}")  # fmt: skip
+    if ex.mps not in MPS_MODES:
+        raise BadArgument(f"{what}: unknown mps {ex.mps!r}"[:300],
+                          hint=f"choose from {', '.join(MPS_MODES)}")  # fmt: skip
+    for name, (lo, hi) in EXECUTOR_BOUNDS.items():
+        if not lo <= getattr(ex, name) <= hi:
+            raise BadArgument(f"{what}: {name} must be from {lo} to {hi}, got {getattr(ex, name)}")
+    if ex.partition is not None and (not ex.partition.strip() or unsafe(ex.partition)):
+        raise BadArgument(f"{what}: partition {ex.partition!r} is blank or holds a control "
+                          f"character"[:300], hint="give a Slurm partition's name, or None")  # fmt: skip
+    if (unused := unused_executor_field(ex)) is not None:
+        name, _, needs = unused
+        raise BadArgument(f"{what}: {name} has no effect with kind {ex.kind!r}",
+                          hint=f"it applies to kind {needs}; leave it unset")  # fmt: skip
+    return ex
+
+
+def check_count(spec: Any, owner: str) -> None:
+    """Not more arms than the run's own readers take: ``clips`` at most :data:`MAX_ARMS` (a
+    cascade's), and a grid's cells times its arms (every list field's length multiplied) at
+    most :data:`MAX_SWEEP_ROWS` (``sweep.csv``'s rows). Past either every arm trained, then
+    the report (and a resume) refused the run's own files as damaged."""
+    clips = getattr(spec, "clips", [])
+    if len(clips) > MAX_ARMS:
+        raise BadArgument(f"{owner}: clips lists {len(clips):,} arms, more than a cascade runs "
+                          f"({MAX_ARMS:,})", hint="give fewer arms")  # fmt: skip
+    arms = 1
+    for f in dataclasses.fields(spec):
         value = getattr(spec, f.name)
-        setattr(spec, f.name, _plain(f"{owner}: {f.name}", value, hints[f.name]))
+        arms *= len(value) if isinstance(value, list) else 1
+    if arms > MAX_SWEEP_ROWS:
+        raise BadArgument(
+            f"{owner}: the grid is {arms:,} arms (cells times clips), more than a sweep runs "
+            f"({MAX_SWEEP_ROWS:,})",
+            hint="give fewer values per axis, or split the grid into several sweeps",
+        )
 
 
 def _plain(what: str, value: Any, hint: Any) -> Any:
@@ -77,9 +174,11 @@ def _plain_list(what: str, value: Any, kind: type) -> list[Any]:
     items = [_item(what, v, kind) for v in value]
     if not items:
         raise BadArgument(f"{what} is empty", hint="give at least one value")
-    for i, item in enumerate(items):
-        if item in items[:i]:  # 1e-3 and 0.001 are one cell: it would train twice
+    seen: set[Any] = set()  # a set, not items[:i]: 100,000 seeds took minutes to compare
+    for item in items:
+        if item in seen:  # 1e-3 and 0.001 are one cell: it would train twice
             raise BadArgument(f"{what} lists {item!r} twice", hint="give each value once")
+        seen.add(item)
     return items
 
 
@@ -126,3 +225,20 @@ def checked_arms(base: RunConfig, clips: list[str]) -> list[RunConfig]:
             cfg = dataclasses.replace(base, clip=clip, arm=clip)
             configs.append(check_config(cfg, name=lambda field: field))
     return configs
+
+
+def unused_executor_field(ex: ExecutorConfig) -> tuple[str, str, str] | None:
+    """The first setting of ``ex`` other than its default that its kind never reads, as (field,
+    flag, the kinds that read it), or None: the partition and GPUs go to Slurm alone, the time
+    limit to submitit's jobs, MPS ``on`` to local cells. The command line's rule
+    (``commands/executor_options.py``) and a Python caller's: set, it was silently dropped."""
+    default = ExecutorConfig()
+    unused = [
+        (ex.partition is not None and ex.kind != "slurm", "partition", "--slurm-partition",
+         "slurm"),
+        (ex.gpus != default.gpus and ex.kind != "slurm", "gpus", "--slurm-gpus", "slurm"),
+        (ex.time_min != default.time_min and ex.kind == "local", "time_min", "--slurm-time",
+         "slurm or submitit-local"),
+        (ex.mps == "on" and ex.kind != "local", "mps", "--mps on", "local"),
+    ]  # fmt: skip
+    return next(((name, flag, needs) for given, name, flag, needs in unused if given), None)
