@@ -78,9 +78,17 @@ def gpu_busy(tel: Telemetry) -> dict[str, Any] | None:
     return out
 
 
-def busy_line(busy: dict[str, Any]) -> str:
+def busy_line(busy: dict[str, Any], *, all_at_once: bool = False) -> str:
     """One line for the sweep's console: how busy, and what that says about ``--jobs``. With
-    several GPUs, the least busy one decides: ``--jobs`` adds cells to every GPU."""
+    several GPUs, the least busy one decides: ``--jobs`` adds cells to every GPU.
+    ``all_at_once``: every cell of the sweep already ran side by side, so a larger ``--jobs``
+    would start none more; only more cells (seeds, lrs) in one sweep could fill the idle time.
+
+    >>> busy_line({"pct_mean": 40.0, "n_samples": 8}).split("; ")[-1]
+    'more cells at once (--jobs) may raise throughput'
+    >>> busy_line({"pct_mean": 40.0, "n_samples": 8}, all_at_once=True).split("; ")[-1]
+    'every cell already ran at once, so more cells in one sweep (seeds, lrs) may raise throughput'
+    """
     devices = busy.get("devices") or {}
     means = {i: d["pct_mean"] for i, d in devices.items()} or {"": busy["pct_mean"]}
     low_at = min(means, key=means.__getitem__)
@@ -92,5 +100,6 @@ def busy_line(busy: dict[str, Any]) -> str:
                 "little idle time to fill; they can gain only where their kernels run side by "
                 "side (MPS)")  # fmt: skip
     on = f" on GPU {low_at}" if devices else ""
-    return (f"{head}: no kernel ran {100 - low:.0f}% of the time{on}; more cells at once "
-            "(--jobs) may raise throughput")  # fmt: skip
+    more = ("every cell already ran at once, so more cells in one sweep (seeds, lrs)"
+            if all_at_once else "more cells at once (--jobs)")  # fmt: skip
+    return f"{head}: no kernel ran {100 - low:.0f}% of the time{on}; {more} may raise throughput"

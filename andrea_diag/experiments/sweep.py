@@ -52,6 +52,7 @@ from andrea_diag.experiments.executor import (
     AfterCell,
     CellJob,
     ExecutorConfig,
+    cells_at_once,
     run_cells,
     uses_cuda,
 )
@@ -274,8 +275,9 @@ def run_sweep(
         now["gpu_busy"] = busy
     meta.update(throughputs(now, earlier))
     write_json(out / "sweep.json", {**meta, **status})  # the command renders the page from it
-    if busy is not None:
-        console.print(busy_line(busy), highlight=False)
+    if busy is not None:  # every cell side by side already: only more cells could fill it
+        every = len(todo) <= cells_at_once(spec.executor, configs[0].device)
+        console.print(busy_line(busy, all_at_once=every), highlight=False)
     if crashed:
         raise CellsCrashed(
             f"{len(crashed)} of {len(configs)} sweep cells crashed: {', '.join(crashed)} "
