@@ -63,11 +63,13 @@ def test_each_plotly_mode_the_pages_know_is_taken(value: str) -> None:
     assert LadderSpec(plotly=value).plotly == value
 
 
-def test_the_specs_plotly_modes_are_the_ones_the_pages_and_the_cli_know() -> None:
+def test_the_specs_plotly_modes_are_the_ones_the_cli_takes() -> None:
     from andrea_diag.commands.publish import PLOTLY_MODES as CLI_MODES
-    from andrea_diag.report.plotlyjs import PLOTLY_MODES
+    from andrea_diag.experiments.sweep import shared_plotly
 
-    assert CHOICES["plotly"] == PLOTLY_MODES == CLI_MODES
+    assert CHOICES["plotly"] == CLI_MODES
+    shared = [m for m in CHOICES["plotly"] if shared_plotly(m, Path("out")) is not None]
+    assert shared == ["shared"]  # the one mode the pages read as "one copy in the folder"
 
 
 def test_a_plotly_typo_set_after_the_spec_was_made_is_refused_by_the_sweep(

@@ -49,9 +49,9 @@ from andrea_diag.runread import MAX_ARMS
 from andrea_diag.sweep_table import MAX_SWEEP_ROWS
 from andrea_diag.train.components import check_precision
 
-# The values a spec's str field of named choices may take. ``plotly`` is
-# report/plotlyjs.PLOTLY_MODES, restated: the report sits above the experiments (a test pins
-# the two equal, and commands/publish.py checks --plotly against this one).
+# The values a spec's str field of named choices may take: the one list of each. ``plotly``:
+# the pages inline plotly.js or share one copy (sweep.shared_plotly reads the mode; --plotly in
+# commands/publish.py is checked against this list).
 CHOICES: dict[str, tuple[str, ...]] = {"plotly": ("inline", "shared")}
 # A grid's axis (a list field of a spec) and the config field each of its values sets.
 AXES = {"sizes": "size", "lrs": "lr", "max_norms": "max_norm", "seeds": "seed",

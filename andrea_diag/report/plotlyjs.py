@@ -16,14 +16,13 @@ from pathlib import Path
 
 from andrea_diag.rundir import atomic_write_bytes
 
-PLOTLY_MODES = ("inline", "shared")
 BUNDLE = "plotly.min.js"
 PLOT_CONFIG = {"displaylogo": False, "responsive": True}  # every figure of every page
 
 
 def script_tag(page: Path, shared_dir: Path | None = None) -> str:
     """The ``<script>`` element for ``page``: inline, or a relative link to the shared bundle."""
-    from plotly.offline import get_plotlyjs  # here: the CLI reads PLOTLY_MODES without plotly
+    from plotly.offline import get_plotlyjs  # here: importing this module needs no plotly
 
     js = get_plotlyjs()
     if shared_dir is None:
