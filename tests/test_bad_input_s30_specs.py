@@ -288,3 +288,16 @@ def test_the_cli_still_names_the_flag_an_executor_never_reads(
 ) -> None:
     line = refused(["sweep", "--slurm-partition", "gpu"], monkeypatch, empty)
     assert line == "error: --slurm-partition has no effect with --executor local"
+
+
+@pytest.mark.parametrize(
+    ("sizes", "said"),
+    [(["tiny"], "a ladder needs at least two sizes"), (["tiny", "tiny"], "lists .tiny. twice"),
+     (["tiny", "huge"], "unknown size 'huge'")],
+)  # fmt: skip
+def test_a_ladder_of_one_size_or_an_unknown_one_is_refused_when_the_spec_is_made(
+    sizes: list[str], said: str
+) -> None:
+    with pytest.raises(UserError, match=said):
+        LadderSpec(sizes=sizes, clips=["none", "global"])
+    assert LadderSpec(sizes=["tiny", "12m"], clips=["none", "global"]).sizes == ["tiny", "12m"]

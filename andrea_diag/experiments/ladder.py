@@ -91,6 +91,7 @@ def check_ladder_spec(spec: LadderSpec) -> None:
     ``spec_checks.py``), and arms to compare: the statements are each clipped arm's gap to
     ``none``, so without ``none`` and one more the ladder trained every cell to state nothing."""
     checked_spec(spec, "LadderSpec")
+    rungs(spec.sizes)  # known sizes, two or more: refused when made, not at run_ladder
     if not compares_arms(spec.clips):
         raise BadArgument(f"LadderSpec: clips {spec.clips}: the ladder compares arm none with "
                           "at least one clipped arm", hint="e.g. clips=['none', 'global']")  # fmt: skip
