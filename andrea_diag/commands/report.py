@@ -102,7 +102,13 @@ def report(
 
 
 def _is_sweep(d: Path) -> bool:
-    return (d / "sweep.json").exists()
+    return _holds(d, "sweep.json")
+
+
+def _holds(d: Path, record: str) -> bool:
+    """``d`` has an entry at ``record``: a dangling link or a loop there counts, so its reader
+    names the broken file, where ``exists()`` read the folder as a run with no config.json."""
+    return os.path.lexists(d / record)
 
 
 def _check_title(title: str) -> None:
@@ -119,7 +125,7 @@ def _refuse_unused_title(run_dirs: list[Path]) -> None:
     """``--title`` without ``--out`` for a cascade or a sweep: their own pages keep their own
     titles, so it was dropped without a word (a run's own page takes it)."""
     for d in run_dirs:
-        kind = "sweep" if _is_sweep(d) else "cascade" if (d / "cascade.json").exists() else None
+        kind = "sweep" if _is_sweep(d) else "cascade" if _holds(d, "cascade.json") else None
         if kind:
             raise UserError(
                 f"--title is not used for a {kind}'s own page ({d}), which keeps its own title",
@@ -226,7 +232,7 @@ def _render(run_dirs: list[Path], out: Path | None, title: str | None, images: l
 
     expanded: list[Path] = []
     for d in run_dirs:
-        if (d / "cascade.json").exists():
+        if _holds(d, "cascade.json"):
             if len(run_dirs) == 1 and out is None:
                 return render_cascade(d, images=images)
             arms = [str(a) for a in read_cascade_meta(d)["arms"]]  # names checked there
