@@ -80,14 +80,15 @@ def test_ladder_help_shows_its_own_steps_default() -> None:
 
 
 def _error_texts() -> list[str]:
-    """Every string constant inside a raise of UserError/ValueError in the package."""
+    """Every string constant inside a raise of UserError (and its BadArgument, BadType),
+    ValueError or UnknownClipMode in the package."""
     texts = []
     for path in (ROOT / "andrea_diag").rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             if not (isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call)):
                 continue
             name = getattr(node.exc.func, "id", getattr(node.exc.func, "attr", ""))
-            if name.endswith(("UserError", "ValueError", "UnknownClipMode")):
+            if name.endswith(("Error", "BadArgument", "BadType", "UnknownClipMode")):
                 texts += [n.value for n in ast.walk(node.exc) if isinstance(n, ast.Constant)
                           and isinstance(n.value, str)]  # fmt: skip
     return texts
