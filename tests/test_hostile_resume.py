@@ -405,7 +405,7 @@ def test_a_binary_or_overlong_source_is_one_line(tmp_path: Path) -> None:
     latin = tmp_path / "latin.txt"
     latin.write_bytes("caf\xe9".encode("latin-1"))
     for path, message in [(binary, "contains NUL bytes"), (latin, "is not UTF-8 text"),
-                          (tmp_path / ("x" * 300 + ".txt"), "File name too long")]:  # fmt: skip
+                          (tmp_path / ("x" * 300 + ".txt"), "longer than 255 bytes")]:  # fmt: skip
         code, output = _invoke(*ARGS, "--out", str(tmp_path / "o"), "--source", f"repo-docs={path}")
         assert code != 0 and message in output, output
     code, output = _invoke("cascade", "--resume", str(tmp_path / ("y" * 300)))

@@ -216,19 +216,22 @@ ONE_CELL = ["sweep", "--size", "tiny", "--lr", "1e-3", "--steps", "4", "--clip",
 
 
 @pytest.mark.parametrize(
-    ("util", "says"),
-    [(96, "a kernel ran nearly all the time, so more cells at once (--jobs) have little idle"),
-     (41, "no kernel ran 59% of the time; more cells at once (--jobs) may raise throughput")],
+    ("util", "seeds", "says"),
+    [(96, "0", "a kernel ran nearly all the time, so more cells at once (--jobs) have little idle"),
+     (41, "0,1", "no kernel ran 59% of the time; more cells at once (--jobs) may raise throughput"),
+     (41, "0", "no kernel ran 59% of the time; every cell already ran at once, so more cells in "
+      "one sweep (seeds, lrs) may raise throughput")],
 )  # fmt: skip
 def test_a_sweep_whose_gpu_was_read_records_gpu_busy_and_says_what_it_means(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, util: int, says: str
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, util: int, seeds: str, says: str
 ) -> None:
     """The cells train on the CPU; the seam that names the cells' GPUs says GPU 0, and a
-    stand-in NVML reads ``util`` there every time: the mean is ``util`` whatever the count."""
+    stand-in NVML reads ``util`` there every time: the mean is ``util`` whatever the count.
+    Two cells at --jobs 1 ran one at a time (--jobs could add one); one cell ran all there was."""
     monkeypatch.setitem(sys.modules, "pynvml", fake_nvml(util=[util]))
     monkeypatch.setattr(gpu_busy, "cell_gpus", lambda cfg, device: [0])
     out = tmp_path / "s"
-    res = CliRunner().invoke(app, [*ONE_CELL, "--out", str(out)])
+    res = CliRunner().invoke(app, [*ONE_CELL, "--seed", seeds, "--out", str(out)])
     assert res.exit_code == 0, res.output
     busy = json.loads((out / "sweep.json").read_text())["throughput"]["gpu_busy"]
     assert (busy["pct_mean"], busy["pct_min"], busy["pct_max"]) == (util, util, util)
