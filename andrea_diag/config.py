@@ -299,7 +299,8 @@ class RunConfig:
             raise BadArgument(
                 "--mixer-sharpness (mixer_sharpness) shapes the seeded mixer only; "
                 f"--mixer exp3 ignores it, got {self.mixer_sharpness!r}",
-                hint="drop --mixer-sharpness, or use --mixer seeded",
+                hint="drop --mixer-sharpness, or use --mixer seeded (a config resolved for the "
+                "seeded mixer carries its preset's sharpness: set mixer_sharpness=None too)",
             )
 
     def resolve(self) -> RunConfig:

@@ -130,3 +130,22 @@ def test_a_folder_at_the_next_checkpoints_name_is_one_line_saying_to_move_it(
     assert "move that folder out of the run" in (e.value.hint or "")
     assert (run / "checkpoints" / "ckpt-0000002.pt").is_dir()  # not ours to delete
     assert not list((run / "checkpoints").glob(".ckpt-*.tmp"))  # no temp file left
+
+
+def test_without_a_descriptor_folder_entry_the_path_is_opened_or_a_non_utf8_one_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where neither /proc/self/fd/N nor /dev/fd/N exists (FreeBSD without fdescfs holds 0-2
+    only), the checkpoint's own path is given to safetensors; a path it cannot take (not
+    UTF-8) is one line saying to rename the folder, not "torn: delete it"."""
+    from andrea_diag.train import checkpoint as ck
+
+    real = os.path.exists
+    monkeypatch.setattr(
+        os.path,
+        "exists",
+        lambda p: False if str(p).startswith(("/proc/self/fd/", "/dev/fd/")) else real(p),
+    )
+    assert ck.fd_path(7, tmp_path / "ckpt-0000001.pt") == str(tmp_path / "ckpt-0000001.pt")
+    with pytest.raises(UserError, match="not UTF-8"):
+        ck.fd_path(7, Path(os.fsdecode(b"/tmp/run\xff/ckpt-0000001.pt")))

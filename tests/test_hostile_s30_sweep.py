@@ -188,3 +188,25 @@ def test_cascade_resume_of_a_cascade_json_nested_500_deep_is_one_line(sweep: Pat
     assert code != 0
     assert "nested too deeply" in _error_line(output)
     assert path.read_text() == text  # nothing written
+
+
+def test_a_summary_that_cannot_be_opened_names_the_cell_once_with_the_cells_hint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An OS error on the summary itself ("cannot read …: Permission denied", a message that
+    does not start with the cell) is the summary's fault: the cell is named once and the hint
+    is to move it aside (the message prefix decided it before, and prefixed the cell twice)."""
+    from andrea_diag.experiments import arm_summary as mod
+
+    arm = tmp_path / "none"
+    arm.mkdir()
+    (arm / "summary.json").write_text("{}")
+
+    def refused(path: Path, what: str, **kw: object) -> object:
+        raise UserError(f"cannot read {what} ({path}): Permission denied")
+
+    monkeypatch.setattr(mod, "read_json", refused)
+    with pytest.raises(UserError) as caught:
+        mod.arm_summary(arm, cell="c7")
+    assert caught.value.message.count("cell c7") == 1
+    assert caught.value.hint == mod.CELL_HINT

@@ -341,3 +341,22 @@ def test_hf_resume_from_an_earlier_checkpoint_warns_that_the_update_numbers_part
     assert len(said) == 1 and "from 4" in said[0] and "step 2" in said[0]
     metrics = load_run(tmp_path / "run")["metrics"]
     assert metrics["update"].tolist() == [1, 2, 3, 4, 5, 6]  # the monitor's own count
+
+
+def test_hf_settings_record_a_bf16_model_under_bf16_autocast_as_bf16_true(tmp_path: Path) -> None:
+    """``bf16=True`` with a model loaded in bf16: the weights are bf16, not autocast over fp32
+    (the label ``bf16`` says the latter); fp32 weights under the same flag stay ``bf16``."""
+    transformers = pytest.importorskip("transformers")
+    from andrea_diag.integrations.settings import hf_settings
+
+    args = transformers.TrainingArguments(
+        output_dir=str(tmp_path), use_cpu=True, report_to=[], bf16=True
+    )
+    half = torch.nn.Linear(4, 1).to(torch.bfloat16)
+    assert hf_settings(args, torch.optim.SGD(half.parameters(), lr=0.1), half)["precision"] == (
+        "bf16-true"
+    )
+    full = torch.nn.Linear(4, 1)
+    assert hf_settings(args, torch.optim.SGD(full.parameters(), lr=0.1), full)["precision"] == (
+        "bf16"
+    )

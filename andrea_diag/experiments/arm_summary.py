@@ -37,9 +37,15 @@ def read_summary(
 ) -> dict[str, Any]:
     """``arm_dir/name`` cleaned and, when the trainer wrote it (it names its ``arm``), with the
     figures of the arm's own metrics table where they differ (one warning line says so)."""
-    path = arm_dir / name
     what = what or f"arm {arm_dir.name}'s {name}"
-    summary = clean(read_json(path, what, kind=dict), SUMMARY, what)
+    return _held_to_table(arm_dir, _own(arm_dir / name, what), arm_dir / name)
+
+
+def _own(path: Path, what: str) -> dict[str, Any]:
+    return clean(read_json(path, what, kind=dict), SUMMARY, what)
+
+
+def _held_to_table(arm_dir: Path, summary: dict[str, Any], path: Path) -> dict[str, Any]:
     if "arm" not in summary:  # not the trainer's: nothing to hold it to (summary_check.py)
         return summary
     config_path = arm_dir / "config.json"
@@ -54,14 +60,16 @@ def arm_summary(arm_dir: Path, cell: str | None = None) -> dict[str, Any]:
     when it never started. Unreadable: one line naming ``cell`` and the arm."""
     where = f"cell {cell} arm {arm_dir.name}" if cell else f"arm {arm_dir.name}"
     for name in SUMMARIES:
-        if os.path.lexists(arm_dir / name):  # a link or FIFO there is read_json's one line
-            try:
-                return read_summary(arm_dir, name, f"{where}'s {name}")
-            except UserError as e:  # the summary's own fault: the cell is redone; a table's
-                # (a damaged metrics.parquet beside a good metrics.jsonl): its own way out
-                ours = e.message.startswith(where)
-                said = e.message if ours else f"{where}: {e.message}"
-                raise UserError(said, hint=CELL_HINT if cell and ours else e.hint) from None
+        if not os.path.lexists(arm_dir / name):  # a link or FIFO there is read_json's one line
+            continue
+        try:  # the summary's own fault (its message names it): the cell is redone
+            summary = _own(arm_dir / name, f"{where}'s {name}")
+        except UserError as e:
+            raise UserError(e.message, hint=CELL_HINT if cell else e.hint) from None
+        try:  # the arm's config or table (a damaged metrics.parquet): its own way out
+            return _held_to_table(arm_dir, summary, arm_dir / name)
+        except UserError as e:
+            raise UserError(f"{where}: {e.message}", hint=e.hint) from None
     return {"status": Status.NOT_RUN}
 
 

@@ -50,11 +50,12 @@ def _param_dtype(model: Any) -> str | None:
 
 
 def _weights_say(label: str, model: Any) -> str:
-    """``label``, unless it says fp32 and the weights are not: a model cast with ``.double()``
-    or loaded in bf16 runs in that dtype whatever the framework's flag (32-true, or no bf16 /
-    fp16 flag on the Trainer, casts nothing)."""
-    if label != "fp32":
-        return label
+    """``label``, unless it names fp32 weights (fp32, or bf16 / fp16 autocast over them) and
+    the weights are not: a model cast with ``.double()`` or loaded in bf16 runs in that dtype
+    whatever the framework's flag (32-true, or a Trainer's bf16 / fp16 flag, casts no weight),
+    so a bf16 model under ``bf16=True`` is ``bf16-true``, not autocast over fp32."""
+    if label not in ("fp32", "bf16", "fp16"):
+        return label  # the flag names the weights itself (-true, fp64) or a plugin (fp8)
     dtype = getattr(torch, _param_dtype(model) or "float32", None)
     return _DTYPES.get(dtype, label) if isinstance(dtype, torch.dtype) else label
 

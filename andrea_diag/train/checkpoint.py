@@ -254,7 +254,9 @@ def fd_path(fd: int, path: Path) -> str:
     refuses such a path itself ("not valid UTF-8"), which read as a torn checkpoint, to delete.
     Without either folder: the path, or one line where it is not UTF-8."""
     for folder in ("/proc/self/fd", "/dev/fd"):
-        if os.path.isdir(folder):
+        # the entry itself, not the folder: FreeBSD's /dev/fd without fdescfs holds 0-2 only,
+        # and a name that opens nothing read as a torn checkpoint ("delete it")
+        if os.path.exists(f"{folder}/{fd}"):
             return f"{folder}/{fd}"
     try:
         str(path).encode("utf-8")
