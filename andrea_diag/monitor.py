@@ -147,6 +147,10 @@ class SpikeMonitor:
                                  tokenizer=tokenizer, **shaped)  # fmt: skip
         self.probes = ProbeDriver(probe_list, self.recorder)
         self.update = start  # a resumed run counts on: no update number twice
+        self._open_state(optimizer)
+
+    def _open_state(self, optimizer: torch.optim.Optimizer) -> None:
+        """What the four calls carry from one to the next, empty before the first update."""
         self._framework: JsonlWriter | None = None  # framework.jsonl, opened at its first row
         self._framework_last: dict[str, float] = {}
         self.summary: dict[str, Any] | None = None

@@ -108,4 +108,5 @@ class StepClips:
         factor = float(made.scale) if math.isfinite(total) else 1.0  # host sync, once
         row["grad_norm_post"] = total * factor
         row["clip_coef"] = factor
+        # host sync: two flags the step left on the device, read once per update at after_step
         return bool(made.nonfinite) or (made.skip is not None and bool(made.skip))

@@ -63,11 +63,9 @@ def test_each_plotly_mode_the_pages_know_is_taken(value: str) -> None:
     assert LadderSpec(plotly=value).plotly == value
 
 
-def test_the_specs_plotly_modes_are_the_ones_the_cli_takes() -> None:
-    from andrea_diag.commands.publish import PLOTLY_MODES as CLI_MODES
+def test_the_specs_plotly_modes_are_the_ones_the_pages_read() -> None:
     from andrea_diag.experiments.sweep import shared_plotly
 
-    assert CHOICES["plotly"] == CLI_MODES
     shared = [m for m in CHOICES["plotly"] if shared_plotly(m, Path("out")) is not None]
     assert shared == ["shared"]  # the one mode the pages read as "one copy in the folder"
 

@@ -20,7 +20,7 @@ def test_cpu_and_scheduler_lines_name_their_place() -> None:
         3, [None, None], ExecutorConfig(jobs=2)
     )
     slurm = start_line(1, [None] * 16, ExecutorConfig(kind="slurm", jobs=16, partition="gpu"))
-    assert "1 cells[/], 1 at once (slurm; --jobs 16 in flight)" in slurm
+    assert "1 cell[/], 1 at once (slurm; --jobs 16 in flight)" in slurm
 
 
 def test_cells_at_once_is_one_in_process_else_one_per_slot() -> None:
@@ -36,3 +36,9 @@ def test_the_busy_line_advises_more_cells_not_more_jobs_when_all_ran_at_once() -
     told = busy_line(busy, all_at_once=True)
     assert "--jobs" not in told and "more cells in one sweep (seeds, lrs)" in told
     assert "--jobs" in busy_line({"pct_mean": 95.0, "n_samples": 8}, all_at_once=True)  # bound
+
+
+def test_one_cell_is_one_cell_and_gpus_are_listed_in_number_order() -> None:
+    assert "[bold]1 cell[/], 1 at once on the CPU" in start_line(1, [None], ExecutorConfig())
+    line = start_line(4, ["10", "2"], ExecutorConfig(jobs=1))
+    assert "on GPUs 2, 10 (--jobs 1 per GPU)" in line

@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 
 from andrea_diag.config import RunConfig
-from andrea_diag.experiments.sweep import _arm_row
+from andrea_diag.experiments.arm_summary import arm_row as _arm_row
 from andrea_diag.probes.verdict import (
     COLLAPSE_VERDICTS,
     THRESHOLDS,

@@ -95,15 +95,15 @@ def start_line(cells: int, slots: list[str | None], cfg: ExecutorConfig) -> str:
     '[bold]4 cells[/], 4 at once on GPU 0 (--jobs 8 per GPU)'
     """
     at_once = min(cells, len(slots))
+    head = f"[bold]{cells} cell{'s' if cells != 1 else ''}[/], {at_once} at once"
     if cfg.kind != "local":
-        return (
-            f"[bold]{cells} cells[/], {at_once} at once ({cfg.kind}; --jobs {cfg.jobs} in flight)"
-        )
-    gpus = sorted({s for s in slots if s is not None})
+        return f"{head} ({cfg.kind}; --jobs {cfg.jobs} in flight)"
+    # numbered as numbers: GPU 2 before GPU 10
+    gpus = sorted({s for s in slots if s is not None}, key=lambda g: (len(g), g))
     if not gpus:
-        return f"[bold]{cells} cells[/], {at_once} at once on the CPU (--jobs {cfg.jobs})"
+        return f"{head} on the CPU (--jobs {cfg.jobs})"
     where = f"GPU {gpus[0]}" if len(gpus) == 1 else f"GPUs {', '.join(gpus)}"
-    return f"[bold]{cells} cells[/], {at_once} at once on {where} (--jobs {cfg.jobs} per GPU)"
+    return f"{head} on {where} (--jobs {cfg.jobs} per GPU)"
 
 
 def uses_cuda(device: str) -> bool:

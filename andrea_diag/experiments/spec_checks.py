@@ -87,16 +87,17 @@ def check_axis(values: list[Any], axis: str, owner: str) -> None:
     config and the combinations are judged where the grid's cells are made, before any
     folder. Else ``lrs=[-1.0]`` or ``sizes=["huge"]`` made a spec that failed only once run."""
     name = AXES[axis]
+    field = next((f for f in dataclasses.fields(RunConfig) if f.name == name), None)
+    meta = cli_of(field) if field is not None and name not in ("size", "precision") else None
     for value in values:
         if name == "precision":
             check_precision(value)  # its registry's own error: UnknownPrecision, a ValueError
         elif name == "size" and value not in PRESETS:
             raise BadArgument(f"{owner}: {axis} holds an unknown size {value!r}"[:300],
                               hint=f"choose from {', '.join(PRESETS)}")  # fmt: skip
-        elif name != "size":
-            meta = cli_of(next(f for f in dataclasses.fields(RunConfig) if f.name == name))
-            if meta is not None and (problem := bound_problem(meta, value)) is not None:
-                raise BadArgument(f"{owner}: each of {axis} {problem}"[:300])
+        # the field's bounds, found once per axis, not once per value
+        elif meta is not None and (problem := bound_problem(meta, value)) is not None:
+            raise BadArgument(f"{owner}: each of {axis} {problem}"[:300])
 
 
 def checked_executor(ex: ExecutorConfig, what: str) -> ExecutorConfig:

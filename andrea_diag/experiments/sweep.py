@@ -72,7 +72,6 @@ from andrea_diag.tables import csv_text
 from andrea_diag.train.components import check_precision
 from andrea_diag.train.graphed import check_graphable
 
-_arm_row = arm_row  # its old name here (tests/test_verdicts.py)
 Kept = dict[tuple[str, str], dict[str, Any]]  # (cell, arm) -> a finished cell's arm summary
 
 

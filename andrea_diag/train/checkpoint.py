@@ -124,7 +124,9 @@ def checkpoints(run_dir: Path) -> list[Path]:
     return [p for _, p in sorted(found)]
 
 
-_NAME = re.compile(r"ckpt-([0-9]{7,18})\.pt")  # ASCII digits: "ckpt-٣.pt" is not ours
+# the names Checkpointer writes (ckpt-{update:07d}.pt): keep the two in step. ASCII digits only:
+# "ckpt-٣.pt" is not ours
+_NAME = re.compile(r"ckpt-([0-9]{7,18})\.pt")
 
 
 def _is_file(path: Path) -> bool:
