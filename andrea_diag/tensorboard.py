@@ -34,6 +34,7 @@ docs/integrations.md, "TensorBoard export and static figures".
 from __future__ import annotations
 
 import functools
+import html
 import json
 import math
 import os
@@ -44,7 +45,7 @@ from typing import Any
 import pandas as pd
 
 from andrea_diag import metrics
-from andrea_diag.errors import UserError
+from andrea_diag.errors import UserError, visible
 from andrea_diag.rundir import child, descend, make_out_dir, read_json
 from andrea_diag.runread import SUMMARY, clean, log
 
@@ -149,6 +150,15 @@ def _code_block(obj: Any) -> str:
     return "\n".join("    " + line for line in text.splitlines())
 
 
+def md_cell(value: Any) -> str:
+    """``value`` as one cell of TensorBoard's markdown table: a line break from a run dir ended
+    the row (the rest read as rows of its own) and a ``|`` split the cell, so control
+    characters are shown as escapes (:func:`~andrea_diag.errors.visible`), ``|`` as ``\\|``,
+    and ``<``/``>``/``&`` as entities, so that a tag in an event's cause is shown as text."""
+    text = html.escape(visible("" if value is None else str(value)), quote=False)
+    return text.replace("|", "\\|")
+
+
 class TensorBoardRun:
     """One run's event files. ``log`` per metrics row; ``events``, ``summary`` and ``close`` at
     the end. The export and :class:`~andrea_diag.monitor.SpikeMonitor` both write through it."""
@@ -193,7 +203,8 @@ class TensorBoardRun:
             self._scalars(pairs, step)
             z = ev.get("z")
             z_text = f"{z:.1f}" if isinstance(z, (int, float)) else ""
-            lines.append(f"| {step} | {metric} | {z_text} | {ev.get('cause', '')} |")
+            cause = ev.get("cause", "")
+            lines.append(f"| {step} | {md_cell(metric)} | {z_text} | {md_cell(cause)} |")
         self._writer.add_summary(self._text("spikes/events", "\n".join(lines)), self._last_step)
 
     def summary(self, summary: Mapping[str, Any] | None) -> None:

@@ -22,6 +22,8 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated
+from urllib.parse import urlsplit
+from urllib.request import url2pathname
 
 import typer
 
@@ -106,6 +108,7 @@ def export(
     with damaged_run_dir(run_dirs, doing="export"):
         tb = (out or _default_out(run_dirs[0], "tensorboard")) if tensorboard else None
         wb = (out or _default_out(run_dirs[0], "wandb")) if wandb else None
+        _outside_the_runs(run_dirs, tb, wb, uri, default=out is None)
         made = [f for f in (tb, wb and wb / "wandb", wb) if f is not None]
         with _none_left_empty(made):
             if tb is not None:
@@ -114,6 +117,46 @@ def export(
                 _wandb(run_dirs, wb, project)
             if uri is not None:
                 _mlflow(run_dirs, uri, project)
+
+
+def _outside_the_runs(
+    run_dirs: list[Path], tb: Path | None, wb: Path | None, uri: str | None, default: bool
+) -> None:
+    """No export writes inside a run it reads: ``--out RUN`` put the event files (and W&B's
+    folder) among the run's records, and ``--out CASCADE`` with an arm given put them in the
+    arm's own folder (its TensorBoard folder is named after it); ``--mlflow RUN`` made the
+    run an MLflow file store (``.trash``, ``0/meta.yaml``, a folder per experiment). Checked
+    on resolved paths (a link to the run is the run), before any folder is made."""
+    from andrea_diag.tensorboard import folder_names
+
+    names = folder_names(run_dirs)
+    out = "the default --out" if default else "--out"
+    places = [(out, tb, tb / name) for name in names.values()] if tb is not None else []
+    places += [(out, wb, wb / "wandb")] if wb is not None else []
+    store = _store_path(uri) if uri is not None else None
+    places += [("--mlflow", store, store)] if store is not None else []
+    runs = [(Path(os.path.realpath(r)), r) for r in names]
+    for option, given, place in places:
+        real = Path(os.path.realpath(place))
+        for resolved_run, run in runs:
+            if real == resolved_run or resolved_run in real.parents:
+                into = f"into {place}, inside" if place != given else "inside"
+                raise UserError(
+                    f"{option} {given} would write {'into' if real == resolved_run else into} "
+                    f"{run}, a run this export reads: its files would be mixed with its records",
+                    hint="export outside the runs, e.g. --out runs/tb or --mlflow runs/mlruns",
+                )
+
+
+def _store_path(uri: str) -> Path | None:
+    """Where a local MLflow store writes: a file store's folder, or a ``sqlite:`` database
+    file (``sqlite:///rel.db``, ``sqlite:////abs.db``); None for a server."""
+    parts = urlsplit(uri)
+    if parts.scheme == "file":
+        return Path(url2pathname(parts.path))
+    if parts.scheme == "sqlite" and parts.path.startswith("/") and len(parts.path) > 1:
+        return Path(parts.path[1:])  # the URI's third slash ends its (empty) host
+    return None
 
 
 def _refuse_unused(

@@ -25,10 +25,11 @@ from andrea_diag.report.figures import all_figures
 from andrea_diag.report.findings import all_findings
 from andrea_diag.report.headline import headline
 from andrea_diag.report.images import figure_slug, write_images
+from andrea_diag.report.page_file import write_page
 from andrea_diag.report.plotlyjs import PLOT_CONFIG, script_tag
 from andrea_diag.report.safe import Html, esc, figure_html, script_json
 from andrea_diag.report.style import Style
-from andrea_diag.rundir import atomic_write_text, child
+from andrea_diag.rundir import child
 
 MAX_SAMPLE_CHARS = 400  # per cell; long generations make the table unreadable and the file big
 
@@ -326,26 +327,10 @@ def _render(
         f"{script_tag(out_html, plotly_dir)}\n"
         "</head>\n<body>\n" + "\n".join(p for p in parts if p) + "\n</body>\n</html>\n"
     )
-    write_page(out_html, page)
+    write_page(out_html, page, hint="use --out to write the page elsewhere")
     if images:  # after the page: a missing exporter still leaves the HTML behind
         write_images(figs, out_html, images)
     return out_html
-
-
-def write_page(path: Path, page: str) -> None:
-    """Write a page atomically (temp file + rename: a link at ``path`` is replaced, never
-    followed, and a full disk leaves no half page); ``path`` must be a regular file or new."""
-    path = Path(path)
-    if path.exists() and not path.is_symlink() and not path.is_file():
-        raise UserError(f"{path} is not a regular file", hint="give a file name, e.g. report.html")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise UserError(f"cannot create {path.parent}: {e.strerror}") from None
-    try:
-        atomic_write_text(path, page)
-    except UserError as e:
-        raise UserError(e.message, hint=e.hint or "use --out to write the page elsewhere") from None
 
 
 def _figures_html(arms: list[Arm], parts: list[str], figs: list[tuple[str, Any]]) -> int:

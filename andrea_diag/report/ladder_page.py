@@ -21,9 +21,9 @@ from plotly.subplots import make_subplots
 
 from andrea_diag.clip.modes import mode_color
 from andrea_diag.report.html import CSS, PLOT_CONFIG
+from andrea_diag.report.page_file import write_page
 from andrea_diag.report.plotlyjs import script_tag
 from andrea_diag.report.safe import esc, figure_html
-from andrea_diag.rundir import atomic_write_text
 from andrea_diag.stats import MIN_PAIRS, N_RESAMPLES, TARGET_GAP
 from andrea_diag.tables import GROUP, interval_of
 
@@ -179,5 +179,5 @@ def render_ladder(out: Path, rows: pd.DataFrame, result: dict[str, Any]) -> Path
         + "<h2>Against size</h2>\n" + fig_html
         + "\n<h2>By size and arm</h2>\n" + _table(rows) + "</body>\n</html>\n"
     )  # fmt: skip
-    atomic_write_text(page, html_text)
+    write_page(page, html_text)
     return page

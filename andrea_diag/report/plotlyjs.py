@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from andrea_diag.report.page_file import replaceable
 from andrea_diag.rundir import atomic_write_bytes
 
 BUNDLE = "plotly.min.js"
@@ -31,6 +32,8 @@ def script_tag(page: Path, shared_dir: Path | None = None) -> str:
     data = js.encode("utf-8")
     # written once per folder; rewritten only if another plotly version left a different one
     # (a link there is replaced, never written through: the folder may be someone else's)
+    # (a FIFO or a folder there is one line, never replaced: page_file)
+    replaceable(bundle)
     if bundle.is_symlink() or not bundle.is_file() or bundle.stat().st_size != len(data):
         bundle.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_bytes(bundle, data)

@@ -27,9 +27,9 @@ from andrea_diag.config import VOCAB_SIZE
 from andrea_diag.experiments.aggregate import arm_rates, gap_call, interval_findings, paired_gaps
 from andrea_diag.probes.verdict import COLLAPSE_VERDICTS, LOCKED_VERDICTS
 from andrea_diag.report.html import CSS, PLOT_CONFIG
+from andrea_diag.report.page_file import write_page
 from andrea_diag.report.plotlyjs import script_tag
 from andrea_diag.report.safe import esc, figure_html, href, join
-from andrea_diag.rundir import atomic_write_text
 from andrea_diag.stats import MIN_PAIRS, insufficient, paired_test
 from andrea_diag.tables import read_flag
 
@@ -312,5 +312,5 @@ def render_sweep(out: Path, table: pd.DataFrame, meta: dict[str, Any]) -> Path:
         + "</table>\n</body>\n</html>\n"
     )  # fmt: skip
     path = out / "sweep.html"
-    atomic_write_text(path, page)
+    write_page(path, page)
     return path
