@@ -27,7 +27,7 @@ from typing import Any
 from urllib.parse import urlsplit
 from urllib.request import url2pathname
 
-from andrea_diag.errors import BadArgument, BadType, UserError, unsafe
+from andrea_diag.errors import BadArgument, BadType, UserError, unsafe, visible
 from andrea_diag.rundir import check_path
 
 
@@ -159,6 +159,12 @@ def check_project(
         raise BadType(f"{what} must be a str, got {kind_of(project)} {project!r}")
     if not project.strip():
         raise BadArgument(f"{what} is empty", hint=f"name the runs' project, e.g. {example}")
+    if not project.isascii():  # a lone surrogate (a non-UTF-8 shell argument) failed in the
+        try:  # tool's own files after its store was made, read as a damaged run
+            project.encode("utf-8")
+        except UnicodeEncodeError:
+            raise BadArgument(f"{what} '{visible(project)}' is not UTF-8 text",
+                              hint=f"name it in plain text, e.g. {example}") from None  # fmt: skip
     if unsafe(project):
         raise BadArgument(f"{what} {project!r} holds control characters")
     if not wandb:
@@ -203,6 +209,9 @@ def mlflow_uri(store: Any, what: str = "--mlflow", example: str = MLFLOW_EXAMPLE
                         f"got {kind_of(store)} {store!r}")  # fmt: skip
     if not store.strip():
         raise BadArgument(f"{what} is empty: it takes the tracking store", hint=example)
+    if unsafe(store):  # a store no listing shows as typed; urlsplit drops a newline unsaid
+        raise BadArgument(f"{what} '{visible(store)}' holds control characters",
+                          hint="give a plain path or URI")  # fmt: skip
     if store == "databricks":  # MLflow's name for the Databricks workspace, not a folder
         return store
     if ":" not in store.split("/")[0]:
