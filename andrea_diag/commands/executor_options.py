@@ -20,9 +20,14 @@ import typer
 
 from andrea_diag.errors import UserError
 from andrea_diag.experiments.executor import ExecutorConfig, uses_cuda
-from andrea_diag.experiments.spec_checks import MAX_JOBS, unused_executor_field
+from andrea_diag.experiments.executor_config import (
+    EXECUTOR_BOUNDS,
+    MAX_JOBS,
+    unused_executor_field,
+)
 
-SLURM_GPUS, SLURM_TIME = 1, 240  # ExecutorConfig's defaults: a value other than these was typed
+# ExecutorConfig's defaults: a value other than these was typed
+SLURM_GPUS, SLURM_TIME = ExecutorConfig().gpus, ExecutorConfig().time_min
 
 Jobs = Annotated[
     str,
@@ -62,12 +67,21 @@ SlurmPartition = Annotated[
     str | None, typer.Option(help="Slurm partition.", rich_help_panel="Cells")
 ]
 SlurmGpus = Annotated[
-    int, typer.Option(min=0, max=64, help="GPUs per Slurm job (one cell).", rich_help_panel="Cells")
+    int,
+    typer.Option(
+        min=EXECUTOR_BOUNDS["gpus"][0],
+        max=EXECUTOR_BOUNDS["gpus"][1],
+        help="GPUs per Slurm job (one cell).",
+        rich_help_panel="Cells",
+    ),
 ]
 SlurmTime = Annotated[
     int,
     typer.Option(
-        min=1, max=60 * 24 * 30, help="Minutes per cell job (submitit).", rich_help_panel="Cells"
+        min=EXECUTOR_BOUNDS["time_min"][0],
+        max=EXECUTOR_BOUNDS["time_min"][1],
+        help="Minutes per cell job (submitit).",
+        rich_help_panel="Cells",
     ),
 ]
 
@@ -103,7 +117,7 @@ def executor_config(
 
 def _refuse_unused(ex: ExecutorConfig) -> None:
     """An option given (other than its default) that this executor never reads: one line,
-    not a setting silently dropped (``spec_checks.unused_executor_field``: a Python caller's
+    not a setting silently dropped (``executor_config.unused_executor_field``: a Python caller's
     spec is refused by the same rule)."""
     if (unused := unused_executor_field(ex)) is not None:
         _, flag, needs = unused

@@ -16,6 +16,10 @@ from andrea_diag.experiments.mps import check_mode
 from andrea_diag.train.distributed import check_one_process
 
 EXECUTORS = ("local", "slurm", "submitit-local")
+MAX_JOBS = 256  # cells in flight: past any GPU's or scheduler's sensible concurrency
+# each number's bounds: ExecutorConfig.check, the specs' checks and the options' min/max
+EXECUTOR_BOUNDS = {"gpus": (0, 64), "time_min": (1, 60 * 24 * 30), "jobs": (1, MAX_JOBS)}
+FLAGS = {"gpus": "--slurm-gpus", "time_min": "--slurm-time", "jobs": "--jobs"}
 
 
 @dataclass
@@ -38,10 +42,10 @@ class ExecutorConfig:
             raise UserError(
                 f"unknown --executor {self.kind!r}", hint=f"choose {', '.join(EXECUTORS)}"
             )
-        if self.jobs < 1:
-            raise UserError(f"--jobs must be at least 1, got {self.jobs}")
-        if self.time_min < 1 or self.gpus < 0:
-            raise UserError("--slurm-time must be at least 1 minute and --slurm-gpus 0 or more")
+        for name, (lo, hi) in EXECUTOR_BOUNDS.items():
+            if not lo <= getattr(self, name) <= hi:
+                raise UserError(f"{FLAGS[name]} must be from {lo} to {hi}, "
+                                f"got {getattr(self, name)}")  # fmt: skip
         check_mode(self.mps)
         check_one_process("a sweep or ladder")
         if self.kind != "local" and not self.merge_only:  # a merge submits nothing
@@ -68,3 +72,20 @@ def check_submitit(kind: str) -> None:
         raise UserError(
             "--executor slurm: no sbatch on PATH", hint="run the sweep on a Slurm login node"
         )
+
+
+def unused_executor_field(ex: ExecutorConfig) -> tuple[str, str, str] | None:
+    """The first setting of ``ex`` other than its default that its kind never reads, as (field,
+    flag, the kinds that read it), or None: the partition and GPUs go to Slurm alone, the time
+    limit to submitit's jobs, MPS ``on`` to local cells. The command line's rule
+    (``commands/executor_options.py``) and a Python caller's: set, it was silently dropped."""
+    default = ExecutorConfig()
+    unused = [
+        (ex.partition is not None and ex.kind != "slurm", "partition", "--slurm-partition",
+         "slurm"),
+        (ex.gpus != default.gpus and ex.kind != "slurm", "gpus", "--slurm-gpus", "slurm"),
+        (ex.time_min != default.time_min and ex.kind == "local", "time_min", "--slurm-time",
+         "slurm or submitit-local"),
+        (ex.mps == "on" and ex.kind != "local", "mps", "--mps on", "local"),
+    ]  # fmt: skip
+    return next(((name, flag, needs) for given, name, flag, needs in unused if given), None)

@@ -40,7 +40,12 @@ from typing import Any
 from andrea_diag.config import PRESETS, RunConfig
 from andrea_diag.errors import BadArgument, BadType, UserError, unsafe
 from andrea_diag.experiments.config_checks import check_config
-from andrea_diag.experiments.executor_config import EXECUTORS, ExecutorConfig
+from andrea_diag.experiments.executor_config import (
+    EXECUTOR_BOUNDS,
+    EXECUTORS,
+    ExecutorConfig,
+    unused_executor_field,
+)
 from andrea_diag.experiments.mps import MPS_MODES
 from andrea_diag.field_types import plain_fields, plain_number, type_hints
 from andrea_diag.fields import bound_problem, cli_of
@@ -56,9 +61,6 @@ CHOICES: dict[str, tuple[str, ...]] = {"plotly": ("inline", "shared")}
 # A grid's axis (a list field of a spec) and the config field each of its values sets.
 AXES = {"sizes": "size", "lrs": "lr", "max_norms": "max_norm", "seeds": "seed",
         "precisions": "precision"}  # fmt: skip
-MAX_JOBS = 256  # cells in flight: past any GPU's or scheduler's sensible concurrency
-# --slurm-gpus and --slurm-time's bounds (commands/executor_options.py), for a Python caller
-EXECUTOR_BOUNDS = {"gpus": (0, 64), "time_min": (1, 60 * 24 * 30), "jobs": (1, MAX_JOBS)}
 
 
 def checked_spec(spec: Any, owner: str) -> None:
@@ -130,16 +132,17 @@ def checked_executor(ex: ExecutorConfig, what: str) -> ExecutorConfig:
 
 def check_count(spec: Any, owner: str) -> None:
     """Not more arms than the run's own readers take: ``clips`` at most :data:`MAX_ARMS` (a
-    cascade's), and a grid's cells times its arms (every list field's length multiplied) at
-    most :data:`MAX_SWEEP_ROWS` (``sweep.csv``'s rows). Past either every arm trained, then
-    the report (and a resume) refused the run's own files as damaged."""
+    cascade's), and a grid's cells times its arms (the lengths of its axes, :data:`AXES`, and
+    of ``clips`` multiplied: no other list is a dimension) at most :data:`MAX_SWEEP_ROWS`
+    (``sweep.csv``'s rows). Past either every arm trained, then the report (and a resume)
+    refused the run's own files as damaged."""
     clips = getattr(spec, "clips", [])
     if len(clips) > MAX_ARMS:
         raise BadArgument(f"{owner}: clips lists {len(clips):,} arms, more than a cascade runs "
                           f"({MAX_ARMS:,})", hint="give fewer arms")  # fmt: skip
     arms = 1
-    for f in dataclasses.fields(spec):
-        value = getattr(spec, f.name)
+    for name in [*AXES, "clips"]:
+        value = getattr(spec, name, None)
         arms *= len(value) if isinstance(value, list) else 1
     if arms > MAX_SWEEP_ROWS:
         raise BadArgument(
@@ -226,20 +229,3 @@ def checked_arms(base: RunConfig, clips: list[str]) -> list[RunConfig]:
             cfg = dataclasses.replace(base, clip=clip, arm=clip)
             configs.append(check_config(cfg, name=lambda field: field))
     return configs
-
-
-def unused_executor_field(ex: ExecutorConfig) -> tuple[str, str, str] | None:
-    """The first setting of ``ex`` other than its default that its kind never reads, as (field,
-    flag, the kinds that read it), or None: the partition and GPUs go to Slurm alone, the time
-    limit to submitit's jobs, MPS ``on`` to local cells. The command line's rule
-    (``commands/executor_options.py``) and a Python caller's: set, it was silently dropped."""
-    default = ExecutorConfig()
-    unused = [
-        (ex.partition is not None and ex.kind != "slurm", "partition", "--slurm-partition",
-         "slurm"),
-        (ex.gpus != default.gpus and ex.kind != "slurm", "gpus", "--slurm-gpus", "slurm"),
-        (ex.time_min != default.time_min and ex.kind == "local", "time_min", "--slurm-time",
-         "slurm or submitit-local"),
-        (ex.mps == "on" and ex.kind != "local", "mps", "--mps on", "local"),
-    ]  # fmt: skip
-    return next(((name, flag, needs) for given, name, flag, needs in unused if given), None)
