@@ -294,7 +294,7 @@ def open_new_file(path: Path, what: str) -> IO[bytes]:
     """``path`` emptied and opened for writing bytes (a log), never through a link: whatever
     file or link was there is removed first (:func:`remove_file`), then made with ``O_EXCL``."""
     remove_file(path, what)
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW
     try:
         fd = os.open(path, flags, file_mode())
     except OSError as e:
@@ -360,7 +360,7 @@ def unshare(path: Path) -> None:
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name[:200]}.", dir=path.parent)
     try:
-        src = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | os.O_NONBLOCK)
+        src = os.open(path, os.O_RDONLY | _NOFOLLOW | os.O_NONBLOCK)
         with os.fdopen(src, "rb") as fin, os.fdopen(fd, "wb") as fout:
             fd = -1  # the with block closes it
             shutil.copyfileobj(fin, fout)
@@ -381,7 +381,7 @@ def open_append_file(path: Path) -> IO[str]:
     other hard links is first given its own inode (:func:`unshare`): appending never changes
     a file outside the run."""
     unshare(path)
-    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | _NOFOLLOW
     try:
         fd = os.open(path, flags, 0o644)
     except OSError as e:
