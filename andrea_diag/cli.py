@@ -31,6 +31,10 @@ from andrea_diag.commands.run import cascade, sweep, train
 from andrea_diag.console_text import shown
 from andrea_diag.errors import UserError
 
+# click's UsageError, the parent of every parse error: typer re-exports only BadParameter, and
+# newer typers vendor click (typer._click), so it is found from there rather than imported
+_USAGE_ERROR = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
+
 
 class _Flags:
     """Help and parsing shared by the app and its commands.
@@ -80,8 +84,10 @@ class _Flags:
             if not ctx.resilient_parsing:  # shell completion parses half-typed lines
                 self._check_typed(ctx, args)
             return super().parse_args(ctx, args)  # type: ignore[misc]
-        except typer.BadParameter as e:  # a bad value, a bound, a missing argument
-            one_line(UserError(e.format_message().replace("\n", " ")))
+        except _USAGE_ERROR as e:  # a bad value, a bound, a missing argument (BadParameter)
+            # or an unknown option, an extra argument: one line too, not click's usage panel
+            hint = None if isinstance(e, typer.BadParameter) else f"see {ctx.command_path} --help"
+            one_line(UserError(e.format_message().replace("\n", " "), hint=hint))
             raise typer.Exit(2) from None
         except UserError as e:
             one_line(e)
