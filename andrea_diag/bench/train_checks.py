@@ -4,6 +4,8 @@ host's speed, put on record beside the ratios (:func:`host_speed`)."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -14,6 +16,26 @@ from andrea_diag.errors import UserError
 from andrea_diag.train.components import check_precision
 
 PLAIN_MODES = ("same", "eager", "all")  # the plain loop beside a --cuda-graph engine
+# what marks a folder as a run (its config beside its metrics), a cascade or a sweep
+RUN_MARKS = (("config.json", "metrics.jsonl"), ("cascade.json",), ("sweep.json",))
+
+
+def check_out_outside_runs(out: Path | None, flag: str = "--out") -> None:
+    """One :class:`UserError` line when ``out`` is a run, cascade or sweep folder or inside
+    one (resolved: a link to a run is the run): a bench's or check's files written there
+    would be mixed with the run's records. Before the folder is made."""
+    if out is None:
+        return
+    real = Path(os.path.realpath(out))
+    for folder in (real, *real.parents):
+        marks = next((m for m in RUN_MARKS if all(os.path.lexists(folder / n) for n in m)), None)
+        if marks is not None:
+            where = "is" if folder == real else "is inside"
+            raise UserError(
+                f"{flag} {out} {where} {folder}, a run folder (it holds {marks[0]}): the "
+                "files written would be mixed with its records",
+                hint="give an --out outside the runs, or leave it out for a fresh folder",
+            )
 
 
 def check_args(

@@ -83,11 +83,13 @@ def accum_check(
 ) -> None:
     """Measure accumulated gradients against a full batch: the toolkit's loop and each mistake."""
     # imported here: `andrea-diag --help` should not pay for torch and the model
+    from andrea_diag.bench.train_checks import check_out_outside_runs
     from andrea_diag.experiments.accum_check import AccumSpec, run_accum_check
 
     spec = AccumSpec(size, micro_batch, accum, replicas, precision, seq_len, seed, device)
     spec.validate()  # bad options fail before the output folder is made
     check_out_path(out, "--out")  # a control character or a dangling link, too
+    check_out_outside_runs(out)
     console = make_console()
     if out is None:
         from andrea_diag.experiments.cascade import default_out

@@ -18,6 +18,7 @@ import typer
 from rich.table import Table
 
 from andrea_diag import bench
+from andrea_diag.bench.train_checks import check_out_outside_runs
 from andrea_diag.commands.options import check_out_path
 from andrea_diag.config import MODEL_PRESETS
 from andrea_diag.console_text import make_console
@@ -104,6 +105,7 @@ def bench_kernels(
             raise UserError(f"CUDA clipper unavailable: {why}", hint="run `andrea-diag doctor`")
     else:
         console.print("[yellow]no GPU: benchmarking the CPU paths (reference vs torch) only[/]")
+    check_out_outside_runs(out)
     if out is None:
         # imported here: the cascade module pulls in the trainer, which only this default needs
         from andrea_diag.experiments.cascade import default_out

@@ -105,11 +105,12 @@ def bench_train(
     defaults = (200, 20, 20) if on_gpu else (6, 2, 2)  # updates, warmup, block
     updates, warmup, block = (d if v is None else v
                               for v, d in zip((updates, warmup, block), defaults, strict=True))  # fmt: skip
-    from andrea_diag.bench.train_checks import check_args
+    from andrea_diag.bench.train_checks import check_args, check_out_outside_runs
 
     # every argument first: a refused bench leaves no --out folder behind
     check_args(cfg, resolve_device(device), updates, warmup, block, plain)
     _check_environment()
+    check_out_outside_runs(out)
     out = make_out_dir(out or _default_out(size))  # refused before the timing, not after
     result = run(cfg, updates, warmup, block, plain=plain,
                  progress=lambda s: console.print(f"[dim]{s}[/]"))  # fmt: skip
