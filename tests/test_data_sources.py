@@ -161,7 +161,7 @@ def test_signatures_in_repo_docs_do_not_leak_process_state() -> None:
     runner's captured stdout) must not change the corpus bytes."""
     import io
 
-    from andrea_diag.data.corpus import _signature
+    from andrea_diag.data.repo_docs import _signature
 
     def under_terminal(x, n=3, name="a", file=io.TextIOWrapper(io.BytesIO())):
         return x
