@@ -346,11 +346,13 @@ def clip_grad_norm_(
       bool one a ``TypeError`` (torch takes ``True`` as the L1 norm). Either past the largest
       float (``10**400``) is :class:`~andrea_diag.clip.reference.TooLargeForFloat`, a
       ``ValueError`` naming it and the ``OverflowError`` torch's ``float()`` raises;
-    - the norm is accumulated in float32 (float64 for float64 gradients) over fixed chunks
-      and, for bf16/fp16 gradients, only rounded to their dtype at the end; torch's bf16/fp16
-      norm can differ in the last bits. An fp16 norm past 65504 is returned as inf, as torch's,
-      and ``error_if_nonfinite`` raises for it, but otherwise the gradients are scaled by the
-      finite float32 coefficient, where torch's inf norm zeroes them;
+    - the norm is accumulated in float32 (float64 for all when any gradient is float64) over
+      fixed chunks and rounded to the gradients' dtype at the end; torch takes each gradient's
+      norm in its own dtype, so a bf16/fp16 one (alone, or in a float32 total: ~1e-3 relative
+      for bf16) and a float32 one beside float64 ones differ in their last bits. An fp16 norm
+      past 65504 is returned as inf, as torch's, and ``error_if_nonfinite`` raises for it, but
+      otherwise the gradients are scaled by the finite float32 coefficient, where torch's inf
+      norm zeroes them;
     - bf16/fp16 gradients are scaled in float32 by the float32 coefficient and rounded once;
       torch multiplies by the coefficient rounded to the gradients' dtype;
     - ``foreach`` is accepted for signature compatibility and ignored (every implementation

@@ -21,17 +21,27 @@ the weights. On CUDA it runs three stages and never syncs with the host:
 
 Anywhere else (CPU, float64 or half parameters, non-contiguous tensors, no compiler) it runs
 :func:`~andrea_diag.clip.adamw_reference.adamw_clipped_reference`, the same math in pure torch
-(also sync-free): torch's AdamW op for op, so on the CPU the step after the clip gives torch's
-AdamW's bits (``adamw_reference.py`` says where it cannot).
+(also sync-free): torch's AdamW op for op, so on the CPU the step after the clip gives the bits
+of torch's default CPU AdamW (its single-tensor step; ``foreach=True`` gives the same bits in
+float32/float64), tensor betas and a tensor weight decay included (torch rounds their terms in
+their dtype, and so does this). torch's ``fused=True`` CPU kernel rounds elsewhere: a few ulps
+from its own default in float32/float64, more with tensor betas (``adamw_reference.py`` says
+where and by how much, and where else it cannot).
 
 State keys match ``torch.optim.AdamW`` (``step`` as a 0-dim float32 tensor on the parameter's
 device, as torch's fused/capturable AdamW keeps it; ``exp_avg``; ``exp_avg_sq``), so code that
 reads ``optimizer.state`` (andrea_diag.probes.optstate) works unchanged, torch AdamW state dicts
 load, and ours load into torch's AdamW (groups carry its keys). torch AdamW's keywords are taken:
-``foreach``, ``fused``, ``capturable`` are ignored (this step is fused and sync-free); amsgrad,
-maximize, differentiable, Adam's coupled decay (``decoupled_weight_decay=False``), complex
-parameters, a tensor ``lr`` and sparse gradients are refused, in a group, a loaded state dict
-or a group's flag set later (at the next ``step()``, where torch's AdamW would honour it).
+``foreach``, ``fused``, ``capturable`` are ignored (this step is fused and sync-free), so what
+torch's own implementations refuse runs here (``capturable=True`` with CPU parameters, torch's
+AssertionError at its step; tensor betas with ``foreach=True``, its ValueError); the pairs torch
+refuses on any device (``fused`` with ``foreach`` or ``differentiable``) raise its
+RuntimeError. amsgrad, maximize, differentiable, Adam's coupled decay
+(``decoupled_weight_decay=False``), complex parameters, a tensor ``lr`` and sparse gradients
+are refused, in a group, a loaded state dict or a group's flag set later (at the next
+``step()``, where torch's AdamW would honour it); a sparse gradient in a later group is
+refused before any group steps (torch's steps the groups before it, then raises), and
+parameters on several devices are refused (one global norm, one device).
 """
 
 from __future__ import annotations
@@ -102,10 +112,11 @@ def _clip_stats(
     return reference.clip_reference(grads, max_norm, norm_type, acc_dtype=acc, apply=False)
 
 
-def _update(which: str, args: tuple, scale: torch.Tensor, nonfinite: torch.Tensor, **hyper: float):
+def _update(which: str, args: tuple, scale: torch.Tensor, nonfinite: torch.Tensor, **hyper: Any):
     if which == "cuda":
         from andrea_diag.clip import cuda as cuda_ext
 
+        hyper = {k: float(v) for k, v in hyper.items()}  # the kernels take floats (CPU betas)
         cuda_ext.load_dev().adamw_clipped(*args, scale.float(), nonfinite, **hyper)
     else:
         adamw_clipped_reference(*args, scale, nonfinite, **hyper)
@@ -121,10 +132,10 @@ def clip_adamw_(
     max_norm: float,
     norm_type: float = 2.0,
     lr: float = 1e-3,
-    beta1: float = 0.9,
-    beta2: float = 0.999,
+    beta1: float | torch.Tensor = 0.9,
+    beta2: float | torch.Tensor = 0.999,
     eps: float = 1e-8,
-    weight_decay: float = 1e-2,
+    weight_decay: float | torch.Tensor = 1e-2,
     impl: str = "auto",
 ) -> ClipResult:
     """Functional form of one ClippedAdamW step over one list (grads passed explicitly).
@@ -166,6 +177,16 @@ def _check_flags(group: dict[str, Any]) -> None:
         asked.append("betas on a device (float() of them every step is a host sync)")
     if asked:
         raise ValueError(f"ClippedAdamW does not support {', '.join(asked)}; use torch.optim.AdamW")
+
+
+def _check_impl_flags(*, foreach: bool | None, fused: bool | None, differentiable: bool) -> None:
+    """torch's AdamW's own ``RuntimeError`` for the flag pairs it refuses whatever the device;
+    this step ignores ``foreach`` and ``fused``, but the call is a slip either way (checked
+    before our refusal of ``differentiable``, so the pair gets torch's error)."""
+    if fused and differentiable:
+        raise RuntimeError("`fused` does not support `differentiable`")
+    if fused and foreach:
+        raise RuntimeError("`fused` and `foreach` cannot be `True` together.")
 
 
 def _check_group(group: dict[str, Any]) -> None:
@@ -221,11 +242,12 @@ class ClippedAdamW(AdamWPickling, torch.optim.Optimizer):  # pickling: adamw_sta
         norm_type: float = 2.0,
         impl: str = "auto",
     ) -> None:
-        del foreach, capturable, fused  # how torch runs its step; this one is fused and sync-free
         if isinstance(lr, torch.Tensor):
             raise ValueError("ClippedAdamW takes a float lr (a tensor lr would need a host read)")
         _check_flags({"betas": betas})  # on a device: before the range check reads them
         check_adamw_hyper(lr, betas, eps, weight_decay)  # torch's words ("Invalid learning rate")
+        _check_impl_flags(foreach=foreach, fused=fused, differentiable=differentiable)
+        del foreach, capturable, fused  # how torch runs its step; this one is fused and sync-free
         betas = scalar_betas(betas)  # a tuple of floats or 0-dim tensors, as torch's group holds
         max_norm = check_max_norm(max_norm, allow_zero=False)  # one rule with the drop-in's
         reference.check_norm_type(norm_type)
@@ -360,10 +382,10 @@ class ClippedAdamW(AdamWPickling, torch.optim.Optimizer):  # pickling: adamw_sta
                 scale,
                 nonfinite,
                 lr=float(group["lr"]),
-                beta1=float(beta1),
-                beta2=float(beta2),
+                beta1=beta1,  # a tensor beta: torch computes its bias corrections in its dtype
+                beta2=beta2,
                 eps=float(group["eps"]),
-                weight_decay=float(group["weight_decay"]),
+                weight_decay=group["weight_decay"],  # a tensor one rounds in its dtype too
             )
         self.last_clip = ClipResult(total, per, scale, nonfinite, which, norm_type=self.norm_type)
         self.last_impl = which
