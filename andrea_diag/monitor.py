@@ -63,8 +63,14 @@ from andrea_diag.probes.base import UpdateContext
 from andrea_diag.probes.shape import model_shape
 from andrea_diag.record import Recorder
 from andrea_diag.runread import read_events
-from andrea_diag.sinks import close_sinks
+from andrea_diag.sinks import LiveSinks
 from andrea_diag.tensorboard import TensorBoardRun, writer_backend
+
+
+def trainable(model: torch.nn.Module) -> tuple[list[str], list[torch.nn.Parameter]]:
+    """The names and parameters of ``model`` that require grad, in its order (those watched)."""
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    return [n for n, _ in named], [p for _, p in named]
 
 
 class SpikeMonitor:
@@ -103,7 +109,8 @@ class SpikeMonitor:
         ``andrea-diag export --tensorboard`` (:mod:`andrea_diag.tensorboard`).
         ``loggers``: more metric sinks (:mod:`andrea_diag.sinks`: ``WandbSink``,
         ``MLflowSink``, or anything with ``log``/``events``/``summary``/``close``), fed the
-        same rows, live.
+        same rows, live (one that raises is warned about once and fed no more rows:
+        :class:`~andrea_diag.sinks.LiveSinks`).
         ``layer_groups``: the ``layer_gn/<layer>.<kind>`` groups, as a callable ``name ->
         (layer, kind)`` (or ``"layer.kind"``) or a mapping from parameter names or module
         prefixes to either; parameters it leaves out are grouped by module type
@@ -117,13 +124,11 @@ class SpikeMonitor:
             probes=probes, total_steps=total_steps, seed=seed, resume=resume, meta=meta,
             tensorboard_dir=tensorboard_dir, layer_groups=layer_groups, tokenizer=tokenizer,
             vocab_size=vocab_size, block_size=block_size))  # fmt: skip
-        self._sinks: list[Any] = checked_loggers(loggers)
+        self._sinks = LiveSinks(checked_loggers(loggers))  # a sink's failure ends no training
         if tensorboard_dir is not None:  # a missing writer fails before the run dir is made
             writer_backend()
         self.model, self.optimizer = model, optimizer
-        named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-        self._names = [n for n, _ in named]
-        self._params = [p for _, p in named]
+        self._names, self._params = trainable(model)
         shape = model_shape(model, layer_groups, vocab_size, block_size)
         check_prompts(prompts, shape["vocab_size"])
         cfg = probe_config(probes, probe_options, total_steps, shape["unknown"])
@@ -225,6 +230,9 @@ class SpikeMonitor:
         norm whatever it was (:mod:`andrea_diag.monitor_clip`)."""
         if not self._pending:
             raise RuntimeError("SpikeMonitor.after_clip called before after_backward")
+        # read again every update: a layer unfrozen mid-run (Lightning's BackboneFinetuning)
+        # was left out of grad_norm, and the clip's total over it recorded as a clip
+        self._names, self._params = trainable(self.model)
         names = [n for n, p in zip(self._names, self._params, strict=True) if p.grad is not None]
         params = [p for p in self._params if p.grad is not None]
         clip = clip_result(self._clips.fresh(total_norm_or_clip), params, norm_type)
@@ -292,8 +300,7 @@ class SpikeMonitor:
         self.probes.after_step(ctx)
         ctx.row["applied"] = ctx.applied
         self.recorder.log(ctx.row)
-        for sink in self._sinks:
-            sink.log(ctx.row)
+        self._sinks.log(ctx.row)
         self._stepped = True
 
     def log_framework(self, values: Mapping[str, Any], update: int | None = None) -> None:
@@ -336,7 +343,7 @@ class SpikeMonitor:
                 self.recorder.release()
         finally:  # the sinks are closed even when the recorder's close failed
             if self._sinks:  # spike events as the export sends them: read back, filtered
-                close_sinks(self._sinks, lambda: read_events(self.run_dir)[0], summary)
+                self._sinks.close(lambda: read_events(self.run_dir)[0], summary)
         return summary
 
     def __enter__(self) -> SpikeMonitor:

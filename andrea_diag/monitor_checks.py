@@ -32,7 +32,7 @@ import torch
 
 from andrea_diag import metrics
 from andrea_diag.fields import MAX_SEED, MAX_UPDATES, cli_of, positive_problem
-from andrea_diag.given_checks import given_folder, kind_of
+from andrea_diag.given_checks import given_folder, kind_of, writable_folder
 from andrea_diag.probe_config import ProbeConfig
 
 # what SpikeMonitor calls on every logger (andrea_diag.sinks.MetricSink)
@@ -59,16 +59,13 @@ def check_count(
 
 
 def check_dir(name: str, value: Any) -> None:
-    """``value`` names a directory that is or can be made: not a file, nor inside one, and
+    """``value`` names a directory that is or can be made: not a file, nor inside one, nor in
+    a folder this user may not write in (a framework callback failed inside ``fit`` then), and
     what ``given_folder`` refuses (``""``, a NUL, a name past 255 bytes, a control character,
     a place under ``/proc``), which surfaced once the run directory was being made, if ever."""
     path = given_folder(value, f"SpikeMonitor: {name}")
-    for place in (path, *path.parents):  # the nearest one that exists must be a directory
-        if os.path.lexists(place):
-            if not place.is_dir():
-                where = "is" if place == path else f"is inside {place}, which is"
-                raise ValueError(f"SpikeMonitor: {name} {str(path)!r} {where} a file")
-            return
+    writable_folder(path, f"SpikeMonitor: {name}", repr(str(path)),
+                    "the run directory is made there; give a folder you can write in")  # fmt: skip
 
 
 def check_model_and_optimizer(model: Any, optimizer: Any) -> None:

@@ -27,6 +27,7 @@ import os
 import posixpath
 import re
 import time
+import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
@@ -218,6 +219,56 @@ def close_sinks(
         raise first
 
 
+class LiveSinks:
+    """The sinks a :class:`~andrea_diag.monitor.SpikeMonitor` feeds row by row, inside the
+    user's loop: a sink whose ``log`` raises (a W&B or MLflow service gone, a full disk under
+    TensorBoard's files) raised out of ``after_step`` and ended the user's training. It is now
+    warned about once and fed no more rows (the run directory holds every row: ``andrea-diag
+    export`` sends them later); at :meth:`close` it is only closed, its error warned."""
+
+    def __init__(self, sinks: list[Any]) -> None:
+        self.sinks = list(sinks)
+        self.failed: list[Any] = []
+
+    def append(self, sink: Any) -> None:
+        self.sinks.append(sink)
+
+    def __bool__(self) -> bool:
+        return bool(self.sinks or self.failed)
+
+    def log(self, row: Mapping[str, Any]) -> None:
+        for sink in list(self.sinks):
+            try:
+                sink.log(row)
+            except Exception as exc:  # any sink's error: training goes on without it
+                self.sinks.remove(sink)
+                self.failed.append(sink)
+                _warn_sink(sink, f"failed at update {row.get(STEP_COLUMN)} ({exc!r})",
+                           "it gets no more rows; the run directory keeps them all "
+                           "(andrea-diag export sends them later)")  # fmt: skip
+
+    def close(self, events: Callable[[], pd.DataFrame], summary: Mapping[str, Any]) -> None:
+        """The healthy sinks through :func:`close_sinks` (an error there is raised, after
+        every one is closed); the failed ones only closed, their errors warned."""
+        try:
+            if self.sinks:
+                close_sinks(self.sinks, events, summary)
+        finally:
+            for sink in self.failed:
+                try:
+                    sink.close()
+                except Exception as exc:
+                    _warn_sink(sink, f"failed to close ({exc!r})", "it failed during the run")
+
+
+def _warn_sink(sink: Any, what: str, then: str) -> None:
+    warnings.warn(
+        f"andrea-diag: the metric sink {type(sink).__name__} {what}; {then}",
+        UserWarning,
+        stacklevel=4,  # the monitor's caller (after_step, close)
+    )
+
+
 def mlflow_params(config: Mapping[str, Any]) -> dict[str, str]:
     """A run's config as MLflow params, each key one MLflow takes: a character outside
     letters, digits, ``_-. :`` becomes ``_`` (a slash too, so that no key is a path), so does
@@ -333,6 +384,7 @@ def export_to_sinks(
 
 
 __all__ = [
+    "LiveSinks",
     "MLflowSink",
     "MetricSink",
     "TensorBoardRun",

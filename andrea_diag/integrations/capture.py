@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from andrea_diag.clip.api import ClipResult
 from andrea_diag.clip.from_total import MIN_TOLERANCE
 from andrea_diag.clip.reference import clip_reference
-from andrea_diag.monitor import SpikeMonitor
+from andrea_diag.monitor import SpikeMonitor, trainable
 
 IGNORE = -100  # the label id Hugging Face and Lightning users mask with (as train/accumulation)
 
@@ -45,17 +45,34 @@ class PreClipNorms:
 
     def __init__(self, params: Sequence[torch.nn.Parameter]) -> None:
         self.norms: dict[int, torch.Tensor] = {}
-        self.handles = [p.register_post_accumulate_grad_hook(self._hook) for p in params]
+        self.handles: list[Any] = []
+        self.hooked: set[int] = set()
+        self.watch(params)
+
+    def watch(self, params: Sequence[torch.nn.Parameter]) -> None:
+        """Hook the parameters of ``params`` not hooked yet (a layer unfrozen mid-run)."""
+        for p in params:
+            if id(p) not in self.hooked:
+                self.hooked.add(id(p))
+                self.handles.append(p.register_post_accumulate_grad_hook(self._hook))
 
     def _hook(self, p: torch.Tensor) -> None:
         # overwritten every microbatch: after the group's last backward it is the full gradient
         self.norms[id(p)] = torch.linalg.vector_norm(p.grad.detach().float())
 
-    def take(self, params: Sequence[torch.Tensor], unscale: float = 1.0) -> torch.Tensor:
-        """(n,) norms of ``params`` that have a gradient, in their order; then forget them."""
-        per = torch.stack([self.norms[id(p)] for p in params if p.grad is not None]) / unscale
+    def take(
+        self, params: Sequence[torch.Tensor], unscale: float = 1.0, post: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """(n,) norms of ``params`` that have a gradient, in their order; then forget them.
+        ``post``: the same parameters' norms now, taken for one whose hook never ran (unfrozen
+        after this update's backward began: its pre-clip norm was not seen; a KeyError was)."""
+        with_grad = [p for p in params if p.grad is not None]
+        per = [
+            self.norms[id(p)] / unscale if id(p) in self.norms or post is None else post[i]
+            for i, p in enumerate(with_grad)
+        ]
         self.norms.clear()
-        return per
+        return torch.stack(per) if per else torch.zeros(0)
 
     def remove(self) -> None:
         for h in self.handles:
@@ -108,8 +125,13 @@ class UpdateCapture:
         self.loss_total += float(loss.detach() if isinstance(loss, torch.Tensor) else loss)
         self.n_losses += 1
 
-    def before_step(self, pre: torch.Tensor, post: torch.Tensor | None = None) -> None:
-        """``after_clip`` with the pre-clip per-tensor norms; ``post`` when already clipped."""
+    def before_step(
+        self, pre: torch.Tensor, post: torch.Tensor | None = None, loss_scale: float = 1.0
+    ) -> None:
+        """``after_clip`` with the pre-clip per-tensor norms; ``post`` when already clipped;
+        ``loss_scale``: what the scalar losses were multiplied by (Lightning hands over the
+        GradScaler's scaled loss under ``16-mixed``)."""
+        self.loss_total /= loss_scale
         if self.tokens:  # token-weighted over the group, as the toolkit's trainer defines it
             sums, tok = torch.cat(self.loss_sums), torch.cat(self.tokens)
             loss: float = float(sums.sum() / tok.sum().clamp(min=1))  # host sync
@@ -175,8 +197,8 @@ def _l2(per_tensor: torch.Tensor) -> torch.Tensor:
 
 
 def probe_params(model: torch.nn.Module) -> list[torch.nn.Parameter]:
-    """The parameters the monitor watches, in its order (trainable ones)."""
-    return [p for _, p in model.named_parameters() if p.requires_grad]
+    """The parameters the monitor watches, in its order (trainable ones: ``monitor.trainable``)."""
+    return trainable(model)[1]
 
 
 def monitor_meta(framework: str, version: str, hooks: dict[str, str]) -> dict[str, Any]:

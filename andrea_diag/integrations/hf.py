@@ -21,7 +21,9 @@ directory that ``andrea-diag report`` renders (``config.json`` says ``"framework
    threshold, so gradients are unscaled either way;
 3. ``on_pre_optimizer_step`` -> the probes' ``after_clip``: the gradients in ``.grad`` are what
    the optimizer will use (clipped, unscaled). Their per-tensor norms over the hook's pre-clip
-   norms give the clip's scale, measured rather than assumed;
+   norms give the clip's scale, measured rather than assumed. The trainable parameters are read
+   again here: one unfrozen mid-run is hooked from then on (in that first update, its
+   pre-clip norm unseen, its norm is the one the optimizer receives);
 4. ``optimizer.step()``, then ``on_optimizer_step`` -> the probes' ``after_step`` (``m``/``v``
    updated, gradients still there: ``model.zero_grad()`` comes after it);
 5. the learning-rate scheduler steps, ``on_step_end``. The row's ``lr`` is the lr this step used.
@@ -41,7 +43,9 @@ loss is NaN, with one warning.
 
 Under fp16 the hook's pre-clip norms are in scaled units; they are divided by the GradScaler's
 scale (``optimizer.scaler``, constant until ``scaler.update`` inside the step). That path needs a
-CUDA device and is not exercised by the CPU tests. Not supported: DeepSpeed and FSDP (the
+CUDA device (the CPU tests hand the Trainer a CPU GradScaler). A step the GradScaler skipped
+(inf/NaN gradients: its scale drops, read at ``on_optimizer_step``) is recorded with
+``applied`` False. Not supported: DeepSpeed and FSDP (the
 gradients are sharded or owned by the engine), and more than one process (hooks see the local
 gradient before the all-reduce).
 """
@@ -57,7 +61,12 @@ from typing import Any
 import torch
 
 from andrea_diag.integrations.callback import MonitorCallback
-from andrea_diag.integrations.capture import PreClipNorms, per_tensor_norms, token_losses
+from andrea_diag.integrations.capture import (
+    PreClipNorms,
+    per_tensor_norms,
+    probe_params,
+    token_losses,
+)
 from andrea_diag.integrations.settings import hf_settings
 
 try:
@@ -87,6 +96,8 @@ class AndreaDiagCallback(MonitorCallback, TrainerCallback):
     def __init__(self, out_dir: str | Path, **monitor_options: Any) -> None:
         super().__init__(out_dir, **monitor_options)
         self._norms: PreClipNorms | None = None
+        self._model: Any = None
+        self._scale: float | None = None  # the GradScaler's scale before the update's step
         self._forward_hook: Any = None
         self._accum = 1
         self._step_wrap: StepLoss | None = None
@@ -106,6 +117,7 @@ class AndreaDiagCallback(MonitorCallback, TrainerCallback):
             settings=hf_settings(args, optimizer, model),
             step=state.global_step,
         )
+        self._model = model  # after _start: its close of a run that never ended forgets one
         self._norms = PreClipNorms(capture.params)
         self._forward_hook = model.register_forward_hook(self._on_forward, with_kwargs=True)
         trainer = _calling_trainer(self)
@@ -114,20 +126,33 @@ class AndreaDiagCallback(MonitorCallback, TrainerCallback):
     def on_pre_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self.capture is None or self._norms is None:
             return
+        # the model's trainable parameters now, as the monitor reads them: a layer unfrozen
+        # mid-run was left out of grad_norm, then failed the ClipResult's count
+        self.capture.params = probe_params(self._model)
+        self._norms.watch(self.capture.params)
         params = [p for p in self.capture.params if p.grad is not None]
         scaler = getattr(self.optimizer, "scaler", None)  # accelerate's fp16 GradScaler
         unscale = float(scaler.get_scale()) if scaler is not None else 1.0  # host sync
-        pre = self._norms.take(params, unscale)
+        self._scale = unscale if scaler is not None else None
+        post = per_tensor_norms(params)
+        pre = self._norms.take(params, unscale, post=post)
         if not (self.capture.tokens or self.capture.n_losses):  # no loss seen: NaN, not 0.0
             if not self._warned:
                 self._warned = True
                 _warn_no_loss()
             self.capture.add_loss(math.nan)
-        self.capture.before_step(pre, post=per_tensor_norms(params))
+        self.capture.before_step(pre, post=post)
 
     def on_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        if self.capture is not None:
-            self.capture.after_step()
+        if self.capture is None:
+            return
+        scaler = getattr(self.optimizer, "scaler", None)
+        # the GradScaler found inf/NaN, skipped the step and backed off (read after its
+        # update(): one more host sync per update, under fp16 only); it was recorded applied
+        skipped = (
+            scaler is not None and self._scale is not None and scaler.get_scale() < self._scale
+        )
+        self.capture.after_step(applied=False if skipped else None)
 
     def on_log(
         self, args: Any, state: Any, control: Any, logs: dict | None = None, **kwargs: Any
@@ -151,6 +176,7 @@ class AndreaDiagCallback(MonitorCallback, TrainerCallback):
         if self._norms is not None:
             self._norms.remove()
             self._norms = None
+        self._model = None
         return self._close_monitor(crashed)
 
     # -- hooks -----------------------------------------------------------------------------

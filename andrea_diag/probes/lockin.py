@@ -9,11 +9,12 @@ issue 20), at the run's last update (``total_steps``) and, if that was missed, o
 prompts (one per source, ~16 tokens) for ``n_new`` (32) tokens, greedily and at temperature 1
 with a generator seeded from ``(seed, update)``, so samples are reproducible and the training
 RNG is untouched. All prompts and both modes run as one batch ``(2·n_sources, T)`` per token,
-under ``torch.no_grad()`` and ``model.eval()`` (train mode restored after). Our GPT decodes
-itself (``GPT.generate_batch``, KV-cached); any other model is called on the whole context for
-every token. Prompts of different lengths are cut to the shortest (keeping their last tokens).
-Each sample becomes a ``samples.jsonl`` row: ``update, source, mode, text, distinct_1/2/3,
-longest_run, top_token_share, max_logit, mean_entropy`` over the generated tokens only:
+under ``torch.no_grad()`` and ``model.eval()`` (each module's own mode restored after: a part
+the user keeps in eval mode stays so). Our GPT decodes itself (``GPT.generate_batch``,
+KV-cached); any other model is called on the whole context for every token. Prompts of
+different lengths are cut to the shortest (keeping their last tokens). Each sample becomes a
+``samples.jsonl`` row: ``update, source, mode, text, distinct_1/2/3, longest_run,
+top_token_share, max_logit, mean_entropy`` over the generated tokens only:
 
 - ``distinct_n``: unique n-grams / n-grams (1.0 = no repetition);
 - ``longest_run``: the longest stretch of one token repeated back to back;
@@ -106,6 +107,15 @@ def sample_batch(
     return decode_batch(step, prompts, n_new, temperatures, generator)
 
 
+def restore_modes(model: torch.nn.Module, modes: list[tuple[torch.nn.Module, bool]]) -> None:
+    """Every module back in the train/eval mode ``modes`` holds for it: ``model.train(True)``
+    alone also set the submodules the user keeps in eval mode (a frozen backbone, a BatchNorm
+    or dropout turned off) to train mode, which changed the rest of the user's training."""
+    model.train(modes[0][1])  # the model's own train() first: an override of it still runs
+    for module, mode in modes:
+        module.training = mode
+
+
 class LockInProbe(ProbeState):
     """Periodic batched samples + the loss trajectory -> lock-in verdict at close."""
 
@@ -174,14 +184,14 @@ class LockInProbe(ProbeState):
             keep = max(1, min(keep, limit - self.n_new))
         prompts = torch.stack([self.prompts[n][-keep:] for n in names]).to(device)  # (S, T)
         gen = torch.Generator().manual_seed(self.seed * 1_000_003 + update)
-        was_training = self.model.training
+        modes = [(m, m.training) for m in self.model.modules()]
         self.model.eval()
         try:
             toks, max_logit, ent = sample_batch(
                 self.model, prompts, self.n_new, (0.0, 1.0), gen, block_size=limit
             )
         finally:
-            self.model.train(was_training)
+            restore_modes(self.model, modes)
         toks_l, ml, me = toks.tolist(), max_logit.tolist(), ent.tolist()  # host sync
         rows = []
         for r, seq in enumerate(toks_l):
