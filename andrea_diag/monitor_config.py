@@ -17,14 +17,26 @@ import torch
 from andrea_diag.config import ProbeConfig
 from andrea_diag.monitor_checks import check_probe_config
 
+_PLAIN = (int, float, str, bool, type(None))
+_DROP = object()  # a setting JSON cannot hold (a tensor of many values, an object)
+
+
+def _plain(value: Any) -> Any:
+    """``value`` as JSON holds it, or ``_DROP``. A one-value tensor is its number: torch takes
+    a tensor ``lr``, betas or weight decay, and the group's ``lr`` was left out of
+    ``config.json`` for it (read once, when the monitor is made)."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().item() if value.numel() == 1 else _DROP
+    if isinstance(value, tuple | list):
+        items = [_plain(v) for v in value]
+        return _DROP if any(v is _DROP for v in items) else items
+    return value if isinstance(value, _PLAIN) else _DROP
+
 
 def _plain_groups(optimizer: torch.optim.Optimizer) -> list[dict[str, Any]]:
-    """The optimizer's param-group settings that JSON can hold (lr, betas, ...; no tensors)."""
-    plain = (int, float, str, bool, tuple, list, type(None))
-    return [
-        {k: v for k, v in g.items() if k != "params" and isinstance(v, plain)}
-        for g in optimizer.param_groups
-    ]
+    """The optimizer's param-group settings that JSON can hold (lr, betas, ...)."""
+    groups = [{k: _plain(v) for k, v in g.items() if k != "params"} for g in optimizer.param_groups]
+    return [{k: v for k, v in g.items() if v is not _DROP} for g in groups]
 
 
 def probe_config(
