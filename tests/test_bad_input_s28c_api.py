@@ -57,9 +57,8 @@ REFUSED = pytest.mark.parametrize(
 def test_run_cascade_refuses_what_check_config_refuses_before_any_folder(
     base: dict, clips: list[str], said: str, tmp_path: Path
 ) -> None:
-    spec = CascadeSpec(base=RunConfig(**BASE, **base), clips=clips, out=tmp_path / "c")
-    with pytest.raises(ValueError, match=f"^{re.escape(said)}") as info:
-        run_cascade(spec)
+    with pytest.raises(ValueError, match=f"^{re.escape(said)}") as info:  # when made (round 31)
+        run_cascade(CascadeSpec(base=RunConfig(**BASE, **base), clips=clips, out=tmp_path / "c"))
     assert isinstance(info.value, UserError)  # the CLI's one line too
     assert list(tmp_path.iterdir()) == []  # before: cascade.json (and the arm's folder)
 
@@ -71,11 +70,10 @@ def test_run_sweep_and_run_ladder_refuse_it_before_sweep_json(
     cfg = RunConfig(**BASE, **base)
     with pytest.raises(ValueError, match=f"^{re.escape(said)}"):
         run_sweep(SweepSpec(base=cfg, lrs=[1e-3], clips=clips, out=tmp_path / "s"))
-    ladder = LadderSpec(base=cfg, sizes=["tiny", "12m"], lrs=[1e-3], seeds=[0],
-                        clips=["none", *clips[1:]] if len(clips) > 1 else ["none", "global"],
-                        out=tmp_path / "l")  # fmt: skip
-    with pytest.raises(ValueError, match=f"^{re.escape(said)}"):
-        run_ladder(ladder)
+    with pytest.raises(ValueError, match=f"^{re.escape(said)}"):  # when made (round 31)
+        run_ladder(LadderSpec(base=cfg, sizes=["tiny", "12m"], lrs=[1e-3], seeds=[0],
+                              clips=["none", *clips[1:]] if len(clips) > 1 else ["none", "global"],
+                              out=tmp_path / "l"))  # fmt: skip
     assert list(tmp_path.iterdir()) == []  # before: sweep.json and the first cell's folder
 
 

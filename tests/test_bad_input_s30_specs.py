@@ -240,22 +240,22 @@ def test_numpy_axis_values_in_range_are_still_taken() -> None:
 
 @pytest.mark.parametrize(
     ("executor", "error", "said"),
-    [({"jobs": True}, BadType, "SweepSpec: executor: jobs must be an int, got bool True"),
-     ({"jobs": 2.0}, BadType, "SweepSpec: executor: jobs must be an int, got float 2.0"),
-     ({"jobs": 0}, BadArgument, "SweepSpec: executor: jobs must be from 1 to 256, got 0"),
-     ({"jobs": 10**6}, BadArgument, "SweepSpec: executor: jobs must be from 1 to 256"),
-     ({"kind": "slurmm"}, BadArgument, "SweepSpec: executor: unknown kind 'slurmm'"),
-     ({"mps": "yes"}, BadArgument, "SweepSpec: executor: unknown mps 'yes'"),
-     ({"kind": "slurm", "gpus": -1}, BadArgument, "SweepSpec: executor: gpus must be from 0"),
-     ({"kind": "slurm", "partition": " "}, BadArgument, "SweepSpec: executor: partition ' ' is "
+    [({"jobs": True}, BadType, "ExecutorConfig: jobs must be an int, got bool True"),
+     ({"jobs": 2.0}, BadType, "ExecutorConfig: jobs must be an int, got float 2.0"),
+     ({"jobs": 0}, BadArgument, "ExecutorConfig: jobs must be from 1 to 256, got 0"),
+     ({"jobs": 10**6}, BadArgument, "ExecutorConfig: jobs must be from 1 to 256"),
+     ({"kind": "slurmm"}, BadArgument, "ExecutorConfig: unknown kind 'slurmm'"),
+     ({"mps": "yes"}, BadArgument, "ExecutorConfig: unknown mps 'yes'"),
+     ({"kind": "slurm", "gpus": -1}, BadArgument, "ExecutorConfig: gpus must be from 0"),
+     ({"kind": "slurm", "partition": " "}, BadArgument, "ExecutorConfig: partition ' ' is "
       "blank"),
-     ({"kind": "slurm", "partition": "gpu\x1b"}, BadArgument, "SweepSpec: executor: partition"),
+     ({"kind": "slurm", "partition": "gpu\x1b"}, BadArgument, "ExecutorConfig: partition"),
      ({"partition": "gpu"}, BadArgument,
-      "SweepSpec: executor: partition has no effect with kind 'local'"),
+      "ExecutorConfig: partition has no effect with kind 'local'"),
      ({"time_min": 10}, BadArgument,
-      "SweepSpec: executor: time_min has no effect with kind 'local'"),
+      "ExecutorConfig: time_min has no effect with kind 'local'"),
      ({"kind": "slurm", "mps": "on"}, BadArgument,
-      "SweepSpec: executor: mps has no effect with kind 'slurm'")],
+      "ExecutorConfig: mps has no effect with kind 'slurm'")],
     ids=["bool-jobs", "float-jobs", "no-jobs", "million-jobs", "unknown-kind", "unknown-mps",
          "negative-gpus", "blank-partition", "escape-partition", "partition-unused",
          "time-unused", "mps-unused"],
@@ -265,6 +265,7 @@ def test_an_executor_setting_no_run_takes_or_reads_is_refused_when_the_spec_is_m
 ) -> None:
     from andrea_diag.experiments.executor import ExecutorConfig
 
+    # refused where the ExecutorConfig is made (round 31), before any spec holds it
     with pytest.raises(error, match=f"^{re.escape(said)}"):
         SweepSpec(executor=ExecutorConfig(**executor))
     with pytest.raises(error):

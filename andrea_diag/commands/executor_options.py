@@ -19,12 +19,11 @@ from typing import Annotated, Any
 import typer
 
 from andrea_diag.errors import UserError
-from andrea_diag.experiments.executor import ExecutorConfig, uses_cuda
-from andrea_diag.experiments.executor_config import (
-    EXECUTOR_BOUNDS,
-    MAX_JOBS,
-    unused_executor_field,
+from andrea_diag.experiments.executor import (  # check_mps_device: run_sweep's rule too
+    ExecutorConfig,
+    check_mps_device,  # noqa: F401 (the commands' import of it)
 )
+from andrea_diag.experiments.executor_config import EXECUTOR_BOUNDS, MAX_JOBS, check_settings
 
 # ExecutorConfig's defaults: a value other than these was typed
 SLURM_GPUS, SLURM_TIME = ExecutorConfig().gpus, ExecutorConfig().time_min
@@ -108,31 +107,14 @@ def executor_config(
     """The checked :class:`ExecutorConfig` of these options (one line for a bad value);
     ``--jobs auto`` is resolved when the cells are known (``sweep.run_sweep``)."""
     n = parse_jobs(jobs)
-    ex = ExecutorConfig(kind=executor, jobs=n or 1, auto_jobs=n is None, partition=partition,
-                        gpus=gpus, time_min=time_min, mps=mps, merge_only=merge_only)  # fmt: skip
-    _refuse_unused(ex)
+    values = {"kind": executor, "jobs": n or 1, "auto_jobs": n is None, "partition": partition,
+              "gpus": gpus, "time_min": time_min, "mps": mps, "merge_only": merge_only}  # fmt: skip
+    # the config's own rules, named by the flags: before it is made, which names its fields
+    # (an option given that this executor never reads is one line, not silently dropped)
+    check_settings(values)
+    ex = ExecutorConfig(**values)
     ex.check()
     return ex
-
-
-def _refuse_unused(ex: ExecutorConfig) -> None:
-    """An option given (other than its default) that this executor never reads: one line,
-    not a setting silently dropped (``executor_config.unused_executor_field``: a Python caller's
-    spec is refused by the same rule)."""
-    if (unused := unused_executor_field(ex)) is not None:
-        _, flag, needs = unused
-        raise UserError(f"{flag} has no effect with --executor {ex.kind}",
-                        hint=f"it applies to --executor {needs}; drop it")  # fmt: skip
-
-
-def check_mps_device(ex: ExecutorConfig, device: str) -> None:
-    """``--mps on`` for local cells that would not be on a GPU (``--device cpu``, or no GPU
-    here): refused before the sweep's folder, not after it (or never, one cell at a time)."""
-    if ex.mps == "on" and ex.kind == "local" and not ex.merge_only and not uses_cuda(device):
-        raise UserError(
-            f"--mps on needs cells on a CUDA device; these run on the CPU (--device {device})",
-            hint="drop --mps on (MPS shares a GPU between cells)",
-        )
 
 
 # (parameter, annotation, default) in executor_config's order: the options a command gets

@@ -6,14 +6,12 @@ Their shared options are declared once, in ``options.py``.
 from __future__ import annotations
 
 import dataclasses
-import math
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from andrea_diag.clip.modes import CLIPPERS, clip_modes
-from andrea_diag.clip_params import MODE_PARAMS
+from andrea_diag.clip.modes import clip_modes
 from andrea_diag.commands.executor_options import check_mps_device, executor_options
 from andrea_diag.commands.options import (
     BY_NAME,
@@ -29,10 +27,10 @@ from andrea_diag.config import RunConfig
 from andrea_diag.console_text import make_console, shown
 from andrea_diag.errors import UserError
 from andrea_diag.experiments.cascade import CascadeSpec, default_out, run_cascade
+from andrea_diag.experiments.config_checks import check_clip_mode
 from andrea_diag.experiments.executor import ExecutorConfig
+from andrea_diag.experiments.spec_checks import AXES, check_clip_settings, check_counts
 from andrea_diag.fields import comma_items
-from andrea_diag.runread import MAX_ARMS
-from andrea_diag.sweep_table import MAX_SWEEP_ROWS
 from andrea_diag.train.distributed import env_rank
 
 console = make_console(stderr=True)
@@ -56,14 +54,11 @@ def _spec(clip: str, run: RunArgs) -> CascadeSpec:
 
 def _arms(clip: str) -> list[str]:
     arms = comma_items(clip, "--clip", UserError)
-    if len(arms) > MAX_ARMS:  # the API's limit (spec_checks.check_count): one line, first
-        raise UserError(f"--clip lists {len(arms):,} arms, more than a cascade runs "
-                        f"({MAX_ARMS:,})", hint="give fewer arms")  # fmt: skip
-    bad = [c for c in arms if c not in CLIP_MODES]
-    if bad:
-        raise UserError(
-            f"unknown clip mode {bad[0]!r}", hint=f"choose from {', '.join(CLIP_MODES)}"
-        )
+    # the API's limit and comparison (spec_checks.check_counts), named by the flag: one line,
+    # before each item is looked up
+    check_counts({"clips": len(arms)}, clips="--clip", grid="--clip")
+    for arm in arms:
+        check_clip_mode(arm)  # the registry's rule and line (config_checks), as a spec's
     twice = next((a for i, a in enumerate(arms) if a in arms[:i]), None)
     if twice:  # two arms of one name would share one folder
         raise UserError(f"--clip lists {twice} twice: {clip}", hint="give each arm once")
@@ -73,18 +68,9 @@ def _arms(clip: str) -> list[str]:
 def refuse_unused_max_norm(arms: list[str], typed: frozenset[str]) -> None:
     """``--max-norm`` typed for arms none of which reads it (none and the adaptive modes
     measure with their own rule), or an adaptive mode's parameter (``--zclip-z``) with no arm
-    of that mode: one line, not a setting silently ignored."""
-    if "max_norm" in typed and all(CLIPPERS[a].kernel_mode == "none" for a in arms):
-        raise UserError(
-            f"--max-norm is used by --clip global or per-tensor only, not {','.join(arms)}",
-            hint="drop --max-norm, or add a global or per-tensor arm",
-        )
-    for mode, params in MODE_PARAMS.items():
-        unused = [f.name for f in dataclasses.fields(params) if f.name in typed]
-        if unused and mode not in arms:
-            flag = BY_NAME[unused[0]].flag
-            raise UserError(f"{flag} is used by --clip {mode} only, not {','.join(arms)}",
-                            hint=f"drop {flag}, or add a {mode} arm")  # fmt: skip
+    of that mode: one line, not a setting silently ignored (``spec_checks.check_clip_settings``,
+    the rule a spec's base is held to, named by the flags typed)."""
+    check_clip_settings(arms, set(typed), "", "--clip", lambda name: BY_NAME[name].flag)
 
 
 @run_options(one_cell=True)
@@ -171,12 +157,12 @@ def grid_axes(run: RunArgs, arms: list[str], **lists: str) -> dict[str, list]:
     lists = {**lists, "precision": run.config.precision}
     items = {name: comma_items(value, BY_NAME[name].flag, UserError)
              for name, value in lists.items()}  # fmt: skip
-    total = math.prod(len(v) for v in items.values()) * len(arms)
-    if total > MAX_SWEEP_ROWS:  # the API's limit (spec_checks.check_count)
-        flags = ", ".join(BY_NAME[name].flag for name, v in items.items() if len(v) > 1)
-        raise UserError(f"the grid ({flags} x --clip) is {total:,} arms, more than a sweep "
-                        f"runs ({MAX_SWEEP_ROWS:,})", hint="give fewer values per axis, or "
-                        "split the grid into several sweeps")  # fmt: skip
+    # the API's limit and comparison (spec_checks.check_counts), the axes named by their flags
+    flags = ", ".join(BY_NAME[name].flag for name, v in items.items() if len(v) > 1)
+    spec_field = {config: spec for spec, config in AXES.items()}  # size -> sizes
+    lengths = {spec_field[name]: len(v) for name, v in items.items()}
+    check_counts({**lengths, "clips": len(arms)}, clips="--clip",
+                 grid=f"the grid ({flags} x --clip)", counted="")  # fmt: skip
     return {name: _csv(value, casts[name], BY_NAME[name].flag) for name, value in lists.items()}
 
 

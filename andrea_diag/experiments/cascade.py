@@ -63,8 +63,8 @@ class CascadeSpec:
     out: Path | None = None
     resume: bool = False  # continue the run in ``out`` (finished arms kept, checkpoints used)
 
-    def __post_init__(self) -> None:  # a str for clips or out, a blank out: spec_checks.py
-        checked_spec(self, "CascadeSpec")
+    def __post_init__(self) -> None:  # a str for clips or out, a blank out, a nan or unknown
+        checked_spec(self, "CascadeSpec")  # clip mode in an arm's config: spec_checks.py
 
 
 @dataclass
@@ -301,7 +301,7 @@ def run_cascade(
 
     ``data``: already prepared sources (a sweep prepares them once for all its cells)."""
     checked_spec(spec, "CascadeSpec")  # again: a field set after it was made (no arm, "none")
-    configs = checked_arms(spec.base, spec.clips)  # a nan: refused before cascade.json
+    configs = checked_arms(spec.base, spec.clips)  # each arm's config, resolved
     console = as_typed(console, stderr=True)  # a caller's own: codes as typed
     check_runnable(configs[0])
     data = data or load_data(configs[0], console)

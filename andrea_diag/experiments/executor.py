@@ -113,6 +113,19 @@ def uses_cuda(device: str) -> bool:
     return device != "cpu" and torch.cuda.is_available()
 
 
+def check_mps_device(ex: ExecutorConfig, device: str) -> None:
+    """``--mps on`` for local cells that would not be on a GPU (``--device cpu``, or no GPU
+    here): refused before the sweep's folder, not after it (or never, one cell at a time). The
+    command line's rule and ``run_sweep``'s, for a Python caller: a ``SweepSpec`` of CPU cells
+    with ``ExecutorConfig(jobs=2, mps="on")`` made the sweep's folder and ``sweep.json``,
+    then failed starting MPS."""
+    if ex.mps == "on" and ex.kind == "local" and not ex.merge_only and not uses_cuda(device):
+        raise UserError(
+            f"--mps on needs cells on a CUDA device; these run on the CPU (--device {device})",
+            hint="drop --mps on (MPS shares a GPU between cells)",
+        )
+
+
 def cells_at_once(cfg: ExecutorConfig, device: str) -> int:
     """How many cells run side by side: one inside the sweep's process, else one per slot."""
     return 1 if cfg.in_process else len(_slots(cfg, device))

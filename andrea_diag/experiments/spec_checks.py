@@ -23,6 +23,11 @@ annotations, which nothing read, and ``RunConfig.resolve``:
   more arms than ``sweep.csv`` may hold (``sweep_table.MAX_SWEEP_ROWS``), trained every arm
   and was then refused by the readers of its own output (the report, a resume).
 
+- (round 31) a spec's base config was checked only when run, a grid's at every cell (200,000
+  ``check_config`` calls for the largest); a base field the spec sets per arm or cell
+  (``base.lr`` in a sweep, ``base.clip``) was silently replaced; ``resume=True`` with no
+  ``out`` looked for a run in ``runs/cascade-<now>``. Each is refused when the spec is made.
+
 A wrong type is a :class:`~andrea_diag.errors.BadType` (a ``TypeError``), a value that cannot
 be used a :class:`~andrea_diag.errors.BadArgument` (a ``ValueError``); both are the CLI's one
 line. The fields are named as Python names them (``mixer_sharpness``, not the flag).
@@ -32,21 +37,18 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 import typing
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from andrea_diag.clip.modes import CLIPPERS
+from andrea_diag.clip_params import MODE_PARAMS
 from andrea_diag.config import PRESETS, RunConfig
-from andrea_diag.errors import BadArgument, BadType, UserError, unsafe
+from andrea_diag.errors import BadArgument, BadType, UserError
 from andrea_diag.experiments.config_checks import check_config
-from andrea_diag.experiments.executor_config import (
-    EXECUTOR_BOUNDS,
-    EXECUTORS,
-    ExecutorConfig,
-    unused_executor_field,
-)
-from andrea_diag.experiments.mps import MPS_MODES
+from andrea_diag.experiments.executor_config import ExecutorConfig, check_settings
 from andrea_diag.field_types import plain_fields, plain_number, type_hints
 from andrea_diag.fields import bound_problem, cli_of
 from andrea_diag.given_checks import given_folder
@@ -81,6 +83,92 @@ def checked_spec(spec: Any, owner: str) -> None:
     check_count(spec, owner)
     for axis in AXES.keys() & {f.name for f in dataclasses.fields(spec)}:
         check_axis(getattr(spec, axis), axis, owner)
+    if getattr(spec, "resume", False) and spec.out is None:  # it continued runs/cascade-<now>
+        raise BadArgument(f"{owner}: resume=True continues the run in out, and out is None",
+                          hint="give out (the run's folder), or resume=False")  # fmt: skip
+    check_base_fields(spec, owner)
+    check_arm_configs(spec)  # first: each clip mode registered
+    check_spec_clip_settings(spec, owner)
+
+
+def check_clip_settings(
+    arms: list[str], given: set[str], head: str, clips: str, name: Callable[[str], str]
+) -> None:
+    """A clip setting given (``given``: field names) that no arm reads: ``max_norm`` with no
+    global or per-tensor arm (none and the adaptive modes measure with their own rule), an
+    adaptive mode's parameter (``zclip_z``) with no arm of that mode. The one owner: the
+    command line names each by its flag (``--max-norm``, what was typed) and the arms by
+    ``--clip``; a spec by its field (what differs from the default), after ``head``. Set, it
+    was silently unread (a sweep's ``max_norms=[0.5, 1.0]`` of arm none trained one cell twice)."""
+    shown = ",".join(arms)[:200]  # up to 1,000 arms: the line names the first ones
+    if "max_norm" in given and all(CLIPPERS[a].kernel_mode == "none" for a in arms):
+        raise BadArgument(
+            f"{head}{name('max_norm')} is used by {clips} global or per-tensor only, not {shown}",
+            hint=f"drop {name('max_norm')}, or add a global or per-tensor arm",
+        )
+    for mode, params in MODE_PARAMS.items():
+        unused = [f.name for f in dataclasses.fields(params) if f.name in given]
+        if unused and mode not in arms:
+            raise BadArgument(
+                f"{head}{name(unused[0])} is used by {clips} {mode} only, not {shown}",
+                hint=f"drop {name(unused[0])}, or add a {mode} arm",
+            )
+
+
+def check_spec_clip_settings(spec: Any, owner: str) -> None:
+    """:func:`check_clip_settings` for a spec: the clip settings it sets other than their
+    defaults (a field of its base's ``clip_params``; ``max_norm``, or a grid's ``max_norms``
+    other than the default's one value), named as Python names them. A resumed cascade keeps
+    its own settings: a run made before this rule still continues."""
+    if getattr(spec, "resume", False):
+        return
+    params = spec.base.clip_params
+    given = {f.name for f in dataclasses.fields(params) if getattr(params, f.name) != f.default}
+    norms = getattr(spec, "max_norms", [spec.base.max_norm])
+    if norms != [_DEFAULTS["max_norm"]]:
+        given.add("max_norm")
+    norm = "max_norms" if hasattr(spec, "max_norms") else "base.max_norm"
+    named = lambda f: norm if f == "max_norm" else f"base.clip_params.{f}"  # noqa: E731
+    check_clip_settings(spec.clips, given, f"{owner}: ", "clips", named)
+
+
+# The base config's fields the spec sets for each arm or cell, and the spec's list that sets it.
+SET_BY = {"clip": "clips", "arm": "clips", **{name: axis for axis, name in AXES.items()}}
+_DEFAULTS = {f.name: f.default for f in dataclasses.fields(RunConfig)}
+
+
+def check_base_fields(spec: Any, owner: str) -> None:
+    """Each field of ``spec.base`` that the spec sets per arm or cell (:data:`SET_BY`: the clip
+    mode and arm label by ``clips``, a grid's size, lr, ... by its axis) at its default or one
+    of the spec's values for it: else it was silently replaced
+    (``SweepSpec(base=RunConfig(lr=5e-2))`` ran the default lrs, ``CascadeSpec(base=
+    RunConfig(clip="zclip"))`` the arms none and global). The command line's base holds the
+    defaults, or a grid's first size and precision (``commands/run.grid_base``)."""
+    for name, listed in SET_BY.items():
+        values, given = getattr(spec, listed, None), getattr(spec.base, name)
+        if values is not None and given != _DEFAULTS[name] and given not in values:
+            each = "arm" if listed == "clips" else "cell"
+            raise BadArgument(f"{owner}: base.{name} {given!r} is not one of {listed}: each "
+                              f"{each}'s {name} is set by {listed}"[:300],
+                              hint=f"add it to {listed}, or leave base.{name} at its default "
+                              f"({_DEFAULTS[name]!r})")  # fmt: skip
+
+
+def check_arm_configs(spec: Any) -> None:
+    """Every arm's config the spec makes passes :func:`checked_arms` (``check_config``'s
+    checks), when the spec is made and again at run time, for a field set since: a cascade's
+    base with each of its clips; a grid's at each of its sizes, the other axes at their first
+    value. ``check_config`` reads an lr, max_norm, seed or precision only alone (its bounds,
+    its registry), what :func:`check_axis` judged for every value already; a size changes what
+    else it reads (the preset's updates, batch and block), so each size is checked whole. Before,
+    a nan or an unknown clip mode in a spec's base was refused only by the run."""
+    sizes = getattr(spec, "sizes", None)
+    if sizes is None:  # a cascade: its base, as given
+        checked_arms(spec.base, spec.clips)
+        return
+    first = {AXES[axis]: getattr(spec, axis)[0] for axis in AXES if axis != "sizes"}
+    for size in sizes:
+        checked_arms(dataclasses.replace(spec.base, **first, size=size), spec.clips)
 
 
 def check_axis(values: list[Any], axis: str, owner: str) -> None:
@@ -103,51 +191,40 @@ def check_axis(values: list[Any], axis: str, owner: str) -> None:
 
 
 def checked_executor(ex: ExecutorConfig, what: str) -> ExecutorConfig:
-    """``ex`` with its fields of the type they declare (a numpy number as Python's), once the
-    values its own ``check`` refuses at run time and the command line refuses as options are
-    refused here too, where the spec is made: an unknown kind or MPS mode, ``jobs`` outside 1
-    to :data:`MAX_JOBS` (``jobs=True`` was one job, ``10**6`` a million cells in flight), a
-    negative GPU count. What needs an import or the environment (submitit, a launcher) is left
-    to ``check``, when the sweep runs."""
+    """``ex`` with its fields of the type they declare (a numpy number as Python's), once its
+    settings pass :func:`~andrea_diag.experiments.executor_config.check_settings` (named for
+    ``what``): ``ex`` passed them when made, but a field may have been set since
+    (``spec.executor.jobs = 0``). What needs an import or the environment (submitit, a
+    launcher) is left to ``check``, when the sweep runs."""
     plain = plain_fields(ex, what)
-    ex = dataclasses.replace(ex, **plain) if plain else ex
-    if ex.kind not in EXECUTORS:
-        raise BadArgument(f"{what}: unknown kind {ex.kind!r}"[:300],
-                          hint=f"choose from {', '.join(EXECUTORS)}")  # fmt: skip
-    if ex.mps not in MPS_MODES:
-        raise BadArgument(f"{what}: unknown mps {ex.mps!r}"[:300],
-                          hint=f"choose from {', '.join(MPS_MODES)}")  # fmt: skip
-    for name, (lo, hi) in EXECUTOR_BOUNDS.items():
-        if not lo <= getattr(ex, name) <= hi:
-            raise BadArgument(f"{what}: {name} must be from {lo} to {hi}, got {getattr(ex, name)}")
-    if ex.partition is not None and (not ex.partition.strip() or unsafe(ex.partition)):
-        raise BadArgument(f"{what}: partition {ex.partition!r} is blank or holds a control "
-                          f"character"[:300], hint="give a Slurm partition's name, or None")  # fmt: skip
-    if (unused := unused_executor_field(ex)) is not None:
-        name, _, needs = unused
-        raise BadArgument(f"{what}: {name} has no effect with kind {ex.kind!r}",
-                          hint=f"it applies to kind {needs}; leave it unset")  # fmt: skip
-    return ex
+    check_settings({**vars(ex), **plain}, owner=what)  # before replace: named for the spec
+    return dataclasses.replace(ex, **plain) if plain else ex
 
 
 def check_count(spec: Any, owner: str) -> None:
-    """Not more arms than the run's own readers take: ``clips`` at most :data:`MAX_ARMS` (a
-    cascade's), and a grid's cells times its arms (the lengths of its axes, :data:`AXES`, and
-    of ``clips`` multiplied: no other list is a dimension) at most :data:`MAX_SWEEP_ROWS`
-    (``sweep.csv``'s rows). Past either every arm trained, then the report (and a resume)
-    refused the run's own files as damaged."""
-    clips = getattr(spec, "clips", [])
-    if len(clips) > MAX_ARMS:
-        raise BadArgument(f"{owner}: clips lists {len(clips):,} arms, more than a cascade runs "
-                          f"({MAX_ARMS:,})", hint="give fewer arms")  # fmt: skip
-    arms = 1
-    for name in [*AXES, "clips"]:
-        value = getattr(spec, name, None)
-        arms *= len(value) if isinstance(value, list) else 1
-    if arms > MAX_SWEEP_ROWS:
+    """Not more arms than the run's own readers take (:func:`check_counts`): ``clips`` at
+    most :data:`MAX_ARMS` (a cascade's), and a grid's cells times its arms (the lengths of its
+    axes, :data:`AXES`, and of ``clips``: no other list is a dimension) at most
+    :data:`MAX_SWEEP_ROWS` (``sweep.csv``'s rows). Past either every arm trained, then the
+    report (and a resume) refused the run's own files as damaged."""
+    lengths = {name: len(value) for name in [*AXES, "clips"]
+               if isinstance(value := getattr(spec, name, None), list)}  # fmt: skip
+    check_counts(lengths, clips=f"{owner}: clips", grid=f"{owner}: the grid")
+
+
+def check_counts(
+    lengths: dict[str, int], clips: str, grid: str, counted: str = " (cells times clips)"
+) -> None:
+    """The one owner of the arm-count limits' comparisons, for a spec (:func:`check_count`) and
+    for the command line before it parses a value (``commands/run.py``). ``lengths``: each
+    list's length by the spec's field name (``clips`` and the axes of :data:`AXES`); ``clips``
+    and ``grid``: how the line names them (``SweepSpec: clips``, or the flag ``--clip``)."""
+    if (n := lengths.get("clips", 1)) > MAX_ARMS:
+        raise BadArgument(f"{clips} lists {n:,} arms, more than a cascade runs ({MAX_ARMS:,})",
+                          hint="give fewer arms")  # fmt: skip
+    if (arms := math.prod(lengths.values())) > MAX_SWEEP_ROWS:
         raise BadArgument(
-            f"{owner}: the grid is {arms:,} arms (cells times clips), more than a sweep runs "
-            f"({MAX_SWEEP_ROWS:,})",
+            f"{grid} is {arms:,} arms{counted}, more than a sweep runs ({MAX_SWEEP_ROWS:,})",
             hint="give fewer values per axis, or split the grid into several sweeps",
         )
 
@@ -162,7 +239,8 @@ def _plain(what: str, value: Any, hint: Any) -> Any:
     if hint is bool and not isinstance(value, bool):
         raise BadType(f"{what} must be True or False, got {type(value).__name__} {value!r}")
     if isinstance(hint, type) and not isinstance(value, hint):  # base, executor, plotly
-        raise BadType(f"{what} must be a {hint.__name__}, got {type(value).__name__}")
+        article = "an" if hint.__name__[0] in "AEIOU" else "a"  # an ExecutorConfig
+        raise BadType(f"{what} must be {article} {hint.__name__}, got {type(value).__name__}")
     return value
 
 

@@ -53,12 +53,13 @@ from andrea_diag.experiments.executor import (
     CellJob,
     ExecutorConfig,
     cells_at_once,
+    check_mps_device,
     run_cells,
     uses_cuda,
 )
 from andrea_diag.experiments.gpu_busy import busy_line, busy_sampler, gpu_busy
 from andrea_diag.experiments.resume import check_same_run, move_aside
-from andrea_diag.experiments.spec_checks import checked_arms, checked_spec
+from andrea_diag.experiments.spec_checks import checked_spec
 from andrea_diag.experiments.status import DONE, Status
 from andrea_diag.experiments.throughput import (
     earlier_throughputs,
@@ -69,7 +70,6 @@ from andrea_diag.experiments.throughput import (
 from andrea_diag.record import write_json
 from andrea_diag.rundir import atomic_write_text, child, make_out_dir, read_json
 from andrea_diag.tables import csv_text
-from andrea_diag.train.components import check_precision
 from andrea_diag.train.graphed import check_graphable
 
 Kept = dict[tuple[str, str], dict[str, Any]]  # (cell, arm) -> a finished cell's arm summary
@@ -101,9 +101,8 @@ def cell_name(size: str, lr: float, max_norm: float, seed: int, precision: str =
 
 def cells(spec: SweepSpec) -> list[RunConfig]:
     """One base config per cell, each of its arms checked: a bad value fails before work."""
-    checked_spec(spec, "SweepSpec")  # again: a field set after it was made
-    for precision in spec.precisions:
-        check_precision(precision)
+    # again (a field set after it was made): every arm's config, per size (check_arm_configs)
+    checked_spec(spec, "SweepSpec")
     if spec.base.cuda_graph:  # before the sweep's folder: a CPU has no graphs to replay
         here = spec.executor.kind == "local" and not spec.executor.merge_only
         # cells trained elsewhere (Slurm) or not at all (--merge-only): not this host's device,
@@ -119,7 +118,6 @@ def cells(spec: SweepSpec) -> list[RunConfig]:
                     for seed in spec.seeds:
                         cfg = dataclasses.replace(spec.base, size=size, lr=lr, max_norm=max_norm,
                                                   seed=seed, precision=precision)  # fmt: skip
-                        checked_arms(cfg, spec.clips)  # before sweep.json: a nan too
                         out.append(cfg)
     return out
 
@@ -229,6 +227,7 @@ def run_sweep(
     if not configs:
         raise UserError("the sweep has no cells", hint="give at least one --size/--lr/--seed")
     spec.executor.check()
+    check_mps_device(spec.executor, configs[0].device)  # before the folder, as the CLI says it
     out = spec.out or default_out("sweep", "-".join(spec.sizes))
     dirs = [child(out, name_of(c), "cell") for c in configs]  # a planted link out is refused
     # before the folder: no cell would crash on them. Finished cells train nothing, so a
