@@ -88,12 +88,27 @@ def positive_problem(value: float) -> str | None:
     """
     lo, hi = POSITIVE_RANGE
     if isinstance(value, int) and abs(value) > hi:  # 10**400: math.isfinite overflowed
-        return f"must be from {lo:g} to {hi:g}, got an integer of {len(str(abs(value)))} digits"
+        return f"must be from {lo:g} to {hi:g}, got {shown_number(value)}"
     if not (math.isfinite(value) and value > 0):
         return f"must be a positive number, got {value}"
     if not lo <= value <= hi:
         return f"must be from {lo:g} to {hi:g}, got {value}"
     return None
+
+
+def shown_number(value: float) -> str:
+    """``value`` as an error line shows it: an integer of 100 digits or more by its length, as
+    ``str`` raises past 4,300 digits (Python's own limit: the message, not the value, failed).
+
+    >>> shown_number(12), shown_number(10**5000), shown_number(-(10**120))
+    ('12', 'an integer of 5001 digits', 'an integer of 121 digits')
+    """
+    if isinstance(value, int) and abs(value) >= 10**99:
+        digits = math.floor(math.log10(abs(value))) + 1
+        # log10 of a big int rounds: a power of ten just below may read one digit long
+        digits -= abs(value) < 10 ** (digits - 1)
+        return f"an integer of {digits} digits"
+    return str(value)
 
 
 def check_bounds(obj: Any, error: type[Exception]) -> None:
@@ -127,9 +142,9 @@ def bound_problem(meta: Cli, value: float) -> str | None:
         return problem
     if meta.lo is not None and value < meta.lo:
         least = "0 or more" if meta.lo == 0 else f"at least {meta.lo:g}"
-        return f"must be {least}, got {value}"
+        return f"must be {least}, got {shown_number(value)}"
     if meta.hi is not None and value > meta.hi:
-        return f"must be at most {meta.hi:.0f}, got {value}"
+        return f"must be at most {meta.hi:.0f}, got {shown_number(value)}"
     return None
 
 

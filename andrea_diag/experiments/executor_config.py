@@ -16,7 +16,6 @@ or by ``check``, at run time.
 from __future__ import annotations
 
 import dataclasses
-import math
 import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ from typing import Any
 from andrea_diag.errors import BadArgument, UserError, unsafe
 from andrea_diag.experiments.mps import MPS_MODES
 from andrea_diag.field_types import plain_fields
+from andrea_diag.fields import shown_number
 from andrea_diag.train.distributed import check_one_process
 
 EXECUTORS = ("local", "slurm", "submitit-local")
@@ -89,7 +89,9 @@ def check_settings(values: Mapping[str, Any], owner: str | None = None) -> None:
                           hint=f"choose from {', '.join(MPS_MODES)}")  # fmt: skip
     for field, (lo, hi) in EXECUTOR_BOUNDS.items():
         if not lo <= (n := values[field]) <= hi:
-            raise BadArgument(f"{head}{name(field)} must be from {lo} to {hi}, got {_shown(n)}")
+            raise BadArgument(
+                f"{head}{name(field)} must be from {lo} to {hi}, got {shown_number(n)}"
+            )
     partition = values["partition"]
     if partition is not None and (not partition.strip() or unsafe(partition)):
         raise BadArgument(f"{head}{name('partition')} {partition!r} is blank or holds a "
@@ -102,14 +104,6 @@ def check_settings(values: Mapping[str, Any], owner: str | None = None) -> None:
                               hint=f"it applies to kind {needs}; leave it unset")  # fmt: skip
         raise BadArgument(f"{flag} has no effect with --executor {kind}",
                           hint=f"it applies to --executor {needs}; drop it")  # fmt: skip
-
-
-def _shown(n: int) -> str:
-    """``n`` as the line shows it: past 4,300 digits ``str`` raises (Python's own limit), and a
-    100-digit number says no more than its length."""
-    return (
-        str(n) if abs(n) < 10**100 else f"an integer of {math.floor(math.log10(abs(n))) + 1} digits"
-    )
 
 
 def check_submitit(kind: str) -> None:
