@@ -8,7 +8,8 @@
 Modules, each importing only the ones above it (no cycle):
 
 - :mod:`andrea_diag.bench.harness`: gradient sets, the L2-flushing median timer, rows and
-  results, copy bandwidth, CUDA-graph capture, ``find`` / ``fmt``. The method lives there.
+  results, copy bandwidth, CUDA-graph capture, ``find`` / ``fmt``, the check tolerances and
+  ``peer_misses`` (torch rows past them: flagged, not raised). The method lives there.
 - :mod:`andrea_diag.bench.adamw`: case "clip+adamw", a whole clipped AdamW step three ways.
 - :mod:`andrea_diag.bench.adaptive`: case "adaptive", every ``--clip`` mode against ``global``.
 - :mod:`andrea_diag.bench.headroom`: extra rows of case "clip" saying where the norm-only
@@ -26,7 +27,7 @@ from __future__ import annotations
 from andrea_diag.bench.adamw import adamw_summary
 from andrea_diag.bench.adaptive import adaptive_summary
 from andrea_diag.bench.clip import CASES, headroom, run_bench, targets, three_vs_one
-from andrea_diag.bench.harness import DTYPES, BenchResult, Row, find, fmt
+from andrea_diag.bench.harness import DTYPES, BenchResult, Row, find, fmt, peer_misses
 
 __all__ = [
     "CASES",
@@ -38,6 +39,7 @@ __all__ = [
     "find",
     "fmt",
     "headroom",
+    "peer_misses",
     "run_bench",
     "targets",
     "three_vs_one",

@@ -23,6 +23,7 @@ import torch
 
 from andrea_diag.bench.harness import (
     ACTIVE,
+    CHECK_TOL,
     INACTIVE,
     BenchResult,
     Row,
@@ -40,6 +41,15 @@ ADAMW_STEP0 = 10.0  # step counters start here: bias corrections well away from 
 # rel err vs float64 after one step: params, exp_avg, exp_avg_sq (fp32 arithmetic everywhere)
 ADAMW_TOL = {"p": 1e-6, "m": 2e-5, "v": 2e-5}
 BASELINE = "torch_clip+torch_fused_adamw"  # the speed-up column divides by this variant
+# torch's whole step, eager and graphed: a peer. Our variants are held to ADAMW_TOL and raise on a
+# miss; a peer's clip is torch's fp32 norm, which the clip case holds to its gradient bound
+# (CHECK_TOL: on the CPU it sums sequentially, ~5e-5 off at 12m, so the params landed 1.1e-6
+# off, past ADAMW_TOL, and the run died). A gradient off by d moves each tensor's one-step change
+# by about d (m takes it linearly, sqrt(v) to first order; x2 for margin), so a peer may miss the
+# truth by ADAMW_TOL + 2 x PEER_GRAD_TOL x ||change|| / ||new|| (_peer_tolerance). A peer past
+# even that is flagged (Row.within_tol False), recorded and timed: torch's result is not ours.
+PEERS = (BASELINE, BASELINE + "_graph")
+PEER_GRAD_TOL = CHECK_TOL[torch.float32][1]
 
 
 @dataclass
@@ -140,6 +150,19 @@ def _variants(
     return variants
 
 
+def _peer_tolerance(s: _AdamwSet, truth: list[list[torch.Tensor]]) -> dict[str, float]:
+    """A peer's tolerance for params, exp_avg and exp_avg_sq (see :data:`PEERS`): ours plus what
+    a clipped gradient off by ``PEER_GRAD_TOL`` moves, from each tensor's one-step change."""
+    inits = (s.p_init, s.m_init, s.v_init)
+    # rel_err(old, new) is ||old - new|| / ||new|| in float64: the share one step changes
+    return {k: ADAMW_TOL[k] + 2 * PEER_GRAD_TOL * reference.rel_err(old, new)
+            for k, new, old in zip("pmv", truth, inits, strict=True)}  # fmt: skip
+
+
+def _within(errs: dict[str, float], tol: dict[str, float]) -> bool:
+    return all(errs[k] <= tol[k] for k in ("p", "m", "v"))  # NaN, inf: outside
+
+
 def _checked_rows(
     size: str,
     mode: str,
@@ -149,28 +172,34 @@ def _checked_rows(
     timer: Timer,
     useful: int,
 ) -> list[Row]:
-    """Each variant's first step checked against ``truth`` (raises if wrong), then timed."""
-    t_p, t_m, t_v = truth
+    """Each variant's first step checked against ``truth`` (one of ours raises if wrong; a peer
+    is flagged, see :data:`PEERS`), then timed."""
+    peer_tol: dict[str, float] = {}  # computed for the first peer past ours: costs 3 norms
     rows = []
     for name, fn in variants.items():
         s.restore()
         fn()
-        e_p = reference.rel_err(list(s.params), t_p)
-        e_m, e_v = reference.rel_err(s.ms, t_m), reference.rel_err(s.vs, t_v)
-        if "no clip" not in name and not (
-            e_p <= ADAMW_TOL["p"] and e_m <= ADAMW_TOL["m"] and e_v <= ADAMW_TOL["v"]
-        ):
-            raise AssertionError(
-                f"{name} {size} {mode}: rel err params {e_p:.2e}, m {e_m:.2e}, v {e_v:.2e}"
-            )
-        row = make_row(size, "fp32", mode, name, timer(fn, s.restore), useful, rel_err_params=e_p)
-        row.rel_err_grads = e_m  # the moments carry the (clipped) gradient
+        errs = {k: reference.rel_err(got, want)
+                for k, got, want in zip("pmv", (list(s.params), s.ms, s.vs), truth, strict=True)}  # fmt: skip
+        ok: bool | None = _within(errs, ADAMW_TOL)
+        if "no clip" in name:
+            ok = None  # AdamW alone: not the clipped step the truth is, so not checked
+        elif not ok and name in PEERS:
+            peer_tol = peer_tol or _peer_tolerance(s, truth)
+            ok = _within(errs, peer_tol)
+        elif not ok:
+            raise AssertionError(f"{name} {size} {mode}: rel err params {errs['p']:.2e}, "
+                                 f"m {errs['m']:.2e}, v {errs['v']:.2e}")  # fmt: skip
+        row = make_row(size, "fp32", mode, name, timer(fn, s.restore), useful,
+                       rel_err_params=errs["p"], within_tol=ok)  # fmt: skip
+        row.rel_err_grads = errs["m"]  # the moments carry the (clipped) gradient
         rows.append(row)
     return rows
 
 
 def bench_adamw_case(size: str, timer: Timer, device: str, copy_gbps: float) -> list[Row]:
-    """Case "clip+adamw" on one preset (fp32); raises if any variant's step is wrong."""
+    """Case "clip+adamw" on one preset (fp32); raises if a step of ours is wrong (a peer's
+    miss is flagged in its row, :data:`PEERS`)."""
     from andrea_diag.clip.fused_adamw import ClippedAdamW
 
     on_gpu = device.startswith("cuda")

@@ -22,9 +22,11 @@ from typing import Any
 import torch
 
 from andrea_diag.bench.adamw import ADAMW_HYPER, ADAMW_STEP0, bench_adamw_case
+from andrea_diag.bench.adamw import PEERS as ADAMW_PEERS  # torch's steps: flagged, not raised
 from andrea_diag.bench.adaptive import adaptive_meta, bench_adaptive_case
 from andrea_diag.bench.harness import (
     ACTIVE,
+    CHECK_TOL,
     CPU_FLUSH_BYTES,
     DTYPES,
     INACTIVE,
@@ -32,6 +34,7 @@ from andrea_diag.bench.harness import (
     BenchResult,
     Row,
     Timer,
+    check_run_args,
     copy_bandwidth,
     find,
     grad_shapes,
@@ -44,11 +47,12 @@ from andrea_diag.clip import reference
 from andrea_diag.device import resolve_device
 
 CASES = ("clip", "clip+adamw", "adaptive")
-# Tolerances of the pre-timing check (relative to float64). torch in bf16 computes its norm in
-# bf16, hence the loose bf16 norm bound; our own rel errors are recorded and far smaller.
-CHECK_TOL = {torch.float32: (1e-4, 1e-4), torch.bfloat16: (2e-2, 1e-2), torch.float16: (2e-3, 2e-3)}
 
 ClipFn = Callable[[list[torch.Tensor], float], torch.Tensor]
+# torch's own clips: a peer that misses CHECK_TOL (its fp32 norm on the CPU sums sequentially,
+# ~1e-4 off at 120m) is torch's rounding, not a bug of ours: its row is kept with its errors and
+# within_tol False, and the run goes on. Every other variant is ours and raises on a miss.
+PEERS = ("torch_foreach", "torch_loop", "torch_foreach_graph")
 
 
 def clip_variants(device: str) -> dict[str, ClipFn]:
@@ -99,16 +103,16 @@ def bench_case(size: str, dt: str, timer: Timer, device: str, copy_gbps: float) 
             restore()
             total = fn(grads, max_norm)
             e_norm, e_grad = reference.rel_err(total, total64), reference.rel_err(grads, truth)
-            if not (e_norm <= tol_norm and e_grad <= tol_grad):
+            within = e_norm <= tol_norm and e_grad <= tol_grad
+            if not within and name not in PEERS:  # ours: a wrong kernel is never timed
                 raise AssertionError(
                     f"{name} {size} {dt} {mode}: rel err norm {e_norm:.2e}, grads {e_grad:.2e}"
                 )
             times = timer(lambda fn=fn, m=max_norm: fn(grads, m), restore)
             mode_rows.append(
-                make_row(
-                    size, dt, mode, name, times, useful, rel_err_norm=e_norm, rel_err_grads=e_grad
-                )
-            )
+                make_row(size, dt, mode, name, times, useful, rel_err_norm=e_norm,
+                         rel_err_grads=e_grad, within_tol=within)
+            )  # fmt: skip
         base = next(r.ms for r in mode_rows if r.variant == "torch_foreach")
         for r in mode_rows:
             r.speedup_vs_torch = base / r.ms
@@ -225,6 +229,8 @@ def _meta(
         "active_max_norm": ACTIVE,
         "inactive_max_norm": INACTIVE,
         "l2_flush_bytes": L2_FLUSH_BYTES if device != "cpu" else CPU_FLUSH_BYTES,
+        # a row's within_tol: its float64 check; torch's rows (these) are flagged, never raised
+        "peers": {"clip": list(PEERS), "clip+adamw": list(ADAMW_PEERS)},
     }
 
 
@@ -248,6 +254,7 @@ def run_bench(
     if bad:
         raise ValueError(f"unknown cases {bad}; choose from {CASES}")
     adamw_sizes = list(adamw_sizes if adamw_sizes is not None else sizes)
+    check_run_args([*sizes, *adamw_sizes], dtypes, reps, warmup)  # before anything is timed
     if "clip+adamw" not in cases:
         adamw_sizes = []
     adaptive_sizes = list(sizes) if "adaptive" in cases else []

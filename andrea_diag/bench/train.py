@@ -89,7 +89,11 @@ class PlainLoop:
         self.optimizer = build_optimizer(self.model, cfg.recipe_cfg, cfg.lr, device)
         self.precision = make_precision(cfg.precision, device)
         self.device = device
-        self.clipper = make_clipper(cfg.clip, cfg.max_norm, cfg.clip_impl)  # the engine's own
+        # the engine's own clipper, made as the Trainer makes it: its mode's parameters, and
+        # the optimizer bound (SPAM reads Adam's v: unbound, its first call raised)
+        self.clipper = make_clipper(
+            cfg.clip, cfg.max_norm, cfg.clip_impl, cfg.clip_params, optimizer=self.optimizer
+        )
         self.n = 0
         self.graphed = graphed
         self.graph: torch.cuda.CUDAGraph | None = None

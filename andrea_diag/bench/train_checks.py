@@ -1,10 +1,14 @@
 """bench-train's checks before anything is timed: the arguments (one :class:`UserError` line
 each), and, under ``--cuda-graph``, that every graph was captured during the warm-up; and the
-host's speed, put on record beside the ratios (:func:`host_speed`)."""
+host's speed, put on record beside the ratios (:func:`host_speed`). Shared by bench-train,
+bench-kernels and accum-check: their ``--out`` outside any run (:func:`check_out_outside_runs`)
+and made for the work, gone again if the work stopped before writing (:func:`out_dir_for_work`)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +17,7 @@ import torch
 from andrea_diag.clip.modes import check_clip
 from andrea_diag.config import RunConfig
 from andrea_diag.errors import UserError
+from andrea_diag.rundir import make_out_dir
 from andrea_diag.train.components import check_precision
 
 PLAIN_MODES = ("same", "eager", "all")  # the plain loop beside a --cuda-graph engine
@@ -38,6 +43,24 @@ def check_out_outside_runs(out: Path | None, flag: str = "--out") -> None:
             )
 
 
+@contextlib.contextmanager
+def out_dir_for_work(out: Path) -> Iterator[Path]:
+    """``make_out_dir(out)`` (refused in one line before the work) for the work in the block.
+    Where the block fails or is stopped (Ctrl-C, an out-of-memory line) before anything is
+    written there, the folders this call made are removed again: a bench or check that
+    recorded nothing leaves no empty ``runs/bench-kernels-<time>`` behind. A folder that was
+    there before, or that holds anything, stays (rmdir removes only an empty one)."""
+    made = [p for p in (out, *out.parents) if not os.path.lexists(p)]  # deepest first
+    path = make_out_dir(out)
+    try:
+        yield path
+    except BaseException:
+        for folder in made:
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+        raise
+
+
 def check_args(
     cfg: RunConfig, device: torch.device, updates: int, warmup: int, block: int, plain: str
 ) -> None:
@@ -60,6 +83,32 @@ def check_args(
         if warmup < CAPTURED_BY:  # the captures are warm-up work, never a timed update
             raise UserError(f"--cuda-graph needs --warmup {CAPTURED_BY} or more, got {warmup}",
                             hint=f"the graphs are captured by update {CAPTURED_BY}")  # fmt: skip
+    check_batches_fit(cfg, updates, warmup)
+
+
+# Host bytes one drawn update's batch holds beyond its int64 tokens: the tensor and the plans'
+# records of it (measured on tiny: ~2.4 KB), with room to spare.
+BATCH_OVERHEAD = 4096
+
+
+def check_batches_fit(cfg: RunConfig, updates: int, warmup: int) -> None:
+    """One line where the batches the bench draws before timing (every warm-up and timed
+    update's, for the plain loops, bench/train.py ``_arms``) would not fit in half the host
+    memory free: ``--updates 1000000000``, which the option's bound takes, drew batches until
+    the process was killed, minutes in, before any timing. The other half: the models, the
+    engine's own records."""
+    from andrea_diag.host_memory import available_memory
+
+    free = available_memory()
+    per = cfg.micro_batch * cfg.accum * (cfg.seq_len + 1) * 8 + BATCH_OVERHEAD
+    need = (updates + warmup) * per
+    if free is not None and need > free // 2:
+        raise UserError(
+            f"--updates {updates} and --warmup {warmup}: their batches are drawn before the "
+            f"timing, about {need / 2**30:,.1f} GiB, more than half the {free / 2**30:,.1f} GiB "
+            "of memory free here",
+            hint=f"lower --updates (at most about {max(free // 2 // per - warmup, 0):,} here)",
+        )
 
 
 def check_captured(engines: list[Any], warmup: int) -> None:

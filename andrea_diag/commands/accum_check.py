@@ -26,7 +26,7 @@ from andrea_diag.config import MODEL_PRESETS
 from andrea_diag.console_text import make_console
 from andrea_diag.errors import UserError
 from andrea_diag.fields import MAX_SEED
-from andrea_diag.rundir import atomic_write_text, make_out_dir
+from andrea_diag.rundir import atomic_write_text
 from andrea_diag.train.components import PRECISIONS  # the --precision registry (torch only)
 
 if TYPE_CHECKING:
@@ -83,7 +83,7 @@ def accum_check(
 ) -> None:
     """Measure accumulated gradients against a full batch: the toolkit's loop and each mistake."""
     # imported here: `andrea-diag --help` should not pay for torch and the model
-    from andrea_diag.bench.train_checks import check_out_outside_runs
+    from andrea_diag.bench.train_checks import check_out_outside_runs, out_dir_for_work
     from andrea_diag.experiments.accum_check import AccumSpec, run_accum_check
 
     spec = AccumSpec(size, micro_batch, accum, replicas, precision, seq_len, seed, device)
@@ -95,17 +95,22 @@ def accum_check(
         from andrea_diag.experiments.cascade import default_out
 
         out = default_out("accum-check", size)
-    make_out_dir(out)  # a file in its place is refused before the measurement, not after
-    console.print(f"[dim]measuring {size}: m={micro_batch} A={accum} D={replicas} {precision}[/]")
-    result = run_accum_check(spec)
-    command = (
-        f"andrea-diag accum-check --size {size} --micro-batch {micro_batch} --accum {accum} "
-        f"--replicas {replicas} --precision {precision} --seq-len {seq_len} --seed {seed} "
-        f"--device {device} --out {shlex.quote(str(out))}"
-    )
-    result.meta["command"] = command
-    text = json.dumps(asdict(result), indent=2, ensure_ascii=False)
-    atomic_write_text(out / "accum-check.json", text)  # a planted link is replaced, not followed
+    # a file in its place is refused before the measurement, not after; gone again if the
+    # measurement stops (Ctrl-C, out of memory) before anything was written
+    with out_dir_for_work(out):
+        console.print(
+            f"[dim]measuring {size}: m={micro_batch} A={accum} D={replicas} {precision}[/]"
+        )
+        result = run_accum_check(spec)
+        command = (
+            f"andrea-diag accum-check --size {size} --micro-batch {micro_batch} --accum {accum} "
+            f"--replicas {replicas} --precision {precision} --seq-len {seq_len} --seed {seed} "
+            f"--device {device} --out {shlex.quote(str(out))}"
+        )
+        result.meta["command"] = command
+        text = json.dumps(asdict(result), indent=2, ensure_ascii=False)
+        # a planted link is replaced, not followed
+        atomic_write_text(out / "accum-check.json", text)
     from andrea_diag.report.accum_page import render_accum_page
 
     atomic_write_text(out / "accum-check.html", render_accum_page(result, command))

@@ -11,21 +11,24 @@ the andrea_diag.bench package; the page: andrea_diag/report/bench_page.py.
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from andrea_diag import bench
-from andrea_diag.bench.train_checks import check_out_outside_runs
+from andrea_diag.bench.train_checks import check_out_outside_runs, out_dir_for_work
+from andrea_diag.commands.errors import err_console
 from andrea_diag.commands.options import check_out_path
 from andrea_diag.config import MODEL_PRESETS
 from andrea_diag.console_text import make_console
 from andrea_diag.device import resolve_device
 from andrea_diag.errors import UserError
 from andrea_diag.fields import comma_items
-from andrea_diag.rundir import atomic_write_text, make_out_dir
+from andrea_diag.rundir import atomic_write_text
 
 OutOpt = Annotated[
     Path | None,
@@ -36,6 +39,8 @@ OutOpt = Annotated[
     ),
 ]
 GPU_REPS, CPU_REPS, MAX_REPS = 100, 3, 10**6
+DEFAULT_DTYPES = "fp32,bf16"
+DTYPE_CASES = ("clip", "adaptive")  # the cases timed per dtype; clip+adamw is fp32 alone
 SizesOpt = Annotated[
     str,
     typer.Option(
@@ -43,7 +48,13 @@ SizesOpt = Annotated[
         show_default="12m,120m on CUDA, tiny on CPU",
     ),
 ]  # fmt: skip
-DtypesOpt = Annotated[str, typer.Option("--dtypes", help="Comma list of fp32, bf16, fp16")]
+DtypesOpt = Annotated[
+    str,
+    typer.Option(
+        "--dtypes", help="Comma list of fp32, bf16, fp16 (cases clip and adaptive; clip+adamw "
+        "is an fp32 step)", show_default=DEFAULT_DTYPES,
+    ),
+]  # fmt: skip
 RepsOpt = Annotated[
     int | None,
     typer.Option(
@@ -78,10 +89,48 @@ def _split(value: str, allowed: list[str], what: str) -> list[str]:
     return items
 
 
+def _dtypes(value: str, cases: list[str]) -> list[str]:
+    """The dtypes timed: ``--dtypes`` ("" for the default), or fp32 alone where no case takes a
+    dtype. A dtype other than fp32 for clip+adamw alone would be ignored without a word (the
+    step is fp32): refused."""
+    if any(c in DTYPE_CASES for c in cases):
+        return _split(value or DEFAULT_DTYPES, list(bench.DTYPES), "dtype")
+    unused = [d for d in _split(value, list(bench.DTYPES), "dtype") if d != "fp32"] if value else []
+    if unused:
+        raise UserError(
+            f"--dtypes {','.join(unused)} would not be timed: --cases {','.join(cases)} times "
+            "an fp32 step alone",
+            hint="leave --dtypes out, or add the clip or adaptive case to --cases",
+        )
+    return ["fp32"]
+
+
+def _check_gpu(on_gpu: bool) -> None:
+    """The CUDA clipper builds on this GPU, or one line (before the --out folder is made)."""
+    if on_gpu:
+        from andrea_diag.clip import cuda
+
+        ok, why = cuda.available()
+        if not ok:
+            raise UserError(f"CUDA clipper unavailable: {why}", hint="run `andrea-diag doctor`")
+
+
+def _command(
+    out: Path, sizes: list[str], dtypes: list[str], reps: int, device: str, cases: list[str]
+) -> str:
+    """The command line that repeats this run (every default spelled out; ``--out`` quoted as
+    the shell needs it: a folder with a space in its name is one argument)."""
+    return (
+        f"andrea-diag bench-kernels --out {shlex.quote(str(out))} --sizes {','.join(sizes)} "
+        f"--dtypes {','.join(dtypes)} --reps {reps} --device {shlex.quote(device)} "
+        f"--cases {','.join(cases)}"
+    )
+
+
 def bench_kernels(
     out: OutOpt = None,
     sizes: SizesOpt = "",
-    dtypes: DtypesOpt = "fp32,bf16",
+    dtypes: DtypesOpt = "",
     reps: RepsOpt = None,
     device: DeviceOpt = "auto",
     cases: CasesOpt = ",".join(bench.CASES),
@@ -92,47 +141,42 @@ def bench_kernels(
     dev = resolve_device(device)  # UserError for an unknown name or cuda without a GPU
     on_gpu = dev.type == "cuda"
     size_list = _split(sizes or ("12m,120m" if on_gpu else "tiny"), list(MODEL_PRESETS), "size")
-    dtype_list = _split(dtypes, list(bench.DTYPES), "dtype")
     case_list = _split(cases, list(bench.CASES), "case")
+    dtype_list = _dtypes(dtypes, case_list)
     if reps is not None and not 1 <= reps <= MAX_REPS:  # the library call, not only typer, checks
         raise UserError(f"--reps must be between 1 and {MAX_REPS}, got {reps}")
     reps = reps or (GPU_REPS if on_gpu else CPU_REPS)
-    if on_gpu:
-        from andrea_diag.clip import cuda
-
-        ok, why = cuda.available()
-        if not ok:
-            raise UserError(f"CUDA clipper unavailable: {why}", hint="run `andrea-diag doctor`")
-    else:
-        console.print("[yellow]no GPU: benchmarking the CPU paths (reference vs torch) only[/]")
+    _check_gpu(on_gpu)
     check_out_outside_runs(out)
     if out is None:
         # imported here: the cascade module pulls in the trainer, which only this default needs
         from andrea_diag.experiments.cascade import default_out
 
         out = default_out("bench-kernels", "-".join(size_list))
-    make_out_dir(out)  # a file in its place is refused before the timing, not after
-    result = bench.run_bench(
-        size_list,
-        dtype_list,
-        reps,
-        str(dev),
-        warmup=5 if on_gpu else 1,
-        progress=lambda s: console.print(f"[dim]timing {s} ...[/]"),
-        cases=tuple(case_list),
-    )
-    result.meta["command"] = (
-        f"andrea-diag bench-kernels --out {out} --sizes {','.join(size_list)} "
-        f"--dtypes {','.join(dtype_list)} --reps {reps} --device {device} "
-        f"--cases {','.join(case_list)}"
-    )
-    # a link planted in the folder is replaced, not written through
-    atomic_write_text(out / "bench-kernels.json", json.dumps(result.to_dict(), indent=2))
+    # a file in its place is refused before the timing, not after; a run stopped before it
+    # wrote leaves no empty folder behind
+    with out_dir_for_work(out):
+        if not on_gpu:  # said once every refusal is behind: a refusal is its one error line
+            console.print("[yellow]no GPU: benchmarking the CPU paths (reference vs torch) only[/]")
+        result = bench.run_bench(
+            size_list,
+            dtype_list,
+            reps,
+            str(dev),
+            warmup=5 if on_gpu else 1,
+            progress=lambda s: console.print(f"[dim]timing {s} ...[/]"),
+            cases=tuple(case_list),
+        )
+        result.meta["command"] = _command(out, size_list, dtype_list, reps, device, case_list)
+        # a link planted in the folder is replaced, not written through
+        atomic_write_text(out / "bench-kernels.json", json.dumps(result.to_dict(), indent=2))
     # imported here: plotly is only needed for the page (the JSON above is already written)
     from andrea_diag.report.bench_page import render_bench_page
 
     atomic_write_text(out / "bench-kernels.html", render_bench_page(result))
     console.print(table(result))
+    for line in bench.peer_misses(result):  # torch off its float64 check: said, not fatal
+        err_console.print(f"[yellow]warning:[/] {escape(line)}", highlight=False, soft_wrap=True)
     for line in bench.adaptive_summary(result):
         console.print(line)
     if on_gpu:

@@ -10,6 +10,7 @@ Writes ``<out>/bench-train.json`` and ``<out>/bench-train.html``; ``<out>`` defa
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -21,7 +22,7 @@ from andrea_diag.config import ProbeConfig, RunConfig
 from andrea_diag.console_text import make_console
 from andrea_diag.device import resolve_device
 from andrea_diag.fields import MAX_UPDATES
-from andrea_diag.rundir import atomic_write_text, make_out_dir
+from andrea_diag.rundir import atomic_write_text
 from andrea_diag.train.distributed import env_world
 
 
@@ -105,17 +106,19 @@ def bench_train(
     defaults = (200, 20, 20) if on_gpu else (6, 2, 2)  # updates, warmup, block
     updates, warmup, block = (d if v is None else v
                               for v, d in zip((updates, warmup, block), defaults, strict=True))  # fmt: skip
-    from andrea_diag.bench.train_checks import check_args, check_out_outside_runs
+    from andrea_diag.bench.train_checks import check_args, check_out_outside_runs, out_dir_for_work
 
     # every argument first: a refused bench leaves no --out folder behind
     check_args(cfg, resolve_device(device), updates, warmup, block, plain)
     _check_environment()
     check_out_outside_runs(out)
-    out = make_out_dir(out or _default_out(size))  # refused before the timing, not after
-    result = run(cfg, updates, warmup, block, plain=plain,
-                 progress=lambda s: console.print(f"[dim]{s}[/]"))  # fmt: skip
-    result["meta"]["command"] = _command(cfg, (updates, warmup, block), plain, out)
-    _write(console, out, result)
+    out = out or _default_out(size)
+    # refused before the timing, not after; gone again if the bench stops before it wrote
+    with out_dir_for_work(out):
+        result = run(cfg, updates, warmup, block, plain=plain,
+                     progress=lambda s: console.print(f"[dim]{s}[/]"))  # fmt: skip
+        result["meta"]["command"] = _command(cfg, (updates, warmup, block), plain, out)
+        _write(console, out, result)
 
 
 def _check_environment() -> None:
@@ -135,7 +138,7 @@ def _command(cfg: RunConfig, counts: tuple[int, int, int], plain: str, out: Path
     return (
         f"andrea-diag bench-train --size {cfg.size} --precision {cfg.precision} --clip {cfg.clip} "
         f"--clip-impl {cfg.clip_impl} --updates {updates} --warmup {warmup} --block {block} "
-        f"--device {cfg.device} --out {out}"
+        f"--device {cfg.device} --out {shlex.quote(str(out))}"  # a space in it: one argument
         + f" --update-stats-every {cfg.probes.update_stats_every}"
         + f" --moment-norms-every {cfg.probes.moment_norms_every}"
         + (" --cuda-graph" if cfg.cuda_graph else "")

@@ -185,6 +185,32 @@ def _row(method: str, err: float, tol: float | None, expected: float | None = No
     return CheckRow(method, "mistake", err, f">= {DETECT:g}", err >= DETECT, expected)
 
 
+# what torch's CPU allocator says when an allocation fails (a RuntimeError, not the CUDA
+# allocator's torch.OutOfMemoryError): "DefaultCPUAllocator: can't allocate memory: you tried
+# to allocate 268435456 bytes. Error code 12 (Cannot allocate memory)"
+_CPU_OOM = ("can't allocate memory", "not enough memory", "Cannot allocate memory")
+
+
+def out_of_memory(exc: BaseException) -> bool:
+    """Whether ``exc`` is an allocation that failed: CUDA's, the CPU allocator's, Python's."""
+    if isinstance(exc, (torch.OutOfMemoryError, MemoryError)):
+        return True
+    return isinstance(exc, RuntimeError) and any(s in str(exc) for s in _CPU_OOM)
+
+
+def _oom_error(spec: AccumSpec, device: torch.device) -> UserError:
+    """One line for a check whose full batch (one forward, all m*A*D sequences) did not fit:
+    below :data:`MAX_FORWARD_TOKENS` it can still outgrow the memory (its logits alone are
+    tokens x vocab x 4 bytes), which ended in the allocator's traceback."""
+    tokens = spec.micro_batch * spec.accum * spec.replicas * spec.seq_len
+    return UserError(
+        f"out of memory on {device}: the check's full batch m*A*D*T = {spec.micro_batch}*"
+        f"{spec.accum}*{spec.replicas}*{spec.seq_len} = {tokens:,} tokens is one forward of "
+        f"{spec.size}",
+        hint="lower --micro-batch, --accum, --replicas or --seq-len",
+    )
+
+
 def run_accum_check(spec: AccumSpec) -> AccumCheckResult:
     """Measure the toolkit's loop and every mistake against the full-batch gradient."""
     cfg = spec.validate()
@@ -198,6 +224,10 @@ def run_accum_check(spec: AccumSpec) -> AccumCheckResult:
         torch.manual_seed(spec.seed)  # the initial weights
         model = GPT(cfg).to(dev)
         rows, info = _measure(model, spec, cfg.vocab_size, precision)
+    except (torch.OutOfMemoryError, RuntimeError, MemoryError) as e:
+        if not out_of_memory(e):
+            raise
+        raise _oom_error(spec, dev) from None
     finally:
         torch.set_float32_matmul_precision(old)
     meta = {
