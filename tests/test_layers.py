@@ -44,6 +44,7 @@ LAYERS: dict[str, int] = {
     "table_width": 0,  # the column caps of the run dir's table readers
     "given_checks": 0,  # the rules for what a caller gives (paths, sink names, stores)
     "surrogates": 0,  # lone surrogates in a run's JSON, replaced as it is read
+    "out_place": 0,  # where a command's output may land: never among others' records
     # 1: data, model, clip, and the device they run on
     "": 1,  # andrea_diag/__init__.py re-exports the clip API
     "data": 1,

@@ -31,6 +31,7 @@ from andrea_diag.commands.given import check_project, mlflow_uri, plain_out, typ
 from andrea_diag.commands.report import damaged_run_dir, say
 from andrea_diag.console_text import shown
 from andrea_diag.errors import UserError
+from andrea_diag.out_place import refuse_records
 from andrea_diag.rundir import OUT_LINK, check_path, child, make_out_dir
 
 Project = Annotated[
@@ -119,14 +120,19 @@ def export(
                 _mlflow(run_dirs, uri, project)
 
 
+EXPORT_HINT = "export outside the runs, e.g. --out runs/tb or --mlflow runs/mlruns"
+
+
 def _outside_the_runs(
     run_dirs: list[Path], tb: Path | None, wb: Path | None, uri: str | None, default: bool
 ) -> None:
     """No export writes inside a run it reads: ``--out RUN`` put the event files (and W&B's
     folder) among the run's records, and ``--out CASCADE`` with an arm given put them in the
     arm's own folder (its TensorBoard folder is named after it); ``--mlflow RUN`` made the
-    run an MLflow file store (``.trash``, ``0/meta.yaml``, a folder per experiment). Checked
-    on resolved paths (a link to the run is the run), before any folder is made."""
+    run an MLflow file store (``.trash``, ``0/meta.yaml``, a folder per experiment). Nor
+    inside a run it does not read, a sibling arm, or a cascade or sweep folder none of the
+    runs is in (:func:`~andrea_diag.out_place.refuse_records`). Checked on resolved paths (a
+    link to the run is the run), before any folder is made."""
     from andrea_diag.tensorboard import folder_names
 
     names = folder_names(run_dirs)
@@ -144,8 +150,13 @@ def _outside_the_runs(
                 raise UserError(
                     f"{option} {given} would write {'into' if real == resolved_run else into} "
                     f"{run}, a run this export reads: its files would be mixed with its records",
-                    hint="export outside the runs, e.g. --out runs/tb or --mlflow runs/mlruns",
+                    hint=EXPORT_HINT,
                 )
+        # nor in a run it does not read, a sibling arm's folder, or a cascade or sweep none
+        # of the runs is in (a sqlite store is a file: its folder is where it lands)
+        file = option == "--mlflow" and uri is not None and uri.startswith("sqlite")
+        refuse_records(place, option if given == place else f"{option} {given}: its folder",
+                       reads=[*run_dirs, *names], file=file, hint=EXPORT_HINT)  # fmt: skip
 
 
 def _store_path(uri: str) -> Path | None:

@@ -14,6 +14,7 @@ import typer
 from andrea_diag.commands.given import plain_out, typed_path
 from andrea_diag.console_text import make_console, shown
 from andrea_diag.errors import UserError, unsafe, visible
+from andrea_diag.out_place import refuse_records
 from andrea_diag.rundir import check_path
 
 console = make_console(stderr=True)
@@ -38,8 +39,9 @@ def report(
         typer.Option(
             parser=typed_path,
             help="One HTML page comparing every run given (labels prefixed by each run's "
-            "folder), written here: never inside a run it reads, nor over a cascade's or "
-            "sweep's own page or a file that is not an HTML page.",
+            "folder), written here: never inside a run, nor in a cascade or sweep folder "
+            "it does not read, nor over a cascade's or sweep's own page or a file that is "
+            "not an HTML page.",
             show_default="each run's own report.html, inside it",
         ),
     ] = None,
@@ -198,8 +200,10 @@ def _is_page(path: Path) -> bool:
 
 def _outside_runs(out: Path, run_dirs: list[Path]) -> None:
     """``--out`` may not land inside a run (an arm) this report reads: beside its records it
-    would be taken for one, over them it would replace them. In the cascade or sweep folder
-    holding the runs a new page is fine, but not one of that folder's own pages. Nor may it
+    would be taken for one, over them it would replace them. Nor inside any other run, an arm
+    of the cascade not started yet, or a cascade or sweep folder none of the runs is in
+    (:func:`~andrea_diag.out_place.refuse_records`). In the cascade or sweep folder holding
+    the runs a new page is fine, but not one of that folder's own pages. Nor may it
     replace a file that is not an HTML page (``--out C/cascade.json``, a misspelt
     ``--out data.parquet``: that file would be lost)."""
     real = _written(out)
@@ -216,6 +220,8 @@ def _outside_runs(out: Path, run_dirs: list[Path]) -> None:
                 hint="write the page outside the runs, e.g. --out compare.html (without "
                 "--out, each run gets its own report.html)",
             )
+    # nor inside a sibling arm, another run, or a cascade or sweep none of the runs is in
+    refuse_records(out, "--out", reads=run_dirs, file=True)
     if os.path.lexists(real) and not _is_page(real):
         raise UserError(
             f"--out {out} exists and is not an HTML page: the report would replace it",

@@ -68,8 +68,9 @@ class ArmStatus:
         at = f"update {self.last_update}{of}"
         if self.state == NEVER_STARTED:
             text = f"{self.name}: never started"
-        elif self.state == FINISHED:
-            text = f"{self.name}: finished at {at}"
+        elif self.state == FINISHED:  # a summary beside an empty table: no update to name
+            where = f"at {at}" if self.last_update is not None else "with no metric row recorded"
+            text = f"{self.name}: finished {where}"
         elif self.state == RUNNING:
             where = "no update recorded yet" if self.last_update is None else f"at {at} so far"
             text = f"{self.name}: {where} — still running"

@@ -55,6 +55,7 @@ from andrea_diag.train.checkpoint_fit import (
     check_layout,
     expected_need,
 )
+from andrea_diag.train.checkpoint_state import check_identity, check_train_state
 from andrea_diag.train.state_codec import StateFormatError, decode, encode
 
 FORMAT = "andrea-diag-checkpoint/2"  # /1 was a torch pickle: refused, never loaded
@@ -315,6 +316,7 @@ def read_checkpoint(
         raise UserError(f"checkpoint {path} holds {exc}", hint="it is not one we wrote") from None
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise UserError(f"{path} is not an andrea-diag checkpoint of format {FORMAT}")
+    check_train_state(state, path)  # the trainer sets its counters as given: checked first
     return state
 
 
@@ -344,21 +346,6 @@ def _read_tensors(
     if head.meta.get("crc32") != _crc({**tensors, STATE_KEY: doc} if doc is not None else tensors):
         raise unreadable
     return tree, bad, tensors
-
-
-def check_identity(state: Mapping[str, Any], path: Path, expect: Mapping[str, Any]) -> None:
-    """Refuse, in one line, a checkpoint whose identity differs from ``expect``."""
-    saved = state.get("identity")
-    run = state.get("run")
-    saved = {**(saved if isinstance(saved, dict) else {}), **(run if isinstance(run, dict) else {})}
-    for key, want in expect.items():
-        if saved.get(key) != want:
-            raise UserError(
-                f"checkpoint {path} is from another run: {key} {saved.get(key)!r}, "
-                f"this run {want!r}",
-                hint="resume with the options the run was started with, or delete the "
-                "checkpoint to restart the arm",
-            )
 
 
 def load_checkpoint(path: Path, expect: dict[str, Any], need: Need | None = None) -> dict[str, Any]:
