@@ -16,7 +16,14 @@ from pathlib import Path
 
 import plotly.graph_objects as go
 
-from andrea_diag.bench import BenchResult, adaptive_summary, fmt, targets, three_vs_one
+from andrea_diag.bench import (
+    BenchResult,
+    adaptive_summary,
+    fmt,
+    peer_misses,
+    targets,
+    three_vs_one,
+)
 from andrea_diag.report.plotlyjs import PLOT_CONFIG, script_tag
 from andrea_diag.report.safe import esc, figure_html
 
@@ -31,7 +38,11 @@ TABLE_COLUMNS = [
     "x torch",
     "rel err norm",
     "rel err grads",
+    "rel err params",
+    "float64 check",
 ]
+# a row's within_tol as the table says it: a peer (torch) past its tolerance is timed, not hidden
+CHECK_WORDS = {True: "passed", False: "MISSED (torch's rounding)", None: "-"}
 
 
 def _bar_figures(result: BenchResult) -> tuple[go.Figure, go.Figure]:
@@ -75,6 +86,8 @@ def _table_figure(result: BenchResult) -> go.Figure:
         [fmt(r.speedup_vs_torch, ".2f") for r in result.rows],
         [fmt(r.rel_err_norm, ".1e") for r in result.rows],
         [fmt(r.rel_err_grads, ".1e") for r in result.rows],
+        [fmt(r.rel_err_params, ".1e") for r in result.rows],
+        [CHECK_WORDS[r.within_tol] for r in result.rows],
     ]
     tab = go.Figure(go.Table(header={"values": TABLE_COLUMNS}, cells={"values": cells}))
     tab.update_layout(height=60 + 22 * len(result.rows))
@@ -107,6 +120,8 @@ def render_bench_page(result: BenchResult) -> str:
         if adaptive
         else ""
     )
+    misses = "".join(f"<li>{esc(line)}</li>" for line in peer_misses(result))
+    misses_html = f"<h2>Peers outside their float64 check</h2><ul>{misses}</ul>" if misses else ""
     meta = json.dumps(result.meta, indent=1, default=str)
     return (
         "<!doctype html><html><head><meta charset='utf-8'><title>andrea-diag bench-kernels</title></head>"
@@ -116,6 +131,7 @@ def render_bench_page(result: BenchResult) -> str:
         "= 3 x gradient bytes (read for the norm, read + write to scale); inactive = 1 x.</p>"
         f"<h2>Why three kernels, not one?</h2><ul>{answer}</ul><h2>Targets</h2><ul>{tgt}</ul>"
         + adaptive_html
+        + misses_html
         + "".join(parts)
         + f"<h2>Run metadata</h2><pre>{esc(meta)}</pre></body></html>"
     )
