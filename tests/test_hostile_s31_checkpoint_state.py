@@ -118,3 +118,16 @@ def test_a_missing_counter_is_named() -> None:
     del state["trainer"]["train_state"]["tokens"]
     with pytest.raises(UserError, match="lacks tokens"):
         check_train_state(state, Path("ckpt-0000004.pt"))
+
+
+def test_train_state_refuses_a_name_that_is_no_field_and_keeps_its_methods() -> None:
+    """The second guard behind the checkpoint check: a state naming no field sets nothing."""
+    from andrea_diag.train.components import TrainState
+
+    state = TrainState(update=3)
+    with pytest.raises(ValueError, match="no field counts"):
+        state.load_state_dict({"update": 4, "counts": 5})
+    assert state.update == 3  # nothing set: the refusal comes before any field
+    assert state.counts() == {"microbatches": 0, "examples": 0, "tokens": 0}
+    state.load_state_dict({"update": 4, "batch_hashes": ["a"]})
+    assert state.update == 4 and state.batch_hashes == ["a"]

@@ -27,7 +27,7 @@ import contextlib
 import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
 import torch
@@ -358,6 +358,12 @@ class TrainState:
         return asdict(self)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Set the fields ``state`` names; a name that is no field is a ``ValueError``, not an
+        attribute set (``"counts": 5`` replaced the method). A checkpoint's values are checked
+        before they get here (``checkpoint_state.check_train_state``)."""
+        names = {f.name for f in fields(self)}
+        if unknown := sorted(map(str, state.keys() - names)):
+            raise ValueError(f"TrainState has no field {', '.join(unknown)[:200]}")
         for key, value in state.items():
             setattr(self, key, list(value) if isinstance(value, list) else value)
 
