@@ -14,11 +14,18 @@ followed), before anything is made, each refusal one :class:`UserError` line.
 
 ``report C/none --out C/global/x.html`` wrote the page into the sibling arm ``global``, and
 ``--out C2/x.html`` (a cascade not read) into another cascade's folder.
+
+A command that makes a folder of its own records (train, cascade, sweep, ladder, a bench or a
+check) is held to :func:`refuse_nested`: its ``--out`` neither is nor is inside a run, cascade
+or sweep folder, but for the one it continues (a sweep re-run on its folder) and a sweep's
+cell, which its sweep names. ``train --out C/none/sub`` made a cascade inside the arm ``none``.
+What lies at the name of a file the command writes is held to :func:`replaceable`.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -36,6 +43,12 @@ MARKS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("run", ("config.json", "env.json")),
 )
 HINT = "write it outside the runs, e.g. --out compare.html, or beside the runs read"
+MAKE_HINT = "give an --out outside the runs, or leave it out for a fresh folder"
+KIND_SAID = {"run": "a run's config beside its records", "cascade": "a cascade: it holds "
+             "cascade.json", "sweep": "a sweep: it holds sweep.json"}  # fmt: skip
+# what may not be replaced by a file written in its place (a rename over it would drop it)
+NOT_FILES = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
+             (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device"))  # fmt: skip
 
 
 def folder_kind(folder: Path) -> str | None:
@@ -105,3 +118,52 @@ def refuse_records(
             raise UserError(f"{what} {place} {where} {arm}, the place of the cascade's arm "
                             f"{below[0]!r}", hint=hint)  # fmt: skip
         return  # in a cascade or sweep folder the command reads, beside the arms: its place
+
+
+def cell_names(sweep: Path) -> set[str]:
+    """The cells ``sweep.json`` names (written before any cell runs: their folders are the
+    sweep's cells' places). A record that cannot be read, or of another shape, names none."""
+    try:
+        meta = read_json(sweep / "sweep.json", "the sweep's sweep.json", kind=dict)
+    except UserError:  # then the folder is only a sweep's, not a cell's place: refused below
+        return set()
+    cells = meta.get("cells")
+    return {c for c in cells if isinstance(c, str)} if isinstance(cells, list) else set()
+
+
+def refuse_nested(
+    out: Path, what: str = "--out", resumes: str | None = None, cell: bool = False,
+    hint: str = MAKE_HINT,
+) -> None:  # fmt: skip
+    """One :class:`UserError` line, before anything is made, where a command that makes a
+    folder of its own records would make or use ``out`` among others' (resolved: a link to a
+    run is the run): ``out`` a run, cascade or sweep folder, unless of the kind ``resumes``
+    (the command continues it: a sweep re-run on its ``--out``), or inside one, unless
+    ``cell`` (a cascade) and ``out`` is a cell its sweep's ``sweep.json`` names."""
+    real = Path(os.path.realpath(out))
+    for folder in (real, *real.parents):
+        kind = folder_kind(folder)
+        if kind is None or (folder == real and kind == resumes):
+            continue
+        if cell and kind == "sweep" and folder == real.parent and real.name in cell_names(folder):
+            return  # the sweep's cell: the sweep, which made its folder, was judged when made
+        where = "is" if folder == real else "is inside"
+        raise UserError(f"{what} {out} {where} {folder}, a run folder ({KIND_SAID[kind]}): "
+                        "what is made there would be mixed with its records", hint=hint)  # fmt: skip
+
+
+def replaceable(path: Path, hint: str = "move it aside, then render the page again") -> None:
+    """Nothing, a regular file or a link at ``path`` (``lstat``: a link is replaced by the
+    rename of a file written in its place, whatever it points at); else one
+    :class:`UserError` naming what is there, which a rename would drop without a word (a FIFO,
+    a socket) or fail on with the OS's words (a folder)."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    except OSError as e:  # a name too long, a folder above it that is a file
+        raise UserError(f"cannot write {path}: {e.strerror or e}") from None
+    if stat.S_ISREG(mode) or stat.S_ISLNK(mode):
+        return
+    kind = next((said for test, said in NOT_FILES if test(mode)), "not a file")
+    raise UserError(f"{path} is not a regular file ({kind}): refusing to replace it", hint=hint)

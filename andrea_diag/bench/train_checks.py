@@ -17,30 +17,20 @@ import torch
 from andrea_diag.clip.modes import check_clip
 from andrea_diag.config import RunConfig
 from andrea_diag.errors import UserError
+from andrea_diag.out_place import refuse_nested
 from andrea_diag.rundir import make_out_dir
 from andrea_diag.train.components import check_precision
 
 PLAIN_MODES = ("same", "eager", "all")  # the plain loop beside a --cuda-graph engine
-# what marks a folder as a run (its config beside its metrics), a cascade or a sweep
-RUN_MARKS = (("config.json", "metrics.jsonl"), ("cascade.json",), ("sweep.json",))
 
 
 def check_out_outside_runs(out: Path | None, flag: str = "--out") -> None:
     """One :class:`UserError` line when ``out`` is a run, cascade or sweep folder or inside
     one (resolved: a link to a run is the run): a bench's or check's files written there
-    would be mixed with the run's records. Before the folder is made."""
-    if out is None:
-        return
-    real = Path(os.path.realpath(out))
-    for folder in (real, *real.parents):
-        marks = next((m for m in RUN_MARKS if all(os.path.lexists(folder / n) for n in m)), None)
-        if marks is not None:
-            where = "is" if folder == real else "is inside"
-            raise UserError(
-                f"{flag} {out} {where} {folder}, a run folder (it holds {marks[0]}): the "
-                "files written would be mixed with its records",
-                hint="give an --out outside the runs, or leave it out for a fresh folder",
-            )
+    would be mixed with the run's records. Before the folder is made. What a run folder is:
+    :func:`~andrea_diag.out_place.folder_kind`, its one definition."""
+    if out is not None:
+        refuse_nested(out, flag)
 
 
 @contextlib.contextmanager

@@ -38,6 +38,7 @@ from andrea_diag.experiments.slow_start import SlowStart
 from andrea_diag.experiments.spec_checks import checked_arms, checked_spec
 from andrea_diag.experiments.status import DONE, RUNNING, marks_interruption
 from andrea_diag.factories import build_model, check_model_spec, prepare_run_data
+from andrea_diag.out_place import refuse_nested
 from andrea_diag.record import read_cascade_meta, write_json
 from andrea_diag.rundir import check_path, child, make_out_dir, read_json
 from andrea_diag.runlock import RunLock
@@ -388,3 +389,4 @@ def _check_out_dir(out_dir: Path) -> None:
             f"output directory {out_dir}{here} exists and is not empty",
             hint="choose another --out; nothing was overwritten",
         )
+    refuse_nested(out_dir, "--out", cell=True)  # not inside another run, nor a sweep's but a cell

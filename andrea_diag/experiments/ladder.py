@@ -40,7 +40,7 @@ from andrea_diag.experiments.aggregate import arm_rates, finished, paired_gaps
 from andrea_diag.experiments.cascade import default_out
 from andrea_diag.experiments.executor import AfterCell, ExecutorConfig
 from andrea_diag.experiments.spec_checks import checked_spec
-from andrea_diag.experiments.sweep import SweepSpec, run_sweep
+from andrea_diag.experiments.sweep import SweepSpec, refuse_unreplaceable, run_sweep
 from andrea_diag.experiments.thresholds import (
     claim_statement,
     collapse_statement,
@@ -215,6 +215,8 @@ def run_ladder(
     console = as_typed(console, stderr=True)  # a caller's own: codes as typed
     sizes = rungs(spec.sizes)
     out = spec.out or default_out("ladder", f"{sizes[0]}-{sizes[-1]}")
+    # its own files beside the sweep's (run_sweep checks those): refused before any cell trains
+    refuse_unreplaceable(out, ("ladder.json", "ladder.csv", "ladder.html"))
     # largest rung first: a run cut short by a time limit loses the cheap cells, not 120m
     sweep = SweepSpec(base=dataclasses.replace(spec.base, size=sizes[0]), sizes=sizes[::-1],
                       lrs=spec.lrs, max_norms=spec.max_norms, seeds=spec.seeds,

@@ -26,6 +26,7 @@ import os
 import shlex
 import sys
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -67,12 +68,16 @@ from andrea_diag.experiments.throughput import (
     throughput,
     throughputs,
 )
+from andrea_diag.out_place import refuse_nested, replaceable
 from andrea_diag.record import write_json
 from andrea_diag.rundir import atomic_write_text, child, make_out_dir, read_json
 from andrea_diag.tables import csv_text
 from andrea_diag.train.graphed import check_graphable
 
 Kept = dict[tuple[str, str], dict[str, Any]]  # (cell, arm) -> a finished cell's arm summary
+# the files a sweep writes in its folder (its command renders the page: one rule for all)
+SWEEP_FILES = ("sweep.json", "sweep.csv", "arms.csv", "gaps.csv", "sweep.html")
+SUMMARY = "summary.json"  # a finished arm's: without it, the cell is not finished
 
 
 @dataclass
@@ -140,11 +145,25 @@ def name_of(cfg: RunConfig) -> str:
     return cell_name(cfg.size, cfg.lr, cfg.max_norm, cfg.seed, cfg.precision)
 
 
-def _finished(cell_dir: Path) -> bool:
+def _said_done(cell_dir: Path) -> bool:
     meta = cell_dir / "cascade.json"
     if not os.path.lexists(meta):
         return False
     return read_json(meta, f"cell {cell_dir.name}'s cascade.json", kind=dict).get("status") == DONE
+
+
+def _finished(cell_dir: Path, clips: list[str]) -> bool:
+    """Its cascade.json says done and every arm has its summary: an arm that lost it is
+    continued as ``cascade --resume`` continues it (from its checkpoints, else anew)."""
+    return _said_done(cell_dir) and all(os.path.lexists(cell_dir / a / SUMMARY) for a in clips)
+
+
+def refuse_unreplaceable(out: Path, names: Iterable[str]) -> None:
+    """A FIFO, socket or folder where the sweep (or its ladder) writes a file: one line before
+    any work, never dropped by the rename of the file written there (the pages' rule)."""
+    if os.path.isdir(out):  # a file in the folder's place is make_out_dir's line
+        for name in names:
+            replaceable(out / name, hint="move it aside, then re-run the same command")
 
 
 def _check_same(
@@ -193,6 +212,9 @@ def _prepare_cell(cell_dir: Path, console: Console) -> bool:
     """An unfinished cell continues from its checkpoints (finished arms kept): True. One that
     never wrote its cascade.json is kept aside and started again: False."""
     resume = (cell_dir / "cascade.json").is_file()
+    if resume and _said_done(cell_dir):  # not _finished: an arm lost its summary.json
+        console.print(f"[yellow]cell {cell_dir.name}: done, but an arm has no summary.json; "
+                      "continuing that arm[/]", highlight=False, soft_wrap=True)  # fmt: skip
     if cell_dir.exists() and not resume:
         console.print(f"[yellow]cell {cell_dir.name}: unfinished, kept as {move_aside(cell_dir)}")
     return resume
@@ -209,7 +231,7 @@ def _run_out_of_process(
     """Every unfinished cell as its own job (--jobs / --executor); returns the crashed ones."""
     jobs = []
     for cell_dir, cfg in zip(dirs, configs, strict=True):
-        if not _finished(cell_dir):  # a finished one was checked before any work (_preflight)
+        if not _finished(cell_dir, spec.clips):  # a finished one: checked by _preflight
             resume = _prepare_cell(cell_dir, console)
             jobs.append(CellJob(cell_dir.name, cell_dir, cfg, spec.clips, resume,
                                 shared_plotly(spec.plotly, out)))  # fmt: skip
@@ -229,10 +251,12 @@ def run_sweep(
     spec.executor.check()
     check_mps_device(spec.executor, configs[0].device)  # before the folder, as the CLI says it
     out = spec.out or default_out("sweep", "-".join(spec.sizes))
+    refuse_nested(out, "--out", resumes="sweep")  # in no run, cascade or other sweep
+    refuse_unreplaceable(out, SWEEP_FILES + (("plotly.min.js",) if spec.plotly == "shared" else ()))
     dirs = [child(out, name_of(c), "cell") for c in configs]  # a planted link out is refused
     # before the folder: no cell would crash on them. Finished cells train nothing, so a
     # finished CUDA sweep re-run on a laptop (to redraw its pages) is not refused for the GPU
-    todo = [c for c, d in zip(configs, dirs, strict=True) if not _finished(d)]
+    todo = [c for c, d in zip(configs, dirs, strict=True) if not _finished(d, spec.clips)]
     if spec.executor.merge_only and len(todo) == len(configs):  # a page of "not run" only
         raise UserError(f"nothing to merge: {out} has no finished cell of this grid",
                         hint="copy finished cells under --out first, or give the grid they ran")  # fmt: skip
@@ -304,7 +328,7 @@ def _preflight(
     figures from ``sweep.json`` (kept, not lost) and the finished cells' arm summaries."""
     kept: Kept = {}
     for cell_dir, cfg in zip(dirs, configs, strict=True):
-        if _finished(cell_dir):
+        if _finished(cell_dir, clips):
             _check_same(cell_dir, cfg, clips, shas)
             for arm in clips:  # checked against its own table (arm_summary.py), once
                 kept[cell_dir.name, arm] = arm_summary(cell_dir / arm, cell_dir.name)
@@ -334,10 +358,10 @@ def _each_cell(
     rows: list[dict[str, Any]] = []
     for i, (cfg, cell_dir) in enumerate(zip(configs, dirs, strict=True), 1):
         name = name_of(cfg)
-        unmerged = spec.executor.merge_only and not _finished(cell_dir)
+        unmerged = spec.executor.merge_only and not _finished(cell_dir, spec.clips)
         if unmerged:  # a cell is the unit: a half-finished one is not half merged
             console.print(f"[yellow]cell {i}/{len(configs)} {name}: not finished, not run[/]")
-        elif _finished(cell_dir) or name in crashed:
+        elif _finished(cell_dir, spec.clips) or name in crashed:
             if spec.executor.in_process:
                 console.print(f"[dim]cell {i}/{len(configs)} {name}: already done, kept[/]")
         else:
