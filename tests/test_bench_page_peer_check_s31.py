@@ -39,3 +39,17 @@ def test_a_run_whose_rows_all_passed_has_no_peer_section() -> None:
     rows = [_row("torch_foreach", True), _row("cuda_three", True)]
     page = render_bench_page(BenchResult(meta={"sizes": ["12m"], "dtypes": ["fp32"]}, rows=rows))
     assert "Peers outside their float64 check" not in page
+
+
+def test_a_target_whose_set_was_not_run_reads_not_measured_not_missed() -> None:
+    """A ``--sizes 12m`` run printed MISSED for every 120m target it never measured."""
+    from andrea_diag.bench import targets, verdict
+
+    rows = [_row("cuda_three", True)]  # 12m fp32 active only, speed-up 1.0
+    result = BenchResult(meta={"gpu": "a GPU", "sizes": ["12m"], "dtypes": ["fp32"]}, rows=rows)
+    words = {what: verdict(got, met) for what, got, _, met in targets(result)}
+    assert words["120m fp32 active speed-up"] == "not measured"
+    assert words["12m fp32 active speed-up"] == "missed"  # measured: 1.0 against 5.0
+    assert words["12m fp32 active % copy BW (graphed)"] == "missed"  # 50% against 75%
+    page = render_bench_page(result)
+    assert "120m fp32 active speed-up: - (want &ge; 2.5) not measured" in page

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from andrea_diag.bench.adamw import adamw_summary
 from andrea_diag.bench.adaptive import adaptive_summary
-from andrea_diag.bench.clip import CASES, headroom, run_bench, targets, three_vs_one
+from andrea_diag.bench.clip import CASES, headroom, run_bench, targets, three_vs_one, verdict
 from andrea_diag.bench.harness import DTYPES, BenchResult, Row, find, fmt, peer_misses
 
 __all__ = [
@@ -43,4 +43,5 @@ __all__ = [
     "run_bench",
     "targets",
     "three_vs_one",
+    "verdict",
 ]

@@ -377,3 +377,9 @@ def targets(result: BenchResult) -> list[tuple[str, float | None, float, bool]]:
         ("12m fp32 active speed-up", sp("12m", "fp32", "active"), 5.0),
     ]
     return [(w, m, want, m is not None and m >= want) for w, m, want in checks]
+
+
+def verdict(measured: float | None, met: bool) -> str:
+    """A target's word: "met", "missed", or "not measured" where this run has no such row
+    (a set it did not run: a ``--sizes 12m`` run said MISSED for every 120m target)."""
+    return "not measured" if measured is None else "met" if met else "missed"

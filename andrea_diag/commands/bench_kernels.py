@@ -184,7 +184,8 @@ def bench_kernels(
             console.print(line)
         for what, got, want, met in bench.targets(result):
             console.print(
-                f"target {what}: {bench.fmt(got, '.2f')} (want >= {want}) {'MET' if met else 'MISSED'}"
+                f"target {what}: {bench.fmt(got, '.2f')} (want >= {want}) "
+                f"{bench.verdict(got, met).upper()}"
             )
     console.print(f"wrote {out / 'bench-kernels.json'} and {out / 'bench-kernels.html'}")
 

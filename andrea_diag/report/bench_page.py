@@ -23,6 +23,7 @@ from andrea_diag.bench import (
     peer_misses,
     targets,
     three_vs_one,
+    verdict,
 )
 from andrea_diag.report.plotlyjs import PLOT_CONFIG, script_tag
 from andrea_diag.report.safe import esc, figure_html
@@ -107,8 +108,7 @@ def render_bench_page(result: BenchResult) -> str:
     )
     tgt = (
         "".join(
-            f"<li>{esc(w)}: {esc(fmt(g, '.2f'))} (want &ge; {esc(want)}) "
-            f"{'met' if m else 'missed'}</li>"
+            f"<li>{esc(w)}: {esc(fmt(g, '.2f'))} (want &ge; {esc(want)}) {verdict(g, m)}</li>"
             for w, g, want, m in targets(result)
         )
         if result.meta.get("gpu")
