@@ -12,14 +12,14 @@ from typing import Annotated
 
 import typer
 
-from andrea_diag.commands.executor_options import check_mps_device, executor_options
+from andrea_diag.commands.executor_options import executor_options
 from andrea_diag.commands.options import RunArgs, run_options
 from andrea_diag.commands.pages import cell_pages, render_ladder_pages
 from andrea_diag.commands.publish import PlotlyMode, plotly_mode
 from andrea_diag.commands.run import _arms, grid_axes, grid_base, refuse_unused_max_norm
 from andrea_diag.console_text import make_console
 from andrea_diag.errors import UserError
-from andrea_diag.experiments.executor import ExecutorConfig
+from andrea_diag.experiments.executor import ExecutorConfig, check_mps_device
 from andrea_diag.experiments.ladder import LADDER_CLIPS, LADDER_LRS, LADDER_SIZES, LADDER_STEPS
 from andrea_diag.stats import MIN_PAIRS
 

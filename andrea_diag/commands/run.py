@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 
 from andrea_diag.clip.modes import clip_modes
-from andrea_diag.commands.executor_options import check_mps_device, executor_options
+from andrea_diag.commands.executor_options import executor_options
 from andrea_diag.commands.options import (
     BY_NAME,
     RunArgs,
@@ -28,7 +28,7 @@ from andrea_diag.console_text import make_console, shown
 from andrea_diag.errors import UserError
 from andrea_diag.experiments.cascade import CascadeSpec, default_out, run_cascade
 from andrea_diag.experiments.config_checks import check_clip_mode
-from andrea_diag.experiments.executor import ExecutorConfig
+from andrea_diag.experiments.executor import ExecutorConfig, check_mps_device
 from andrea_diag.experiments.spec_checks import AXES, check_clip_settings, check_counts
 from andrea_diag.fields import comma_items
 from andrea_diag.train.distributed import env_rank

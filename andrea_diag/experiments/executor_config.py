@@ -60,6 +60,11 @@ class ExecutorConfig:
         """The settings again, named by their flags (a field may have been set since), then
         what depends on this host: one process (not under a launcher), submitit installed."""
         check_settings(vars(self))
+        self.check_host()
+
+    def check_host(self) -> None:
+        """What depends on this host alone: one process (not under a launcher), submitit
+        installed. The command line calls it on its own: it checked the settings by flag."""
         check_one_process("a sweep or ladder")
         if self.kind != "local" and not self.merge_only:  # a merge submits nothing
             check_submitit(self.kind)
