@@ -167,3 +167,12 @@ def replaceable(path: Path, hint: str = "move it aside, then render the page aga
         return
     kind = next((said for test, said in NOT_FILES if test(mode)), "not a file")
     raise UserError(f"{path} is not a regular file ({kind}): refusing to replace it", hint=hint)
+
+
+def refuse_unreplaceable(out: Path, names: Iterable[str]) -> None:
+    """:func:`replaceable` for each file a run writes at the top of its folder ``out`` (a
+    sweep's tables, a ladder's, a cascade's record and page), checked before any work: a FIFO,
+    socket or folder there is one line then, not a failure after the training."""
+    if os.path.isdir(out):  # a file in the folder's place is make_out_dir's line
+        for name in names:
+            replaceable(out / name, hint="move it aside, then re-run the same command")

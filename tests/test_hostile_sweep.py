@@ -24,7 +24,7 @@ from andrea_diag.cli import app
 from andrea_diag.commands.pages import render_sweep_page, sweep_page_after
 from andrea_diag.config import RunConfig
 from andrea_diag.errors import CellsCrashed, UserError
-from andrea_diag.experiments.cascade import _check_out_dir
+from andrea_diag.experiments.cascade_place import check_fresh
 from andrea_diag.experiments.executor import ExecutorConfig
 from andrea_diag.experiments.ladder import write_ladder
 from andrea_diag.experiments.sweep import SweepSpec, cells, check_cells_runnable
@@ -335,7 +335,7 @@ def test_an_out_too_long_in_all_is_one_line_where_the_folder_is_checked(tmp_path
     with pytest.raises(UserError, match="cannot create or write the output directory"):
         make_out_dir(out)
     with pytest.raises(UserError, match="cannot use --out"):
-        _check_out_dir(out)
+        check_fresh(out)
 
 
 @pytest.mark.parametrize(

@@ -31,16 +31,16 @@ from andrea_diag.config import RunConfig
 from andrea_diag.console_text import as_typed, make_console, shown
 from andrea_diag.data import BatchPlan, Mixer, PreparedData
 from andrea_diag.device import resolve_device
-from andrea_diag.errors import BadArgument, UserError
+from andrea_diag.errors import UserError
 from andrea_diag.experiments.arm_summary import read_summary
+from andrea_diag.experiments.cascade_place import check_fresh, check_resumed
 from andrea_diag.experiments.resume import arm_state, check_same_run, move_aside
 from andrea_diag.experiments.slow_start import SlowStart
 from andrea_diag.experiments.spec_checks import checked_arms, checked_spec
 from andrea_diag.experiments.status import DONE, RUNNING, marks_interruption
 from andrea_diag.factories import build_model, check_model_spec, prepare_run_data
-from andrea_diag.out_place import refuse_nested
-from andrea_diag.record import read_cascade_meta, write_json
-from andrea_diag.rundir import check_path, child, make_out_dir, read_json
+from andrea_diag.record import write_json
+from andrea_diag.rundir import child, make_out_dir, read_json
 from andrea_diag.runlock import RunLock
 from andrea_diag.train.components import check_precision
 from andrea_diag.train.distributed import (
@@ -305,9 +305,11 @@ def run_cascade(
     configs = checked_arms(spec.base, spec.clips)  # each arm's config, resolved
     console = as_typed(console, stderr=True)  # a caller's own: codes as typed
     check_runnable(configs[0])
+    out_dir = spec.out or default_out("cascade", configs[0].size)
+    if spec.resume:
+        check_resumed(out_dir, main=env_rank() == 0)  # before the data: one line, no wait
     data = data or load_data(configs[0], console)
     check_streams(data, configs[0].seq_len)
-    out_dir = spec.out or default_out("cascade", configs[0].size)
     world = env_world_size()  # > 1 under torchrun: every rank runs this function
     if world > 1:
         if configs[0].replicas not in (1, world):
@@ -316,10 +318,8 @@ def run_cascade(
     main = env_rank() == 0
     if not main:  # under torchrun every rank runs this: rank 0 alone speaks, as it alone writes
         console = make_console(stderr=True, quiet=True)
-    if spec.resume:
-        read_cascade_meta(out_dir)  # a cascade dir (not created by the lock below), or one line
-    elif main:
-        _check_out_dir(out_dir)
+    if not spec.resume and main:
+        check_fresh(out_dir)
         make_out_dir(out_dir)
     # One process per cascade: taken before anything is read to continue or moved aside, and
     # released however this ends (an error, Ctrl-C, SIGTERM).
@@ -372,21 +372,3 @@ def _run_locked(
     meta.update(status=DONE, batch_hashes_identical=identical)
     write_json(out_dir / "cascade.json", meta)
     return CascadeResult(out_dir, summaries, identical)
-
-
-def _check_out_dir(out_dir: Path) -> None:
-    check_path(out_dir, "--out")
-    try:  # a path the system cannot look up (too long in all) is one line, as in make_out_dir
-        taken = out_dir.exists() and not out_dir.is_dir()
-        full = not taken and out_dir.exists() and any(out_dir.iterdir())
-    except OSError as e:
-        raise BadArgument(f"cannot use --out {out_dir}: {e.strerror or e}") from None
-    if taken:
-        raise BadArgument(f"--out {out_dir} is a file, not a directory")
-    if full:  # "." is also what Path("") is (an unset variable): say which folder that is
-        here = " (the working folder)" if out_dir == Path() else ""
-        raise BadArgument(
-            f"output directory {out_dir}{here} exists and is not empty",
-            hint="choose another --out; nothing was overwritten",
-        )
-    refuse_nested(out_dir, "--out", cell=True)  # not inside another run, nor a sweep's but a cell

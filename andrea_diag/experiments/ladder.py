@@ -40,13 +40,14 @@ from andrea_diag.experiments.aggregate import arm_rates, finished, paired_gaps
 from andrea_diag.experiments.cascade import default_out
 from andrea_diag.experiments.executor import AfterCell, ExecutorConfig
 from andrea_diag.experiments.spec_checks import checked_spec
-from andrea_diag.experiments.sweep import SweepSpec, refuse_unreplaceable, run_sweep
+from andrea_diag.experiments.sweep import SweepSpec, run_sweep
 from andrea_diag.experiments.thresholds import (
     claim_statement,
     collapse_statement,
     harm_statement,
     rung_tests,
 )
+from andrea_diag.out_place import refuse_unreplaceable
 from andrea_diag.record import write_json
 from andrea_diag.rundir import (
     atomic_write_text,

@@ -26,7 +26,6 @@ import os
 import shlex
 import sys
 import time
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -68,7 +67,7 @@ from andrea_diag.experiments.throughput import (
     throughput,
     throughputs,
 )
-from andrea_diag.out_place import refuse_nested, replaceable
+from andrea_diag.out_place import refuse_nested, refuse_unreplaceable
 from andrea_diag.record import write_json
 from andrea_diag.rundir import atomic_write_text, child, make_out_dir, read_json
 from andrea_diag.tables import csv_text
@@ -156,14 +155,6 @@ def _finished(cell_dir: Path, clips: list[str]) -> bool:
     """Its cascade.json says done and every arm has its summary: an arm that lost it is
     continued as ``cascade --resume`` continues it (from its checkpoints, else anew)."""
     return _said_done(cell_dir) and all(os.path.lexists(cell_dir / a / SUMMARY) for a in clips)
-
-
-def refuse_unreplaceable(out: Path, names: Iterable[str]) -> None:
-    """A FIFO, socket or folder where the sweep (or its ladder) writes a file: one line before
-    any work, never dropped by the rename of the file written there (the pages' rule)."""
-    if os.path.isdir(out):  # a file in the folder's place is make_out_dir's line
-        for name in names:
-            replaceable(out / name, hint="move it aside, then re-run the same command")
 
 
 def _check_same(
