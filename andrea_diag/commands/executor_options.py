@@ -20,7 +20,7 @@ import typer
 
 from andrea_diag.errors import UserError
 from andrea_diag.experiments.executor import ExecutorConfig
-from andrea_diag.experiments.executor_config import EXECUTOR_BOUNDS, MAX_JOBS, check_settings
+from andrea_diag.experiments.executor_config import EXECUTOR_BOUNDS, check_settings
 
 # ExecutorConfig's defaults: a value other than these was typed
 SLURM_GPUS, SLURM_TIME = ExecutorConfig().gpus, ExecutorConfig().time_min
@@ -83,18 +83,17 @@ SlurmTime = Annotated[
 
 
 def parse_jobs(text: str) -> int | None:
-    """``--jobs``: a count from 1 to :data:`MAX_JOBS`, or None for ``auto`` (one line else)."""
+    """``--jobs``: a count in the digits 0-9, or None for ``auto`` (one line else). Its bounds
+    (1 to :data:`MAX_JOBS`) are :func:`check_settings`', which :func:`executor_config` runs."""
     if text.strip().lower() == "auto":
         return None
     if not re.fullmatch(r"\s*[0-9]+\s*", text):  # int() also takes "1_0" and "٤"
         raise UserError(f"--jobs takes a number or auto, got {text!r}",
                         hint="a count in the digits 0-9, e.g. --jobs 4")  # fmt: skip
-    digits = text.strip()
-    n = int(digits) if len(digits.lstrip("0")) <= 9 else None  # int() stops at 4300 digits
-    if n is None or not 1 <= n <= MAX_JOBS:
-        shown = digits if len(digits) <= 20 else digits[:12] + "..."
-        raise UserError(f"--jobs must be from 1 to {MAX_JOBS} (or auto), got {shown}")
-    return n
+    digits = text.strip().lstrip("0") or "0"
+    if len(digits) > 4000:  # int() stops at 4300 digits; past that no count is meant
+        raise UserError(f"--jobs takes a number or auto, got {len(digits):,} digits")
+    return int(digits)  # its bounds are check_settings' (by flag), with the other settings
 
 
 def executor_config(
@@ -104,8 +103,9 @@ def executor_config(
     """The checked :class:`ExecutorConfig` of these options (one line for a bad value);
     ``--jobs auto`` is resolved when the cells are known (``sweep.run_sweep``)."""
     n = parse_jobs(jobs)
-    values = {"kind": executor, "jobs": n or 1, "auto_jobs": n is None, "partition": partition,
-              "gpus": gpus, "time_min": time_min, "mps": mps, "merge_only": merge_only}  # fmt: skip
+    values = {"kind": executor, "jobs": 1 if n is None else n, "auto_jobs": n is None,
+              "partition": partition, "gpus": gpus, "time_min": time_min, "mps": mps,
+              "merge_only": merge_only}  # fmt: skip (--jobs 0 is refused, not read as auto's 1)
     # the config's own rules, named by the flags: before it is made, which names its fields
     # (an option given that this executor never reads is one line, not silently dropped)
     check_settings(values)

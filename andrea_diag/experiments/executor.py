@@ -46,6 +46,7 @@ from andrea_diag.errors import UserError
 from andrea_diag.experiments.cell_processes import CellProcesses
 from andrea_diag.experiments.executor_config import ExecutorConfig, check_submitit
 from andrea_diag.experiments.mps import mps_session
+from andrea_diag.out_place import folder_kind
 from andrea_diag.rundir import (
     atomic_write_text,
     child,
@@ -157,17 +158,30 @@ def run_cell(job_path: str) -> None:
 
     spec = read_json(Path(job_path), "the cell's job file", kind=dict)
     out = Path(spec["out"])
+    fresh = _empty_or_absent(out)  # else the cell's only if a cascade's (it refused others)
     try:
         cfg = RunConfig.from_dict(spec["config"])
         cell = CascadeSpec(base=cfg, clips=spec["clips"], out=out, resume=spec["resume"])
         run_cascade(cell, make_console(stderr=True))
     except BaseException as exc:
-        with contextlib.suppress(UserError):  # a cell dir that cannot hold it: the exit code says
-            make_out_dir(out, "cell folder")
-            atomic_write_text(
-                out / ERROR_FILE, json.dumps({"error": f"{type(exc).__name__}: {exc}"})
-            )
+        # never into a folder the cascade refused (another's records, a link out): the exit
+        # code and the cell's log say why then; nor instead of the error if it cannot be written
+        if (fresh or folder_kind(out) == "cascade") and not os.path.islink(out):
+            with contextlib.suppress(UserError, OSError):
+                make_out_dir(out, "cell folder")
+                atomic_write_text(
+                    out / ERROR_FILE, json.dumps({"error": f"{type(exc).__name__}: {exc}"})
+                )
         raise
+
+
+def _empty_or_absent(folder: Path) -> bool:
+    try:
+        return not os.path.lexists(folder) or (
+            folder.is_dir() and not folder.is_symlink() and not any(os.scandir(folder))
+        )
+    except OSError:
+        return False
 
 
 def _error(job: CellJob, fallback: str) -> str:

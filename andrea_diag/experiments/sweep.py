@@ -37,7 +37,7 @@ from andrea_diag.config import RunConfig
 from andrea_diag.console_text import as_typed
 from andrea_diag.data import PreparedData
 from andrea_diag.device import resolve_device
-from andrea_diag.errors import CellsCrashed, UserError
+from andrea_diag.errors import BadArgument, CellsCrashed, UserError
 from andrea_diag.experiments.aggregate import write_interval_tables
 from andrea_diag.experiments.arm_summary import arm_row, arm_summary
 from andrea_diag.experiments.auto_jobs import auto_jobs
@@ -67,6 +67,7 @@ from andrea_diag.experiments.throughput import (
     throughput,
     throughputs,
 )
+from andrea_diag.fields import shown_number
 from andrea_diag.out_place import refuse_nested, refuse_unreplaceable
 from andrea_diag.record import write_json
 from andrea_diag.rundir import atomic_write_text, child, make_out_dir, read_json
@@ -306,6 +307,10 @@ def _resolve_jobs(spec: SweepSpec, configs: list[RunConfig], console: Console) -
     ex = spec.executor
     if not ex.auto_jobs or ex.merge_only:
         return spec
+    if ex.jobs != 1:  # a count given beside auto (Python's API) would be replaced unseen
+        raise BadArgument(f"SweepSpec: executor: auto_jobs=True sets jobs from the cells; "
+                          f"jobs={shown_number(ex.jobs)} would be replaced",
+                          hint="give jobs=N with auto_jobs=False, or leave jobs at 1")  # fmt: skip
     jobs, why = auto_jobs(ex.kind, uses_cuda(configs[0].device), configs)
     console.print(f"[dim]--jobs auto: {why}[/]", highlight=False)
     return dataclasses.replace(spec, executor=dataclasses.replace(ex, jobs=jobs))
