@@ -39,7 +39,20 @@ recorded a loss of 0.0. No callback event carries the loss, so the callback find
 instance's ``training_step`` for the run: the loss of such a microbatch is what
 ``training_step`` returned, the number the Trainer sums into the ``loss`` it logs (already
 divided by the accumulation steps where the Trainer divides it). Where no Trainer is found, the
-loss is NaN, with one warning.
+loss is NaN, with one warning. Such an update's ``microbatches`` is what the callback saw run
+(the Trainer's ``training_step`` calls, else the model's training forwards; 0 when it saw none,
+as Lightning's row for a group without a backward), where it was 1 whatever ran.
+
+**A** ``trainer.train()`` **that raises** (an error in the loss, Ctrl-C) ends the run as
+Lightning's ``on_exception`` ends it: closed as crashed (rows kept, ``partial_summary.json``
+with ``status: crashed`` and the exception's type as ``error``, the lock released, the hooks
+removed). transformers has no callback event for it (5.25: ``TrainerCallback`` has no error
+hook, ``Trainer.train`` no ``try``), so the callback closes a run the Trainer never ended (no
+``on_train_end``) at the first of: the end of its ``with`` block (``with callback:
+trainer.train()``: that block's exception), the next ``on_train_begin`` (``TrainingRestarted``),
+or the interpreter's exit (``atexit``: the exception Python printed, else
+``TrainingNotEnded``). A process killed by a signal runs no ``atexit``: its rows written so far
+stay, without a summary.
 
 Under fp16 the hook's pre-clip norms are in scaled units; they are divided by the GradScaler's
 scale (``optimizer.scaler``, constant until ``scaler.update`` inside the step). That path needs a
@@ -52,7 +65,9 @@ gradient before the all-reduce).
 
 from __future__ import annotations
 
+import atexit
 import math
+import os
 import sys
 import warnings
 from pathlib import Path
@@ -86,11 +101,27 @@ HOOKS = {
 }
 
 
+class TrainingNotEnded(RuntimeError):
+    """Recorded as a run's ``error`` when the callback's ``with`` block ends, or the process
+    exits, with the run open (the Trainer never called ``on_train_end``) and no exception
+    known to have ended it (one caught inside the block, a ``sys.exit`` from a callback)."""
+
+
 class AndreaDiagCallback(MonitorCallback, TrainerCallback):
     """Spike, optimizer-state and lock-in probes for ``transformers.Trainer``.
 
     ``out_dir``: the run directory. Other keywords go to :class:`~andrea_diag.monitor.SpikeMonitor`
     (``prompts``, ``tokenizer``, ``seed``, ``probes`` or probe fields such as ``spike_z``).
+
+    A ``trainer.train()`` that raises leaves the run open (transformers tells no callback); it
+    is closed as crashed, its exception's type as the partial summary's ``error``, when the
+    callback's ``with`` block ends, else at the interpreter's exit. In a notebook, where the
+    interpreter lives on, use the block::
+
+        with AndreaDiagCallback("runs/hf-mine") as callback:
+            Trainer(model=model, args=args, train_dataset=ds, callbacks=[callback]).train()
+
+    A run that ended (``on_train_end``) is left as it is by both.
     """
 
     def __init__(self, out_dir: str | Path, **monitor_options: Any) -> None:
@@ -102,6 +133,9 @@ class AndreaDiagCallback(MonitorCallback, TrainerCallback):
         self._accum = 1
         self._step_wrap: StepLoss | None = None
         self._warned = False  # the no-loss warning: once a callback
+        self._forwards = 0  # the model's training forwards since the last update
+        self._exit_hooked = False  # _close_at_exit registered with atexit
+        self._pid = os.getpid()
 
     # -- Trainer events --------------------------------------------------------------------
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -122,6 +156,10 @@ class AndreaDiagCallback(MonitorCallback, TrainerCallback):
         self._forward_hook = model.register_forward_hook(self._on_forward, with_kwargs=True)
         trainer = _calling_trainer(self)
         self._step_wrap = StepLoss(trainer, capture) if trainer is not None else None
+        self._forwards = 0
+        if not self._exit_hooked:  # no Trainer event follows an exception: see the class doc
+            self._exit_hooked, self._pid = True, os.getpid()
+            atexit.register(self._close_at_exit)
 
     def on_pre_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self.capture is None or self._norms is None:
@@ -136,12 +174,19 @@ class AndreaDiagCallback(MonitorCallback, TrainerCallback):
         self._scale = unscale if scaler is not None else None
         post = per_tensor_norms(params)
         pre = self._norms.take(params, unscale, post=post)
-        if not (self.capture.tokens or self.capture.n_losses):  # no loss seen: NaN, not 0.0
+        # the update's microbatches as seen: the Trainer's training_step calls, else (run by
+        # hand) the model's training forwards
+        ran = self._step_wrap.take_calls() if self._step_wrap is not None else self._forwards
+        self._forwards = 0
+        unseen = not (self.capture.tokens or self.capture.n_losses)
+        if unseen:  # no loss seen: NaN, not 0.0
             if not self._warned:
                 self._warned = True
                 _warn_no_loss()
             self.capture.add_loss(math.nan)
         self.capture.before_step(pre, post=post)
+        if unseen:  # the NaN counted as one microbatch: the row says how many ran (0: none seen)
+            self.capture.monitor.add_columns(microbatches=ran)
 
     def on_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self.capture is None:
@@ -166,7 +211,11 @@ class AndreaDiagCallback(MonitorCallback, TrainerCallback):
 
     def close(self, crashed: BaseException | None = None) -> dict[str, Any] | None:
         """Remove the hooks and write the run's summary (``on_train_end`` calls it; a second
-        ``on_train_begin`` first closes a run that never ended, with ``crashed`` set)."""
+        ``on_train_begin``, the ``with`` block's end or the interpreter's exit first closes a
+        run that never ended, with ``crashed`` set)."""
+        if self._exit_hooked:  # ended: nothing left to close at exit (nor kept alive for it)
+            self._exit_hooked = False
+            atexit.unregister(self._close_at_exit)
         if self._forward_hook is not None:
             self._forward_hook.remove()
             self._forward_hook = None
@@ -179,12 +228,35 @@ class AndreaDiagCallback(MonitorCallback, TrainerCallback):
         self._model = None
         return self._close_monitor(crashed)
 
+    def __enter__(self) -> AndreaDiagCallback:
+        return self
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        """Close a run the Trainer left open, as crashed with the block's exception."""
+        self._close_unended(exc)
+
+    def _close_unended(self, exc: BaseException | None) -> None:
+        """Close the run as crashed if it is open (no ``on_train_end``); else leave it."""
+        if self.monitor is not None and self.monitor.summary is None:
+            self.close(crashed=exc if exc is not None else TrainingNotEnded("no on_train_end"))
+
+    def _close_at_exit(self) -> None:
+        """atexit: the run ``trainer.train()`` left open, closed with the exception Python
+        printed when it ended the program (``sys.last_exc``, 3.12; ``sys.last_value``)."""
+        self._exit_hooked = False  # being called: close() must not unregister it (3.10.0-1
+        # crashed on a function that unregisters itself and then raises)
+        if os.getpid() != self._pid:
+            return  # a forked child (a DataLoader worker) exiting: the run is its parent's
+        exc = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
+        self._close_unended(exc if isinstance(exc, BaseException) else None)
+
     # -- hooks -----------------------------------------------------------------------------
     def _on_forward(
         self, module: torch.nn.Module, args: tuple, kwargs: dict[str, Any], output: Any
     ) -> None:
         if not (module.training and torch.is_grad_enabled()) or self.capture is None:
             return  # evaluation, generation: not part of an update
+        self._forwards += 1
         labels = kwargs.get("labels")
         logits = getattr(output, "logits", None)
         if _causal_lm(module, logits, labels):
@@ -202,18 +274,24 @@ class StepLoss:
     microbatch whose forward showed no loss gets the one ``training_step`` returned."""
 
     def __init__(self, trainer: Any, capture: Any) -> None:
-        self.trainer, self.capture, self.seen = trainer, capture, False
+        self.trainer, self.capture, self.seen, self.calls = trainer, capture, False, 0
         self.own = trainer.__dict__.get("training_step")  # an instance attribute, restored
         inner = trainer.training_step
 
         def training_step(*args: Any, **kwargs: Any) -> Any:
             self.seen = False
+            self.calls += 1
             loss = inner(*args, **kwargs)
             if not self.seen and isinstance(loss, torch.Tensor) and loss.numel() == 1:
                 self.capture.add_loss(loss)  # the Trainer's own share (host sync, as the hook's)
             return loss
 
         trainer.training_step = training_step
+
+    def take_calls(self) -> int:
+        """The microbatches (``training_step`` calls) since the last take."""
+        calls, self.calls = self.calls, 0
+        return calls
 
     def remove(self) -> None:
         if self.own is not None:
