@@ -105,7 +105,8 @@ def executor_config(
     n = parse_jobs(jobs)
     values = {"kind": executor, "jobs": 1 if n is None else n, "auto_jobs": n is None,
               "partition": partition, "gpus": gpus, "time_min": time_min, "mps": mps,
-              "merge_only": merge_only}  # fmt: skip (--jobs 0 is refused, not read as auto's 1)
+              "merge_only": merge_only}  # fmt: skip
+    # (jobs: --jobs 0 is refused by check_settings, not read as auto's 1)
     # the config's own rules, named by the flags: before it is made, which names its fields
     # (an option given that this executor never reads is one line, not silently dropped)
     check_settings(values)
