@@ -95,10 +95,23 @@ def make_grads(
     return out
 
 
+def spin_cycles_per_us() -> float:
+    """How many ``torch.cuda._sleep`` cycles make a microsecond on this GPU (timed once)."""
+    torch.cuda._sleep(1000)  # the first call loads the kernel
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    a.record()
+    torch.cuda._sleep(10**7)
+    b.record()
+    b.synchronize()
+    return 10**7 / (a.elapsed_time(b) * 1e3)
+
+
 class Timer:
     """Median-of-reps timer: CUDA events on a GPU, perf_counter on the CPU; flushes L2 each rep."""
 
-    def __init__(self, device: str, reps: int, warmup: int, clean_l2: bool = False) -> None:
+    def __init__(
+        self, device: str, reps: int, warmup: int, clean_l2: bool = False, hold_us: float = 0.0
+    ) -> None:
         self.device, self.reps, self.warmup = device, reps, warmup
         self.cuda = device.startswith("cuda")
         flush = L2_FLUSH_BYTES if self.cuda else CPU_FLUSH_BYTES
@@ -106,11 +119,17 @@ class Timer:
         # clean_l2: after the write flush, read a second buffer as large, so that L2 holds clean
         # lines and the timed call is not charged the write-back of the flush's dirty lines.
         self._clean = torch.zeros_like(self._flush) if clean_l2 else None
+        # hold_us: a GPU spin of this long after the flush (NVBench's blocking kernel), so the
+        # start event and the timed call are queued while the GPU is busy: a host slower than
+        # the flush would otherwise put its launch gap between the event and the first kernel.
+        self._hold = round(hold_us * spin_cycles_per_us()) if hold_us and self.cuda else 0
 
     def _flush_l2(self) -> None:
         self._flush.zero_()
         if self._clean is not None:
             self._clean.sum()
+        if self._hold:
+            torch.cuda._sleep(self._hold)  # outside the timed region: before the start event
 
     def __call__(
         self, fn: Callable[[], Any], setup: Callable[[], Any] | None = None

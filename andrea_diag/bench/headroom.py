@@ -18,6 +18,11 @@ Each row is checked against the float64 truth before it is timed. Against the he
   flush that leaves L2 holding clean lines.
   The default flush writes a 256 MB buffer, so the first reads of the timed call also pay the
   write-back of ~L2-size dirty lines that are not the clip's own.
+- ``k_clip_norm(held)``, ``cuda_three_graph(held)``, ``torch_foreach_graph(held)`` and
+  ``torch_norm_flat_graph(held)``: the goal's flush, then a GPU spin of :data:`HOLD_US` before
+  the start event (``Timer(hold_us=...)``, NVBench's blocking kernel), so the timed call is
+  queued before the GPU reaches it: what a host launch gap adds to the plain rows, if anything.
+  In training the clip is queued behind the backward's kernels, as it is here.
 """
 
 from __future__ import annotations
@@ -29,6 +34,8 @@ import torch
 
 from andrea_diag.bench.harness import INACTIVE, Row, Timer, graph_replay, make_row
 from andrea_diag.clip import reference
+
+HOLD_US = 200.0  # the spin before a held row's start event: far past any launch's host time
 
 
 class GradSet(NamedTuple):
@@ -61,10 +68,12 @@ def diagnostic_rows(gset: GradSet) -> list[Row]:
         return torch.nn.utils.clip_grad_norm_(holders, INACTIVE, foreach=True)
 
     clean = Timer(timer.device, timer.reps, timer.warmup, clean_l2=True)
+    held = Timer(timer.device, timer.reps, timer.warmup, hold_us=HOLD_US)
     # (mode, variant, step, timer, norm tolerance: torch's bf16 norm is computed in bf16)
     steps: list[tuple[str, str, Callable[[], torch.Tensor], Timer, float]] = [
         ("stage", "k_clip_norm(flat)", lambda: norm([flat]), timer, 1e-5),
         ("stage", "k_clip_norm(clean L2)", lambda: norm(grads), clean, 1e-5),
+        ("stage", "k_clip_norm(held)", lambda: norm(grads), held, 1e-5),
     ]
     clip = lambda: cuda.clip(grads, INACTIVE)[0]  # noqa: E731
     for name, step, tol, setting in (
@@ -80,13 +89,15 @@ def diagnostic_rows(gset: GradSet) -> list[Row]:
         replay = graph_replay(name, step, restore, setting)
         if replay is not None:
             steps.append(("inactive", f"{name}(clean L2)", replay, clean, tol))
+            if setting is None:  # the headline pair, on the goal's flush, the start held
+                steps.append(("inactive", f"{name}(held)", replay, held, tol))
     # A reference point from outside our kernels: torch's own norm of ONE contiguous buffer of
     # the same bytes, graphed (no list, no pieces, no per-tensor norms, no scale launch), on
     # both flushes. Not a bound: our kernels can beat it (they do at 120m).
     replay = graph_replay("torch_norm_flat_graph", lambda: torch.linalg.vector_norm(flat), restore)
     if replay is not None:
         tol = 1e-4 if dt == "fp32" else 2e-2  # torch's bf16 norm is rounded to bf16
-        for tm, suffix in ((timer, ""), (clean, "(clean L2)")):
+        for tm, suffix in ((timer, ""), (clean, "(clean L2)"), (held, "(held)")):
             steps.append(("inactive", f"torch_norm_flat_graph{suffix}", replay, tm, tol))
     rows = []
     for mode, name, fn, tm, tol in steps:
