@@ -17,31 +17,27 @@ Fields not declared here pass unchanged: a reader of one must check its type its
 
 from __future__ import annotations
 
-import csv
 import logging
 import math
 import numbers
 import sys
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import pandas as pd
 
 from andrea_diag import metrics as metrics_schema
 from andrea_diag.errors import UserError
+from andrea_diag.fields import shown_number
 from andrea_diag.given_checks import given_path
 from andrea_diag.jsonl_read import read_jsonl
 from andrea_diag.parquet_read import read_parquet
 from andrea_diag.rundir import (
     DAMAGED,
-    MAX_SWEEP_CSV_BYTES,
-    check_size,
     child,
-    open_regular,
     read_json,
 )
 from andrea_diag.summary_check import checked_summary
-from andrea_diag.table_width import MAX_SWEEP_COLUMNS, check_columns
 
 log = logging.getLogger("andrea_diag.record")
 
@@ -86,7 +82,8 @@ SUMMARY: dict[str, Any] = {
                "collapse": BOOL, "unigram_entropy": NUM},
 }  # fmt: skip
 CASCADE: dict[str, Any] = {
-    "size": STR, "seed": INT, "status": STR, "command": STR, "arms": LIST,
+    "size": STR, "seed": INT, "status": STR, "command": STR, "arms": LIST, "lr": NUM,
+    "max_norm": NUM, "recipe": STR, "steps": INT, "replicas": INT,
 }  # fmt: skip
 SWEEP: dict[str, Any] = {
     "sizes": LIST, "lrs": LIST, "max_norms": LIST, "seeds": LIST, "clips": LIST,
@@ -139,6 +136,14 @@ def _fits(v: Any, kind: Any) -> tuple[bool, Any]:
     return isinstance(v, want), v
 
 
+def _unfit(v: Any, kind: Any) -> str:
+    """Why ``v`` failed ``kind``: a whole number past what any run writes, else its type."""
+    whole = type(v) is int or (type(v) is float and kind == INT and v.is_integer())
+    if kind in (NUM, INT) and whole:
+        return f"is out of range ({shown_number(v)})"
+    return f"has the wrong type ({type(v).__name__})"
+
+
 def clean(obj: Any, spec: dict[str, Any], what: str) -> dict[str, Any]:
     """``obj`` with every declared field of the wrong type dropped (nested dicts cleaned too)."""
     if not isinstance(obj, dict):
@@ -155,8 +160,7 @@ def clean(obj: Any, spec: dict[str, Any], what: str) -> dict[str, Any]:
         if ok:
             out[key] = v
         else:
-            log.warning("%s: field %r has the wrong type (%s); shown as -", what, key,
-                        type(out[key]).__name__)  # fmt: skip
+            log.warning("%s: field %r %s; shown as -", what, key, _unfit(out[key], kind))
             del out[key]
     return out
 
@@ -279,38 +283,6 @@ def _opt_json(run_dir: Path, name: str, spec: dict[str, Any] | None) -> Any:
     if name == "data.json":
         return clean_data(value, str(p))
     return clean(value, spec, str(p)) if spec is not None else value
-
-
-def read_sweep_csv(out: Path, **read_csv: Any) -> pd.DataFrame:
-    """A sweep's ``sweep.csv`` under ``out``, as untrusted input: a link, FIFO or file past
-    ``MAX_SWEEP_CSV_BYTES`` (a planted sparse 40 GB file) is refused unread, and one that is
-    not a table is one line. ``read_csv``: pandas' options for the caller's parsing."""
-    path = out / "sweep.csv"
-    try:
-        with open_regular(path, "sweep.csv") as f:  # the file checked is the file read
-            check_size(path, "sweep.csv", MAX_SWEEP_CSV_BYTES, opened=f)
-            _check_header(path, f)
-            f.seek(0)
-            table = pd.read_csv(f, **read_csv)
-    except (ValueError, UnicodeDecodeError, csv.Error, pd.errors.ParserError) as e:
-        raise UserError(f"sweep.csv {path} is not a readable table ({type(e).__name__})") from None
-    check_columns(path, "sweep.csv", len(table.columns), MAX_SWEEP_COLUMNS)  # whatever slipped by
-    return table
-
-
-def _check_header(path: Path, f: IO[bytes]) -> None:
-    """Refuse, before pandas parses it, a header of more columns than a sweep writes: its
-    commas bound them, as no name a sweep writes holds a comma or a quote (a header of 200,000
-    names took 19 s to parse and then hours to clean, a column at a time). pandas skips blank
-    lines before the header, so they are skipped here too; a quoted name (which could hide a
-    line break) is refused."""
-    header = f.readline()
-    while header and not header.strip():
-        header = f.readline()
-    if b'"' in header:
-        raise UserError(f"sweep.csv {path} quotes a column name: no sweep writes one",
-                        hint=DAMAGED)  # fmt: skip
-    check_columns(path, "sweep.csv", header.count(b",") + 1, MAX_SWEEP_COLUMNS)
 
 
 def read_metrics(run_dir: Path) -> pd.DataFrame:

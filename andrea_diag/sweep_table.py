@@ -5,7 +5,7 @@
 
 Both the sweep page (``report/sweep_dir.py``) and the ladder's statements
 (``experiments/ladder.py``) compute on this table, so its rules live here once: the file must
-parse (a link, FIFO or oversized file is refused unread, :func:`~andrea_diag.runread.read_sweep_csv`);
+parse (a link, FIFO or oversized file is refused unread, :func:`read_sweep_csv`);
 text columns stay text, flags become bools, every other column a number (a bad value is NaN,
 as :func:`~andrea_diag.runread.to_float` reads it); a column the page computes on that an older
 file lacks is a gap; a row without a number in lr, max_norm or an integer seed has no place in
@@ -17,15 +17,18 @@ is no plain component of the sweep directory (``../victim``) is one
 
 from __future__ import annotations
 
+import csv
 import math
 from collections.abc import Sequence
 from pathlib import Path
+from typing import IO, Any
 
 import pandas as pd
 
 from andrea_diag.errors import UserError
-from andrea_diag.rundir import child
-from andrea_diag.runread import log, read_sweep_csv, to_float
+from andrea_diag.rundir import DAMAGED, MAX_SWEEP_CSV_BYTES, check_size, child, open_regular
+from andrea_diag.runread import log, to_float
+from andrea_diag.table_width import MAX_SWEEP_COLUMNS, check_columns
 from andrea_diag.tables import placed_rows, read_flag
 
 TEXT = ("cell", "size", "precision", "clip", "lockin", "status", "error")
@@ -38,6 +41,38 @@ COMPUTED = ("final_loss", "min_loss", "n_spikes", "max_grad_norm", "lockin")
 # runread's 64 MiB cap is sized for 200,000 arms of ~300 bytes; rows of 50 bytes fit 1.3M
 # there, and the page of 300,000 took a minute (linear: ~5 minutes at the cap)
 MAX_SWEEP_ROWS = 200_000
+
+
+def read_sweep_csv(out: Path, **read_csv: Any) -> pd.DataFrame:
+    """A sweep's ``sweep.csv`` under ``out``, as untrusted input: a link, FIFO or file past
+    ``MAX_SWEEP_CSV_BYTES`` (a planted sparse 40 GB file) is refused unread, and one that is
+    not a table is one line. ``read_csv``: pandas' options for the caller's parsing."""
+    path = out / "sweep.csv"
+    try:
+        with open_regular(path, "sweep.csv") as f:  # the file checked is the file read
+            check_size(path, "sweep.csv", MAX_SWEEP_CSV_BYTES, opened=f)
+            _check_header(path, f)
+            f.seek(0)
+            table = pd.read_csv(f, **read_csv)
+    except (ValueError, UnicodeDecodeError, csv.Error, pd.errors.ParserError) as e:
+        raise UserError(f"sweep.csv {path} is not a readable table ({type(e).__name__})") from None
+    check_columns(path, "sweep.csv", len(table.columns), MAX_SWEEP_COLUMNS)  # whatever slipped by
+    return table
+
+
+def _check_header(path: Path, f: IO[bytes]) -> None:
+    """Refuse, before pandas parses it, a header of more columns than a sweep writes: its
+    commas bound them, as no name a sweep writes holds a comma or a quote (a header of 200,000
+    names took 19 s to parse and then hours to clean, a column at a time). pandas skips blank
+    lines before the header, so they are skipped here too; a quoted name (which could hide a
+    line break) is refused."""
+    header = f.readline()
+    while header and not header.strip():
+        header = f.readline()
+    if b'"' in header:
+        raise UserError(f"sweep.csv {path} quotes a column name: no sweep writes one",
+                        hint=DAMAGED)  # fmt: skip
+    check_columns(path, "sweep.csv", header.count(b",") + 1, MAX_SWEEP_COLUMNS)
 
 
 def read_sweep_table(out: Path, also: Sequence[str] = ()) -> pd.DataFrame:

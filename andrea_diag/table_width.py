@@ -8,7 +8,7 @@ The byte caps (:mod:`andrea_diag.rundir`) bound a table's rows, not its width: p
 per column however few the rows, so one metrics row of 200,000 keys (3 MB, far under the cap)
 took minutes to read and clean, and a ``sweep.csv`` header of 200,000 names more than 10
 minutes (both grow with the square of the width where columns are set one at a time). The
-readers of a run's tables (``runread.read_jsonl``, ``runread.read_sweep_csv``,
+readers of a run's tables (``runread.read_jsonl``, ``sweep_table.read_sweep_csv``,
 ``parquet_read.read_parquet``) count the columns first and refuse a table past these.
 """
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from andrea_diag import jsonl_read, rundir, runread
+from andrea_diag import jsonl_read, rundir, runread, sweep_table
 from andrea_diag.errors import UserError
 
 
@@ -71,7 +71,7 @@ def test_a_table_swapped_for_a_fifo_after_its_check_is_refused_not_waited_on(
     _swap_after_the_check(monkeypatch, _to_fifo)
     with pytest.raises(UserError, match="is not a regular file"):
         if name == "sweep.csv":
-            runread.read_sweep_csv(tmp_path)
+            sweep_table.read_sweep_csv(tmp_path)
         else:
             runread.read_jsonl(path)
 
@@ -91,7 +91,7 @@ def test_a_table_swapped_for_a_larger_one_after_its_check_is_sized_as_opened(
 ) -> None:
     """The caps are lowered to the small file's size: the swapped-in file is past them."""
     monkeypatch.setattr(jsonl_read, "MAX_TABLE_BYTES", 64)  # read_jsonl's home since round 27
-    monkeypatch.setattr(runread, "MAX_SWEEP_CSV_BYTES", 64)
+    monkeypatch.setattr(sweep_table, "MAX_SWEEP_CSV_BYTES", 64)
     path = tmp_path / name
     row = '{"update": 1}\n' if name.endswith("jsonl") else "cell,size\n"
 
@@ -104,6 +104,6 @@ def test_a_table_swapped_for_a_larger_one_after_its_check_is_sized_as_opened(
     _swap_after_the_check(monkeypatch, grow)
     with pytest.raises(UserError, match="more than"):
         if name == "sweep.csv":
-            runread.read_sweep_csv(tmp_path)
+            sweep_table.read_sweep_csv(tmp_path)
         else:
             runread.read_jsonl(path)

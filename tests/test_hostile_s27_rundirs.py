@@ -118,14 +118,14 @@ def test_a_wide_sweep_csv_header_cannot_slip_past_the_count_of_its_first_line(
     """Found by review: the count read the first physical line only, and pandas skips blank
     lines before the header, and a quoted name may hold a line break: 5,000 columns were read
     as 1. The table is never parsed now."""
-    from andrea_diag import runread
+    from andrea_diag import runread, sweep_table
 
     sweep = make_sweep(tmp_path, cascade, "c1")
     names = ",".join(f"x{i}" for i in range(5000))
     (sweep / "sweep.csv").write_text(f"{header}{names}\n" + ",".join(["1"] * 5000) + "\n")
     monkeypatch.setattr(runread.pd, "read_csv", _never_parsed)
     with pytest.raises(UserError, match=said):
-        runread.read_sweep_csv(sweep)
+        sweep_table.read_sweep_csv(sweep)
 
 
 def _never_parsed(*args: object, **kwargs: object) -> None:

@@ -358,7 +358,9 @@ def _run_locked(
         old = read_json(out_dir / "cascade.json", "the cascade's record", kind=dict)
         before = old.get("resumed_with")
         before = [str(c) for c in before] if isinstance(before, list) else []
-        meta = {**old, "status": RUNNING, "resumed_with": [*before, meta["command"]]}
+        started = old.get("command")  # the settings are the arms' (checked), not the record's
+        meta = {**old, **meta, "status": RUNNING, "resumed_with": [*before, meta["command"]],
+                "command": started if isinstance(started, str) else meta["command"]}  # fmt: skip
     if main:
         write_json(out_dir / "cascade.json", meta)
     with marks_interruption(out_dir, meta, console, main=main):  # Ctrl-C: say how to resume
