@@ -86,7 +86,7 @@ def test_an_executor_config_makes_numpy_counts_python_ints_when_made() -> None:
 def test_check_still_names_the_flags_for_a_field_set_after_the_config_was_made() -> None:
     ex = ExecutorConfig()
     ex.jobs = 0
-    with pytest.raises(UserError, match=r"^--jobs must be from 1 to 256, got 0$"):
+    with pytest.raises(UserError, match=r"^--jobs must be from 1 to 256 \(or auto\), got 0$"):
         ex.check()
     ex.jobs, ex.kind = 1, "pbs"
     with pytest.raises(UserError, match=r"^unknown --executor 'pbs'$"):

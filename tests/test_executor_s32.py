@@ -46,7 +46,7 @@ def test_auto_jobs_with_a_jobs_count_is_refused_not_overwritten(tmp_path: Path) 
 def test_a_jobs_flag_out_of_bounds_is_the_settings_one_line(given: str, shown: str) -> None:
     with pytest.raises(UserError) as e:
         executor_config(given, "local", "auto", None, 1, 240)
-    assert e.value.message == f"--jobs must be from 1 to 256, got {shown}"
+    assert e.value.message == f"--jobs must be from 1 to 256 (or auto), got {shown}"
 
 
 def test_a_jobs_flag_of_thousands_of_digits_is_one_line() -> None:
@@ -76,10 +76,20 @@ def test_a_cell_refused_its_folder_writes_no_error_file_there(tmp_path: Path) ->
 def test_a_cell_whose_folder_is_a_link_writes_no_error_file_through_it(tmp_path: Path) -> None:
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
+    (elsewhere / "cascade.json").write_text("{}")  # a cascade's: only the link keeps it out
     (tmp_path / "cell").symlink_to(elsewhere)
     with pytest.raises(UserError):
         run_cell(_job(tmp_path, tmp_path / "cell", steps=-1))
-    assert os.listdir(elsewhere) == []
+    assert os.listdir(elsewhere) == ["cascade.json"]
+
+
+def test_a_cell_inside_another_run_writes_no_error_file_there(tmp_path: Path) -> None:
+    theirs = tmp_path / "theirs"
+    (theirs / "none").mkdir(parents=True)
+    (theirs / "cascade.json").write_text(json.dumps({"arms": ["none"]}))
+    with pytest.raises(UserError, match="is inside"):
+        run_cell(_job(tmp_path, theirs / "none" / "inner"))
+    assert not (theirs / "none" / "inner").exists()
 
 
 def test_a_cell_failing_in_its_own_new_folder_says_why_there(tmp_path: Path) -> None:

@@ -46,7 +46,7 @@ from andrea_diag.errors import UserError
 from andrea_diag.experiments.cell_processes import CellProcesses
 from andrea_diag.experiments.executor_config import ExecutorConfig, check_submitit
 from andrea_diag.experiments.mps import mps_session
-from andrea_diag.out_place import folder_kind
+from andrea_diag.out_place import folder_kind, refuse_nested
 from andrea_diag.rundir import (
     atomic_write_text,
     child,
@@ -168,6 +168,7 @@ def run_cell(job_path: str) -> None:
         # code and the cell's log say why then; nor instead of the error if it cannot be written
         if (fresh or folder_kind(out) == "cascade") and not os.path.islink(out):
             with contextlib.suppress(UserError, OSError):
+                refuse_nested(out, "the cell's folder", resumes="cascade", cell=True)
                 make_out_dir(out, "cell folder")
                 atomic_write_text(
                     out / ERROR_FILE, json.dumps({"error": f"{type(exc).__name__}: {exc}"})
@@ -176,10 +177,14 @@ def run_cell(job_path: str) -> None:
 
 
 def _empty_or_absent(folder: Path) -> bool:
+    """Nothing at ``folder``, or an empty folder (not a link): a cell's place, not yet used."""
     try:
-        return not os.path.lexists(folder) or (
-            folder.is_dir() and not folder.is_symlink() and not any(os.scandir(folder))
-        )
+        if not os.path.lexists(folder):
+            return True
+        if not folder.is_dir() or folder.is_symlink():
+            return False
+        with os.scandir(folder) as entries:
+            return not any(entries)
     except OSError:
         return False
 

@@ -94,8 +94,9 @@ def check_settings(values: Mapping[str, Any], owner: str | None = None) -> None:
                           hint=f"choose from {', '.join(MPS_MODES)}")  # fmt: skip
     for field, (lo, hi) in EXECUTOR_BOUNDS.items():
         if not lo <= (n := values[field]) <= hi:
+            auto = " (or auto)" if field == "jobs" and not owner else ""  # the flag's own word
             raise BadArgument(
-                f"{head}{name(field)} must be from {lo} to {hi}, got {shown_number(n)}"
+                f"{head}{name(field)} must be from {lo} to {hi}{auto}, got {shown_number(n)}"
             )
     partition = values["partition"]
     if partition is not None and (not partition.strip() or unsafe(partition)):
