@@ -29,3 +29,32 @@ def test_a_hold_on_the_gpu_spins_before_each_timed_call() -> None:
     assert held._hold > 0
     times = held(lambda: x.sum())  # the spin runs before the start event (read, not asserted)
     assert len(times) == 5 and all(t > 0 for t in times)
+
+
+def test_the_held_spin_runs_after_the_flush_and_before_the_start_event(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The order the held rows exist for, with the CUDA calls recorded (runs on the CPU)."""
+    calls: list[str] = []
+
+    class Event:
+        def __init__(self, enable_timing: bool) -> None:
+            assert enable_timing
+
+        def record(self) -> None:
+            calls.append("event")
+
+        def elapsed_time(self, other: Event) -> float:
+            return 1.0
+
+    class Flush:
+        def zero_(self) -> None:
+            calls.append("flush")
+
+    monkeypatch.setattr(torch.cuda, "Event", Event)
+    monkeypatch.setattr(torch.cuda, "_sleep", lambda cycles: calls.append(f"spin {cycles}"))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    timer = Timer("cpu", reps=2, warmup=0)
+    timer.cuda, timer._hold, timer._flush = True, 7, Flush()  # as a held timer on a GPU
+    assert timer(lambda: calls.append("call")) == [1.0, 1.0]
+    assert calls == ["flush", "spin 7", "event", "call", "event"] * 2

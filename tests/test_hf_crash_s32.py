@@ -174,3 +174,37 @@ def test_hf_update_without_a_seen_loss_records_the_microbatches_that_ran(tmp_pat
     metrics = load_run(tmp_path / "run")["metrics"]
     assert metrics["microbatches"].tolist() == [2, 0]
     assert all(math.isnan(x) for x in metrics["loss"])
+
+
+def test_hf_callback_dropped_with_its_run_open_is_not_kept_alive_for_the_exit_close(
+    tmp_path: Path,
+) -> None:
+    """A search loop that catches a failed ``train()`` and drops the callback: the exit close
+    must not pin the callback, and with it the model and optimizer, until the process ends."""
+    pytest.importorskip("transformers")
+    import gc
+    import weakref
+
+    from andrea_diag.integrations import hf
+
+    callback, model, opt, _ = _by_hand(tmp_path / "run")
+    assert callback in hf._OPEN  # open: closed at exit if still open then
+    gone = weakref.ref(model)
+    del callback, model, opt
+    gc.collect()
+    assert gone() is None
+
+
+def test_hf_exit_close_of_a_run_whose_folder_was_removed_is_no_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("transformers")
+    import shutil
+
+    from andrea_diag.integrations import hf
+
+    callback, *_ = _by_hand(tmp_path / "run")
+    shutil.rmtree(callback.monitor.run_dir)  # a temporary folder the exception passed through
+    hf._close_open_runs()  # what the interpreter's exit runs
+    assert not (tmp_path / "run").exists() and capsys.readouterr().err == ""
+    hf._OPEN.discard(callback)  # this process goes on: not closed again at its exit

@@ -3,7 +3,7 @@
 - A whole number past what any run writes (``"steps": 10**30`` in ``config.json``) was
   warned about as "has the wrong type (int)": int is the right type. It is "out of range" now.
 - ``cascade.json``'s settings (``lr``, ``steps``, ``max_norm``, ``recipe``, ``replicas``)
-  were not declared: a NaN ``lr`` or a 401-digit ``steps`` passed every reader without a word,
+  were not declared: a text ``lr`` or a 401-digit ``steps`` passed every reader without a word,
   and ``--resume`` wrote them back. They are checked as the arms' ``config.json`` is, and a
   resume records the arms' own (checked) settings, keeping the command that started the run.
 

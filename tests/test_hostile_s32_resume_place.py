@@ -42,8 +42,12 @@ def test_resume_of_a_cascade_inside_another_cascades_arm_is_refused_and_trains_n
     inner = stopped(finished_cascade, outer / "none")  # outer/none/c: a stopped cascade
     before = _digest(outer)
     said = one_line_error("cascade", "--resume", str(inner))
-    assert "is inside" in said and str(outer / "none") in said and "a run folder" in said
+    assert f"is inside {outer / 'none'}, a run folder" in said
     assert "move the cascade out" in said  # the resume's own hint, not a new --out's
+    assert "preparing data" not in said  # refused before the data is read
+    said = one_line_error("cascade", "--size", "tiny", "--steps", "2", "--device", "cpu",
+                          "--out", str(outer / "none" / "x"))  # fmt: skip
+    assert "a run folder" in said and "preparing data" not in said  # a new one's too
     assert _digest(outer) == before  # nothing trained, nothing written
     assert not (inner / "none" / "summary.json").exists()
 

@@ -92,8 +92,8 @@ def diagnostic_rows(gset: GradSet) -> list[Row]:
             if setting is None:  # the headline pair, on the goal's flush, the start held
                 steps.append(("inactive", f"{name}(held)", replay, held, tol))
     # A reference point from outside our kernels: torch's own norm of ONE contiguous buffer of
-    # the same bytes, graphed (no list, no pieces, no per-tensor norms, no scale launch), on
-    # both flushes. Not a bound: our kernels can beat it (they do at 120m).
+    # the same bytes, graphed (no list, no pieces, no per-tensor norms, no scale launch), under
+    # each of the three timers. Not a bound: our kernels can beat it (they do at 120m).
     replay = graph_replay("torch_norm_flat_graph", lambda: torch.linalg.vector_norm(flat), restore)
     if replay is not None:
         tol = 1e-4 if dt == "fp32" else 2e-2  # torch's bf16 norm is rounded to bf16

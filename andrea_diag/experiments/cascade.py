@@ -308,6 +308,8 @@ def run_cascade(
     out_dir = spec.out or default_out("cascade", configs[0].size)
     if spec.resume:
         check_resumed(out_dir, main=env_rank() == 0)  # before the data: one line, no wait
+    elif env_rank() == 0:
+        check_fresh(out_dir)
     data = data or load_data(configs[0], console)
     check_streams(data, configs[0].seq_len)
     world = env_world_size()  # > 1 under torchrun: every rank runs this function
@@ -319,7 +321,7 @@ def run_cascade(
     if not main:  # under torchrun every rank runs this: rank 0 alone speaks, as it alone writes
         console = make_console(stderr=True, quiet=True)
     if not spec.resume and main:
-        check_fresh(out_dir)
+        check_fresh(out_dir)  # again: the data may have taken a while (made since?)
         make_out_dir(out_dir)
     # One process per cascade: taken before anything is read to continue or moved aside, and
     # released however this ends (an error, Ctrl-C, SIGTERM).

@@ -1,7 +1,7 @@
 """Where a cascade's folder may be, checked before any work (one owner for both ways in).
 
     check_fresh(out)                 # cascade/train --out: absent or empty, in no other run
-    check_resumed(out, main=True)    # --resume: a cascade, in no other run, its files writable
+    check_resumed(out, main=True)    # --resume: a cascade, in no other run, no FIFO at its files
 
 A cascade continued in place (``--resume``) is held to the rules a new one is
 (``out_place.refuse_nested``): ``cascade --resume C/none/inner`` trained inside the arm ``none``

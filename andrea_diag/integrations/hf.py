@@ -70,6 +70,7 @@ import math
 import os
 import sys
 import warnings
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -99,6 +100,18 @@ HOOKS = {
     "loss": "forward hook: a causal LM's logits and labels, token-weighted over the update's "
     "microbatches; else the sum of the Trainer's training_step returns",
 }
+
+
+# Callbacks whose run is open (on_train_begin .. close), closed at the interpreter's exit if
+# still open. Weak: a callback the user dropped (a caught failure in a search loop) is not kept
+# alive with its model and Trainer by this set; its run stays open, as before the exit close.
+_OPEN: weakref.WeakSet[AndreaDiagCallback] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open_runs() -> None:
+    for callback in list(_OPEN):
+        callback._close_at_exit()
 
 
 class TrainingNotEnded(RuntimeError):
@@ -134,8 +147,7 @@ class AndreaDiagCallback(MonitorCallback, TrainerCallback):
         self._step_wrap: StepLoss | None = None
         self._warned = False  # the no-loss warning: once a callback
         self._forwards = 0  # the model's training forwards since the last update
-        self._exit_hooked = False  # _close_at_exit registered with atexit
-        self._pid = os.getpid()
+        self._pid = os.getpid()  # the process that began the run: only it closes it at exit
 
     # -- Trainer events --------------------------------------------------------------------
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -152,14 +164,13 @@ class AndreaDiagCallback(MonitorCallback, TrainerCallback):
             step=state.global_step,
         )
         self._model = model  # after _start: its close of a run that never ended forgets one
+        self._pid = os.getpid()
+        _OPEN.add(self)  # no Trainer event follows an exception: see the class doc
         self._norms = PreClipNorms(capture.params)
         self._forward_hook = model.register_forward_hook(self._on_forward, with_kwargs=True)
         trainer = _calling_trainer(self)
         self._step_wrap = StepLoss(trainer, capture) if trainer is not None else None
         self._forwards = 0
-        if not self._exit_hooked:  # no Trainer event follows an exception: see the class doc
-            self._exit_hooked, self._pid = True, os.getpid()
-            atexit.register(self._close_at_exit)
 
     def on_pre_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self.capture is None or self._norms is None:
@@ -213,9 +224,7 @@ class AndreaDiagCallback(MonitorCallback, TrainerCallback):
         """Remove the hooks and write the run's summary (``on_train_end`` calls it; a second
         ``on_train_begin``, the ``with`` block's end or the interpreter's exit first closes a
         run that never ended, with ``crashed`` set)."""
-        if self._exit_hooked:  # ended: nothing left to close at exit (nor kept alive for it)
-            self._exit_hooked = False
-            atexit.unregister(self._close_at_exit)
+        _OPEN.discard(self)  # ended: nothing left to close at exit
         if self._forward_hook is not None:
             self._forward_hook.remove()
             self._forward_hook = None
@@ -241,14 +250,19 @@ class AndreaDiagCallback(MonitorCallback, TrainerCallback):
             self.close(crashed=exc if exc is not None else TrainingNotEnded("no on_train_end"))
 
     def _close_at_exit(self) -> None:
-        """atexit: the run ``trainer.train()`` left open, closed with the exception Python
-        printed when it ended the program (``sys.last_exc``, 3.12; ``sys.last_value``)."""
-        self._exit_hooked = False  # being called: close() must not unregister it (3.10.0-1
-        # crashed on a function that unregisters itself and then raises)
-        if os.getpid() != self._pid:
+        """At exit: the run ``trainer.train()`` left open, closed with the exception Python
+        printed when it ended the program (``sys.last_exc``, 3.12; ``sys.last_value``). A run
+        folder removed since (a temporary one) is left; a failure is one line, not a trace."""
+        if os.getpid() != self._pid or self.monitor is None:
             return  # a forked child (a DataLoader worker) exiting: the run is its parent's
+        if not Path(self.monitor.run_dir).is_dir():
+            return
         exc = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
-        self._close_unended(exc if isinstance(exc, BaseException) else None)
+        try:
+            self._close_unended(exc if isinstance(exc, BaseException) else None)
+        except Exception as e:  # at exit: nobody to raise to
+            print(f"andrea-diag: the open run {self.monitor.run_dir} could not be closed at "
+                  f"exit: {e}", file=sys.stderr)  # fmt: skip
 
     # -- hooks -----------------------------------------------------------------------------
     def _on_forward(
