@@ -19,8 +19,9 @@ Gradient clipping, the same cases and tolerance table for the CPU reference
 Trainers on CPU (test_precision.py, test_adaptive_clip.py, ...):
     ``make_trainer``      ``make_trainer(cfg, run_dir, data)``: a Trainer on the usual BatchPlan
 
-The ``--resume`` tests (tests/test_hostile*_resume.py):
+The ``--resume`` tests (tests/test_hostile*_resume.py) and the hostile sweep tests:
     ``finished_cascade``  tests/stopped_cascade.py's tiny cascade, trained once per session
+    ``finished_sweep``    tests/finished_sweep.py's tiny sweep, trained once per session
 
 Test tiers: ``pytest -m "not slow"`` is the quick tier (under 2 minutes on two cores). A test is
 ``slow`` when it trains end to end or takes more than ~20 s; mark it with ``@pytest.mark.slow``
@@ -113,6 +114,18 @@ def finished_cascade(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("finished-cascade") / "c"
     res = CliRunner().invoke(app, [*STOPPED_CASCADE_ARGS, "--out", str(out)])
     assert res.exit_code == 0, res.output
+    return out
+
+
+@pytest.fixture(scope="session")
+def finished_sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A finished tiny sweep of one cell (tests/finished_sweep.py). Read only: a test plants
+    things in a copy of it."""
+    from finished_sweep import SWEEP, strict_cli  # imports the CLI: only when asked for
+
+    out = tmp_path_factory.mktemp("finished-sweep") / "s"
+    code, output = strict_cli(*SWEEP, "--out", str(out))
+    assert code == 0, output
     return out
 
 

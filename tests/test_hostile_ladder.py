@@ -9,22 +9,14 @@ import shutil
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
+from finished_sweep import strict_cli as _run
 
-from andrea_diag.cli import app
 from andrea_diag.errors import UserError
 from andrea_diag.experiments.ladder import read_sweep_outputs
 
 LADDER = ["ladder", "--size", "tiny,tiny2", "--lr", "1e-3", "--seed", "0", "--steps", "3",
           "--clip", "none,global", "--checkpoint-every", "0", "--device", "cpu"]  # fmt: skip
 KEPT = ("ladder.json", "ladder.csv", "sweep.json", "sweep.csv")
-
-
-def _run(*args: str) -> tuple[int, str]:
-    res = CliRunner().invoke(app, list(args))
-    assert "Traceback" not in res.output, res.output
-    assert res.exception is None or isinstance(res.exception, SystemExit), repr(res.exception)
-    return res.exit_code, res.output
 
 
 @pytest.fixture(scope="module")

@@ -22,21 +22,11 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from typer.testing import CliRunner
+from finished_sweep import CELL, SWEEP
+from finished_sweep import strict_cli as _run
 
-from andrea_diag.cli import app
 from andrea_diag.errors import UserError
 from andrea_diag.experiments.arm_summary import arm_summary
-
-CELL = "tiny-lr0.001-mn1-s0"
-SWEEP = ["sweep", "--size", "tiny", "--lr", "1e-3", "--steps", "3", "--device", "cpu"]
-
-
-def _run(*args: str) -> tuple[int, str]:
-    res = CliRunner().invoke(app, list(args))
-    assert "Traceback" not in res.output, res.output
-    assert res.exception is None or isinstance(res.exception, SystemExit), repr(res.exception)
-    return res.exit_code, res.output
 
 
 def _error_line(output: str) -> str:
@@ -45,17 +35,9 @@ def _error_line(output: str) -> str:
     return lines[0]
 
 
-@pytest.fixture(scope="module")
-def finished(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("sweep") / "s"
-    code, output = _run(*SWEEP, "--out", str(out))
-    assert code == 0, output
-    return out
-
-
 @pytest.fixture
-def sweep(finished: Path, tmp_path: Path) -> Path:
-    return Path(shutil.copytree(finished, tmp_path / "s", symlinks=True))
+def sweep(finished_sweep: Path, tmp_path: Path) -> Path:
+    return Path(shutil.copytree(finished_sweep, tmp_path / "s", symlinks=True))
 
 
 def _row(sweep: Path, clip: str) -> pd.Series:

@@ -19,34 +19,16 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from typer.testing import CliRunner
+from finished_sweep import CELL, SWEEP
+from finished_sweep import strict_cli as _run
 
-from andrea_diag.cli import app
-
-CELL = "tiny-lr0.001-mn1-s0"
-SWEEP = ["sweep", "--size", "tiny", "--lr", "1e-3", "--steps", "3", "--device", "cpu"]
 GROWN = "tiny-lr0.001-mn1-s1"  # the cell a re-run with --seed 0,1 would train
 
 
-def _run(*args: str) -> tuple[int, str]:
-    res = CliRunner().invoke(app, list(args))
-    assert "Traceback" not in res.output, res.output
-    assert res.exception is None or isinstance(res.exception, SystemExit), repr(res.exception)
-    return res.exit_code, res.output
-
-
-@pytest.fixture(scope="module")
-def finished(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("sweep") / "s"
-    code, output = _run(*SWEEP, "--out", str(out))
-    assert code == 0, output
-    return out
-
-
 @pytest.fixture
-def sweep(finished: Path, tmp_path: Path) -> Path:
+def sweep(finished_sweep: Path, tmp_path: Path) -> Path:
     """A private copy of the finished sweep, to plant things in."""
-    return Path(shutil.copytree(finished, tmp_path / "s", symlinks=True))
+    return Path(shutil.copytree(finished_sweep, tmp_path / "s", symlinks=True))
 
 
 def _files(folder: Path) -> dict[str, bytes]:

@@ -17,10 +17,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
+from finished_sweep import CELL, SWEEP
+from finished_sweep import strict_cli as _run
 from rich.console import Console
-from typer.testing import CliRunner
 
-from andrea_diag.cli import app
 from andrea_diag.commands.pages import render_sweep_page, sweep_page_after
 from andrea_diag.config import RunConfig
 from andrea_diag.errors import CellsCrashed, UserError
@@ -31,29 +31,11 @@ from andrea_diag.experiments.sweep import SweepSpec, cells, check_cells_runnable
 from andrea_diag.experiments.throughput import recorded_updates
 from andrea_diag.rundir import make_out_dir
 
-CELL = "tiny-lr0.001-mn1-s0"
-SWEEP = ["sweep", "--size", "tiny", "--lr", "1e-3", "--steps", "3", "--device", "cpu"]
-
-
-def _run(*args: str) -> tuple[int, str]:
-    res = CliRunner().invoke(app, list(args))
-    assert "Traceback" not in res.output, res.output
-    assert res.exception is None or isinstance(res.exception, SystemExit), repr(res.exception)
-    return res.exit_code, res.output
-
-
-@pytest.fixture(scope="module")
-def finished(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("sweep") / "s"
-    code, output = _run(*SWEEP, "--out", str(out))
-    assert code == 0, output
-    return out
-
 
 @pytest.fixture
-def sweep(finished: Path, tmp_path: Path) -> Path:
+def sweep(finished_sweep: Path, tmp_path: Path) -> Path:
     """A private copy of the finished sweep, to plant things in."""
-    return Path(shutil.copytree(finished, tmp_path / "s", symlinks=True))
+    return Path(shutil.copytree(finished_sweep, tmp_path / "s", symlinks=True))
 
 
 def _outside(tmp_path: Path) -> Path:
@@ -283,13 +265,13 @@ def test_the_throughput_count_never_reads_metrics_outside_the_run_nor_hangs_on_a
     assert recorded_updates([sweep / CELL], ["none", "global"]) == 3  # the global arm's alone
 
 
-def test_the_ladder_table_replaces_a_planted_link(finished: Path, tmp_path: Path) -> None:
+def test_the_ladder_table_replaces_a_planted_link(finished_sweep: Path, tmp_path: Path) -> None:
     victim = _outside(tmp_path)
     out = tmp_path / "ladder"
     out.mkdir()
     (out / "ladder.csv").symlink_to(victim)
     (out / "ladder.json").symlink_to(victim)
-    table = pd.read_csv(finished / "sweep.csv")
+    table = pd.read_csv(finished_sweep / "sweep.csv")
     write_ladder(out, table, ["tiny2", "tiny"], {"steps": 3})  # a rung with no rows yet
     assert victim.read_text() == "not the sweep's"
     assert not (out / "ladder.csv").is_symlink() and len(pd.read_csv(out / "ladder.csv")) > 0
