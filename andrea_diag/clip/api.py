@@ -352,7 +352,9 @@ def clip_grad_norm_(
       for bf16) and a float32 one beside float64 ones differ in their last bits. An fp16 norm
       past 65504 is returned as inf, as torch's, and ``error_if_nonfinite`` raises for it, but
       otherwise the gradients are scaled by the finite float32 coefficient, where torch's inf
-      norm zeroes them;
+      norm zeroes them. Beside float32 or float64 gradients, an fp16 one whose own norm passes
+      65504 makes torch's total inf too (every gradient zeroed; ``error_if_nonfinite`` raises);
+      ours is the finite promoted total, and clips;
     - bf16/fp16 gradients are scaled in float32 by the float32 coefficient and rounded once;
       torch multiplies by the coefficient rounded to the gradients' dtype;
     - ``foreach`` is accepted for signature compatibility and ignored (every implementation
