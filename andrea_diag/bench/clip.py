@@ -243,12 +243,15 @@ def run_bench(
     progress: Callable[[str], None] | None = None,
     cases: tuple[str, ...] = CASES,
     adamw_sizes: list[str] | None = None,
+    after_set: Callable[[BenchResult], None] | None = None,
 ) -> BenchResult:
     """Time every variant on every (size, dtype) set; see the module docstrings for the method.
 
     ``cases``: "clip" (every size x dtype), "clip+adamw" (fp32, on ``adamw_sizes``, default
     ``sizes``) and "adaptive" (every clip mode against global, every size x dtype). ``device``: "auto", "cpu", "cuda" or "cuda:N" (see
     :func:`andrea_diag.device.resolve_device`; UserError for a GPU that is not there).
+    ``after_set``: called with the result so far after each set's rows (the command saves
+    them, so a run stopped or killed part-way keeps every set it timed).
     """
     bad = [c for c in cases if c not in CASES]
     if bad:
@@ -286,6 +289,8 @@ def run_bench(
                 if progress:
                     progress(f"{size} {dt}")
                 result.rows += bench_case(size, dt, timer, device, copy_row.gbps)
+                if after_set:
+                    after_set(result)
                 if device.startswith("cuda"):
                     torch.cuda.empty_cache()
         for size in adaptive_sizes:
@@ -293,12 +298,16 @@ def run_bench(
                 if progress:
                     progress(f"{size} {dt} adaptive clip modes")
                 result.rows += bench_adaptive_case(size, dt, timer, device)
+                if after_set:
+                    after_set(result)
                 if device.startswith("cuda"):
                     torch.cuda.empty_cache()
         for size in adamw_sizes:
             if progress:
                 progress(f"{size} fp32 clip+adamw")
             result.rows += bench_adamw_case(size, timer, device, copy_row.gbps)
+            if after_set:
+                after_set(result)
             if device.startswith("cuda"):
                 torch.cuda.empty_cache()
     meta["telemetry"] = tel.summary()

@@ -4,7 +4,9 @@
     andrea-diag bench-kernels --device cpu --sizes tiny --reps 3     # CPU paths only, no GPU needed
 
 Writes ``<out>/bench-kernels.json`` and ``<out>/bench-kernels.html`` (plotly.js embedded, no
-CDN); ``<out>`` defaults to ``runs/bench-kernels-<sizes>-<time>``. Harness and method:
+CDN); ``<out>`` defaults to ``runs/bench-kernels-<sizes>-<time>``. The JSON is rewritten after
+each (size, dtype) set with ``meta.partial`` true, so a stopped run keeps what it timed; the
+page comes once every set is timed. Harness and method:
 the andrea_diag.bench package; the page: andrea_diag/report/bench_page.py.
 """
 
@@ -127,6 +129,16 @@ def _command(
     )
 
 
+def _save(out: Path, result: bench.BenchResult, command: str, *, partial: bool) -> None:
+    """``bench-kernels.json`` as it stands: after each set (``meta.partial`` true, so a run
+    stopped or killed part-way keeps the sets it timed and says it is not whole), then whole.
+    Atomic: a link planted in the folder is replaced, not written through."""
+    doc = result.to_dict()
+    doc["meta"] = {**doc["meta"], "command": command, "partial": partial}
+    atomic_write_text(out / "bench-kernels.json", json.dumps(doc, indent=2))
+    result.meta["command"] = command
+
+
 def bench_kernels(
     out: OutOpt = None,
     sizes: SizesOpt = "",
@@ -155,6 +167,7 @@ def bench_kernels(
         out = default_out("bench-kernels", "-".join(size_list))
     # a file in its place is refused before the timing, not after; a run stopped before it
     # wrote leaves no empty folder behind
+    command = _command(out, size_list, dtype_list, reps, device, case_list)
     with out_dir_for_work(out):
         if not on_gpu:  # said once every refusal is behind: a refusal is its one error line
             console.print("[yellow]no GPU: benchmarking the CPU paths (reference vs torch) only[/]")
@@ -166,10 +179,9 @@ def bench_kernels(
             warmup=5 if on_gpu else 1,
             progress=lambda s: console.print(f"[dim]timing {s} ...[/]"),
             cases=tuple(case_list),
+            after_set=lambda r: _save(out, r, command, partial=True),
         )
-        result.meta["command"] = _command(out, size_list, dtype_list, reps, device, case_list)
-        # a link planted in the folder is replaced, not written through
-        atomic_write_text(out / "bench-kernels.json", json.dumps(result.to_dict(), indent=2))
+        _save(out, result, command, partial=False)
     # imported here: plotly is only needed for the page (the JSON above is already written)
     from andrea_diag.report.bench_page import render_bench_page
 
