@@ -40,6 +40,25 @@ def assert_safe(page: str) -> None:
     assert "<img" not in rest.lower()
 
 
+def figure_strings(page: str) -> list[str]:
+    """Every string of every figure's data and layout, as plotly.js gets them."""
+    dec, found = json.JSONDecoder(), []
+    for m in re.finditer(r"Plotly\.newPlot\(", page):
+        _, i = dec.raw_decode(page, m.end())  # the div's id, then data and layout
+        for _ in range(2):
+            obj, i = dec.raw_decode(page, re.compile(r"\s*,\s*").match(page, i).end())
+            found += _strings(obj)
+    return found
+
+
+def _strings(obj: object) -> list[str]:
+    if isinstance(obj, dict):
+        return [s for v in obj.values() for s in _strings(v)]
+    if isinstance(obj, list):
+        return [s for v in obj for s in _strings(v)]
+    return [obj] if isinstance(obj, str) else []
+
+
 def cli(*args: str) -> tuple[int, str]:
     res = CliRunner().invoke(app, list(args))
     out = res.output + (repr(res.exception) if res.exception and res.exit_code == 1 else "")

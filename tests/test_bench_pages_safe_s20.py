@@ -4,35 +4,15 @@ the page or a link in a chart."""
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 
-from hostile_dirs import XSS, assert_safe
+from hostile_dirs import XSS, assert_safe, figure_strings
 
 from andrea_diag.bench import BenchResult
 from andrea_diag.bench.harness import Row
 
 LINK = '<a href="https://evil.example/p">Click</a>'
-
-
-def figure_strings(page: str) -> list[str]:
-    """Every string of every figure's data and layout, as plotly.js gets them."""
-    dec, found = json.JSONDecoder(), []
-    for m in re.finditer(r"Plotly\.newPlot\(", page):
-        _, i = dec.raw_decode(page, m.end())  # the div's id, then data and layout
-        for _ in range(2):
-            obj, i = dec.raw_decode(page, re.compile(r"\s*,\s*").match(page, i).end())
-            found += _strings(obj)
-    return found
-
-
-def _strings(obj: object) -> list[str]:
-    if isinstance(obj, dict):
-        return [s for v in obj.values() for s in _strings(v)]
-    if isinstance(obj, list):
-        return [s for v in obj for s in _strings(v)]
-    return [obj] if isinstance(obj, str) else []
 
 
 def _no_links(page: str) -> None:

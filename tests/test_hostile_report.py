@@ -26,6 +26,7 @@ from hostile_dirs import (  # noqa: F401 (the *_fixture names are fixtures: run,
     cascade_fixture,
     cli,
     edit,
+    figure_strings,
     jsonl_metrics,
     make_sweep,
     one_line_error,
@@ -350,25 +351,6 @@ def test_hard_link_at_an_image_path_is_replaced_not_written_through(tmp_path: Pa
 
 ARM_LINK = '<a href="https://evil.example/arm">Arm</a>'
 COLUMN_LINK = '<a href="https://evil.example/phish">Click</a>'
-
-
-def figure_strings(page: str) -> list[str]:
-    """Every string of every figure's data and layout, as plotly.js gets them."""
-    dec, found = json.JSONDecoder(), []
-    for m in re.finditer(r"Plotly\.newPlot\(", page):
-        _, i = dec.raw_decode(page, m.end())  # the div's id, then data and layout
-        for _ in range(2):
-            obj, i = dec.raw_decode(page, re.compile(r"\s*,\s*").match(page, i).end())
-            found += _strings(obj)
-    return found
-
-
-def _strings(obj: object) -> list[str]:
-    if isinstance(obj, dict):
-        return [s for v in obj.values() for s in _strings(v)]
-    if isinstance(obj, list):
-        return [s for v in obj for s in _strings(v)]
-    return [obj] if isinstance(obj, str) else []
 
 
 def test_run_names_in_charts_are_drawn_as_text_not_links(run: Path) -> None:
