@@ -185,8 +185,8 @@ def _wandb_says(project: str, what: str) -> None:
     """The installed wandb's own check too, where it is there: a rule added after ours."""
     try:
         from wandb.sdk.wandb_settings import Settings
-    except ImportError:
-        return  # no wandb: the missing extra is said next, in its own line
+    except Exception:  # absent, or broken (a protobuf it cannot use): said next, in one line
+        return
     try:
         Settings(project=project)
     except Exception as e:  # wandb's UsageError (or pydantic's, if it ever wraps it)

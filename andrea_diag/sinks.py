@@ -37,6 +37,7 @@ import pandas as pd
 from andrea_diag.errors import UserError
 from andrea_diag.given_checks import check_project, given_path, mlflow_uri, writable_folder
 from andrea_diag.metrics import folder_tags
+from andrea_diag.optional_deps import optional_module
 from andrea_diag.tables import csv_text
 from andrea_diag.tensorboard import (
     STEP_COLUMN,
@@ -76,13 +77,11 @@ def _scalars(row: Mapping[str, Any], keep_nonfinite: bool) -> dict[str, float]:
 
 
 def need(module: str, extra: str) -> Any:
-    """The optional back end ``module``, or one line naming the extra that installs it."""
-    try:
-        return __import__(module)
-    except ImportError:
-        raise UserError(
-            f"this sink needs {module}", hint=f"pip install 'andrea-diag[{extra}]'"
-        ) from None
+    """The optional back end ``module``, or one line naming the extra that installs it (or
+    saying that the installed one fails to import: optional_deps.py)."""
+    return optional_module(
+        module, missing=f"this sink needs {module}", hint=f"pip install 'andrea-diag[{extra}]'"
+    )
 
 
 MLFLOW_EXAMPLE_API = "e.g. tracking_uri='file:./mlruns' (a folder) or 'http://host:5000'"

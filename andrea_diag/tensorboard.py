@@ -46,6 +46,7 @@ import pandas as pd
 
 from andrea_diag import metrics
 from andrea_diag.errors import UserError, visible
+from andrea_diag.optional_deps import broken_install, not_installed
 from andrea_diag.rundir import child, descend, make_out_dir, read_json
 from andrea_diag.runread import SUMMARY, clean, log
 
@@ -101,16 +102,20 @@ def writer_backend() -> tuple[Any, Any, Any]:
         from tensorboardX import FileWriter
         from tensorboardX.proto.summary_pb2 import Summary
         from tensorboardX.summary import text
-    except ImportError:
+    except Exception as exc:  # absent: torch's writer; there but broken: said (optional_deps)
+        if not not_installed(exc, "tensorboardX"):
+            raise broken_install("tensorboardX", exc) from None
         try:  # torch's writer imports the tensorboard package, which the viewer installs
             from tensorboard.compat.proto.summary_pb2 import Summary
             from torch.utils.tensorboard.summary import text
             from torch.utils.tensorboard.writer import FileWriter
-        except ImportError:
+        except ImportError:  # torch's own words for an absent or too old tensorboard
             raise UserError(
                 "TensorBoard export needs tensorboardX (or the tensorboard package)",
                 hint=INSTALL_HINT,
             ) from None
+        except Exception as exc2:  # e.g. a protobuf the installed tensorboard cannot use
+            raise broken_install("tensorboard", exc2) from None
     return FileWriter, Summary, text
 
 

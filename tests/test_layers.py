@@ -42,6 +42,7 @@ LAYERS: dict[str, int] = {
     "signals": 0,
     "host_memory": 0,  # the memory free, for the size checks of rundir, data and train
     "table_width": 0,  # the column caps of the run dir's table readers
+    "optional_deps": 0,  # the optional extras' imports: absent or broken, one line
     "given_checks": 0,  # the rules for what a caller gives (paths, sink names, stores)
     "surrogates": 0,  # lone surrogates in a run's JSON, replaced as it is read
     "out_place": 0,  # where a command's output may land: never among others' records

@@ -25,6 +25,7 @@ from andrea_diag.errors import BadArgument, UserError, unsafe
 from andrea_diag.experiments.mps import MPS_MODES
 from andrea_diag.field_types import plain_fields
 from andrea_diag.fields import shown_number
+from andrea_diag.optional_deps import optional_module
 from andrea_diag.train.distributed import check_one_process
 
 EXECUTORS = ("local", "slurm", "submitit-local")
@@ -115,13 +116,8 @@ def check_settings(values: Mapping[str, Any], owner: str | None = None) -> None:
 def check_submitit(kind: str) -> None:
     """submitit installed and, for Slurm, ``sbatch`` on PATH: checked by
     :meth:`ExecutorConfig.check`, before the sweep's folder or ``sweep.json`` exists."""
-    try:
-        import submitit  # noqa: F401
-    except ImportError:
-        raise UserError(
-            f"--executor {kind} needs submitit, which is not installed",
-            hint='pip install "andrea-diag[slurm]"',
-        ) from None
+    optional_module("submitit", missing=f"--executor {kind} needs submitit, which is not "
+                    "installed", hint='pip install "andrea-diag[slurm]"')  # fmt: skip
     if kind == "slurm" and shutil.which("sbatch") is None:
         raise UserError(
             "--executor slurm: no sbatch on PATH", hint="run the sweep on a Slurm login node"
