@@ -31,6 +31,7 @@ import io
 import json
 import logging
 import os
+import re
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -85,6 +86,35 @@ def data_key(sources: Mapping[str, Source], vocab_size: int = VOCAB_SIZE) -> str
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
 
+# A run of this many characters with no break between (no whitespace, or whitespace alone) is
+# cut into pieces of this length for the BPE trainer: its merge loop is quadratic in a word's
+# length and runs in Rust, where no signal reaches it, so one 1 MB line held a `cascade` past
+# SIGTERM (50 MB: 16 CPU-minutes, then kill -9). No document of the pinned corpora has one, so
+# their tokenizer is unchanged; encoding the long run afterwards takes well under a second.
+MAX_RUN = 1000
+_LONG_RUN = re.compile(rf"\S{{{MAX_RUN},}}|\s{{{MAX_RUN},}}")
+
+
+def training_pieces(doc: str) -> list[str]:
+    """``doc`` as the trainer's units: itself, or where it holds a run of ``MAX_RUN`` or more
+    characters (see MAX_RUN), the text around each run and the run in ``MAX_RUN`` pieces.
+
+    >>> [len(p) for p in training_pieces("a " + "x" * 2500 + " b")]
+    [2, 1000, 1000, 500, 2]
+    >>> training_pieces("plain text")
+    ['plain text']
+    """
+    if _LONG_RUN.search(doc) is None:
+        return [doc]
+    out, pos = [], 0
+    for m in _LONG_RUN.finditer(doc):
+        run = m.group()
+        out += [doc[pos : m.start()], *(run[i : i + MAX_RUN] for i in range(0, len(run), MAX_RUN))]
+        pos = m.end()
+    out.append(doc[pos:])
+    return [p for p in out if p]
+
+
 def train_tokenizer(sources: Mapping[str, Source], vocab_size: int = VOCAB_SIZE) -> Tokenizer:
     """Train a byte-level BPE on all sources' documents; the result has exactly ``vocab_size``."""
     n_base = 256 + len(SPECIAL_TOKENS)
@@ -106,7 +136,7 @@ def train_tokenizer(sources: Mapping[str, Source], vocab_size: int = VOCAB_SIZE)
         show_progress=False,
     )
     # Documents, not the joined text, are the training units: EOT is never split into merges.
-    docs = [d for s in sources.values() for d in s.documents]
+    docs = [piece for s in sources.values() for d in s.documents for piece in training_pieces(d)]
     tok.train_from_iterator(docs, trainer=trainer, length=len(docs))
     got = tok.get_vocab_size()
     if got != vocab_size:
