@@ -56,6 +56,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from andrea_diag.errors import UserError
+from andrea_diag.host_memory import available_memory
 
 if TYPE_CHECKING:
     from andrea_diag.config import RunConfig
@@ -195,6 +196,29 @@ def build_model(cfg: RunConfig, *, checked: bool = True) -> torch.nn.Module:
         )
     check_forward(model, cfg, option, spec)
     return model
+
+
+# Host bytes per parameter while an arm trains on the CPU: the fp32 weight, its gradient and
+# AdamW's two moments. On a GPU the host holds the weights only, while they are made.
+CPU_TRAIN_BYTES, WEIGHT_BYTES = 16, 4
+
+
+def check_gpt_fits(cfg: RunConfig, device_type: str) -> None:
+    """One line, before any output, where the toolkit's GPT for ``cfg`` (its size with
+    ``--vocab-size``) cannot fit the memory free: ``--vocab-size 2147483647`` (which token ids
+    may declare) made a 549 GB embedding, a traceback from the allocator and a run folder
+    holding only ``cascade.json``; a smaller huge one was killed by the kernel."""
+    n = cfg.model.n_params()
+    per = CPU_TRAIN_BYTES if device_type == "cpu" else WEIGHT_BYTES
+    need, free = n * per, available_memory()
+    if free is not None and need > free:
+        what = "weights, gradients and Adam's moments" if per == CPU_TRAIN_BYTES else "weights"
+        raise UserError(
+            f"the {cfg.size} model with a vocabulary of {cfg.model.vocab_size:,} has {n:,} "
+            f"parameters: its {what} need {need / 2**30:,.1f} GiB, more than the "
+            f"{free / 2**30:,.1f} GiB of memory free",
+            hint="lower --vocab-size (token ids must stay below it), or pick a smaller --size",
+        )
 
 
 def check_model_spec(cfg: RunConfig) -> None:

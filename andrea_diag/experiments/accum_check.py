@@ -36,6 +36,7 @@ from andrea_diag.experiments.accum_loops import (
     tokens,
     toolkit_grad,
 )
+from andrea_diag.host_memory import available_memory
 from andrea_diag.model import GPT
 from andrea_diag.train.components import PRECISIONS, Precision, check_precision, make_precision
 from andrea_diag.train.optim import warmup_factor
@@ -65,6 +66,11 @@ DETECT = 0.05
 # trained on 3.2M tokens), a larger one would only exhaust the memory. A training run's
 # microbatch (also one forward) has the same cap (commands/options.py)
 MAX_FORWARD_TOKENS = 2**22
+# The fewest tokens a microbatch may hold (m x T). Below it the fp32 matmuls have a few rows
+# and take other kernels than the full batch's: measured on tiny, a correct loop with 2-3
+# tokens a microbatch was 1.1-1.8e-6 from the full batch (fp32 floor ~3e-7), so the check
+# reported the toolkit's loop broken; 6 gave ~5e-7, 8 and more ~2e-8 to 2e-7.
+MIN_MICROBATCH_TOKENS = 8
 
 
 @dataclass
@@ -98,14 +104,42 @@ class AccumSpec:
         cfg = MODEL_PRESETS[self.size]
         if not 2 <= self.seq_len <= cfg.block_size:
             raise UserError(f"--seq-len must be in 2..{cfg.block_size} for {self.size}")
+        if self.micro_batch * self.seq_len < MIN_MICROBATCH_TOKENS:
+            raise UserError(
+                f"--micro-batch x --seq-len is {self.micro_batch * self.seq_len}: a microbatch "
+                f"of fewer than {MIN_MICROBATCH_TOKENS} tokens is too small to judge",
+                hint="its few-row fp32 matmuls round a correct loop ~1.5e-6 from the full "
+                "batch, past the 1e-6 contract; raise --micro-batch or --seq-len",
+            )
         tokens = self.micro_batch * self.accum * self.replicas * self.seq_len
         if tokens > MAX_FORWARD_TOKENS:  # the full batch is one forward: it must fit in memory
             raise UserError(
                 f"the check's batch m*A*D*T is {tokens:,} tokens, more than {MAX_FORWARD_TOKENS:,}",
                 hint="lower --micro-batch, --accum, --replicas or --seq-len",
             )
-        resolve_device(self.device)  # a bad --device is refused before --out exists
+        if resolve_device(self.device).type == "cpu":  # a bad --device: refused before --out
+            check_host_memory(tokens, cfg.vocab_size)
         return cfg
+
+
+# Host bytes per token and vocabulary entry at the check's peak, measured on tiny (fp32, CPU:
+# 1.79 GB more for 6,144 more tokens of its 8,192-entry vocabulary): the logits and their
+# gradients, fp32 and the fp64 reference's, of the full batch and the loops measured against it.
+LOGIT_BYTES = 36
+
+
+def check_host_memory(tokens: int, vocab: int) -> None:
+    """One line where the full batch's logits alone would not fit the memory free: under the
+    token cap, ``--replicas 256`` or ``1024`` (which the option takes) ran this machine out of
+    memory and the kernel killed the process, and other processes with it."""
+    need, free = tokens * vocab * LOGIT_BYTES, available_memory()
+    if free is not None and need > free:
+        raise UserError(
+            f"the check's batch m*A*D*T is {tokens:,} tokens: its logits need about "
+            f"{need / 2**30:,.1f} GiB, more than the {free / 2**30:,.1f} GiB of memory free",
+            hint=f"lower --micro-batch, --accum, --replicas or --seq-len (at most about "
+            f"{free // (vocab * LOGIT_BYTES):,} tokens here)",
+        )
 
 
 @dataclass

@@ -38,7 +38,7 @@ from andrea_diag.experiments.resume import arm_state, check_same_run, move_aside
 from andrea_diag.experiments.slow_start import SlowStart
 from andrea_diag.experiments.spec_checks import checked_arms, checked_spec
 from andrea_diag.experiments.status import DONE, RUNNING, marks_interruption
-from andrea_diag.factories import build_model, check_model_spec, prepare_run_data
+from andrea_diag.factories import build_model, check_gpt_fits, check_model_spec, prepare_run_data
 from andrea_diag.record import write_json
 from andrea_diag.rundir import child, make_out_dir, read_json
 from andrea_diag.runlock import RunLock
@@ -134,6 +134,8 @@ def check_runnable(cfg: RunConfig, on_this_host: bool = True) -> None:
     elif cfg.model_factory or cfg.hf_config:  # a bad factory fails here, before any output
         with torch.random.fork_rng(devices=[]):
             build_model(cfg)
+    else:  # the toolkit's GPT: counted, not built (a huge --vocab-size)
+        check_gpt_fits(cfg, device.type)
 
 
 def check_streams(data: PreparedData, seq_len: int) -> None:
