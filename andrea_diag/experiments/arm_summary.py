@@ -52,7 +52,17 @@ def _held_to_table(arm_dir: Path, summary: dict[str, Any], path: Path) -> dict[s
     config = None
     if os.path.lexists(config_path):
         config = clean(read_json(config_path, "config.json", kind=dict), CONFIG, str(config_path))
-    return checked_summary(summary, config, read_metrics(arm_dir), path)[0]
+    metrics = read_metrics(arm_dir)
+    counted = summary.get("n_updates")
+    if metrics.empty and path.name == SUMMARIES[0] and isinstance(counted, int) and counted > 0:
+        # a finished arm with nothing to hold it to, while it counts updates: a lost or
+        # unreadable table (or a summary written by hand) would enter the sweep's rows unchecked
+        raise UserError(
+            f"its metrics table is missing or holds no readable row, while {path.name} counts "
+            f"{counted:,} updates",
+            hint=CELL_HINT,
+        )
+    return checked_summary(summary, config, metrics, path)[0]
 
 
 def arm_summary(arm_dir: Path, cell: str | None = None) -> dict[str, Any]:
