@@ -28,6 +28,7 @@ caller's console itself left as it was.
 
 from __future__ import annotations
 
+import shlex
 from typing import Any, cast
 
 from rich.console import Console
@@ -39,6 +40,20 @@ from andrea_diag.errors import visible
 def shown(value: object) -> str:
     """``str(value)`` as literal console text: control characters escaped, rich markup too."""
     return escape(visible(str(value)))
+
+
+def shell_word(value: object) -> str:
+    """``value`` as one word of a command the user may paste: quoted as the shell needs it
+    (a space, a ``$``), and a relative name that starts with ``-`` as ``./-name``, so the
+    command does not read it as an option. Console-safe too (:func:`shown`).
+
+    >>> shell_word("-tb"), shell_word("my runs/a"), shell_word("/abs/-x")
+    ('./-tb', "'my runs/a'", '/abs/-x')
+    """
+    text = str(value)
+    if text.startswith("-"):
+        text = "./" + text
+    return shown(shlex.quote(text))
 
 
 def make_console(**options: Any) -> Console:

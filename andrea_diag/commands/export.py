@@ -29,7 +29,7 @@ import typer
 
 from andrea_diag.commands.given import check_project, mlflow_uri, plain_out, typed_path
 from andrea_diag.commands.report import damaged_run_dir, say
-from andrea_diag.console_text import shown
+from andrea_diag.console_text import shell_word, shown
 from andrea_diag.errors import UserError
 from andrea_diag.out_place import refuse_records
 from andrea_diag.rundir import OUT_LINK, check_path, child, make_out_dir
@@ -271,7 +271,7 @@ def _tensorboard(run_dirs: list[Path], target: Path) -> None:
 
     for run, folder in export_tensorboard(run_dirs, target):
         say(f"[bold green]tensorboard:[/] {shown(run)} -> {shown(folder)}")
-    say(f"view: tensorboard --logdir {shown(target)}")
+    say(f"view: tensorboard --logdir {shell_word(target)}")
 
 
 def _wandb(run_dirs: list[Path], target: Path, project: str) -> None:
@@ -296,7 +296,7 @@ def _wandb(run_dirs: list[Path], target: Path, project: str) -> None:
             __import__("wandb").teardown()
     for run, name in done:
         say(f"[bold green]wandb:[/] {shown(run)} -> {shown(name)} (offline)")
-    say(f"upload when you choose: wandb sync {shown(target / 'wandb')}/offline-run-*")
+    say(f"upload when you choose: wandb sync {shell_word(target / 'wandb')}/offline-run-*")
 
 
 @contextlib.contextmanager
@@ -338,4 +338,4 @@ def _mlflow(run_dirs: list[Path], uri: str, experiment: str) -> None:
         raise UserError(f"MLflow refused the export to {uri}: {first[:300]}") from None
     for run, name in done:
         say(f"[bold green]mlflow:[/] {shown(run)} -> {shown(name)}")
-    say(f"view: mlflow ui --backend-store-uri {shown(uri)}")
+    say(f"view: mlflow ui --backend-store-uri {shell_word(uri)}")

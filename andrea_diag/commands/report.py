@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shlex
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated
@@ -12,7 +11,7 @@ from typing import Annotated
 import typer
 
 from andrea_diag.commands.given import plain_out, typed_path
-from andrea_diag.console_text import make_console, shown
+from andrea_diag.console_text import make_console, shell_word, shown
 from andrea_diag.errors import UserError, unsafe, visible
 from andrea_diag.out_place import refuse_records
 from andrea_diag.rundir import check_path
@@ -99,8 +98,8 @@ def report(
             else:
                 _said(_render([d], None, title, images), images)
         if len(run_dirs) > 1:
-            given = " ".join(shlex.quote(str(d)) for d in run_dirs)
-            say(f"one page comparing them: andrea-diag report {shown(given)} --out compare.html")
+            given = " ".join(shell_word(d) for d in run_dirs)
+            say(f"one page comparing them: andrea-diag report {given} --out compare.html")
 
 
 def _is_sweep(d: Path) -> bool:
