@@ -280,8 +280,14 @@ def _wandb(run_dirs: list[Path], target: Path, project: str) -> None:
     make_out_dir(target)
     # W&B writes under target/wandb: a link planted there would take the runs out of --out
     child(target, "wandb", "--out: W&B's folder", OUT_LINK)
-    # offline whatever the user's settings say: an export never reaches the network
-    with _environ(WANDB_MODE="offline", WANDB_SILENT=os.environ.get("WANDB_SILENT", "true")):
+    # offline whatever the user's settings say: an export never reaches the network. W&B's
+    # service logs (core-debug, symon-debug) and its artifact staging go under target/wandb,
+    # not ~/.cache/wandb and ~/.local/share/wandb: an export writes inside --out alone (the
+    # user's own WANDB_CACHE_DIR / WANDB_DATA_DIR win)
+    places = {"WANDB_CACHE_DIR": str(target), "WANDB_DATA_DIR": str(target / "wandb")}
+    places = {k: os.environ.get(k, v) for k, v in places.items()}
+    with _environ(WANDB_MODE="offline", WANDB_SILENT=os.environ.get("WANDB_SILENT", "true"),
+                  **places):  # fmt: skip
         try:
             done = export_to_sinks(
                 run_dirs,
