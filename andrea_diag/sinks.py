@@ -38,6 +38,7 @@ from andrea_diag.errors import UserError
 from andrea_diag.given_checks import check_project, given_path, mlflow_uri, writable_folder
 from andrea_diag.metrics import folder_tags
 from andrea_diag.optional_deps import optional_module
+from andrea_diag.surrogates import argv_as_text, text_values
 from andrea_diag.tables import csv_text
 from andrea_diag.tensorboard import (
     STEP_COLUMN,
@@ -117,8 +118,9 @@ class WandbSink:
             check_project(project, wandb=True, what="WandbSink: project", example="project='mine'")
         root = wandb_dir(dir)
         wandb = need("wandb", "wandb")
-        self._run = wandb.init(project=project, name=name, config=dict(config or {}),
-                               mode=mode, dir=root, reinit="create_new")  # fmt: skip
+        with argv_as_text():
+            self._run = wandb.init(project=project, name=name, config=dict(config or {}),
+                                   mode=mode, dir=root, reinit="create_new")  # fmt: skip
         self._wandb = wandb
 
     def log(self, row: Mapping[str, Any]) -> None:
@@ -370,15 +372,16 @@ def export_to_sinks(
     rows = {run: _in_update_order(run, r["metrics"], one_row_per_step) for run, r in todo.items()}
     done = []
     for run, r in todo.items():
-        sink = make_sink(names[run], r["config"] or {})
+        name = text_values(names[run])
+        sink = make_sink(name, r["config"] or {})
         try:
             for row in with_row_times(rows[run], r["env"]).to_dict("records"):
                 sink.log(_recorded(row))
-            sink.events(r["events"])
-            sink.summary(run_summary(run, r))
+            sink.events(r["events"])  # a run's JSON: mended as read (surrogates.py)
+            sink.summary(text_values(run_summary(run, r)))
         finally:
             sink.close()
-        done.append((run, names[run]))
+        done.append((run, name))
     return done
 
 

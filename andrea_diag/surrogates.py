@@ -17,7 +17,10 @@ value may be nested as deep as ``json.loads`` went), so a run's own files cost o
 
 from __future__ import annotations
 
+import contextlib
 import re
+import sys
+from collections.abc import Iterator
 from typing import Any
 
 _ESCAPE = re.compile(
@@ -53,6 +56,12 @@ def mended(value: Any, text: str) -> Any:
     return value
 
 
+def replaced(text: str) -> str:
+    """``text`` with every lone surrogate as U+FFFD: also what Python makes of a file name's
+    undecodable bytes (``os.fsdecode``), which no UTF-8 writer takes either."""
+    return _fix(text)
+
+
 def _fix(text: str) -> str:
     return _LONE.sub(REPLACEMENT, text) if _LONE.search(text) else text
 
@@ -63,3 +72,26 @@ def _fix_key(key: Any) -> Any:
     if not isinstance(key, str) or not _LONE.search(key):
         return key
     return _LONE.sub(lambda m: f"\\u{ord(m.group()):04x}", key)
+
+
+def text_values(value: Any) -> Any:
+    """``value`` (a str, or a dict of them) with every string valid UTF-8 (:func:`replaced`):
+    a run folder's name that is not (its bytes surrogate-escaped by Python) crashed W&B's
+    settings with a UnicodeEncodeError, after it had begun writing (sinks.py)."""
+    if isinstance(value, str):
+        return replaced(value)
+    if isinstance(value, dict):
+        return {text_values(k): text_values(v) for k, v in value.items()}
+    return value
+
+
+@contextlib.contextmanager
+def argv_as_text() -> Iterator[None]:
+    """``sys.argv`` as valid text for the block: W&B records the command's arguments when a
+    run starts, and a run folder named in undecodable bytes made its settings raise."""
+    saved = sys.argv
+    sys.argv = [replaced(a) for a in saved]
+    try:
+        yield
+    finally:
+        sys.argv = saved

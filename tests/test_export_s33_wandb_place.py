@@ -33,3 +33,24 @@ def test_a_wandb_export_writes_nothing_outside_its_out_folder(
     assert res.exit_code == 0, res.output
     assert [p for p in home.rglob("*") if p.is_file()] == []
     assert list(out.glob("wandb/logs/core-debug-*.log"))  # W&B's own log, kept with the runs
+
+
+@pytest.mark.slow  # a fresh interpreter: W&B records sys.argv, which CliRunner leaves alone
+def test_a_run_folder_named_in_undecodable_bytes_exports_to_wandb(tmp_path: Path, make_run) -> None:
+    pytest.importorskip("wandb")
+    import os
+    import subprocess
+    import sys
+
+    run = make_run(tmp_path / "run")
+    odd = os.fsdecode(os.fsencode(str(tmp_path)) + b"/bad\xff\xfename")
+    os.rename(run, odd)
+    out = tmp_path / "wb"
+    env = {**os.environ, "WANDB_CACHE_DIR": str(tmp_path / "cache"), "COLUMNS": "300",
+           "WANDB_DATA_DIR": str(tmp_path / "data")}  # fmt: skip
+    res = subprocess.run([sys.executable, "-m", "andrea_diag.cli", "export", odd, "--wandb",
+                          "--out", str(out)], env=env, capture_output=True, timeout=300)  # fmt: skip
+    said = res.stdout.decode("utf-8", "replace") + res.stderr.decode("utf-8", "replace")
+    assert res.returncode == 0, said
+    assert "-> bad\ufffd\ufffdname (offline)" in said, said
+    assert len(list(out.glob("wandb/offline-run-*/run-*.wandb"))) == 1
