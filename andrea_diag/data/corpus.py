@@ -136,6 +136,9 @@ def generated_source(name: str, seed: int, target_bytes: int, why: str = "") -> 
     return Source(name, tuple(make(seed, target_bytes)), origin, generated=True)
 
 
+HEAD_BYTES = 1 << 16  # a source's first bytes, looked at for NUL before the whole is read
+
+
 def _source_text(path: Path, name: str) -> str:
     """A source file's text: a regular file of UTF-8 text without NUL bytes, or one line.
 
@@ -144,10 +147,13 @@ def _source_text(path: Path, name: str) -> str:
     try:
         if not path.is_file():
             raise UserError(f"source {name}: {str(path)!r} is not a regular file")
-        data = read_whole(path, name, TEXT_COPIES)  # too large for memory: one line
+        with path.open("rb") as f:  # a binary file's first block, before the whole is read:
+            head = f.read(HEAD_BYTES)  # a 3 GB sparse file took 3.5 GB and 15 s to refuse
+        if b"\0" not in head:
+            head = data = read_whole(path, name, TEXT_COPIES)  # too large for memory: one line
     except OSError as exc:
         raise UserError(f"source {name}: cannot read {str(path)!r} ({exc.strerror})") from None
-    if b"\0" in data:
+    if b"\0" in head:
         raise UserError(
             f"source {name}: {str(path)!r} contains NUL bytes: a binary file, not text",
             hint="a source is UTF-8 text: .txt/.md files, or a .jsonl with a 'text' field",

@@ -1,0 +1,45 @@
+"""A ``--source`` file that is binary from its first block is refused before the whole file is
+read: a 3 GB sparse ``.jsonl`` took 3.5 GB of memory and 15 s to be called "contains NUL
+bytes" (session 33's audit). A NUL past the first block is still found, in the whole file.
+
+    pytest tests/test_bad_input_s33_sources.py -q
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from andrea_diag.data import corpus, whole_file
+from andrea_diag.errors import UserError
+
+
+@pytest.mark.parametrize("suffix", [".txt", ".jsonl"])
+def test_a_sparse_source_is_refused_from_its_first_block_unread(
+    tmp_path: Path, suffix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    big = tmp_path / f"x{suffix}"
+    with big.open("wb") as f:
+        f.truncate(3 << 30)  # 3 GiB of holes: costs nothing to make
+
+    def never(*args: object, **kwargs: object) -> bytes:
+        raise AssertionError("the whole file was read")
+
+    monkeypatch.setattr(corpus, "read_whole", never)
+    with pytest.raises(UserError, match=r"contains NUL bytes: a binary file, not text"):
+        corpus.load_override("gutenberg", big)
+
+
+def test_a_nul_past_the_first_block_is_still_found(tmp_path: Path) -> None:
+    late = tmp_path / "late.txt"
+    late.write_bytes(b"text " * (corpus.HEAD_BYTES // 5 + 10) + b"\0 more")
+    assert whole_file.read_whole(late, "s", 1).index(b"\0") > corpus.HEAD_BYTES
+    with pytest.raises(UserError, match=r"contains NUL bytes"):
+        corpus._source_text(late, "gutenberg")
+
+
+def test_a_text_source_reads_whole(tmp_path: Path) -> None:
+    text = tmp_path / "t.txt"
+    text.write_text("héllo " * 20_000)
+    assert corpus._source_text(text, "gutenberg") == "héllo " * 20_000
