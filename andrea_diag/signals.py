@@ -69,3 +69,16 @@ def stop_on_signals() -> Iterator[None]:
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old if old is not None else signal.SIG_DFL)
+
+
+@contextlib.contextmanager
+def before_any_output() -> Iterator[None]:
+    """A stop in the block (Ctrl-C, or a signal :func:`stop_on_signals` turned into
+    :class:`Terminated`) is marked ``nothing_written``: the command's stop line then says so,
+    instead of advising ``--resume`` of a folder that was never made (a stop while the data
+    was prepared)."""
+    try:
+        yield
+    except (KeyboardInterrupt, Terminated) as e:
+        e.nothing_written = True  # type: ignore[union-attr]
+        raise

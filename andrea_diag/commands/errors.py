@@ -49,15 +49,18 @@ def friendly_errors(fn: F, after_stop: str | None = None) -> F:
         except UserError as e:
             one_line(e)
             raise typer.Exit(e.exit_code) from None
-        except KeyboardInterrupt:
-            said = "[yellow]interrupted[/]"
-            err_console.print(f"{said}: {kept}" if after_stop else said, highlight=False,
-                              soft_wrap=True)  # fmt: skip
+        except KeyboardInterrupt as e:
+            _said_stop("[yellow]interrupted[/]", e)
             raise typer.Exit(130) from None
         except Terminated as e:
-            said = f"[yellow]stopped by {e.name}[/]"
-            err_console.print(f"{said}: {kept}" if after_stop else said, highlight=False,
-                              soft_wrap=True)  # fmt: skip
+            _said_stop(f"[yellow]stopped by {e.name}[/]", e)
             raise typer.Exit(e.exit_code) from None
+
+    def _said_stop(said: str, e: BaseException) -> None:
+        if getattr(e, "nothing_written", False):  # signals.before_any_output
+            said += ": nothing was written yet"
+        elif after_stop:
+            said += f": {kept}"
+        err_console.print(said, highlight=False, soft_wrap=True)
 
     return wrapper  # type: ignore[return-value]

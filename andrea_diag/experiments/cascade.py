@@ -42,6 +42,7 @@ from andrea_diag.factories import build_model, check_gpt_fits, check_model_spec,
 from andrea_diag.record import write_json
 from andrea_diag.rundir import child, make_out_dir, read_json
 from andrea_diag.runlock import RunLock
+from andrea_diag.signals import before_any_output
 from andrea_diag.train.components import check_precision
 from andrea_diag.train.distributed import (
     check_world,
@@ -312,7 +313,8 @@ def run_cascade(
         check_resumed(out_dir, main=env_rank() == 0)  # before the data: one line, no wait
     elif env_rank() == 0:
         check_fresh(out_dir)
-    data = data or load_data(configs[0], console)
+    with contextlib.nullcontext() if spec.resume else before_any_output():
+        data = data or load_data(configs[0], console)
     check_streams(data, configs[0].seq_len)
     world = env_world_size()  # > 1 under torchrun: every rank runs this function
     if world > 1:
