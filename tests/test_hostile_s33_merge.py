@@ -44,3 +44,12 @@ def test_a_done_arm_without_a_readable_table_is_refused_not_merged(
                                "holds no readable row, while summary.json counts 3 updates"), output  # fmt: skip
     assert lines[1] == "hint: move the cell aside and re-run it (nothing was written)", output
     assert (sweep / "sweep.csv").read_bytes() == csv_before
+
+
+def test_merge_only_into_a_file_says_it_is_a_file(tmp_path: Path) -> None:
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    code, output = strict_cli(*SWEEP, "--merge-only", "--out", str(afile))
+    assert code == 2, output
+    assert output.splitlines()[0] == f"error: --out {afile} is a file, not a directory", output
+    assert afile.read_text() == "x"
