@@ -53,3 +53,18 @@ def test_merge_only_into_a_file_says_it_is_a_file(tmp_path: Path) -> None:
     assert code == 2, output
     assert output.splitlines()[0] == f"error: --out {afile} is a file, not a directory", output
     assert afile.read_text() == "x"
+
+
+@pytest.mark.parametrize("merge", [["--merge-only"], []], ids=["merge-only", "re-run"])
+def test_cells_of_a_wider_grid_are_said_to_be_left_out_of_the_table(
+    tmp_path: Path, finished_sweep: Path, merge: list[str]
+) -> None:
+    sweep = tmp_path / "s"
+    shutil.copytree(finished_sweep, sweep, symlinks=True)
+    other = CELL.replace("-s0", "-s1")
+    shutil.copytree(sweep / CELL, sweep / other, symlinks=True)  # seed 1 of a wider grid
+    code, output = strict_cli(*SWEEP, *merge, "--out", str(sweep))
+    assert code == 0, output
+    assert (f"1 cell folder(s) under --out are not in this grid and are left out of sweep.csv "
+            f"({other})") in " ".join(output.split()), output  # fmt: skip
+    assert (sweep / other / "cascade.json").exists()  # left where it is

@@ -34,7 +34,7 @@ import pandas as pd
 from rich.console import Console
 
 from andrea_diag.config import RunConfig
-from andrea_diag.console_text import as_typed
+from andrea_diag.console_text import as_typed, shown
 from andrea_diag.data import PreparedData
 from andrea_diag.device import resolve_device
 from andrea_diag.errors import BadArgument, CellsCrashed, UserError
@@ -61,6 +61,7 @@ from andrea_diag.experiments.gpu_busy import busy_line, busy_sampler, gpu_busy
 from andrea_diag.experiments.resume import check_same_run, move_aside
 from andrea_diag.experiments.spec_checks import checked_spec
 from andrea_diag.experiments.status import DONE, Status
+from andrea_diag.experiments.sweep_cells import finished, outside, said_done
 from andrea_diag.experiments.throughput import (
     earlier_throughputs,
     recorded_updates,
@@ -77,7 +78,6 @@ from andrea_diag.train.graphed import check_graphable
 Kept = dict[tuple[str, str], dict[str, Any]]  # (cell, arm) -> a finished cell's arm summary
 # the files a sweep writes in its folder (its command renders the page: one rule for all)
 SWEEP_FILES = ("sweep.json", "sweep.csv", "arms.csv", "gaps.csv", "sweep.html")
-SUMMARY = "summary.json"  # a finished arm's: without it, the cell is not finished
 
 
 @dataclass
@@ -145,19 +145,6 @@ def name_of(cfg: RunConfig) -> str:
     return cell_name(cfg.size, cfg.lr, cfg.max_norm, cfg.seed, cfg.precision)
 
 
-def _said_done(cell_dir: Path) -> bool:
-    meta = cell_dir / "cascade.json"
-    if not os.path.lexists(meta):
-        return False
-    return read_json(meta, f"cell {cell_dir.name}'s cascade.json", kind=dict).get("status") == DONE
-
-
-def _finished(cell_dir: Path, clips: list[str]) -> bool:
-    """Its cascade.json says done and every arm has its summary: an arm that lost it is
-    continued as ``cascade --resume`` continues it (from its checkpoints, else anew)."""
-    return _said_done(cell_dir) and all(os.path.lexists(cell_dir / a / SUMMARY) for a in clips)
-
-
 def _check_same(
     cell_dir: Path, cfg: RunConfig, clips: list[str], shas: dict[str, str] | None = None
 ) -> None:
@@ -204,7 +191,7 @@ def _prepare_cell(cell_dir: Path, console: Console) -> bool:
     """An unfinished cell continues from its checkpoints (finished arms kept): True. One that
     never wrote its cascade.json is kept aside and started again: False."""
     resume = (cell_dir / "cascade.json").is_file()
-    if resume and _said_done(cell_dir):  # not _finished: an arm lost its summary.json
+    if resume and said_done(cell_dir):  # not _finished: an arm lost its summary.json
         console.print(f"[yellow]cell {cell_dir.name}: done, but an arm has no summary.json; "
                       "continuing that arm[/]", highlight=False, soft_wrap=True)  # fmt: skip
     if cell_dir.exists() and not resume:
@@ -223,7 +210,7 @@ def _run_out_of_process(
     """Every unfinished cell as its own job (--jobs / --executor); returns the crashed ones."""
     jobs = []
     for cell_dir, cfg in zip(dirs, configs, strict=True):
-        if not _finished(cell_dir, spec.clips):  # a finished one: checked by _preflight
+        if not finished(cell_dir, spec.clips):  # a finished one: checked by _preflight
             resume = _prepare_cell(cell_dir, console)
             jobs.append(CellJob(cell_dir.name, cell_dir, cfg, spec.clips, resume,
                                 shared_plotly(spec.plotly, out)))  # fmt: skip
@@ -248,7 +235,7 @@ def run_sweep(
     dirs = [child(out, name_of(c), "cell") for c in configs]  # a planted link out is refused
     # before the folder: no cell would crash on them. Finished cells train nothing, so a
     # finished CUDA sweep re-run on a laptop (to redraw its pages) is not refused for the GPU
-    todo = [c for c, d in zip(configs, dirs, strict=True) if not _finished(d, spec.clips)]
+    todo = [c for c, d in zip(configs, dirs, strict=True) if not finished(d, spec.clips)]
     if os.path.lexists(out) and not out.is_dir():  # a file: said as such, not "no cell"
         raise UserError(f"--out {out} is a file, not a directory", hint="give another --out")
     if spec.executor.merge_only and len(todo) == len(configs):  # a page of "not run" only
@@ -260,6 +247,10 @@ def run_sweep(
     shas = {name: src.sha256 for name, src in data.sources.items()}
     # every refusal before the first write: a refused re-run leaves a finished sweep as it was
     earlier, kept = _preflight(out, dirs, configs, spec.clips, shas)
+    if others := outside(out, {d.name for d in dirs}):  # kept on disk, not in this table
+        console.print(f"[yellow]{len(others)} cell folder(s) under --out are not in this grid "
+                      f"and are left out of sweep.csv[/] ({shown(', '.join(others[:3]))}"
+                      f"{', ...' if len(others) > 3 else ''})", highlight=False)  # fmt: skip
     make_out_dir(out)
     meta = {
         "sizes": spec.sizes, "lrs": spec.lrs, "max_norms": spec.max_norms, "seeds": spec.seeds,
@@ -326,7 +317,7 @@ def _preflight(
     figures from ``sweep.json`` (kept, not lost) and the finished cells' arm summaries."""
     kept: Kept = {}
     for cell_dir, cfg in zip(dirs, configs, strict=True):
-        if _finished(cell_dir, clips):
+        if finished(cell_dir, clips):
             _check_same(cell_dir, cfg, clips, shas)
             for arm in clips:  # checked against its own table (arm_summary.py), once
                 kept[cell_dir.name, arm] = arm_summary(cell_dir / arm, cell_dir.name)
@@ -356,10 +347,10 @@ def _each_cell(
     rows: list[dict[str, Any]] = []
     for i, (cfg, cell_dir) in enumerate(zip(configs, dirs, strict=True), 1):
         name = name_of(cfg)
-        unmerged = spec.executor.merge_only and not _finished(cell_dir, spec.clips)
+        unmerged = spec.executor.merge_only and not finished(cell_dir, spec.clips)
         if unmerged:  # a cell is the unit: a half-finished one is not half merged
             console.print(f"[yellow]cell {i}/{len(configs)} {name}: not finished, not run[/]")
-        elif _finished(cell_dir, spec.clips) or name in crashed:
+        elif finished(cell_dir, spec.clips) or name in crashed:
             if spec.executor.in_process:
                 console.print(f"[dim]cell {i}/{len(configs)} {name}: already done, kept[/]")
         else:
