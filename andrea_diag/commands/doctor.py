@@ -12,21 +12,32 @@ import subprocess
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from andrea_diag.console_text import make_console
+from andrea_diag.errors import visible
 
 BuildOpt = Annotated[
     bool, typer.Option("--build/--no-build", help="Build and self-check the CUDA extension")
 ]
 
 
-def _nvcc_version(path: str) -> str:
+def nvcc_status(path: str) -> tuple[bool, str]:
+    """(works, what ``nvcc --version`` said): its release line, or why it does not work. An
+    nvcc that timed out or exited non-zero was reported "ok" with an "unreadable" detail."""
     try:
-        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30).stdout
-        return next((ln.strip() for ln in out.splitlines() if "release" in ln), out.strip()[:80])
-    except Exception as exc:
-        return f"unreadable ({exc})"
+        res = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30,
+                             errors="replace")  # fmt: skip
+    except (OSError, subprocess.SubprocessError) as exc:
+        return False, f"does not run ({visible(str(exc))[:120]})"
+    release = next((ln.strip() for ln in res.stdout.splitlines() if "release" in ln), None)
+    if res.returncode != 0 or release is None:
+        said = (res.stderr or res.stdout).strip().splitlines()
+        return False, f"--version exited {res.returncode}" + (
+            f": {visible(said[0])[:120]}" if said else ", saying no release"
+        )
+    return True, visible(release)
 
 
 def self_check() -> tuple[bool, str]:
@@ -72,11 +83,9 @@ def doctor(build: BuildOpt = True) -> None:
         gpu += f" (sm_{cap[0]}{cap[1]}, {torch.cuda.get_device_properties(0).multi_processor_count} SMs)"
     t.add_row("GPU", ok if has_gpu else missing, gpu)
     nvcc = cuda.nvcc_path()
-    t.add_row(
-        "nvcc",
-        ok if nvcc else missing,
-        f"{nvcc}: {_nvcc_version(nvcc)}" if nvcc else "not found (CUDA_HOME / PATH)",
-    )
+    works, said = nvcc_status(nvcc) if nvcc else (False, "not found (CUDA_HOME / PATH)")
+    status = ok if works else ("[red]fails[/]" if nvcc else missing)
+    t.add_row("nvcc", status, escape(f"{nvcc}: {said}" if nvcc else said))
     t.add_row(
         "kernel sources",
         ok if (cuda.kernel_dir() / "clip.cu").is_file() else missing,
