@@ -43,3 +43,19 @@ def test_a_text_source_reads_whole(tmp_path: Path) -> None:
     text = tmp_path / "t.txt"
     text.write_text("héllo " * 20_000)
     assert corpus._source_text(text, "gutenberg") == "héllo " * 20_000
+
+
+def test_a_pickled_npy_source_is_named_as_such_with_no_advice_to_unpickle(tmp_path: Path) -> None:
+    import numpy as np
+
+    from andrea_diag.data.token_ids import _from_npy
+
+    obj = tmp_path / "obj.npy"
+    np.save(obj, np.array([{"a": 1}, "x"], dtype=object), allow_pickle=True)
+    with pytest.raises(UserError) as e:
+        _from_npy(obj.read_bytes(), obj, "gutenberg")
+    assert (
+        e.value.message
+        == f"source gutenberg: {str(obj)!r} holds Python objects (pickled data), not token ids"
+    )
+    assert "allow_pickle" not in e.value.message + (e.value.hint or "")

@@ -110,6 +110,11 @@ def _from_npy(raw: bytes, p: Path, name: str) -> np.ndarray:
     try:
         arr = np.load(io.BytesIO(raw), allow_pickle=False)  # a run never unpickles user files
     except (ValueError, OSError, EOFError) as exc:
+        if "pickle" in str(exc).lower():  # numpy's words advise loading it unsafely: not ours
+            raise UserError(
+                f"source {name}: {str(p)!r} holds Python objects (pickled data), not token ids",
+                hint="a run never unpickles a file: save integer ids (np.save of an int array)",
+            ) from None
         raise UserError(f"source {name}: {str(p)!r} is not a readable .npy array ({exc})") from None
     if not isinstance(arr, np.ndarray):
         raise UserError(f"source {name}: {str(p)!r} holds several arrays (.npz), not one")
