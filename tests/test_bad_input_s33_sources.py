@@ -59,3 +59,21 @@ def test_a_pickled_npy_source_is_named_as_such_with_no_advice_to_unpickle(tmp_pa
         == f"source gutenberg: {str(obj)!r} holds Python objects (pickled data), not token ids"
     )
     assert "allow_pickle" not in e.value.message + (e.value.hint or "")
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero-link"])
+def test_a_folder_source_names_a_text_file_that_is_not_a_regular_file(
+    tmp_path: Path, kind: str
+) -> None:
+    import os
+
+    folder = tmp_path / "texts"
+    folder.mkdir()
+    odd = folder / "a.txt"
+    if kind == "fifo":
+        os.mkfifo(odd)
+    else:
+        odd.symlink_to("/dev/zero")
+    with pytest.raises(UserError) as e:
+        corpus.load_override("gutenberg", folder)
+    assert e.value.message == f"source gutenberg: {str(odd)!r} is not a regular file"

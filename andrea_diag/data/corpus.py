@@ -31,7 +31,7 @@ from andrea_diag.data.generators import dialogue_documents, narrative_documents
 from andrea_diag.data.pinned import pinned_source
 from andrea_diag.data.real_sources import RealText, real_text
 from andrea_diag.data.repo_docs import repo_docs
-from andrea_diag.data.whole_file import TEXT_COPIES, read_whole
+from andrea_diag.data.whole_file import TEXT_COPIES, check_size, read_whole
 from andrea_diag.errors import UserError
 from andrea_diag.given_checks import given_path
 
@@ -147,10 +147,11 @@ def _source_text(path: Path, name: str) -> str:
     try:
         if not path.is_file():
             raise UserError(f"source {name}: {str(path)!r} is not a regular file")
+        check_size(path, name, TEXT_COPIES)  # too large for memory: one line, nothing read
         with path.open("rb") as f:  # a binary file's first block, before the whole is read:
             head = f.read(HEAD_BYTES)  # a 3 GB sparse file took 3.5 GB and 15 s to refuse
         if b"\0" not in head:
-            head = data = read_whole(path, name, TEXT_COPIES)  # too large for memory: one line
+            head = data = read_whole(path, name, TEXT_COPIES)
     except OSError as exc:
         raise UserError(f"source {name}: cannot read {str(path)!r} ({exc.strerror})") from None
     if b"\0" in head:
@@ -189,7 +190,9 @@ def _read_jsonl(path: Path, name: str) -> list[str]:
 def _text_files(p: Path, name: str) -> list[Path]:
     """A folder's .txt/.md files, sorted by relative path (the same order anywhere)."""
     try:
-        files = [f for f in p.rglob("*") if f.suffix.lower() in (".txt", ".md") and f.is_file()]
+        # not only regular files: a FIFO or a link to /dev/zero named a.txt is refused by
+        # name (_source_text), where leaving it out said "no .txt or .md files"
+        files = [f for f in p.rglob("*") if f.suffix.lower() in (".txt", ".md") and not f.is_dir()]
     except OSError as exc:
         raise UserError(f"source {name}: cannot list {str(p)!r} ({exc.strerror})") from None
     if not files:

@@ -32,13 +32,20 @@ def _too_big(path: Path, name: str, size: int, need: int, free: int | None) -> U
     )
 
 
-def read_whole(path: Path, name: str, copies: int) -> bytes:
-    """``path``'s bytes (a regular file: the caller checked), refused in one line when
-    ``copies`` of its size would not fit in the memory available."""
+def check_size(path: Path, name: str, copies: int) -> int:
+    """``path``'s size, refused in one line when ``copies`` of it would not fit in the memory
+    available (nothing is read)."""
     size = path.stat().st_size
     free = available_memory()
     if free is not None and size * copies > free:
         raise _too_big(path, name, size, size * copies, free)
+    return size
+
+
+def read_whole(path: Path, name: str, copies: int) -> bytes:
+    """``path``'s bytes (a regular file: the caller checked), refused in one line when
+    ``copies`` of its size would not fit in the memory available."""
+    size = check_size(path, name, copies)
     try:
         return path.read_bytes()
     except MemoryError:  # an address-space limit the free memory does not show
