@@ -96,7 +96,13 @@ def _write(tmp_path: Path, name: str, content: object) -> str:
         ("ok.bin", b"\x01\x00", ":float16", V, "unknown token dtype 'float16'"),
         ("ok.npy", np.arange(4), ":uint16", V, "a .npy names its own dtype"),
         ("ok.bin", b"\x01\x00", "", None, "no vocabulary size was declared"),
-        ("obj.npy", np.array([{"a": 1}], dtype=object), "", V, "holds Python objects (pickled data)"),
+        (
+            "obj.npy",
+            np.array([{"a": 1}], dtype=object),
+            "",
+            V,
+            "holds Python objects (pickled data)",
+        ),
     ],
 )
 def test_bad_token_files_are_one_clear_line(

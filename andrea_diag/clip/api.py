@@ -352,13 +352,11 @@ def clip_grad_norm_(
       for bf16) and a float32 one beside float64 ones differ in their last bits. An fp16 norm
       past 65504 is returned as inf, as torch's, and ``error_if_nonfinite`` raises for it, but
       otherwise the gradients are scaled by the finite float32 coefficient, where torch's inf
-      norm zeroes them. Beside float32 or float64 gradients, an fp16 one whose own norm passes
-      65504 makes torch's total inf too (every gradient zeroed; ``error_if_nonfinite`` raises);
-      ours is the finite promoted total, and clips;
+      norm zeroes them (so does an fp16 norm past 65504 beside float32 ones: ours is finite);
     - bf16/fp16 gradients are scaled in float32 by the float32 coefficient and rounded once;
       torch multiplies by the coefficient rounded to the gradients' dtype;
-    - ``foreach`` is accepted for signature compatibility and ignored (every implementation
-      here is multi-tensor; torch raises for ``foreach=True`` where it has no foreach kernels);
+    - ``foreach`` is accepted and ignored (every implementation here is multi-tensor; torch
+      raises for ``foreach=True`` where it has no foreach kernels);
     - gradients on several devices run torch's own function (it groups them by device);
     - with nothing to clip (scale exactly 1) the gradients are not rewritten, where torch
       multiplies them by 1: the same values, one pass less;
