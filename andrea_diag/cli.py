@@ -165,7 +165,7 @@ def main(
 AFTER_STOP = {
     "cascade": "continue with --resume DIR", "train": "continue with --resume DIR",
     "sweep": "run the same command again to continue", "ladder": "run the same command again to continue",
-    "bench-kernels": "each set timed before the stop is in bench-kernels.json (meta.partial)",
+    "bench-kernels": "each set timed before the stop is in --out's bench-kernels.json (meta.partial)",
 }  # fmt: skip
 
 for _name, _fn in {

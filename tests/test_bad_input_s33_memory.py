@@ -63,7 +63,7 @@ def test_a_microbatch_under_eight_tokens_is_refused_not_judged(
     lines = _lines(res.output)
     assert res.exit_code == 2, res.output
     assert lines[0] == (f"error: --micro-batch x --seq-len is {m * t}: a microbatch of fewer "
-                        "than 8 tokens is too small to judge"), lines  # fmt: skip
+                        "than 8 tokens is too small to judge in fp32"), lines  # fmt: skip
     assert not out.exists()
 
 
@@ -106,3 +106,8 @@ def test_the_gpt_check_counts_adams_state_on_the_cpu_and_weights_on_a_gpu(
     factories.check_gpt_fits(cfg, "cuda")  # the weights fit
     with pytest.raises(factories.UserError, match="weights, gradients and Adam's moments"):
         factories.check_gpt_fits(cfg, "cpu")
+
+
+def test_a_small_bf16_microbatch_is_judged_by_its_own_wider_tolerance() -> None:
+    spec = accum_check.AccumSpec(precision="bf16", micro_batch=1, accum=2, seq_len=4)
+    assert spec.validate().name == "tiny"  # bf16's tolerance (2 eps) is far above fp32 drift

@@ -77,3 +77,12 @@ def test_a_folder_source_names_a_text_file_that_is_not_a_regular_file(
     with pytest.raises(UserError) as e:
         corpus.load_override("gutenberg", folder)
     assert e.value.message == f"source gutenberg: {str(odd)!r} is not a regular file"
+
+
+def test_a_link_to_nothing_in_a_folder_source_is_passed_over(tmp_path: Path) -> None:
+    folder = tmp_path / "texts"
+    folder.mkdir()
+    (folder / "a.txt").write_text("some words " * 200)
+    (folder / ".#notes.md").symlink_to("user@host.1234:1700000000")  # an editor's lock file
+    source = corpus.load_override("gutenberg", folder)
+    assert source.documents == ("some words " * 200,)

@@ -67,5 +67,5 @@ def test_the_stop_line_says_where_the_timed_sets_are(
     assert res.exit_code == 130, res.output
     assert (
         "interrupted: everything recorded so far is kept; each set timed before the stop is in "
-        "bench-kernels.json (meta.partial)" in " ".join(res.output.split())
+        "--out's bench-kernels.json (meta.partial)" in " ".join(res.output.split())
     ), res.output

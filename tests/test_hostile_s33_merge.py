@@ -42,7 +42,9 @@ def test_a_done_arm_without_a_readable_table_is_refused_not_merged(
     assert code != 0, output
     assert lines[0].startswith(f"error: cell {CELL} arm global: its metrics table is missing or "
                                "holds no readable row, while summary.json counts 3 updates"), output  # fmt: skip
-    assert lines[1] == "hint: move the cell aside and re-run it (nothing was written)", output
+    assert lines[1] == (
+        "hint: the arm's records are damaged: move its folder aside and train it again"
+    ), output
     assert (sweep / "sweep.csv").read_bytes() == csv_before
 
 

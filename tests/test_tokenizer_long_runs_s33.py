@@ -42,3 +42,20 @@ def test_a_source_with_a_long_line_trains_and_round_trips() -> None:
     ids = tok.encode(long_line, add_special_tokens=False).ids
     assert tok.decode(ids) == long_line
     assert len(ids) < len(long_line)  # merges were learned from the pieces
+
+
+def test_only_a_source_cut_into_pieces_gets_another_cache_key() -> None:
+    import hashlib
+    import json
+
+    from andrea_diag.data.tokenizer import RECIPE_VERSION, data_key
+
+    def old_key(sources: dict) -> str:  # the key before pieces: what caches hold today
+        payload = {"recipe": RECIPE_VERSION, "vocab_size": 400,
+                   "sources": {n: s.sha256 for n, s in sources.items()}}  # fmt: skip
+        return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+
+    plain = {"s": Source("s", ("plain words " * 50,), origin="t", generated=False)}
+    cut = {"s": Source("s", ("x" * (2 * MAX_RUN),), origin="t", generated=False)}
+    assert data_key(plain, 400) == old_key(plain)  # kept: old caches and resumes still match
+    assert data_key(cut, 400) != old_key(cut)  # trained otherwise now: not an old cache's

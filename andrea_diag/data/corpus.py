@@ -191,8 +191,10 @@ def _text_files(p: Path, name: str) -> list[Path]:
     """A folder's .txt/.md files, sorted by relative path (the same order anywhere)."""
     try:
         # not only regular files: a FIFO or a link to /dev/zero named a.txt is refused by
-        # name (_source_text), where leaving it out said "no .txt or .md files"
-        files = [f for f in p.rglob("*") if f.suffix.lower() in (".txt", ".md") and not f.is_dir()]
+        # name (_source_text), where leaving it out said "no .txt or .md files"; a link to
+        # nothing (an editor's lock file, .#notes.md) is still passed over
+        files = [f for f in p.rglob("*")
+                 if f.suffix.lower() in (".txt", ".md") and f.exists() and not f.is_dir()]  # fmt: skip
     except OSError as exc:
         raise UserError(f"source {name}: cannot list {str(p)!r} ({exc.strerror})") from None
     if not files:

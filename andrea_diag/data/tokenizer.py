@@ -83,6 +83,10 @@ def data_key(sources: Mapping[str, Source], vocab_size: int = VOCAB_SIZE) -> str
         "vocab_size": vocab_size,
         "sources": {name: s.sha256 for name, s in sources.items()},
     }
+    if any(_LONG_RUN.search(d) for s in sources.values() for d in s.documents):
+        # trained on pieces (training_pieces): not the key of one trained whole before; the
+        # pinned corpora have no such run, so their key (and resumes of their runs) stay
+        payload["max_run"] = MAX_RUN
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
 

@@ -60,7 +60,7 @@ def _held_to_table(arm_dir: Path, summary: dict[str, Any], path: Path) -> dict[s
         raise UserError(
             f"its metrics table is missing or holds no readable row, while {path.name} counts "
             f"{counted:,} updates",
-            hint=CELL_HINT,
+            hint="the arm's records are damaged: move its folder aside and train it again",
         )
     return checked_summary(summary, config, metrics, path)[0]
 
