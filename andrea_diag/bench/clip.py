@@ -253,6 +253,7 @@ def run_bench(
     ``after_set``: called with the result so far after each set's rows (the command saves
     them, so a run stopped or killed part-way keeps every set it timed).
     """
+    after_set = after_set or (lambda _result: None)
     bad = [c for c in cases if c not in CASES]
     if bad:
         raise ValueError(f"unknown cases {bad}; choose from {CASES}")
@@ -289,8 +290,7 @@ def run_bench(
                 if progress:
                     progress(f"{size} {dt}")
                 result.rows += bench_case(size, dt, timer, device, copy_row.gbps)
-                if after_set:
-                    after_set(result)
+                after_set(result)
                 if device.startswith("cuda"):
                     torch.cuda.empty_cache()
         for size in adaptive_sizes:
@@ -298,16 +298,14 @@ def run_bench(
                 if progress:
                     progress(f"{size} {dt} adaptive clip modes")
                 result.rows += bench_adaptive_case(size, dt, timer, device)
-                if after_set:
-                    after_set(result)
+                after_set(result)
                 if device.startswith("cuda"):
                     torch.cuda.empty_cache()
         for size in adamw_sizes:
             if progress:
                 progress(f"{size} fp32 clip+adamw")
             result.rows += bench_adamw_case(size, timer, device, copy_row.gbps)
-            if after_set:
-                after_set(result)
+            after_set(result)
             if device.startswith("cuda"):
                 torch.cuda.empty_cache()
     meta["telemetry"] = tel.summary()

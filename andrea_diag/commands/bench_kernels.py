@@ -136,7 +136,6 @@ def _save(out: Path, result: bench.BenchResult, command: str, *, partial: bool) 
     doc = result.to_dict()
     doc["meta"] = {**doc["meta"], "command": command, "partial": partial}
     atomic_write_text(out / "bench-kernels.json", json.dumps(doc, indent=2))
-    result.meta["command"] = command
 
 
 def bench_kernels(
@@ -181,6 +180,7 @@ def bench_kernels(
             cases=tuple(case_list),
             after_set=lambda r: _save(out, r, command, partial=True),
         )
+        result.meta["command"] = command  # the page's too
         _save(out, result, command, partial=False)
     # imported here: plotly is only needed for the page (the JSON above is already written)
     from andrea_diag.report.bench_page import render_bench_page

@@ -284,8 +284,8 @@ def _wandb(run_dirs: list[Path], target: Path, project: str) -> None:
     # service logs (core-debug, symon-debug) and its artifact staging go under target/wandb,
     # not ~/.cache/wandb and ~/.local/share/wandb: an export writes inside --out alone (the
     # user's own WANDB_CACHE_DIR / WANDB_DATA_DIR win)
-    places = {"WANDB_CACHE_DIR": str(target), "WANDB_DATA_DIR": str(target / "wandb")}
-    places = {k: os.environ.get(k, v) for k, v in places.items()}
+    places = {k: os.environ.get(k, str(v)) for k, v in
+              (("WANDB_CACHE_DIR", target), ("WANDB_DATA_DIR", target / "wandb"))}  # fmt: skip
     with _environ(WANDB_MODE="offline", WANDB_SILENT=os.environ.get("WANDB_SILENT", "true"),
                   **places):  # fmt: skip
         try:

@@ -237,7 +237,7 @@ def run_sweep(
     # finished CUDA sweep re-run on a laptop (to redraw its pages) is not refused for the GPU
     todo = [c for c, d in zip(configs, dirs, strict=True) if not finished(d, spec.clips)]
     if os.path.lexists(out) and not out.is_dir():  # a file: said as such, not "no cell"
-        raise UserError(f"--out {out} is a file, not a directory", hint="give another --out")
+        raise BadArgument(f"--out {out} is a file, not a directory", hint="give another --out")
     if spec.executor.merge_only and len(todo) == len(configs):  # a page of "not run" only
         raise UserError(f"nothing to merge: {out} has no finished cell of this grid",
                         hint="copy finished cells under --out first, or give the grid they ran")  # fmt: skip
