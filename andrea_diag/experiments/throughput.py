@@ -10,6 +10,8 @@ cell in another process, a resumed cell and a crashed one all count what they re
 
 from __future__ import annotations
 
+import logging
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -17,6 +19,14 @@ from typing import Any
 from andrea_diag.errors import UserError
 from andrea_diag.experiments.executor import ExecutorConfig
 from andrea_diag.rundir import MAX_TABLE_BYTES, check_size, child, open_regular
+
+log = logging.getLogger("andrea_diag.record")
+
+MAX_EARLIER = 1_000  # one sweep's invocations: a handful; a longer list is not the sweep's
+MAX_GPUS = 64  # per-GPU entries of one figure's ``gpu_busy``
+MAX_TEXT = 1_000  # characters of a kept text field (the note, the executor's name)
+_COUNTS = {"updates_per_s": float, "updates": int, "wall_s": float, "jobs": int}
+_BUSY = ("pct_mean", "pct_min", "pct_max", "n_samples")
 
 
 def recorded_updates(cell_dirs: list[Path], clips: list[str]) -> int:
@@ -57,17 +67,69 @@ def throughput(updates: int, wall_s: float, cfg: ExecutorConfig) -> dict[str, An
     }
 
 
+def _measure(v: Any, top: float = math.inf, kind: type = float) -> bool:
+    """A count, a time or a percentage as a sweep writes it: a finite number in [0, top]; a
+    count (``kind`` int) a whole JSON integer a float holds exactly."""
+    ok = isinstance(v, int if kind is int else (int, float)) and not isinstance(v, bool)
+    # compared as they are: a JSON integer past the float range overflows math.isfinite
+    return ok and 0 <= v <= min(top, 2**53 if kind is int else 1e300)
+
+
+def _busy(b: Any, depth: int = 0) -> dict[str, Any] | None:
+    """A figure's ``gpu_busy`` (gpu_busy.py) with only its own fields, each in range."""
+    if not isinstance(b, dict):
+        return None
+    out = {
+        k: b[k]
+        for k in _BUSY
+        if _measure(b.get(k), *((100.0, float) if k.startswith("pct") else (math.inf, int)))
+    }
+    if isinstance(b.get("source"), str) and len(b["source"]) <= MAX_TEXT:
+        out["source"] = b["source"]
+    devices = b.get("devices") if depth == 0 else None
+    if isinstance(devices, dict):
+        per = {str(i)[:MAX_TEXT]: _busy(d, 1) for i, d in list(devices.items())[:MAX_GPUS]}
+        out["devices"] = {i: d for i, d in per.items() if d}
+    return out if "pct_mean" in out else None
+
+
+def _figure(t: Any) -> dict[str, Any] | None:
+    """One earlier invocation's figure with only the fields :func:`throughput` writes, each of
+    its type and in range; None when it holds no count (then it is not a figure at all)."""
+    if not isinstance(t, dict):
+        return None
+    out: dict[str, Any] = {k: t[k] for k, kind in _COUNTS.items() if _measure(t.get(k), kind=kind)}
+    out.update({k: t[k] for k in ("executor", "note")
+                if isinstance(t.get(k), str) and len(t[k]) <= MAX_TEXT})  # fmt: skip
+    if isinstance(t.get("jobs_auto"), bool):
+        out["jobs_auto"] = t["jobs_auto"]
+    if (busy := _busy(t.get("gpu_busy"))) is not None:
+        out["gpu_busy"] = busy
+    dropped = sorted(str(k)[:40] for k in t if k not in out)[:8]
+    if dropped:  # the file is the run dir's: what the sweep did not write is not carried on
+        log.warning("sweep.json: an earlier throughput figure's %s not kept (damaged or not "
+                    "the sweep's)", ", ".join(dropped))  # fmt: skip
+    return out if "updates" in out or "updates_per_s" in out else None
+
+
 def earlier_throughputs(old: dict[str, Any]) -> dict[str, Any]:
     """The earlier invocations' entries of ``sweep.json`` (``old``), to keep: ``throughput`` if
-    it is a dict, ``throughput_earlier`` as its dict entries if it is a list. The file is the
-    run dir's, so anything may be there: another shape is dropped (as a field of the wrong type
-    is, runread.py), never spread into the list."""
+    it is a figure, ``throughput_earlier``'s figures if it is a list (the last
+    ``MAX_EARLIER``). The file is the run dir's, so anything may be there: each figure keeps
+    only the fields the sweep writes, each of its type and in range; another shape is dropped
+    (as a field of the wrong type is, runread.py), never spread into the list.
+
+    >>> earlier_throughputs({"throughput": {"updates": 6, "wall_s": -1.0, "x": "y" * 9}})
+    {'throughput': {'updates': 6}}
+    """
     kept: dict[str, Any] = {}
-    if isinstance(old.get("throughput"), dict):
-        kept["throughput"] = old["throughput"]
+    if (last := _figure(old.get("throughput"))) is not None:
+        kept["throughput"] = last
     earlier = old.get("throughput_earlier")
-    if isinstance(earlier, list) and any(isinstance(t, dict) for t in earlier):
-        kept["throughput_earlier"] = [t for t in earlier if isinstance(t, dict)]
+    if isinstance(earlier, list):
+        figures = [f for f in map(_figure, earlier[-MAX_EARLIER:]) if f is not None]
+        if figures:
+            kept["throughput_earlier"] = figures
     return kept
 
 
