@@ -20,6 +20,7 @@ code catches). Nothing here creates a file or a folder: a refused call leaves no
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 from pathlib import Path
@@ -217,12 +218,26 @@ def mlflow_uri(store: Any, what: str = "--mlflow", example: str = MLFLOW_EXAMPLE
     if ":" not in store.split("/")[0]:
         return _file_store(store, store, what, example)
     parts = urlsplit(store)
+    _database_driver(parts.scheme.lower(), store, what, example)
     if parts.scheme.lower() != "file" or parts.netloc not in ("", "localhost"):
         return store
     path = url2pathname(parts.path)
     if not path:
         raise BadArgument(f"{what} {store!r} names no folder", hint=example)
     return _file_store(path, store, what, example)
+
+
+DATABASES = ("sqlite", "postgresql", "mysql", "mssql")  # MLflow's SQLAlchemy stores
+
+
+def _database_driver(scheme: str, store: str, what: str, example: str) -> None:
+    """A database store needs SQLAlchemy, which ``mlflow-skinny`` (the extra) leaves out; MLflow
+    would say only "unsupported URI ... for model registry", after a WARNING of its own."""
+    if scheme.split("+")[0] in DATABASES and importlib.util.find_spec("sqlalchemy") is None:
+        raise BadArgument(f"{what} {store!r} is a database store, which needs SQLAlchemy (not "
+                          "installed: the mlflow extra is mlflow-skinny, without it)",
+                          hint=f"pip install sqlalchemy, or give a folder (a file store): "
+                          f"{example}")  # fmt: skip
 
 
 def _file_store(path: str, store: str, what: str, example: str) -> str:

@@ -18,6 +18,7 @@ back the empty folders it made (never a folder the user had, nor one holding a f
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -320,6 +321,19 @@ def _environ(**values: str) -> Iterator[None]:
                 os.environ[k] = v
 
 
+@contextlib.contextmanager
+def _quiet(name: str) -> Iterator[None]:
+    """``name``'s log records below ERROR held back for the block: MLflow logs WARNINGs of its
+    own (Databricks credentials, a store's notices) before the one line an export says."""
+    logger = logging.getLogger(name)
+    old = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(old)
+
+
 MLFLOW_PATIENCE = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10",
                    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1"}  # fmt: skip
 
@@ -333,7 +347,7 @@ def _mlflow(run_dirs: list[Path], uri: str, experiment: str) -> None:
     # backoff): an export says so in seconds instead; the user's own settings win
     patience = {k: os.environ.get(k, v) for k, v in MLFLOW_PATIENCE.items()}
     try:
-        with _environ(**patience):
+        with _environ(**patience), _quiet("mlflow"):
             done = export_to_sinks(
                 run_dirs,
                 lambda name, config: MLflowSink(experiment, name=name, config=config,
@@ -341,7 +355,11 @@ def _mlflow(run_dirs: list[Path], uri: str, experiment: str) -> None:
             )  # fmt: skip
     except MlflowException as e:  # a store it cannot use, or a name it refuses: one line
         first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-        raise UserError(f"MLflow refused the export to {uri}: {first[:300]}") from None
+        said = os.environ.get("MLFLOW_ALLOW_FILE_STORE", "")
+        off = uri.startswith("file:") and said.strip().lower() in ("false", "0", "no")
+        raise UserError(f"MLflow refused the export to {uri}: {first[:300]}",
+                        hint=f"MLFLOW_ALLOW_FILE_STORE={said} in this shell turns MLflow's file "
+                        "store off: unset it for a folder store" if off else "") from None  # fmt: skip
     for run, name in done:
         say(f"[bold green]mlflow:[/] {shown(run)} -> {shown(name)}")
     say(f"view: mlflow ui --backend-store-uri {shell_word(uri)}")
