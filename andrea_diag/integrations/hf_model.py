@@ -208,20 +208,32 @@ def hf_config(path: str | Path, preset: ModelConfig, seq_len: int) -> Any:
     d = read_config(path)
     kwargs = {k: v for k, v in d.items() if k != "model_type"}
     kwargs["vocab_size"] = preset.vocab_size  # the toolkit's tokenizer, not the checkpoint's
-    for key in SPECIAL_IDS:  # ids of the config's own tokenizer mean nothing in ours
-        if key in kwargs:
-            kwargs[key] = _our_id(kwargs[key], preset.vocab_size)
+    _check_model_type(d["model_type"], path)
+    # ids of the config's own tokenizer mean nothing in ours; the model type's defaults too
+    # (GPT-2's 50256 past our vocabulary made transformers warn twice on every --hf-config run)
+    defaults = _default_ids(transformers, d["model_type"])
+    for key in SPECIAL_IDS:
+        if key in kwargs or defaults.get(key) is not None:
+            kwargs[key] = _our_id(kwargs.get(key, defaults.get(key)), preset.vocab_size)
     # the checkpoint's storage dtype ("torch_dtype": "bfloat16" in most published configs) made
     # the fresh weights bf16 under --precision fp32; the trainer's precision owns the dtype
     for key in STORAGE_DTYPES:
         kwargs.pop(key, None)
-    _check_model_type(d["model_type"], path)
     try:
         config = transformers.AutoConfig.for_model(d["model_type"], **kwargs)
     except Exception as exc:  # a bad field: the library says which
         raise UserError(f"--hf-config {path}: {_said(exc)}") from None
     check_positions(config, seq_len, str(path))
     return config
+
+
+def _default_ids(transformers: Any, model_type: str) -> dict[str, Any]:
+    """The special token ids the model type's config class sets when a config gives none."""
+    try:
+        config = transformers.AutoConfig.for_model(model_type)
+    except Exception:  # a config class that needs fields to be made: it has no bare defaults
+        return {}
+    return {key: getattr(config, key, None) for key in SPECIAL_IDS}
 
 
 def _our_id(value: Any, vocab_size: int) -> Any:
