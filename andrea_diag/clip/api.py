@@ -21,12 +21,9 @@ norm to decide whether to raise.
 
 from __future__ import annotations
 
-import contextlib
-import decimal
 import functools
 import logging
 import math
-import numbers
 import types
 import warnings
 from collections.abc import Iterable
@@ -36,6 +33,7 @@ from typing import NoReturn
 import torch
 
 from andrea_diag.clip import reference
+from andrea_diag.clip.max_norm import check_max_norm
 
 log = logging.getLogger("andrea_diag.clip")
 _notified: set[str] = set()
@@ -81,54 +79,6 @@ def _notice_once(key: str, message: str) -> None:
     if key not in _notified:
         _notified.add(key)
         log.warning(message)
-
-
-def check_max_norm(max_norm: object, *, allow_zero: bool = True) -> float:
-    """``max_norm`` as a float: a real number (a one-element real tensor, a 0-dim numpy array
-    and a ``Decimal`` too, as torch's ``float()`` reads them), not a bool, not NaN, not
-    negative; ``inf`` measures and never clips. The one check of the drop-in, the stats
-    variant and :class:`~andrea_diag.clip.fused_adamw.ClippedAdamW` (``allow_zero=False``: an
-    optimizer whose every update is zero trains nothing).
-
-    torch's ``clip_grad_norm_`` takes anything ``float()`` reads ("1", True) and clips with it:
-    NaN makes every gradient NaN, a negative bound flips every gradient's sign. Here each is
-    refused at the call: ``TypeError`` for what is not a number, ``ValueError`` for the rest.
-    A tensor of other than one element is torch's ``ValueError`` (:class:`MaxNormShapeError`,
-    also a ``TypeError``).
-    """
-    probe = max_norm
-    if isinstance(max_norm, torch.Tensor) and max_norm.numel() != 1:
-        # torch's float() of it: ValueError; a TypeError too, as ours raised before
-        raise MaxNormShapeError(
-            f"max_norm must be a single number, got Tensor of {max_norm.numel()} elements "
-            "(torch: only one element tensors can be converted to Python scalars)"
-        )
-    if getattr(max_norm, "ndim", None) == 0 and not isinstance(max_norm, torch.Tensor):
-        # np.array(1.0) (a config read through numpy): torch's float() reads it and ours refused
-        # it as "not a real number"; checked as the 0-dim tensor it is (np.array(True) is not)
-        with contextlib.suppress(TypeError, ValueError, RuntimeError):
-            probe = torch.as_tensor(max_norm)
-    if isinstance(probe, torch.Tensor) and probe.numel() == 1:
-        ok = not (probe.dtype == torch.bool or probe.is_complex())
-    else:  # Decimal is no numbers.Real, but float() reads it exactly as torch does
-        ok = isinstance(probe, (numbers.Real, decimal.Decimal)) and not isinstance(probe, bool)
-    if not ok:
-        raise TypeError(f"max_norm must be a real number, got {type(max_norm).__name__} "
-                        f"{max_norm!r}"[:200])  # fmt: skip
-    # a one-element tensor: a host read; 10**400: torch's bare OverflowError, named here
-    value = reference.as_float(probe, "max_norm", "math.inf never clips")
-    if math.isnan(value):
-        raise ValueError("max_norm must be a number, got NaN (it would make every gradient NaN)")
-    if value < 0 or (value == 0 and not allow_zero):
-        least = "0 or more" if allow_zero else "> 0"
-        raise ValueError(f"max_norm must be {least} (inf: never clip), got {value}")
-    return value
-
-
-class MaxNormShapeError(ValueError, TypeError):
-    """A ``max_norm`` tensor of other than one element: torch's ``float()`` of it raises
-    ValueError ("only one element tensors can be converted to Python scalars"); ours raised
-    TypeError, and code written against either still catches this."""
 
 
 class SparseGradientError(TypeError, NotImplementedError):
@@ -236,8 +186,9 @@ def clip_grad_norm_with_stats(
     ``mode="none"`` measures only (no gradient is changed).
 
     ``error_if_nonfinite`` raises torch's error, before any gradient changes, when the total is
-    non-finite in float32/float64 or in the gradients' own dtype (torch's norm of fp16
-    gradients past 65504 is inf, and torch raises, though the float32 total here is finite).
+    non-finite in float32/float64 or in the gradients' own dtype, or when one fp16 gradient's
+    norm is past 65504 (torch's norm of it is inf, and torch raises, though the float32 total
+    here is finite, also beside float32 gradients).
     """
     if mode not in ("global", "per-tensor", "none"):
         raise ValueError(f"mode must be global, per-tensor or none, got {mode!r}")
@@ -279,15 +230,8 @@ def clip_grad_norm_with_stats(
         total, per, scale, nonfinite = reference.clip_reference(
             grads, max_norm, norm_type, acc_dtype=reference.acc_dtype(grads), apply=apply_now
         )
-    # host sync: deciding whether to raise needs the flag on the host (torch does the same)
-    if error_if_nonfinite and (
-        bool(nonfinite) or not bool(torch.isfinite(total.to(_promoted_dtype(grads))))
-    ):
-        raise RuntimeError(
-            f"The total norm of order {norm_type} for gradients from `parameters` is "
-            "non-finite, so it cannot be clipped. To disable this error and scale the "
-            "gradients by the non-finite norm anyway, set `error_if_nonfinite=False`"
-        )
+    if error_if_nonfinite:
+        _raise_if_nonfinite(total, per, nonfinite, grads, norm_type)
     if apply_global and not apply_now:
         _scale_stage(which, grads, scale, norm_type)
     if mode == "per-tensor":
@@ -298,6 +242,29 @@ def clip_grad_norm_with_stats(
     elif mode == "none":
         scale = torch.ones_like(total)
     return ClipResult(total, per, scale, nonfinite, which, norm_type=norm_type)
+
+
+def _raise_if_nonfinite(
+    total: torch.Tensor,
+    per: torch.Tensor,
+    nonfinite: torch.Tensor,
+    grads: list[torch.Tensor],
+    norm_type: float,
+) -> None:
+    """torch's error where torch's total would be non-finite: ours is, or it is in the
+    gradients' promoted dtype, or one fp16 gradient's own norm is in fp16 (past 65504: torch
+    takes each norm in its gradient's dtype, so its total is inf beside float32 gradients too,
+    where ours, accumulated in float32, is finite). One host sync, as torch's check has."""
+    bad = nonfinite | ~torch.isfinite(total.to(_promoted_dtype(grads)))
+    half = [i for i, g in enumerate(grads) if g.dtype == torch.float16]
+    if half and per.numel() == len(grads):
+        bad = bad | ~torch.isfinite(per[half].to(torch.float16)).all()
+    if bool(bad):
+        raise RuntimeError(
+            f"The total norm of order {norm_type} for gradients from `parameters` is "
+            "non-finite, so it cannot be clipped. To disable this error and scale the "
+            "gradients by the non-finite norm anyway, set `error_if_nonfinite=False`"
+        )
 
 
 def _scale_stage(which: str, grads: list[torch.Tensor], scale: torch.Tensor, p: float) -> None:
@@ -352,14 +319,16 @@ def clip_grad_norm_(
       for bf16) and a float32 one beside float64 ones differ in their last bits. An fp16 norm
       past 65504 is returned as inf, as torch's, and ``error_if_nonfinite`` raises for it, but
       otherwise the gradients are scaled by the finite float32 coefficient, where torch's inf
-      norm zeroes them (so does an fp16 norm past 65504 beside float32 ones: ours is finite);
+      norm zeroes them (so does an fp16 norm past 65504 beside float32 ones: ours is finite,
+      and ``error_if_nonfinite`` raises for it as torch's does);
     - bf16/fp16 gradients are scaled in float32 by the float32 coefficient and rounded once;
       torch multiplies by the coefficient rounded to the gradients' dtype;
     - ``foreach`` is accepted and ignored (every implementation here is multi-tensor; torch
       raises for ``foreach=True`` where it has no foreach kernels);
     - gradients on several devices run torch's own function (it groups them by device);
-    - with nothing to clip (scale exactly 1) the gradients are not rewritten, where torch
-      multiplies them by 1: the same values, one pass less;
+    - with nothing to clip (scale exactly 1) the CUDA kernel leaves the gradients unwritten,
+      where torch multiplies them by 1: the same values, one pass less (on CPU they are
+      multiplied by 1, as torch's are);
     - an empty (zero-size) gradient has norm 0 for every ``norm_type``, where torch refuses
       the inf norm of an empty tensor;
     - :func:`clip_grad_norm_with_stats` (the stats variant) returns float32/float64 norms and
