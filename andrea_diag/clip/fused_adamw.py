@@ -55,7 +55,8 @@ from andrea_diag.clip import reference
 from andrea_diag.clip.adamw_args import check_adamw_hyper, scalar_betas
 from andrea_diag.clip.adamw_reference import adamw_clipped_reference
 from andrea_diag.clip.adamw_state import AdamWPickling
-from andrea_diag.clip.api import ClipResult, check_max_norm
+from andrea_diag.clip.api import ClipResult
+from andrea_diag.clip.max_norm import check_max_norm
 
 IMPLS = ("auto", "cuda", "reference")
 
@@ -217,12 +218,19 @@ class ClippedAdamW(AdamWPickling, torch.optim.Optimizer):  # pickling: adamw_sta
     ``"auto"`` (the CUDA kernels where they apply, else the reference), ``"cuda"`` (raise if
     unavailable) or ``"reference"``. After each ``step()``, :attr:`last_clip` holds the
     :class:`ClipResult` of that step (device tensors; reading them is the caller's sync).
+    ``norm_type`` <= 0 is refused, as the stats variant refuses it (no sum to split). The
+    norm is the drop-in's (float32 accumulation): beside clip + torch's AdamW it differs where
+    the drop-in's docstring says: an fp16 gradient norm past 65504 clips finitely here, where
+    torch's inf norm zeroes the gradients (and torch's fp16 AdamW step then makes 0 / 0 NaN).
 
     With the probes (``SpikeMonitor``): the clip happens inside ``step()``, so ``.grad`` stays
-    unclipped and ``after_clip`` runs before the scale exists; the optimizer-state probe then
-    tracks the unclipped gradient. Use ``clip_grad_norm_`` + an AdamW when the pollution
-    shares must be exact for a clipped run.
+    unclipped and ``after_clip`` runs before the scale exists; the optimizer-state probe scales
+    the gradient it captured by ``last_clip``'s scale after the step, so the pollution shares
+    are those of the clipped gradient AdamW received (as with ``clip_grad_norm_`` + an AdamW).
     """
+
+    # the optimizer-state probe scales its pre-step gradient by last_clip (clipped_in_step)
+    clips_in_step = True
 
     def __init__(
         self,

@@ -59,13 +59,15 @@ from andrea_diag.probes.optstate_reads import (
     DevicePart,
     Pending,
     Scalars,
+    capture_grads,
+    clipped_in_step,
     delta_stats,
-    effective_grads,
     post_clip_norms,
     push_moment_norms,
     push_spike_norms,
     read_queue,
     ready,
+    received_grads,
     snapshot_buffers,
     spike_update_stats,
 )
@@ -122,7 +124,7 @@ class OptStateProbe:
         # reference, which asks for no extension); a direct caller gets torch's _foreach_norm
         self.fused_norms = False
         self._snap_valid = False
-        self._g_eff: list[torch.Tensor] | None = None
+        self._g_eff: Any = None  # Captured (optstate_reads.py), from after_clip to after_step
         self._ginfo: list[GroupInfo] | None = None
         self._gid_of: dict[int, int] = {}
         self._shadow = ShadowBuffers()  # B of m_spike = c·B, allocated at the first spike
@@ -169,7 +171,7 @@ class OptStateProbe:
         _, params = self._with_grad(ctx)
         self._rebind(ctx, params)
         # the gradient Adam will receive, captured before the step (coupled L2 needs θ_prev)
-        self._g_eff = effective_grads(params, self._group_info(ctx.optimizer), self._gid_of)
+        self._g_eff = capture_grads(params, self._group_info(ctx.optimizer), self._gid_of)
         self._snap_valid = False
         if not self.update_stats or not ctx.applied or not params:
             return
@@ -234,10 +236,8 @@ class OptStateProbe:
             return None
         self._rebind(ctx, params)
         self._param_ids = [id(p) for p in params]  # the order a checkpoint names buffers by
-        g_eff = self._g_eff
-        if g_eff is None:
-            g_eff = effective_grads(params, self._group_info(ctx.optimizer), self._gid_of)
-        self._g_eff = None
+        got = self._g_eff or capture_grads(params, self._group_info(ctx.optimizer), self._gid_of)
+        g_eff, self._g_eff = clipped_in_step(received_grads(got), ctx.optimizer), None
         state = self._states.of(ctx.optimizer, params)  # cached: a tensor's hash is Python
         ms = [None if st is None else st.get("exp_avg") for st in state]
         vs = [None if st is None else st.get("exp_avg_sq") for st in state]

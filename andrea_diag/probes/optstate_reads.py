@@ -175,22 +175,56 @@ def snapshot_buffers(
     return views, buf
 
 
-def effective_grads(
+class Captured(NamedTuple):
+    """The gradient Adam will receive, as ``after_clip`` captures it: the gradients themselves
+    (a clip after ``after_clip``, e.g. Lightning's ``gradient_clip_val``, scales them in place
+    before the step, and the step reads them so) and, for Adam's coupled L2, ``wd·θ`` of the
+    parameters before the step moves them. None: no group has coupled L2 or ``maximize``."""
+
+    grads: list[torch.Tensor]
+    l2: list[torch.Tensor | None] | None = None
+    negate: list[bool] | None = None
+
+
+def capture_grads(
     params: list[torch.Tensor], ginfo: list[GroupInfo], gid_of: dict[int, int]
-) -> list[torch.Tensor]:
-    """The gradient Adam receives: post-clip grad, + wd·θ (coupled L2), negated if maximize."""
+) -> Captured:
+    """:class:`Captured` of ``params`` (those with a gradient), before the step."""
+    grads = [p.grad.detach() if p.grad.requires_grad else p.grad for p in params]  # create_graph
     if not any(i.l2 or i.maximize for i in ginfo):  # the common case: the gradients as they are
-        return [p.grad.detach() if p.grad.requires_grad else p.grad for p in params]
+        return Captured(grads)
+    infos = [ginfo[gid_of.get(id(p), 0)] for p in params]
+    l2 = [i.wd * p.detach() if i.l2 else None for p, i in zip(params, infos, strict=True)]
+    return Captured(grads, l2, [i.maximize for i in infos])
+
+
+def received_grads(c: Captured) -> list[torch.Tensor]:
+    """The gradient Adam received, after the step: the gradients as the step read them (+ the
+    captured ``wd·θ``, summed into its own buffer; negated for ``maximize``). Summed at
+    ``after_clip``, a clip between it and the step was missed: Lightning's clip of an Adam with
+    weight decay left the spike terms unclipped, and a share of ``v`` read 1,468."""
+    if c.l2 is None or c.negate is None:
+        return c.grads
     out = []
-    for p in params:
-        g = p.grad.detach() if p.grad.requires_grad else p.grad  # create_graph only
-        info = ginfo[gid_of.get(id(p), 0)]
-        if info.l2:
-            g = g + info.wd * p.detach()
-        if info.maximize:
-            g = -g
-        out.append(g)
+    for g, l2, neg in zip(c.grads, c.l2, c.negate, strict=True):
+        if l2 is None:  # no decay in its group: the gradient itself, never written to
+            out.append(-g if neg else g)
+        else:  # its own buffer: summed (and negated) in place, once (after_step takes it)
+            out.append(l2.add_(g).neg_() if neg else l2.add_(g))
     return out
+
+
+def clipped_in_step(g_eff: list[torch.Tensor], optimizer: Any) -> list[torch.Tensor]:
+    """The gradient Adam received where the optimizer clips inside its ``step()``
+    (``ClippedAdamW``, ``clips_in_step``): ``g_eff``, captured before the step, times the step's
+    own global scale (``last_clip.scale``, on the device: no host read). Without it the spike
+    terms were the unclipped gradient's, and a spike's share of ``v`` read 10x (past 1)."""
+    clip = getattr(optimizer, "last_clip", None)
+    if not getattr(type(optimizer), "clips_in_step", False) or clip is None:
+        return g_eff
+    if clip.scale.dim() != 0:  # a per-tensor scale is no ClippedAdamW's
+        return g_eff
+    return torch._foreach_mul(g_eff, clip.scale.to(g_eff[0].dtype)) if g_eff else g_eff
 
 
 def post_clip_norms(

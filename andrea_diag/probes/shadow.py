@@ -265,8 +265,9 @@ def pollution_summary(probe: Any) -> dict[str, Any]:
         "has_moments": bool(probe.has_moments),
         "shadow": probe.shadow,
         "n_spikes_tracked": len(probe.spikes),
-        "max_m_share": probe.max_m_share if any_spike else 0.0,
-        "max_v_share": probe.max_v_share if any_spike else 0.0,
+        # no m, v to read (SGD, Adagrad...): not measured, never a 0 that reads as "no pollution"
+        "max_m_share": (probe.max_m_share if any_spike else 0.0) if probe.has_moments else None,
+        "max_v_share": (probe.max_v_share if any_spike else 0.0) if probe.has_moments else None,
         # a pollution event: the spikes still hold half of ‖v‖ at the end
         **final_v_share(probe.has_moments, probe.shadow, probe.last_v_share, probe.spikes),
         "recovery_m": rec_m,
@@ -290,8 +291,13 @@ def spike_shares(
     for sp in probe.spikes:
         if sp.recovery_m is not None and sp.recovery_v is not None:
             continue
-        own_m = math.sqrt(sum((a * b1**sp.k) ** 2 for a, (b1, _) in zip(sp.am, betas, strict=True)))
-        own_v = math.sqrt(sum((a * b2**sp.k) ** 2 for a, (_, b2) in zip(sp.av, betas, strict=True)))
+        # not strict: a group added after the spike (add_param_group appends) holds none of it
+        own_m = math.sqrt(
+            sum((a * b1**sp.k) ** 2 for a, (b1, _) in zip(sp.am, betas, strict=False))
+        )
+        own_v = math.sqrt(
+            sum((a * b2**sp.k) ** 2 for a, (_, b2) in zip(sp.av, betas, strict=False))
+        )
         sm = own_m / m_norm if m_norm > 0 else None
         sv = own_v / v_norm if v_norm > 0 else None
         sp.share_v_last = sv
@@ -339,15 +345,18 @@ def refresh_groups(probe: Any, optimizer: torch.optim.Optimizer) -> list[GroupIn
     """The optimizer-state probe's :class:`GroupInfo` per parameter group, and its map from
     ``id(param)`` to group: made once, then the cheap fields refreshed (betas may be scheduled;
     ``c`` and ``‖B‖`` are kept)."""
-    if probe._ginfo is None or len(probe._ginfo) != len(optimizer.param_groups):
-        probe._ginfo = [GroupInfo(g, optimizer) for g in optimizer.param_groups]
-        probe._gid_of = {
-            id(p): gi for gi, g in enumerate(optimizer.param_groups) for p in g["params"]
-        }
+    groups = optimizer.param_groups
+    if probe._ginfo is None or len(probe._ginfo) > len(groups):
+        probe._ginfo = [GroupInfo(g, optimizer) for g in groups]
+    elif len(probe._ginfo) < len(groups):  # add_param_group (a backbone unfrozen mid-run):
+        # the earlier groups keep their c and ‖B‖ (their spike terms); the new ones start empty
+        probe._ginfo += [GroupInfo(g, optimizer) for g in groups[len(probe._ginfo) :]]
     else:
         for info, g in zip(probe._ginfo, optimizer.param_groups, strict=True):
             betas = g.get("betas", (info.beta1, info.beta2))
             info.beta1, info.beta2 = float(betas[0]), float(betas[1])
+        return probe._ginfo
+    probe._gid_of = {id(p): gi for gi, g in enumerate(groups) for p in g["params"]}
     return probe._ginfo
 
 
