@@ -12,7 +12,7 @@ from typing import Any
 
 from andrea_diag.metrics import CLIPPED_BELOW
 from andrea_diag.probes.spikes import CAUSES
-from andrea_diag.report.arms import Arm, compared_loss, fmt
+from andrea_diag.report.arms import Arm, compared_loss, fmt, recovery_text
 
 # A spike term holding half of ‖v‖ is a pollution event (the seeds' 120m takeovers held 83-99%).
 POLLUTION_SHARE = 0.5
@@ -68,7 +68,7 @@ def comparison_rows(arms: list[Arm]) -> tuple[list[str], list[list[Any]]]:
             ms = float(a.metrics["clip_ms"].median())
         rows.append([
             a.label, touched_pct(a), *[by_cause[c] for c in CAUSES], peak_v_share(a),
-            "not recovered" if poll and rec is None else rec, loss, ms,
+            recovery_text(poll, "v") if poll and rec is None else rec, loss, ms,
         ])  # fmt: skip
     return head, rows
 

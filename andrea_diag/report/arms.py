@@ -195,16 +195,27 @@ def summary_row(arm: Arm) -> dict[str, Any]:
         "% clipped": pct,
         "max pollution share": max(shares) if shares else None,
         "recovery m / v (updates)": (
-            f"{_recovery(poll.get('recovery_m'))} / {_recovery(poll.get('recovery_v'))}"
-            if poll
-            else "-"
+            f"{recovery_text(poll, 'm')} / {recovery_text(poll, 'v')}" if poll else "-"
         ),
         "verdict": lock.get("verdict", "-"),  # the run verdict (probes/verdict.py)
     }
 
 
-def _recovery(v: Any) -> str:
-    return "not recovered" if v is None else fmt(v)
+def recovery_text(poll: dict[str, Any], key: str) -> str:
+    """An arm's recovery of ``m`` or ``v`` (``key``) as a table says it: its updates, "not
+    recovered" (a spike the run ended on first), "no spike" (none reached the optimizer-state
+    probe: a run without spikes was shown as "not recovered"), "not measured" (no Adam moments).
+
+    >>> [recovery_text(p, "v") for p in ({"recovery_v": 12}, {"n_spikes_tracked": 0},
+    ...                                   {"has_moments": False}, {"n_spikes_tracked": 2})]
+    ['12', 'no spike', 'not measured', 'not recovered']
+    """
+    rec = poll.get(f"recovery_{key}")
+    if poll.get("has_moments") is False:
+        return "not measured"
+    if poll.get("n_spikes_tracked") == 0 and rec is None:
+        return "no spike"
+    return "not recovered" if rec is None else fmt(rec)
 
 
 def is_locked(arm: Arm) -> bool:

@@ -134,6 +134,9 @@ def pollution_finding(arm: Arm) -> str:
         return f"{arm.label}: optimizer-state pollution not known (the run did not finish)."
     if not poll or not poll.get("has_moments", True):
         return f"{arm.label}: no optimizer-state pollution measured (no Adam moments)."
+    if poll.get("n_spikes_tracked") == 0:  # "peaked at a share of 0 and did not recover" before
+        return (f"{arm.label}: no spike reached m and v (none flagged at an applied update), "
+                "so there was no pollution to measure.")  # fmt: skip
     parts = []
     for key in ("m", "v"):
         share, rec = poll.get(f"max_{key}_share"), poll.get(f"recovery_{key}")
