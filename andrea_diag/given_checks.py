@@ -3,7 +3,7 @@ Python API and the command line apply.
 
     run_dir = given_path(run_dir, "load_run: run_dir")        # "" refused, never read as "."
     check_project(project, wandb=True, what="WandbSink: project", example="project='mine'")
-    uri = mlflow_uri(tracking_uri, "MLflowSink: tracking_uri", MLFLOW_EXAMPLE_API)
+    uri = mlflow_store(tracking_uri, "MLflowSink: tracking_uri", MLFLOW_EXAMPLE_API)
     folder = writable_folder(path, "WandbSink: dir", said=str(path), hint=...)  # not a file
     out = given_folder(out_dir, "SpikeMonitor: out_dir")   # also no ESC, nothing under /proc
 
@@ -218,7 +218,6 @@ def mlflow_uri(store: Any, what: str = "--mlflow", example: str = MLFLOW_EXAMPLE
     if ":" not in store.split("/")[0]:
         return _file_store(store, store, what, example)
     parts = urlsplit(store)
-    _database_driver(parts.scheme.lower(), store, what, example)
     if parts.scheme.lower() != "file" or parts.netloc not in ("", "localhost"):
         return store
     path = url2pathname(parts.path)
@@ -230,14 +229,23 @@ def mlflow_uri(store: Any, what: str = "--mlflow", example: str = MLFLOW_EXAMPLE
 DATABASES = ("sqlite", "postgresql", "mysql", "mssql")  # MLflow's SQLAlchemy stores
 
 
-def _database_driver(scheme: str, store: str, what: str, example: str) -> None:
+def database_driver(store: str, what: str = "--mlflow", example: str = MLFLOW_EXAMPLE) -> None:
     """A database store needs SQLAlchemy, which ``mlflow-skinny`` (the extra) leaves out; MLflow
-    would say only "unsupported URI ... for model registry", after a WARNING of its own."""
+    would say only "unsupported URI ... for model registry", after a WARNING of its own. Called
+    where the store is about to be used (after ``export``'s check that it is outside the runs)."""
+    scheme = urlsplit(store).scheme.lower()
     if scheme.split("+")[0] in DATABASES and importlib.util.find_spec("sqlalchemy") is None:
         raise BadArgument(f"{what} {store!r} is a database store, which needs SQLAlchemy (not "
                           "installed: the mlflow extra is mlflow-skinny, without it)",
                           hint=f"pip install sqlalchemy, or give a folder (a file store): "
                           f"{example}")  # fmt: skip
+
+
+def mlflow_store(store: Any, what: str, example: str) -> str:
+    """:func:`mlflow_uri` of a store about to be used, with :func:`database_driver`'s check."""
+    uri = mlflow_uri(store, what, example)
+    database_driver(uri, what, example)
+    return uri
 
 
 def _file_store(path: str, store: str, what: str, example: str) -> str:

@@ -35,7 +35,7 @@ from typing import Any, Protocol
 import pandas as pd
 
 from andrea_diag.errors import UserError
-from andrea_diag.given_checks import check_project, given_path, mlflow_uri, writable_folder
+from andrea_diag.given_checks import check_project, given_path, mlflow_store, writable_folder
 from andrea_diag.metrics import folder_tags
 from andrea_diag.optional_deps import optional_module
 from andrea_diag.surrogates import argv_as_text, text_values
@@ -150,7 +150,7 @@ class MLflowSink:
         or the store is made, as ``export --mlflow`` refuses it (:mod:`given_checks`)."""
         check_project(experiment, wandb=False, what="MLflowSink: experiment",
                       example="experiment='mine'")  # fmt: skip
-        tracking_uri = mlflow_uri(tracking_uri, "MLflowSink: tracking_uri", MLFLOW_EXAMPLE_API)
+        tracking_uri = mlflow_store(tracking_uri, "MLflowSink: tracking_uri", MLFLOW_EXAMPLE_API)
         mlflow = need("mlflow", "mlflow")
         if tracking_uri.startswith("file:"):
             # MLflow 3.x keeps its file store in maintenance mode behind this switch; a file

@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 
 from andrea_diag.cli import app
 from andrea_diag.errors import BadArgument
-from andrea_diag.given_checks import mlflow_uri
+from andrea_diag.given_checks import mlflow_store, mlflow_uri
 
 
 @pytest.fixture
@@ -36,7 +36,7 @@ def test_a_database_store_without_sqlalchemy_is_refused_naming_it(
     store: str, no_sqlalchemy: None
 ) -> None:
     with pytest.raises(BadArgument, match="needs SQLAlchemy") as e:
-        mlflow_uri(store, "MLflowSink: tracking_uri", "e.g. tracking_uri='mlruns'")
+        mlflow_store(store, "MLflowSink: tracking_uri", "e.g. tracking_uri='mlruns'")
     assert "tracking_uri='mlruns'" in (e.value.hint or "")
 
 
@@ -44,7 +44,10 @@ def test_a_database_store_is_mlflows_to_judge_when_sqlalchemy_is_there(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object())
-    assert mlflow_uri("sqlite:///runs.db") == "sqlite:///runs.db"
+    assert mlflow_store("sqlite:///runs.db", "--mlflow", "") == "sqlite:///runs.db"
+    assert (
+        mlflow_uri("sqlite:///runs.db") == "sqlite:///runs.db"
+    )  # the CLI's first check: no driver
 
 
 def test_the_cli_refuses_a_database_store_in_one_line_and_makes_nothing(

@@ -341,7 +341,10 @@ MLFLOW_PATIENCE = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_
 def _mlflow(run_dirs: list[Path], uri: str, experiment: str) -> None:
     from mlflow.exceptions import MlflowException
 
+    from andrea_diag.given_checks import database_driver
     from andrea_diag.sinks import MLflowSink, export_to_sinks
+
+    database_driver(uri)  # before MLflow is reached: no store made, no WARNING of its own
 
     # MLflow's own defaults retry an unreachable server for minutes (7 retries, 120 s each,
     # backoff): an export says so in seconds instead; the user's own settings win

@@ -266,6 +266,8 @@ def damaged_run_dir(run_dirs: list[Path], doing: str = "render") -> Iterator[Non
     what the command was doing with it (``render``, ``export``), for that line."""
     try:
         yield
+    except UserError:  # its own line (a BadArgument is a ValueError too: not damage)
+        raise
     except (TypeError, ValueError, KeyError, IndexError, AttributeError, OverflowError) as e:
         where = ", ".join(map(str, run_dirs))
         raise UserError(
