@@ -137,3 +137,58 @@ def test_a_clip_after_after_clip_reaches_the_spike_terms_of_adam_with_weight_dec
     for key in ("max_m_share", "max_v_share", "final_v_share"):
         assert late[key] == pytest.approx(given[key], rel=1e-6), key
         assert 0.0 <= late[key] <= 1.0, key
+
+
+def test_an_optimizer_of_some_trainable_parameters_has_their_moments_read(tmp_path: Path) -> None:
+    kept: dict = {}  # the head alone is optimized; the first layer still gets gradients
+    summary = _train(tmp_path / "r", lambda m: torch.optim.Adam(m[2].parameters(), lr=1e-2),
+                     kept=kept)  # fmt: skip
+    assert summary["pollution"]["has_moments"] is True
+    rows = [
+        json.loads(line) for line in (tmp_path / "r" / "metrics.jsonl").read_text().splitlines()
+    ]
+    last = [r for r in rows if r.get("update") == STEPS and r.get("v_norm") is not None]
+    opt = kept["opt"]
+    v = [opt.state[p]["exp_avg_sq"].double() for p in opt.param_groups[0]["params"]]
+    assert last and last[0]["v_norm"] == pytest.approx(
+        math.sqrt(sum(float(t.square().sum()) for t in v)), rel=1e-6
+    )
+
+
+CYCLE = 60  # a spike's m share recovers ~29 updates after it
+
+
+def _one_cycle(out: Path, scheduler_first: bool) -> dict:
+    """AdamW under OneCycleLR (it cycles β1 by default), a spike at SPIKE_AT; the scheduler
+    steps before or after ``after_step``."""
+    model = _model()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2, betas=(0.9, 0.95))
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=1e-2, total_steps=CYCLE + 1)
+    g = torch.Generator().manual_seed(1)
+    with SpikeMonitor(model, opt, out, lockin=False, moment_norms_every=1) as mon:
+        for t in range(1, CYCLE + 1):
+            x, y = torch.randn(16, 8, generator=g), torch.randn(16, 1, generator=g)
+            scale = 3.0 if t == SPIKE_AT else 1.0
+            loss = (model(x * scale) - y).square().mean() * scale
+            loss.backward()
+            mon.after_backward(loss)
+            mon.after_clip(None)
+            opt.step()
+            if scheduler_first:
+                sched.step()
+            mon.after_step()
+            if not scheduler_first:
+                sched.step()
+            opt.zero_grad()
+    return json.loads((out / "summary.json").read_text())["pollution"]
+
+
+def test_scheduled_betas_decay_a_spike_by_the_betas_each_step_used(tmp_path: Path) -> None:
+    first = _one_cycle(tmp_path / "a", scheduler_first=True)
+    after = _one_cycle(tmp_path / "b", scheduler_first=False)
+    assert [s["update"] for s in after["per_spike"]] == [SPIKE_AT]
+    # one spike: its own recovery is the shadow's exact one (β^k with β1 moving read it as
+    # censored), whichever side of after_step the scheduler steps on
+    assert after["recovery_m"] == after["recovery_m_all"] is not None
+    assert first["per_spike"] == after["per_spike"]
+    assert first["max_m_share"] == pytest.approx(after["max_m_share"], rel=1e-9)

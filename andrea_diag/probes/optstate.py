@@ -59,9 +59,11 @@ from andrea_diag.probes.optstate_reads import (
     DevicePart,
     Pending,
     Scalars,
+    at_step,
     capture_grads,
     clipped_in_step,
     delta_stats,
+    held_with_grad,
     post_clip_norms,
     push_moment_norms,
     push_spike_norms,
@@ -155,10 +157,7 @@ class OptStateProbe:
         self._states = ParamStates()
 
     def _with_grad(self, ctx: UpdateContext) -> tuple[list[str], list[torch.Tensor]]:
-        pairs = [
-            (n, p) for n, p in zip(ctx.param_names, ctx.params, strict=True) if p.grad is not None
-        ]
-        return [n for n, _ in pairs], [p for _, p in pairs]
+        return held_with_grad(ctx, self._gid_of if self._group_info(ctx.optimizer) else {})
 
     def _group_info(self, optimizer: torch.optim.Optimizer) -> list[GroupInfo]:
         return refresh_groups(self, optimizer)
@@ -172,6 +171,7 @@ class OptStateProbe:
         self._rebind(ctx, params)
         # the gradient Adam will receive, captured before the step (coupled L2 needs θ_prev)
         self._g_eff = capture_grads(params, self._group_info(ctx.optimizer), self._gid_of)
+        self._step_betas = [(i.beta1, i.beta2) for i in self._ginfo or []]  # what step() reads
         self._snap_valid = False
         if not self.update_stats or not ctx.applied or not params:
             return
@@ -282,7 +282,7 @@ class OptStateProbe:
             push_spike_norms(out, g_eff)
             flat, slots, copy = out.flat(), out.slots, None
         self._snap_late = None
-        ginfo = self._group_info(ctx.optimizer)
+        ginfo = at_step(self._group_info(ctx.optimizer), vars(self).pop("_step_betas", None))
         self._shadow.host_copies = self.defer_reads  # a deferred view is copied when made
         reset = bool(ctx.clip is not None and ctx.clip.moments_reset) and self.has_moments
         if self.has_moments:  # the buffers change now; the spike terms' bookkeeping at resolve

@@ -19,7 +19,7 @@ OptStateProbe = Any
 TRANSIENT = ("_groups_idx", "_snap", "_snap_flat", "_snap_valid", "_g_eff", "_gid_of",
              "_shadow", "_param_ids", "_queue", "defer_reads", "groups", "graphs",
              "_launched", "_pipelined", "_g_kept", "_snap_late", "spike_source", "_maybe",
-             "_snap_flag", "_staging", "_moments", "_states")  # fmt: skip
+             "_snap_flag", "_staging", "_moments", "_states", "_step_betas")  # fmt: skip
 
 
 def probe_state(probe: OptStateProbe) -> dict[str, Any]:

@@ -214,6 +214,24 @@ def received_grads(c: Captured) -> list[torch.Tensor]:
     return out
 
 
+def held_with_grad(ctx: Any, held: dict[int, int]) -> tuple[list[str], list[torch.Tensor]]:
+    """The parameters with a gradient that the optimizer holds (``held``: id -> group; empty:
+    every one), and their names. One it does not hold (a backbone left trainable beside
+    ``Adam(model.head.parameters())``) has no m, v: it made every update's m/v columns empty."""
+    pairs = [(n, p) for n, p in zip(ctx.param_names, ctx.params, strict=True)
+             if p.grad is not None and (not held or id(p) in held)]  # fmt: skip
+    return [n for n, _ in pairs], [p for _, p in pairs]
+
+
+def at_step(ginfo: list[GroupInfo], betas: list[tuple[float, float]] | None) -> list[GroupInfo]:
+    """``ginfo`` with the betas the step used (``betas``, read at ``after_clip``): a scheduler
+    that moves them (OneCycleLR cycles Adam's β1) and steps before ``after_step`` made the
+    spike terms decay by the next update's β."""
+    for info, (b1, b2) in zip(ginfo, betas or [], strict=False):
+        info.beta1, info.beta2 = b1, b2
+    return ginfo
+
+
 def clipped_in_step(g_eff: list[torch.Tensor], optimizer: Any) -> list[torch.Tensor]:
     """The gradient Adam received where the optimizer clips inside its ``step()``
     (``ClippedAdamW``, ``clips_in_step``): ``g_eff``, captured before the step, times the step's

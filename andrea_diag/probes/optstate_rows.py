@@ -58,7 +58,7 @@ def finish_entry(
             sp.forget(e.update)
     if e.applied:  # every spike term decays by β (the buffers' c decayed at the update)
         for sp in probe.spikes:
-            sp.k += 1
+            sp.decay(e.betas)
     if e.spike is not None:
         params, g_eff, gids = e.spike
         add_spike(probe, e.update, ginfo, gids, params, g_eff, get("gs"), get("gs4"))
@@ -106,7 +106,7 @@ def add_spike(
     am = [(1 - info.beta1) * math.sqrt(s) for info, s in zip(ginfo, sq_g, strict=True)]
     av = [(1 - info.beta2) * math.sqrt(s) for info, s in zip(ginfo, sq_g2, strict=True)]
     # the spike's term is in m_t already (k = 0 after this update's decay)
-    probe.spikes.append(SpikeTerm(update, am, av))
+    probe.spikes.append(SpikeTerm(update, am, av, [(i.beta1, i.beta2) for i in ginfo]))
     probe._last_spike_update = update
     probe.recovery_m_all = probe.recovery_v_all = None
     if not probe.shadow or not all(math.isfinite(x) for x in gs + gs4):

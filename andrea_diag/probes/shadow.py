@@ -194,15 +194,41 @@ class SpikeTerm:
     """One spike's own term in m and v: bookkeeping for the buffer-free recovery measurement
     (its norm after k updates is (1-β)·β^k·‖g_s‖, no buffer needed)."""
 
-    def __init__(self, update: int, am: list[float], av: list[float]) -> None:
+    def __init__(
+        self, update: int, am: list[float], av: list[float],
+        betas: list[tuple[float, float]] | None = None,
+    ) -> None:  # fmt: skip
         self.update = update
         self.am, self.av = am, av  # per group: (1-β1)‖g_s‖, (1-β2)‖g_s²‖
         self.k = 0  # applied updates since the spike
+        # scheduled betas (OneCycleLR cycles Adam's β1): the product of the β applied since,
+        # per group, where β^k read the current β alone (a recovery of 29 read as censored)
+        self.betas0 = list(betas or [])
+        self.dm, self.dv = [1.0] * len(am), [1.0] * len(av)
+        self.scheduled = False
         self.share_m0: float | None = None
         self.share_v0: float | None = None
         self.share_v_last: float | None = None  # its share of ‖v‖ at the latest update
         self.recovery_m: int | None = None
         self.recovery_v: int | None = None
+
+    def decay(self, betas: list[tuple[float, float]]) -> None:
+        """One applied update, whose groups' betas are ``betas``: the term decays by them."""
+        self.k += 1
+        if not hasattr(self, "dm"):  # a term from an older checkpoint: β^k, as it was read
+            return
+        self.dm = [d * b1 for d, (b1, _) in zip(self.dm, betas, strict=False)]
+        self.dv = [d * b2 for d, (_, b2) in zip(self.dv, betas, strict=False)]
+        # compared as tuples: a checkpoint may have made the pairs lists
+        moved = any(tuple(b) != tuple(b0) for b, b0 in zip(betas, self.betas0, strict=False))
+        self.scheduled = self.scheduled or moved
+
+    def decays(self, betas: list[tuple[float, float]]) -> tuple[list[float], list[float]]:
+        """Per group, how far the term has decayed: β^k while the betas held (the same bits as
+        ever), else the product of those applied."""
+        if getattr(self, "scheduled", False):
+            return self.dm, self.dv
+        return [b1**self.k for b1, _ in betas], [b2**self.k for _, b2 in betas]
 
     def forget(self, update: int) -> None:
         """The optimizer's moments were reset: this term is gone; if it had not recovered yet,
@@ -292,12 +318,9 @@ def spike_shares(
         if sp.recovery_m is not None and sp.recovery_v is not None:
             continue
         # not strict: a group added after the spike (add_param_group appends) holds none of it
-        own_m = math.sqrt(
-            sum((a * b1**sp.k) ** 2 for a, (b1, _) in zip(sp.am, betas, strict=False))
-        )
-        own_v = math.sqrt(
-            sum((a * b2**sp.k) ** 2 for a, (_, b2) in zip(sp.av, betas, strict=False))
-        )
+        dm, dv = sp.decays(betas)
+        own_m = math.sqrt(sum((a * d) ** 2 for a, d in zip(sp.am, dm, strict=False)))
+        own_v = math.sqrt(sum((a * d) ** 2 for a, d in zip(sp.av, dv, strict=False)))
         sm = own_m / m_norm if m_norm > 0 else None
         sv = own_v / v_norm if v_norm > 0 else None
         sp.share_v_last = sv
@@ -355,7 +378,8 @@ def refresh_groups(probe: Any, optimizer: torch.optim.Optimizer) -> list[GroupIn
         for info, g in zip(probe._ginfo, optimizer.param_groups, strict=True):
             betas = g.get("betas", (info.beta1, info.beta2))
             info.beta1, info.beta2 = float(betas[0]), float(betas[1])
-        return probe._ginfo
+        if probe._gid_of:  # empty after a resume: made here (rebind made it later before)
+            return probe._ginfo
     probe._gid_of = {id(p): gi for gi, g in enumerate(groups) for p in g["params"]}
     return probe._ginfo
 
