@@ -59,8 +59,9 @@ def _train(out: Path, make_opt: Callable, clip: float | None = None,
             else:
                 total = torch.nn.utils.clip_grad_norm_(model.parameters(), clip) if clip else None
                 mon.after_clip(total)
-            if kept is not None:  # each update's gradient, by parameter
-                kept[t] = {p: p.grad.clone() for p in model.parameters() if p.grad is not None}
+            if kept is not None:  # each update's gradient and θ before the step, by parameter
+                kept[t] = {p: (p.grad.clone(), p.detach().clone())
+                           for p in model.parameters() if p.grad is not None}  # fmt: skip
             opt.step()
             mon.after_step()
             opt.zero_grad()
@@ -101,14 +102,47 @@ def test_a_group_added_after_a_spike_keeps_the_probe_and_its_shares(tmp_path: Pa
     assert SPIKE_AT in spikes and max(spikes) > SPIKE_AT + 2  # spikes before and after it
     # the truth from the optimizer's own state: the spikes' terms of v, (1-β2)·β2^k·g², over
     # the parameters each spike had (the head has none before its group), against ‖v‖ now
-    opt, b2 = kept["opt"], 0.999
+    assert poll["final_v_share"] == pytest.approx(_true_v_share(kept, spikes), rel=1e-5)
+
+
+def _true_v_share(kept: dict, spikes: list[int], wd: float = 0.0, maximize: bool = False) -> float:
+    """The spikes' share of ‖v‖ at the end, from the optimizer's own state: each spike's term
+    (1-β2)·β2^k·g², g the gradient Adam received (-grad under maximize, + wd·θ for coupled L2),
+    over the parameters it had then (a group added later has none), against ‖v‖ now."""
+    opt = kept["opt"]
+    b2 = opt.param_groups[0]["betas"][1]
     terms: dict = {}
     for u in spikes:
-        for p, g in kept[u].items():
-            terms[p] = terms.get(p, 0) + (1 - b2) * b2 ** (STEPS - u) * g.double() ** 2
+        for p, (grad, theta) in kept[u].items():
+            g = (-grad if maximize else grad).double() + wd * theta.double()
+            terms[p] = terms.get(p, 0) + (1 - b2) * b2 ** (STEPS - u) * g**2
     v_all = [opt.state[p]["exp_avg_sq"].double() for grp in opt.param_groups for p in grp["params"]]
     norm = lambda ts: math.sqrt(sum(float(t.square().sum()) for t in ts))  # noqa: E731
-    assert poll["final_v_share"] == pytest.approx(norm(terms.values()) / norm(v_all), rel=1e-5)
+    return norm(terms.values()) / norm(v_all)
+
+
+PEERS = {
+    "adam-foreach": lambda m: torch.optim.Adam(m.parameters(), lr=1e-2, foreach=True),
+    "adam-loop": lambda m: torch.optim.Adam(m.parameters(), lr=1e-2, foreach=False),
+    "adamw-fused": lambda m: torch.optim.AdamW(m.parameters(), lr=1e-2, fused=True),
+    "nadam": lambda m: torch.optim.NAdam(m.parameters(), lr=1e-2),
+    "radam": lambda m: torch.optim.RAdam(m.parameters(), lr=1e-2),
+    "adam-wd-maximize": lambda m: torch.optim.Adam(m.parameters(), lr=1e-3, weight_decay=0.1,
+                                                   maximize=True),
+    "adam-wd": lambda m: torch.optim.Adam(m.parameters(), lr=1e-2, weight_decay=0.1),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", list(PEERS))
+def test_the_spikes_share_of_v_is_the_optimizers_own(tmp_path: Path, name: str) -> None:
+    kept: dict = {}
+    poll = _train(tmp_path / "r", PEERS[name], kept=kept)["pollution"]
+    spikes = [s["update"] for s in poll["per_spike"]]
+    assert spikes, "no spike tracked: the forced one at SPIKE_AT should be"
+    group = kept["opt"].param_groups[0]
+    want = _true_v_share(kept, spikes, group["weight_decay"] if "wd" in name else 0.0,
+                         group.get("maximize", False))  # fmt: skip
+    assert poll["final_v_share"] == pytest.approx(want, rel=1e-5)
 
 
 @pytest.mark.parametrize("make", [lambda m: torch.optim.SGD(m.parameters(), lr=1e-2, momentum=0.9),

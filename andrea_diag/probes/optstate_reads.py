@@ -199,8 +199,9 @@ def capture_grads(
 
 
 def received_grads(c: Captured) -> list[torch.Tensor]:
-    """The gradient Adam received, after the step: the gradients as the step read them (+ the
-    captured ``wd·θ``, summed into its own buffer; negated for ``maximize``). Summed at
+    """The gradient Adam received, after the step: the gradients as the step read them, plus
+    the captured ``wd·θ`` in its own buffer (``-g + wd·θ`` under ``maximize``, as torch's Adam
+    negates before it adds the decay: the probe took ``-(g + wd·θ)`` before). Summed at
     ``after_clip``, a clip between it and the step was missed: Lightning's clip of an Adam with
     weight decay left the spike terms unclipped, and a share of ``v`` read 1,468."""
     if c.l2 is None or c.negate is None:
@@ -209,8 +210,9 @@ def received_grads(c: Captured) -> list[torch.Tensor]:
     for g, l2, neg in zip(c.grads, c.l2, c.negate, strict=True):
         if l2 is None:  # no decay in its group: the gradient itself, never written to
             out.append(-g if neg else g)
-        else:  # its own buffer: summed (and negated) in place, once (after_step takes it)
-            out.append(l2.add_(g).neg_() if neg else l2.add_(g))
+        else:  # its own buffer, written once (after_step takes it). torch's Adam negates the
+            # gradient, then adds wd·θ: -g + wd·θ, not -(g + wd·θ)
+            out.append(l2.sub_(g) if neg else l2.add_(g))
     return out
 
 
@@ -219,8 +221,10 @@ def held_with_grad(ctx: Any, held: dict[int, int]) -> tuple[list[str], list[torc
     every one), and their names. One it does not hold (a backbone left trainable beside
     ``Adam(model.head.parameters())``) has no m, v: it made every update's m/v columns empty."""
     pairs = [(n, p) for n, p in zip(ctx.param_names, ctx.params, strict=True)
-             if p.grad is not None and (not held or id(p) in held)]  # fmt: skip
-    return [n for n, _ in pairs], [p for _, p in pairs]
+             if p.grad is not None]  # fmt: skip
+    mine = [(n, p) for n, p in pairs if id(p) in held]
+    # none held: an optimizer of copies (fp32 master weights): every parameter, as before
+    return [n for n, _ in mine or pairs], [p for _, p in mine or pairs]
 
 
 def at_step(ginfo: list[GroupInfo], betas: list[tuple[float, float]] | None) -> list[GroupInfo]:
@@ -242,7 +246,7 @@ def clipped_in_step(g_eff: list[torch.Tensor], optimizer: Any) -> list[torch.Ten
         return g_eff
     if clip.scale.dim() != 0:  # a per-tensor scale is no ClippedAdamW's
         return g_eff
-    return torch._foreach_mul(g_eff, clip.scale.to(g_eff[0].dtype)) if g_eff else g_eff
+    return torch._foreach_mul(g_eff, clip.scale) if g_eff else g_eff  # each in its own dtype
 
 
 def post_clip_norms(

@@ -114,6 +114,8 @@ class ShadowBuffers:
     def bind(self, params: list[torch.Tensor], by_position: tuple[list, list]) -> None:
         """Attach buffers saved :meth:`by_position` to this process's parameters."""
         bm, bv = by_position
+        if len(bm) != len(params) and not any(t is not None for t in [*bm, *bv]):
+            bm = bv = [None] * len(params)  # none saved (an older run's list of other length)
         self.bm = {id(p): t for p, t in zip(params, bm, strict=True) if t is not None}
         self.bv = {id(p): t for p, t in zip(params, bv, strict=True) if t is not None}
         self._norms = None
@@ -370,17 +372,16 @@ def refresh_groups(probe: Any, optimizer: torch.optim.Optimizer) -> list[GroupIn
     ``c`` and ``‖B‖`` are kept)."""
     groups = optimizer.param_groups
     if probe._ginfo is None or len(probe._ginfo) > len(groups):
-        probe._ginfo = [GroupInfo(g, optimizer) for g in groups]
+        probe._ginfo, probe._gid_of = [GroupInfo(g, optimizer) for g in groups], {}
     elif len(probe._ginfo) < len(groups):  # add_param_group (a backbone unfrozen mid-run):
         # the earlier groups keep their c and ‖B‖ (their spike terms); the new ones start empty
         probe._ginfo += [GroupInfo(g, optimizer) for g in groups[len(probe._ginfo) :]]
-    else:
-        for info, g in zip(probe._ginfo, optimizer.param_groups, strict=True):
-            betas = g.get("betas", (info.beta1, info.beta2))
-            info.beta1, info.beta2 = float(betas[0]), float(betas[1])
-        if probe._gid_of:  # empty after a resume: made here (rebind made it later before)
-            return probe._ginfo
-    probe._gid_of = {id(p): gi for gi, g in enumerate(groups) for p in g["params"]}
+        probe._gid_of = {}
+    for info, g in zip(probe._ginfo, groups, strict=True):
+        betas = g.get("betas", (info.beta1, info.beta2))
+        info.beta1, info.beta2 = float(betas[0]), float(betas[1])
+    if not probe._gid_of:  # made, grown, or empty after a resume (rebind made it later before)
+        probe._gid_of = {id(p): gi for gi, g in enumerate(groups) for p in g["params"]}
     return probe._ginfo
 
 
