@@ -63,3 +63,9 @@ def test_the_sweeps_own_figure_is_kept_whole(finished_sweep: Path) -> None:
 def test_a_count_past_any_range_or_of_another_type_is_dropped(value: object) -> None:
     kept = earlier_throughputs({"throughput": {"updates": 6, "updates_per_s": value}})
     assert kept == {"throughput": {"updates": 6}}
+
+
+def test_a_figure_without_a_wall_time_keeps_its_null_speed() -> None:
+    # throughput() writes updates_per_s null when the wall time is 0: the sweep's own, kept
+    figure = {"updates": 0, "wall_s": 0.0, "updates_per_s": None, "jobs": 1}
+    assert earlier_throughputs({"throughput": figure}) == {"throughput": figure}

@@ -79,3 +79,18 @@ def test_a_max_norm_that_float_reads_through_its_own_type_is_taken_as_torch_take
 def test_text_bytes_bools_and_objects_stay_refused(value: object) -> None:
     with pytest.raises(TypeError, match="max_norm must be a real number"):
         check_max_norm(value)
+
+
+def test_an_array_of_one_or_more_dimensions_is_no_scalar_max_norm() -> None:
+    import numpy as np
+
+    with pytest.raises(TypeError, match="max_norm must be a real number"):
+        check_max_norm(np.array([1.0, 2.0]))
+    assert check_max_norm(np.float32(0.5)) == 0.5 and check_max_norm(np.array(2.0)) == 2.0
+
+
+def test_max_norm_shape_error_is_still_importable_from_the_clip_api() -> None:
+    from andrea_diag.clip.api import MaxNormShapeError
+
+    with pytest.raises(MaxNormShapeError):
+        check_max_norm(torch.ones(2))

@@ -33,6 +33,7 @@ from typing import NoReturn
 import torch
 
 from andrea_diag.clip import reference
+from andrea_diag.clip.max_norm import MaxNormShapeError as MaxNormShapeError  # its old home
 from andrea_diag.clip.max_norm import check_max_norm
 
 log = logging.getLogger("andrea_diag.clip")
@@ -319,16 +320,14 @@ def clip_grad_norm_(
       for bf16) and a float32 one beside float64 ones differ in their last bits. An fp16 norm
       past 65504 is returned as inf, as torch's, and ``error_if_nonfinite`` raises for it, but
       otherwise the gradients are scaled by the finite float32 coefficient, where torch's inf
-      norm zeroes them (so does an fp16 norm past 65504 beside float32 ones: ours is finite,
-      and ``error_if_nonfinite`` raises for it as torch's does);
+      norm zeroes them (also beside float32 ones, where ours is finite and still raises);
     - bf16/fp16 gradients are scaled in float32 by the float32 coefficient and rounded once;
       torch multiplies by the coefficient rounded to the gradients' dtype;
     - ``foreach`` is accepted and ignored (every implementation here is multi-tensor; torch
       raises for ``foreach=True`` where it has no foreach kernels);
     - gradients on several devices run torch's own function (it groups them by device);
     - with nothing to clip (scale exactly 1) the CUDA kernel leaves the gradients unwritten,
-      where torch multiplies them by 1: the same values, one pass less (on CPU they are
-      multiplied by 1, as torch's are);
+      where torch (and ours on CPU) multiplies them by 1: the same values, one pass less;
     - an empty (zero-size) gradient has norm 0 for every ``norm_type``, where torch refuses
       the inf norm of an empty tensor;
     - :func:`clip_grad_norm_with_stats` (the stats variant) returns float32/float64 norms and

@@ -98,7 +98,8 @@ def _figure(t: Any) -> dict[str, Any] | None:
     its type and in range; None when it holds no count (then it is not a figure at all)."""
     if not isinstance(t, dict):
         return None
-    out: dict[str, Any] = {k: t[k] for k, kind in _COUNTS.items() if _measure(t.get(k), kind=kind)}
+    out: dict[str, Any] = {k: t[k] for k, kind in _COUNTS.items()  # null: not measured
+                           if k in t and (t[k] is None or _measure(t[k], kind=kind))}  # fmt: skip
     out.update({k: t[k] for k in ("executor", "note")
                 if isinstance(t.get(k), str) and len(t[k]) <= MAX_TEXT})  # fmt: skip
     if isinstance(t.get("jobs_auto"), bool):
@@ -109,7 +110,7 @@ def _figure(t: Any) -> dict[str, Any] | None:
     if dropped:  # the file is the run dir's: what the sweep did not write is not carried on
         log.warning("sweep.json: an earlier throughput figure's %s not kept (damaged or not "
                     "the sweep's)", ", ".join(dropped))  # fmt: skip
-    return out if "updates" in out or "updates_per_s" in out else None
+    return out if out.get("updates") is not None or out.get("updates_per_s") is not None else None
 
 
 def earlier_throughputs(old: dict[str, Any]) -> dict[str, Any]:
