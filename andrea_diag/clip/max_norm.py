@@ -24,9 +24,10 @@ def _float_like(value: object) -> bool:
     bytes and bools are no numbers here, whatever ``float()`` makes of them."""
     kind = type(value)
     number = hasattr(kind, "__float__") or hasattr(kind, "__index__")
-    # an array of one or more dimensions is no scalar (numpy's float() of it is deprecated)
-    scalar = getattr(value, "ndim", 0) == 0
-    return number and scalar and not isinstance(value, (str, bytes, bytearray, bool))
+    # an array (numpy's, with a dtype) is checked as the tensor it makes, not here: a text or
+    # bool array has a __float__ too (np.array("1") read as 1.0)
+    array = hasattr(value, "dtype") or hasattr(value, "ndim")
+    return number and not array and not isinstance(value, (str, bytes, bytearray, bool))
 
 
 def check_max_norm(max_norm: object, *, allow_zero: bool = True) -> float:
