@@ -78,7 +78,8 @@ def test_clipped_adamw_gives_the_shares_of_clip_grad_norm_plus_adamw(tmp_path: P
     assert a["n_spikes_tracked"] == b["n_spikes_tracked"] >= 1
     for key in ("max_m_share", "max_v_share", "final_v_share"):
         assert a[key] == pytest.approx(b[key], rel=1e-4), key
-        assert 0.0 <= a[key] <= 1.0, key  # a share past 1 is impossible
+        # v's terms are all >= 0, so its spikes' share is at most 1 (m's terms may cancel)
+        assert 0.0 <= a[key] <= (1.0 if "v" in key else math.inf), key
     assert [s["recovery_m"] for s in a["per_spike"]] == [s["recovery_m"] for s in b["per_spike"]]
 
 
@@ -170,7 +171,7 @@ def test_a_clip_after_after_clip_reaches_the_spike_terms_of_adam_with_weight_dec
     assert late["n_spikes_tracked"] == given["n_spikes_tracked"] >= 1
     for key in ("max_m_share", "max_v_share", "final_v_share"):
         assert late[key] == pytest.approx(given[key], rel=1e-6), key
-        assert 0.0 <= late[key] <= 1.0, key
+        assert 0.0 <= late[key] <= (1.0 if "v" in key else math.inf), key
 
 
 def test_an_optimizer_of_some_trainable_parameters_has_their_moments_read(tmp_path: Path) -> None:
