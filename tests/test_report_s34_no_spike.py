@@ -44,3 +44,14 @@ def test_an_optimizer_without_moments_is_not_measured() -> None:
     arm = _arm({**NO_SPIKE, "has_moments": False, "max_m_share": None, "max_v_share": None})
     assert summary_row(arm)["recovery m / v (updates)"] == "not measured / not measured"
     assert "no Adam moments" in pollution_finding(arm)
+
+
+def test_an_m_share_past_1_is_explained_where_it_is_said() -> None:
+    # the README's own cascade: m's spikes' part 1.47x m itself (m's terms cancel; v's cannot)
+    arm = _arm({**NO_SPIKE, "n_spikes_tracked": 4, "max_m_share": 1.47, "recovery_m": 51})
+    finding = pollution_finding(arm)
+    assert (
+        "m pollution peaked at a share of 1.47 (past 1: the rest of m partly cancelled" in finding
+    )
+    assert "past 1" not in pollution_finding(_arm({**NO_SPIKE, "n_spikes_tracked": 4,
+                                                   "max_m_share": 0.9}))  # fmt: skip

@@ -147,7 +147,10 @@ def pollution_finding(arm: Arm) -> str:
             if rec is None
             else f"recovered after {fmt(rec)} updates"
         )
-        parts.append(f"{key} pollution peaked at a share of {fmt(share)} and {tail}")
+        # m's terms have signs: where the rest of m cancels the spikes' part, ‖m_spike‖ > ‖m‖
+        past = " (past 1: the rest of m partly cancelled the spikes' part)" if (
+            key == "m" and isinstance(share, (int, float)) and share > 1) else ""  # fmt: skip
+        parts.append(f"{key} pollution peaked at a share of {fmt(share)}{past} and {tail}")
     if not parts:
         return f"{arm.label}: pollution summary present but empty."
     cost = poll.get("shadow_bytes") or 0
