@@ -387,9 +387,7 @@ def refresh_groups(probe: Any, optimizer: torch.optim.Optimizer) -> list[GroupIn
 
 def rebind(probe: Any, optimizer: torch.optim.Optimizer, params: list[torch.Tensor]) -> None:
     """After a resume: attach the probe's saved state to this process's parameter objects."""
-    if not probe._gid_of and probe._ginfo is not None:
-        groups = optimizer.param_groups
-        probe._gid_of = {id(p): gi for gi, g in enumerate(groups) for p in g["params"]}
+    del optimizer  # its id -> group map: refresh_groups, which _with_grad runs first
     if getattr(probe, "_pending_shadow", None) is not None:
         probe._shadow.bind(params, probe._pending_shadow)
         probe._pending_shadow = None
